@@ -1,0 +1,30 @@
+"""The pure conversation core: messages, state codec, chat loop, events, compaction, token counting.
+
+No Redis, Celery or HTTP in here; the model, tools and clock are injected.
+"""
+
+from worker.conversation.chat import Chat, CompactionReport, EventResult, RoundTrip, SpliceResult, TurnResult
+from worker.conversation.compaction import (
+    CompactionFailed,
+    Compactor,
+    Compose,
+    CompressToolExchanges,
+    KeepLastExchanges,
+    Summarize,
+    TokenBudget,
+)
+from worker.conversation.inspect import inspect_state
+from worker.conversation.messages import Message, ToolCall
+from worker.conversation.model import Model, ModelRequest, ModelResponse, ToolSpec, Usage
+from worker.conversation.scripted import Reply, ScriptedModel
+from worker.conversation.state import ConversationState, decode_state, encode_state, load_state
+from worker.conversation.tokens import EstimateCounter, TiktokenCounter, TokenCounter
+from worker.conversation.tools import Tool
+
+__all__ = [
+    "Chat", "CompactionFailed", "CompactionReport", "Compactor", "Compose", "CompressToolExchanges",
+    "ConversationState", "EstimateCounter", "EventResult", "KeepLastExchanges", "Message", "Model",
+    "ModelRequest", "ModelResponse", "Reply", "RoundTrip", "ScriptedModel", "SpliceResult", "Summarize",
+    "TiktokenCounter", "TokenBudget", "TokenCounter", "Tool", "ToolCall", "ToolSpec", "TurnResult", "Usage",
+    "decode_state", "encode_state", "inspect_state", "load_state",
+]

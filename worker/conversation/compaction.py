@@ -1,0 +1,335 @@
+"""Compaction: composable triggers and strategies that keep a conversation's state small.
+
+Every strategy cuts only at exchange boundaries (:mod:`worker.conversation.history`), so a tool call
+stays with its results and the kept history starts with a user-side message. Three things always
+survive: the latest exchange, the conversation's first user message, and pinned items (a pinned
+message whose exchange is dropped moves into ``state.pinned`` and is rendered into the preamble).
+
+A compactor is ``should_compact(state, counter) -> bool`` plus ``compact(state, counter) -> state``.
+``compact`` may raise; :meth:`worker.conversation.chat.Chat.compact` then keeps the state as it was.
+:class:`Compose` runs several in order, each only when its own trigger fires on the state so far.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from typing import Protocol, runtime_checkable
+
+from worker.conversation.history import Exchange, exchanges, is_successful_tool_exchange
+from worker.conversation.messages import Message
+from worker.conversation.model import Model, ModelRequest
+from worker.conversation.prompt import fixed_overhead, history_tokens, prompt_tokens
+from worker.conversation.state import ConversationState
+from worker.conversation.tokens import TokenCounter
+from worker.errors import ModelError
+
+log = logging.getLogger(__name__)
+
+COMPRESSED_MARK = "[compressed] "
+
+
+@runtime_checkable
+class Compactor(Protocol):
+    """A trigger and a strategy."""
+
+    @property
+    def name(self) -> str: ...
+
+    def should_compact(self, state: ConversationState, counter: TokenCounter) -> bool: ...
+
+    def compact(self, state: ConversationState, counter: TokenCounter) -> ConversationState: ...
+
+
+class CompactionFailed(Exception):
+    """Raised inside a compactor when it could not do its work; the state stays as it was."""
+
+
+# --- shared mechanics ----------------------------------------------------------------------------
+
+def first_user_seq(state: ConversationState) -> int | None:
+    seqs = [m.seq for m in state.messages if m.role == "user"]
+    return min(seqs) if seqs else None
+
+
+def droppable(state: ConversationState) -> list[Exchange]:
+    """Exchanges that may be dropped, oldest first: all but the latest one."""
+    return exchanges(state.messages)[:-1]
+
+
+def drop_oldest(state: ConversationState, count: int, max_pinned: int = 50) -> ConversationState:
+    """Drop the ``count`` oldest droppable exchanges, keeping the first user message and pinned items."""
+    candidates = droppable(state)[:count]
+    if not candidates:
+        return state
+    end = candidates[-1].end
+    gone = state.messages[:end]
+    first = first_user_seq(state)
+    keep_head = [m for m in gone if m.seq == first]
+    pinned = list(state.pinned) + [m for m in gone if m.pinned and m.seq != first]
+    if len(pinned) > max_pinned:
+        log.warning("pinned items over the cap; dropping the oldest", extra={"dropped": len(pinned) - max_pinned})
+        pinned = pinned[-max_pinned:]
+    return replace(
+        state,
+        messages=tuple(keep_head) + state.messages[end:],
+        pinned=tuple(pinned),
+        last_usage=None,  # the reported usage described the longer prompt
+    )
+
+
+def render_lines(messages: Sequence[Message], sample_chars: int = 600) -> str:
+    """A plain transcript of messages, for the summariser."""
+    lines = []
+    for m in messages:
+        text = m.content.strip()
+        if m.role == "user":
+            lines.append(f"User: {text}")
+        elif m.role == "event":
+            lines.append(f"Event: {text}")
+        elif m.role == "system":
+            lines.append(f"System note: {text}")
+        elif m.role == "assistant":
+            if text:
+                lines.append(f"Assistant: {text}")
+            for c in m.tool_calls:
+                lines.append(f"Assistant called {c.name}({c.arguments[:sample_chars]})")
+        elif m.role == "tool":
+            status = "failed" if m.is_error else "returned"
+            body = text if len(text) <= sample_chars else text[:sample_chars] + "…"
+            lines.append(f"Tool {m.name or ''} {status}: {body}")
+    return "\n".join(lines)
+
+
+# --- strategies ----------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class KeepLastExchanges:
+    """Keep only the last ``n`` exchanges (plus the first user message and pinned items)."""
+
+    n: int
+
+    def __post_init__(self) -> None:
+        if self.n < 1:
+            raise ValueError("KeepLastExchanges needs n >= 1")
+
+    @property
+    def name(self) -> str:
+        return f"keep_last_exchanges({self.n})"
+
+    def should_compact(self, state: ConversationState, counter: TokenCounter) -> bool:
+        return len(exchanges(state.messages)) > self.n
+
+    def compact(self, state: ConversationState, counter: TokenCounter) -> ConversationState:
+        excess = len(exchanges(state.messages)) - self.n
+        return drop_oldest(state, excess) if excess > 0 else state
+
+
+@dataclass(frozen=True)
+class TokenBudget:
+    """Trigger when the prompt exceeds ``max_tokens``; drop the oldest whole exchanges, one at a time,
+    until the prompt is at most ``target_tokens`` (default 70% of the budget) or only the latest
+    exchange is left.
+
+    The trigger uses the provider-reported prompt tokens when the state has them (they include the
+    system prompt and tool schemas), else a counted estimate.
+    """
+
+    max_tokens: int
+    target_tokens: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.max_tokens < 1:
+            raise ValueError("TokenBudget needs max_tokens >= 1")
+        if self.target_tokens is not None and not 0 < self.target_tokens <= self.max_tokens:
+            raise ValueError("target_tokens must be in 1..max_tokens")
+
+    @property
+    def name(self) -> str:
+        return f"token_budget({self.max_tokens})"
+
+    @property
+    def target(self) -> int:
+        return self.target_tokens if self.target_tokens is not None else max(1, int(self.max_tokens * 0.7))
+
+    def should_compact(self, state: ConversationState, counter: TokenCounter) -> bool:
+        return prompt_tokens(state, counter) > self.max_tokens
+
+    def compact(self, state: ConversationState, counter: TokenCounter) -> ConversationState:
+        overhead = fixed_overhead(state, counter)
+        current = state
+        while overhead + history_tokens(current, counter) > self.target and droppable(current):
+            current = drop_oldest(current, 1)
+        return current
+
+
+DEFAULT_SUMMARY_INSTRUCTIONS = (
+    "You maintain the running summary of a chat between a user and an assistant. You are given the "
+    "current summary and the next part of the conversation. Write the updated summary: keep every fact "
+    "the assistant will need later (names, places, choices, numbers, the user's preferences, open "
+    "questions, what tools returned), drop small talk, keep failures and corrections. Write plain prose "
+    "or short bullet points in the third person. Answer with the summary only."
+)
+
+
+@dataclass(frozen=True)
+class Summarize:
+    """Rolling LLM summarisation: fold the oldest exchanges into the stored summary.
+
+    Triggers when more than ``keep_last + batch`` exchanges are held (or, with ``trigger_tokens``, when the
+    prompt is over that many tokens). Folds all but the last ``keep_last`` exchanges. The model is asked to
+    update the existing summary with the new lines (never to re-summarise from scratch). A model error
+    or an empty answer changes nothing. The summary is rendered into the preamble on every turn.
+    """
+
+    model: Model
+    keep_last: int = 4
+    batch: int = 4
+    trigger_tokens: int | None = None
+    max_summary_tokens: int = 600
+    instructions: str = DEFAULT_SUMMARY_INSTRUCTIONS
+    sample_chars: int = 600
+
+    @property
+    def name(self) -> str:
+        return "summarize"
+
+    def should_compact(self, state: ConversationState, counter: TokenCounter) -> bool:
+        n = len(exchanges(state.messages))
+        if n <= self.keep_last:
+            return False
+        if self.trigger_tokens is not None and prompt_tokens(state, counter) > self.trigger_tokens:
+            return True
+        return n > self.keep_last + self.batch
+
+    def compact(self, state: ConversationState, counter: TokenCounter) -> ConversationState:
+        exs = exchanges(state.messages)
+        fold = len(exs) - max(1, self.keep_last)
+        if fold <= 0:
+            return state
+        end = exs[fold - 1].end
+        lines = render_lines(state.messages[:end], self.sample_chars)
+        current = state.summary.strip() or "(none yet)"
+        prompt = f"Current summary:\n{current}\n\nNext part of the conversation:\n{lines}\n\nUpdated summary:"
+        request = ModelRequest(
+            system=self.instructions,
+            messages=[Message(role="user", content=prompt)],
+            max_tokens=self.max_summary_tokens,
+            purpose="summarize",
+        )
+        try:
+            response = self.model.complete(request)
+        except ModelError as exc:
+            raise CompactionFailed(f"summariser failed: {exc}") from exc
+        text = response.message.content.strip()
+        if not text:
+            raise CompactionFailed("summariser returned an empty summary")
+        dropped = drop_oldest(state, fold)
+        return replace(dropped, summary=text, summary_seq=state.messages[end - 1].seq)
+
+
+@dataclass(frozen=True)
+class CompressToolExchanges:
+    """Shrink old successful tool outputs to a short note, in the spirit of "compress the code, keep the
+    learnings": what was called and a truncated sample of what came back.
+
+    Failed exchanges stay verbatim (errors are evidence), the latest exchange stays whole, and the
+    ``keep_recent`` most recent tool outputs are kept in full. The tool call and its (shortened) result
+    stay paired, so the history stays valid for every provider.
+    """
+
+    keep_recent: int = 3
+    sample_chars: int = 200
+
+    @property
+    def name(self) -> str:
+        return "compress_tool_exchanges"
+
+    def _targets(self, state: ConversationState) -> list[int]:
+        exs = exchanges(state.messages)[:-1]
+        candidates: list[int] = []
+        for ex in exs:
+            msgs = ex.of(state.messages)
+            if is_successful_tool_exchange(msgs):
+                candidates.extend(ex.start + i for i, m in enumerate(msgs) if m.role == "tool")
+        recent_full = [i for i in candidates if not state.messages[i].content.startswith(COMPRESSED_MARK)]
+        # Keep the newest full outputs; everything older that is still full gets compressed.
+        keep = set(recent_full[-self.keep_recent :]) if self.keep_recent > 0 else set()
+        return [i for i in recent_full if i not in keep and len(state.messages[i].content) > self.sample_chars]
+
+    def should_compact(self, state: ConversationState, counter: TokenCounter) -> bool:
+        return bool(self._targets(state))
+
+    def compact(self, state: ConversationState, counter: TokenCounter) -> ConversationState:
+        targets = set(self._targets(state))
+        if not targets:
+            return state
+        calls = {c.id: c for m in state.messages for c in m.tool_calls}
+        out = list(state.messages)
+        for i in targets:
+            m = out[i]
+            call = calls.get(m.tool_call_id or "")
+            args = call.arguments if call else ""
+            sample = m.content[: self.sample_chars].rstrip()
+            note = (
+                f"{COMPRESSED_MARK}{m.name or (call.name if call else 'tool')}({_short(args, 120)}) returned "
+                f"{len(m.content)} characters; beginning: {sample}…"
+            )
+            out[i] = replace(m, content=note, raw=None)
+        return replace(state, messages=tuple(out), last_usage=None)
+
+
+def _short(text: str, n: int) -> str:
+    try:
+        text = json.dumps(json.loads(text), separators=(",", ":"), ensure_ascii=False)
+    except ValueError:
+        pass
+    return text if len(text) <= n else text[:n] + "…"
+
+
+@dataclass(frozen=True)
+class Compose:
+    """Run compactors in order; each runs only when its own trigger fires on the state so far. A step
+    that fails is skipped (its error is kept in ``errors`` of the report), the rest still run."""
+
+    steps: tuple[Compactor, ...] = field(default_factory=tuple)
+
+    def __init__(self, *steps: Compactor) -> None:
+        object.__setattr__(self, "steps", tuple(steps))
+
+    @property
+    def name(self) -> str:
+        return "+".join(s.name for s in self.steps)
+
+    def should_compact(self, state: ConversationState, counter: TokenCounter) -> bool:
+        return any(s.should_compact(state, counter) for s in self.steps)
+
+    def compact(self, state: ConversationState, counter: TokenCounter) -> ConversationState:
+        return run_steps(self.steps, state, counter)[0]
+
+
+def run_steps(
+    steps: Sequence[Compactor], state: ConversationState, counter: TokenCounter
+) -> tuple[ConversationState, list[str], list[str]]:
+    """Apply each step whose trigger fires; returns the state, the names applied and the errors."""
+    applied: list[str] = []
+    errors: list[str] = []
+    for step in steps:
+        inner = step.steps if isinstance(step, Compose) else None
+        if inner is not None:
+            state, a, e = run_steps(inner, state, counter)
+            applied += a
+            errors += e
+            continue
+        if not step.should_compact(state, counter):
+            continue
+        try:
+            state = step.compact(state, counter)
+            applied.append(step.name)
+        except Exception as exc:  # a compactor bug must never cost the conversation
+            log.warning("compaction step failed", extra={"step": step.name, "error": str(exc)})
+            errors.append(f"{step.name}: {exc}")
+    return state, applied, errors
+

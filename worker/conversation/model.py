@@ -1,0 +1,91 @@
+"""The model protocol: what the chat loop asks of a language model, and what it gets back.
+
+Providers in :mod:`worker.llm` implement :class:`Model` over HTTP; :class:`worker.conversation.scripted.ScriptedModel`
+implements it from a script for tests. The core never sees a wire format: providers turn
+:class:`ModelRequest` into their request body and their response into :class:`ModelResponse`, keeping the
+provider's own form of the assistant message in ``Message.raw``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol, runtime_checkable
+
+from worker.conversation.messages import Message
+
+FinishReason = Literal["stop", "tool_calls", "length", "content_filter", "refusal", "other"]
+Purpose = Literal["chat", "summarize"]
+
+
+@dataclass(frozen=True, slots=True)
+class ToolSpec:
+    """A tool as the model sees it: a name, a description and a JSON schema for its arguments."""
+
+    name: str
+    description: str
+    parameters: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class Usage:
+    """Token usage reported by the provider for one round trip."""
+
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cached_tokens: int = 0
+    cache_creation_tokens: int = 0
+
+    @property
+    def total_tokens(self) -> int:
+        return self.prompt_tokens + self.completion_tokens
+
+
+@dataclass(frozen=True, slots=True)
+class ModelRequest:
+    """One round trip's input. ``system`` is the preamble (the caller's system prompt plus the rendered
+    summary and pinned items); ``messages`` never contains a leading system message."""
+
+    system: str | None
+    messages: Sequence[Message]
+    tools: Sequence[ToolSpec] = ()
+    max_tokens: int | None = None
+    temperature: float | None = None
+    purpose: Purpose = "chat"
+    # "none" asks the model to answer in text although tools are declared (Anthropic requires the tool
+    # definitions whenever the history holds tool_use blocks, so we cannot just drop them).
+    tool_choice: Literal["auto", "none"] = "auto"
+    options: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class ModelResponse:
+    """One round trip's output.
+
+    ``message`` is an assistant message (with ``raw`` set by the provider); ``finish_reason`` is normalised
+    across providers, ``raw_finish_reason`` is what the provider said.
+    """
+
+    message: Message
+    finish_reason: FinishReason = "stop"
+    usage: Usage | None = None
+    raw_finish_reason: str | None = None
+    model: str | None = None
+
+
+@runtime_checkable
+class Model(Protocol):
+    """A language model the chat loop can call.
+
+    ``provider`` locks conversation state: a blob written with one provider is not replayed to another
+    (its messages carry that provider's wire form). ``complete`` raises only :class:`worker.errors.ModelError`
+    subclasses.
+    """
+
+    @property
+    def provider(self) -> str: ...
+
+    @property
+    def model_name(self) -> str: ...
+
+    def complete(self, request: ModelRequest) -> ModelResponse: ...

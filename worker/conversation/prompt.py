@@ -1,0 +1,63 @@
+"""Building the request a model sees: the preamble (system prompt, summary, pinned items) and the history."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from worker.conversation.messages import Message
+from worker.conversation.state import ConversationState
+from worker.conversation.tokens import TokenCounter
+
+SUMMARY_HEADING = "Summary of the earlier conversation:"
+PINNED_HEADING = "Facts to keep in mind (pinned):"
+
+
+def render_preamble(system: str | None, state: ConversationState, extra: Sequence[str] = ()) -> str | None:
+    """The system prompt given for this turn, then leading system messages, then the rolling summary and
+    pinned items. ``None`` when there is nothing to say."""
+    parts: list[str] = []
+    if system and system.strip():
+        parts.append(system.strip())
+    parts.extend(s.strip() for s in extra if s.strip())
+    if state.summary.strip():
+        parts.append(f"{SUMMARY_HEADING}\n{state.summary.strip()}")
+    if state.pinned:
+        lines = "\n".join(f"- {m.content.strip()}" for m in state.pinned)
+        parts.append(f"{PINNED_HEADING}\n{lines}")
+    return "\n\n".join(parts) or None
+
+
+def history_tokens(state: ConversationState, counter: TokenCounter) -> int:
+    """Tokens of what the state contributes to a prompt: history, summary and pinned items."""
+    total = counter.count_messages(state.messages)
+    if state.summary:
+        total += counter.count_text(state.summary) + 8
+    total += sum(counter.count_text(m.content) + 2 for m in state.pinned)
+    return total
+
+
+def unseen(messages: Sequence[Message], seen_seq: int) -> list[Message]:
+    return [m for m in messages if m.seq > seen_seq]
+
+
+def prompt_tokens(state: ConversationState, counter: TokenCounter) -> int:
+    """The prompt size the next request will have, as well as we know it.
+
+    When the provider reported usage for the last round trip, that figure (which includes the system
+    prompt and tool definitions we do not store) plus an estimate of what was added since; otherwise a
+    counted estimate of the stored parts.
+    """
+    if state.last_usage is not None and state.last_usage.prompt_tokens > 0:
+        added = unseen(state.messages, state.seen_seq)
+        return state.last_usage.prompt_tokens + counter.count_messages(added)
+    return history_tokens(state, counter)
+
+
+def fixed_overhead(state: ConversationState, counter: TokenCounter) -> int:
+    """Tokens of the prompt that are not stored (system prompt, tool schemas), inferred from usage."""
+    if state.last_usage is None or state.last_usage.prompt_tokens <= 0:
+        return 0
+    seen = [m for m in state.messages if m.seq <= state.seen_seq]
+    stored = counter.count_messages(seen) + (counter.count_text(state.summary) + 8 if state.summary else 0)
+    stored += sum(counter.count_text(m.content) + 2 for m in state.pinned)
+    return max(0, state.last_usage.prompt_tokens - stored)

