@@ -372,6 +372,10 @@ class Chat:
     def _run_compactor(self, st: ConversationState) -> tuple[ConversationState, list[str], list[str]]:
         assert self.compactor is not None
         new, applied, errors = run_steps([self.compactor], st, self.counter)
+        if len(new.pinned) > self.max_pinned:
+            log.warning("pinned items over the cap; dropping the oldest",
+                        extra={"dropped": len(new.pinned) - self.max_pinned})
+            new = replace(new, pinned=new.pinned[-self.max_pinned:])
         if applied and new is not st:
             new = replace(new, generation=st.generation + 1,
                           meta=replace(new.meta, compactions=new.meta.compactions + 1))

@@ -210,7 +210,9 @@ class Summarize:
         if fold <= 0:
             return state
         end = exs[fold - 1].end
-        lines = render_lines(state.messages[:end], self.sample_chars)
+        # Messages already folded in (the kept first user message) are not summarised twice.
+        fresh = [m for m in state.messages[:end] if m.seq > state.summary_seq]
+        lines = render_lines(fresh, self.sample_chars)
         current = state.summary.strip() or "(none yet)"
         prompt = f"Current summary:\n{current}\n\nNext part of the conversation:\n{lines}\n\nUpdated summary:"
         request = ModelRequest(

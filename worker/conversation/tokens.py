@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import base64
 import gzip
-import importlib.resources
+import importlib.util
 import math
 import threading
 from collections.abc import Iterable
+from pathlib import Path
 from typing import Protocol, runtime_checkable
 
 from worker.conversation.messages import Message
@@ -94,7 +95,13 @@ def load_encoding(name: str) -> object:
         import tiktoken
 
         try:
-            data = importlib.resources.files("bpe_openai.data").joinpath(f"{name}.tiktoken.gz").read_bytes()
+            # find_spec does not run the package's __init__ (which loads a 74 MB extension); we only want
+            # the data files it ships.
+            spec = importlib.util.find_spec("bpe_openai")
+            if spec is None or not spec.submodule_search_locations:
+                raise ModuleNotFoundError("bpe_openai")
+            path = Path(next(iter(spec.submodule_search_locations))) / "data" / f"{name}.tiktoken.gz"
+            data = path.read_bytes()
         except (ModuleNotFoundError, FileNotFoundError) as exc:
             raise ConfigurationError(f"the {name} ranks are not installed (package bpe-openai)") from exc
         ranks: dict[bytes, int] = {}

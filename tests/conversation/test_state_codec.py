@@ -1,0 +1,172 @@
+"""The state codec: round trips, golden blobs, bounded decoding, and never raising to a turn."""
+
+from __future__ import annotations
+
+import pathlib
+from dataclasses import replace
+
+import msgpack
+import pytest
+import zstandard
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from worker.conversation.messages import Message, ToolCall
+from worker.conversation.model import Usage
+from worker.conversation.state import (
+    FLAG_ZSTD,
+    FORMAT_VERSION,
+    MAGIC,
+    MIGRATIONS,
+    ConversationState,
+    Meta,
+    decode_state,
+    encode_state,
+    load_state,
+)
+from worker.errors import StateDecodeError
+
+GOLDEN = pathlib.Path(__file__).parent / "golden"
+
+
+def test_golden_v1_small_still_decodes() -> None:
+    s = decode_state((GOLDEN / "v1_small.bin").read_bytes())
+    assert s.provider == "openai"
+    assert [m.role for m in s.messages] == ["event", "user", "assistant", "tool", "assistant"]
+    assert s.messages[2].tool_calls == (ToolCall("call_1", "lookup", '{"place": "Harrogate Theatre"}'),)
+    assert s.messages[2].raw is not None and s.messages[2].raw["refusal"] is None
+    assert s.messages[0].pinned and s.pinned[0].content == "Team name is Owls"
+    assert s.summary.startswith("The user is playing") and s.summary_seq == 2
+    assert (s.next_seq, s.seen_seq, s.generation) == (8, 6, 1)
+    assert s.last_usage == Usage(120, 8, 64, 0)
+    assert s.meta == Meta("0123456789abcdef", 1800000000.0, 1800000100.5, 2, 2, 1)
+
+
+def test_golden_v1_compressed_still_decodes() -> None:
+    blob = (GOLDEN / "v1_compressed.bin").read_bytes()
+    assert blob[4] & FLAG_ZSTD
+    s = decode_state(blob)
+    assert s.provider == "anthropic" and len(s.messages) == 40 and s.meta.turns == 20
+
+
+def test_every_older_format_has_a_migration() -> None:
+    # When FORMAT_VERSION goes up, a migration from each older version must exist and a golden blob of
+    # the old version must be kept next to this test.
+    assert all(v in MIGRATIONS for v in range(1, FORMAT_VERSION))
+    assert any(p.name.startswith(f"v{FORMAT_VERSION}_") for p in GOLDEN.iterdir())
+
+
+def test_round_trip_and_compression() -> None:
+    s = ConversationState.fresh("openai").append(
+        *[Message(role="user", content="word " * 1000), Message(role="assistant", content="ok", raw={"x": 1})]
+    )
+    blob = encode_state(s)
+    assert blob[:3] == MAGIC and blob[3] == FORMAT_VERSION
+    assert blob[4] & FLAG_ZSTD
+    assert decode_state(blob) == s
+
+
+@pytest.mark.parametrize(
+    ("blob", "reason"),
+    [
+        (b"", "corrupt"),
+        (b"hello world", "corrupt"),
+        (MAGIC + bytes([FORMAT_VERSION + 1, 0]) + msgpack.packb({}), "version"),
+        (MAGIC + bytes([0, 0]) + msgpack.packb({}), "version"),
+        (MAGIC + bytes([FORMAT_VERSION, 0x80]) + msgpack.packb({}), "corrupt"),
+        (MAGIC + bytes([FORMAT_VERSION, 0]) + b"\xc1", "corrupt"),
+        (MAGIC + bytes([FORMAT_VERSION, 0]) + msgpack.packb([1, 2]), "invalid"),
+        (MAGIC + bytes([FORMAT_VERSION, 0]) + msgpack.packb({"p": "openai", "m": [{"r": "wizard"}]}), "invalid"),
+        (MAGIC + bytes([FORMAT_VERSION, FLAG_ZSTD]) + b"not zstd", "corrupt"),
+    ],
+)
+def test_bad_blobs_have_a_reason(blob: bytes, reason: str) -> None:
+    with pytest.raises(StateDecodeError) as info:
+        decode_state(blob)
+    assert info.value.reason == reason
+    loaded = load_state(blob, provider="openai")
+    # Empty bytes mean "no conversation yet", which is not a problem.
+    assert (loaded.problem is not None) == bool(blob) and loaded.state.messages == ()
+
+
+def test_oversize_blob_is_refused_before_decoding() -> None:
+    s = ConversationState.fresh("openai").append(Message(role="user", content="x" * 5000))
+    blob = encode_state(s)
+    with pytest.raises(StateDecodeError) as info:
+        decode_state(blob, max_bytes=len(blob) - 1)
+    assert info.value.reason == "oversize"
+
+
+def test_zstd_bomb_is_bounded() -> None:
+    payload = msgpack.packb({"p": "openai", "m": [], "sum": "a" * (50 << 20)})
+    blob = MAGIC + bytes([FORMAT_VERSION, FLAG_ZSTD]) + zstandard.ZstdCompressor().compress(payload)
+    assert len(blob) < 100_000
+    with pytest.raises(StateDecodeError) as info:
+        decode_state(blob, max_bytes=1 << 20)
+    assert info.value.reason == "oversize"
+
+
+def test_msgpack_bombs_are_refused() -> None:
+    deep = b"\x91" * 100_000 + b"\xc0"  # 100k nested one-element arrays
+    with pytest.raises(StateDecodeError):
+        decode_state(MAGIC + bytes([FORMAT_VERSION, 0]) + deep)
+    lying = b"\xdd\xff\xff\xff\xff"  # array32 declaring 4 billion items, then nothing
+    with pytest.raises(StateDecodeError):
+        decode_state(MAGIC + bytes([FORMAT_VERSION, 0]) + lying)
+    lying_str = b"\xdb\x7f\xff\xff\xff" + b"a" * 10
+    with pytest.raises(StateDecodeError):
+        decode_state(MAGIC + bytes([FORMAT_VERSION, 0]) + lying_str)
+
+
+def test_provider_lock() -> None:
+    blob = encode_state(ConversationState.fresh("anthropic"))
+    with pytest.raises(StateDecodeError) as info:
+        decode_state(blob, provider="openai")
+    assert info.value.reason == "provider"
+    assert decode_state(blob, provider="anthropic").provider == "anthropic"
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.binary(max_size=400))
+def test_load_state_never_raises_on_random_bytes(blob: bytes) -> None:
+    load_state(blob, provider="openai")
+    load_state(MAGIC + bytes([FORMAT_VERSION, 0]) + blob, provider="openai")
+    load_state(MAGIC + bytes([FORMAT_VERSION, FLAG_ZSTD]) + blob, provider="openai")
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**31), 2**31) | st.text(max_size=20),
+    lambda children: st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=8), children, max_size=4),
+    max_leaves=12,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.dictionaries(st.sampled_from(["p", "m", "sum", "sums", "pin", "ns", "seen", "u", "g", "meta", "zz"]), json_values))
+def test_load_state_never_raises_on_random_payloads(payload: dict[str, object]) -> None:
+    blob = MAGIC + bytes([FORMAT_VERSION, 0]) + msgpack.packb(payload)
+    load_state(blob, provider="openai")
+
+
+messages_strategy = st.lists(
+    st.builds(
+        Message,
+        role=st.sampled_from(["user", "assistant", "tool", "system", "event"]),
+        content=st.text(max_size=50),
+        tool_calls=st.lists(st.builds(ToolCall, id=st.text(min_size=1, max_size=5), name=st.text(min_size=1, max_size=5),
+                                      arguments=st.text(max_size=10)), max_size=2).map(tuple),
+        tool_call_id=st.none() | st.text(max_size=5),
+        name=st.none() | st.text(max_size=5),
+        is_error=st.booleans(),
+        pinned=st.booleans(),
+        raw=st.none() | st.dictionaries(st.text(max_size=5), json_values, max_size=3),
+    ),
+    max_size=12,
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(messages_strategy, st.text(max_size=100))
+def test_encode_decode_round_trips(messages: list[Message], summary: str) -> None:
+    s = replace(ConversationState.fresh("openai").append(*messages), summary=summary)
+    assert decode_state(encode_state(s)) == s
