@@ -23,7 +23,8 @@ The tree::
     │   └── ModelResponseError
     ├── StoreError
     │   ├── StaleLeaseError
-    │   └── StoreUnavailableError       (retryable)
+    │   ├── StoreUnavailableError       (retryable)
+    │   └── InboxFullError              (also an InputError)
     └── DeliveryError
         ├── DeliveryRetryableError      (retryable)
         └── DeliveryPermanentError
@@ -195,3 +196,7 @@ class DeliveryRetryableError(DeliveryError):
 class DeliveryPermanentError(DeliveryError):
     """Raised when the channel refused the message for good (131047 outside the 24-hour window, bad recipient,
     expired token); the reply is dead-lettered with the reason."""
+
+
+class InboxFullError(StoreError, InputError):
+    """Raised when a conversation's mailbox already holds the configured maximum of waiting inputs."""

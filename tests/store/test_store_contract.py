@@ -1,0 +1,340 @@
+"""The store's contract, on every backend."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+import redis
+
+from worker.errors import InboxFullError, InvalidConversationIdError, StaleLeaseError, StoreUnavailableError
+from worker.store.keys import ConversationKeys, validate_conversation_id
+from worker.store.redis_store import ConversationStore, StoreLimits
+
+CID = "447700900123"
+
+
+def accept(store: ConversationStore, cid: str, i: int | str) -> None:
+    store.accept(cid, f"payload-{i}".encode(), f"id-{i}")
+
+
+def apply_one(store: ConversationStore, cid: str, token: int, *, state: bytes | None = b"s", reply: bytes | None = None):  # type: ignore[no-untyped-def]
+    snap = store.head(cid)
+    assert snap.input_id is not None
+    return store.commit(cid, token, expected_version=snap.version, input_id=snap.input_id, new_state=state,
+                        reply=reply, trace=b"t:" + snap.input_id.encode())
+
+
+# --- keys ---------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("bad", ["", "*", "a*", "{x}", "a:b", "a b", "a\nb", "x" * 129, "x" * 10_000, "café",
+                                 "ünï", "a?b", "[a]", "a\x00b", None, 5])
+def test_hostile_conversation_ids_are_refused(bad: object, store: ConversationStore) -> None:
+    with pytest.raises(InvalidConversationIdError):
+        validate_conversation_id(bad)
+    with pytest.raises(InvalidConversationIdError):
+        store.accept(bad, b"x", "id")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("good", ["447700900123", "US.13491208655302741918", "game-42_team=owls", "a@b+c", "x" * 128])
+def test_good_ids(good: str) -> None:
+    assert validate_conversation_id(good) == good
+
+
+def test_keys_share_one_hash_tag_and_never_collide() -> None:
+    a, b = ConversationKeys("p", "ab"), ConversationKeys("p", "a")
+    assert all("{ab}" in k for k in a.all())
+    assert not set(a.all()) & set(b.all())
+    assert len(set(a.all())) == len(a.all())
+
+
+# --- accept and dedupe --------------------------------------------------------------------------------
+
+def test_accept_dedupes_by_message_id(store: ConversationStore) -> None:
+    r1 = store.accept(CID, b"hello", "wamid.1")
+    r2 = store.accept(CID, b"hello again", "wamid.1")
+    assert (r1.accepted, r1.duplicate, r1.depth) == (True, False, 1)
+    assert (r2.accepted, r2.duplicate, r2.depth) == (False, True, 1)
+    assert store.inbox(CID) == [("wamid.1", b"hello")]
+
+
+def test_duplicates_stay_ignored_after_the_input_was_applied(store: ConversationStore) -> None:
+    store.accept(CID, b"x", "wamid.1")
+    lease = store.acquire(CID, 10_000)
+    assert lease
+    apply_one(store, CID, lease.token)
+    assert store.accept(CID, b"x", "wamid.1").duplicate
+    assert store.inbox_depth(CID) == 0
+
+
+def test_concurrent_duplicate_submissions_push_once(store: ConversationStore, backend: str) -> None:
+    if backend == "fakeredis":
+        pytest.skip("threads against a real server only")
+    results = []
+
+    def submit() -> None:
+        results.append(store.accept(CID, b"same", "wamid.dup").accepted)
+
+    threads = [threading.Thread(target=submit) for _ in range(20)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert results.count(True) == 1
+    assert store.inbox_depth(CID) == 1
+
+
+def test_inbox_is_bounded(store: ConversationStore) -> None:
+    for i in range(50):
+        accept(store, CID, i)
+    with pytest.raises(InboxFullError):
+        accept(store, CID, 50)
+    assert store.inbox_depth(CID) == 50
+
+
+def test_dedupe_memory_is_bounded(store: ConversationStore, client: redis.Redis) -> None:
+    lease = store.acquire(CID, 10_000)
+    assert lease
+    for i in range(150):
+        accept(store, CID, i)
+        apply_one(store, CID, lease.token)
+    assert client.zcard(store.keys(CID).seen) <= 100
+
+
+# --- lease and fencing --------------------------------------------------------------------------------
+
+def test_one_lease_at_a_time(store: ConversationStore) -> None:
+    a = store.acquire(CID, 10_000)
+    assert a is not None
+    assert store.acquire(CID, 10_000) is None
+    assert store.release(CID, a.token) is False
+    b = store.acquire(CID, 10_000)
+    assert b is not None and b.token > a.token
+
+
+def test_stale_worker_cannot_commit_after_takeover(store: ConversationStore) -> None:
+    accept(store, CID, 1)
+    a = store.acquire(CID, 50)
+    assert a
+    snap = store.head(CID)
+    time.sleep(0.12)  # a's lease runs out (a GC pause, SIGSTOP, a slow model)
+    b = store.acquire(CID, 10_000)
+    assert b
+    with pytest.raises(StaleLeaseError):
+        store.commit(CID, a.token, expected_version=snap.version, input_id="id-1", new_state=b"stale",
+                     reply=b"stale reply")
+    assert store.head(CID).state is None and store.outbox_depth(CID) == 0 and store.inbox_depth(CID) == 1
+    apply_one(store, CID, b.token, state=b"fresh")
+    assert store.head(CID).state == b"fresh"
+
+
+def test_expired_lease_nobody_took_may_still_commit(store: ConversationStore) -> None:
+    accept(store, CID, 1)
+    a = store.acquire(CID, 30)
+    assert a
+    time.sleep(0.08)
+    apply_one(store, CID, a.token, state=b"ok")
+    assert store.head(CID).state == b"ok"
+
+
+def test_version_and_head_checks(store: ConversationStore) -> None:
+    accept(store, CID, 1)
+    accept(store, CID, 2)
+    a = store.acquire(CID, 10_000)
+    assert a
+    with pytest.raises(StaleLeaseError):
+        store.commit(CID, a.token, expected_version=7, input_id="id-1", new_state=b"x")
+    with pytest.raises(StaleLeaseError):
+        store.commit(CID, a.token, expected_version=0, input_id="id-2", new_state=b"x")
+    assert store.inbox_depth(CID) == 2 and store.head(CID).version == 0
+
+
+def test_commit_is_all_or_nothing(store: ConversationStore) -> None:
+    accept(store, CID, 1)
+    a = store.acquire(CID, 10_000)
+    assert a
+    result = apply_one(store, CID, a.token, state=b"state-1", reply=b"reply-1")
+    assert result.version == 1 and result.depth == 0
+    snap = store.head(CID)
+    assert (snap.input, snap.state, snap.version) == (None, b"state-1", 1)
+    assert store.outbox(CID) == [("id-1", b"reply-1")]
+    assert store.trace(CID) == [b"t:id-1"]
+
+
+def test_state_clear_and_keep(store: ConversationStore) -> None:
+    for i in range(3):
+        accept(store, CID, i)
+    a = store.acquire(CID, 10_000)
+    assert a
+    apply_one(store, CID, a.token, state=b"s1")
+    apply_one(store, CID, a.token, state=None)
+    assert store.head(CID).state == b"s1"
+    apply_one(store, CID, a.token, state=b"")
+    assert store.head(CID).state is None and store.head(CID).version == 3
+
+
+def test_release_with_new_work_keeps_draining(store: ConversationStore) -> None:
+    """The lost wake-up: a producer pushes while the drainer is finishing and sees the lease taken."""
+    a = store.acquire(CID, 10_000)
+    assert a
+    accept(store, CID, 1)  # its wake-up task finds the lease held and exits
+    assert store.release(CID, a.token) is True  # so the drainer must go on
+    apply_one(store, CID, a.token)
+    assert store.release(CID, a.token) is False
+    assert store.acquire(CID, 10_000) is not None
+
+
+def test_forced_release(store: ConversationStore) -> None:
+    accept(store, CID, 1)
+    a = store.acquire(CID, 10_000)
+    assert a
+    assert store.release(CID, a.token, force=True) is False
+    assert store.acquire(CID, 10_000) is not None
+
+
+def test_attempts_are_counted_under_the_lease(store: ConversationStore) -> None:
+    accept(store, CID, 1)
+    a = store.acquire(CID, 10_000)
+    assert a
+    assert store.note_attempt(CID, a.token, "id-1") == 1
+    assert store.note_attempt(CID, a.token, "id-1") == 2
+    store.release(CID, a.token, force=True)
+    b = store.acquire(CID, 10_000)
+    assert b
+    with pytest.raises(StaleLeaseError):
+        store.note_attempt(CID, a.token, "id-1")
+    assert store.note_attempt(CID, b.token, "id-1") == 3
+    apply_one(store, CID, b.token)
+    accept(store, CID, 2)
+    assert store.note_attempt(CID, b.token, "id-2") == 1
+
+
+# --- trace, dead letters, quarantine -----------------------------------------------------------------
+
+def test_trace_is_capped(store: ConversationStore) -> None:
+    a = store.acquire(CID, 10_000)
+    assert a
+    for i in range(12):
+        accept(store, CID, i)
+        apply_one(store, CID, a.token)
+    assert store.trace(CID, 100) == [f"t:id-{i}".encode() for i in range(7, 12)]
+
+
+def test_dead_letters_and_replay(store: ConversationStore) -> None:
+    accept(store, CID, 1)
+    a = store.acquire(CID, 10_000)
+    assert a
+    snap = store.head(CID)
+    store.commit(CID, a.token, expected_version=snap.version, input_id="id-1", new_state=None, dead=b"dead-1")
+    assert store.dead_letters(CID) == [b"dead-1"]
+    assert CID in store.dead_index()
+    assert store.replay_dead(CID, 0, target="inbox", entry_id="id-1", payload=b"payload-1")
+    assert store.dead_letters(CID) == []
+    assert store.inbox(CID) == [("id-1", b"payload-1")]
+    assert CID not in store.dead_index()
+
+
+def test_quarantine_is_capped_and_clears_the_state(store: ConversationStore) -> None:
+    a = store.acquire(CID, 10_000)
+    assert a
+    for i in range(5):
+        v = store.put_state(CID, expected_version=store.head(CID).version, new_state=f"bad-{i}".encode())
+        v = store.quarantine(CID, a.token, f"bad-{i}".encode(), "corrupt")
+        assert store.head(CID).state is None and store.head(CID).version == v
+    assert len(store.quarantined(CID)) == 3
+
+
+# --- delivery ------------------------------------------------------------------------------------------
+
+def queue_reply(store: ConversationStore, cid: str, i: int) -> None:
+    accept(store, cid, i)
+    lease = store.acquire(cid, 10_000) or pytest.fail("lease")
+    apply_one(store, cid, lease.token, reply=f"reply-{i}".encode())
+    store.release(cid, lease.token)
+
+
+def test_delivery_progress_and_crash_window(store: ConversationStore) -> None:
+    queue_reply(store, CID, 1)
+    t = store.acquire_delivery(CID, 10_000)
+    assert t
+    head = store.outbox_head(CID)
+    assert (head.record, head.reply_id, head.part, head.crashed_in_window) == (b"reply-1", "id-1", 0, False)
+    store.mark_inflight(CID, t, "id-1", 0)
+    store.mark_sent(CID, t, "id-1", 0, "wamid.A", is_last=False)
+    store.mark_inflight(CID, t, "id-1", 1)
+    # The worker dies here: the API may have answered 200 for part 1, but it was never marked sent.
+    time.sleep(0)
+    head = store.outbox_head(CID)
+    assert head.part == 1 and head.crashed_in_window
+    store.mark_sent(CID, t, "id-1", 1, "wamid.B", is_last=True)
+    assert store.outbox_head(CID).record is None
+    assert store.delivered(CID) == [("id-1", ["wamid.A", "wamid.B"])]
+    assert store.release_delivery(CID, t) is False
+
+
+def test_delivery_fencing_and_dead_reply(store: ConversationStore) -> None:
+    queue_reply(store, CID, 1)
+    queue_reply(store, CID, 2)
+    t = store.acquire_delivery(CID, 30)
+    assert t
+    time.sleep(0.08)
+    t2 = store.acquire_delivery(CID, 10_000)
+    assert t2 and t2 != t
+    with pytest.raises(StaleLeaseError):
+        store.mark_inflight(CID, t, "id-1", 0)
+    store.dead_letter_reply(CID, t2, "id-1", b"dead reply")
+    assert store.outbox_head(CID).reply_id == "id-2"
+    assert store.dead_letters(CID) == [b"dead reply"]
+    assert store.release_delivery(CID, t2) is True  # reply 2 still waits
+
+
+# --- sweeper, delete, TTL, outages ----------------------------------------------------------------------
+
+def test_stranded_finds_abandoned_work_and_forgets_empty_conversations(store: ConversationStore) -> None:
+    accept(store, "c1", 1)  # nobody drains it
+    accept(store, "c2", 1)
+    lease = store.acquire("c2", 10_000)  # being drained
+    assert lease
+    accept(store, "c3", 1)
+    l3 = store.acquire("c3", 10_000)
+    assert l3
+    apply_one(store, "c3", l3.token)
+    store.release("c3", l3.token)  # done: nothing left
+    found = store.stranded(100, older_than_ms=0)
+    assert found == ["c1"]
+    assert store.r.zscore(store.g.pending, "c3") is None
+    assert store.r.zscore(store.g.pending, "c2") is not None
+
+
+def test_delete_removes_every_key(store: ConversationStore, client: redis.Redis, prefix: str) -> None:
+    queue_reply(store, CID, 1)
+    accept(store, CID, 2)
+    store.record_status(CID, "wamid.A", "read")
+    store.accept("other", b"x", "o1")
+    store.delete(CID)
+    left = [k.decode() for k in client.scan_iter(match=f"{prefix}:*")]
+    assert all("{other}" in k or k.endswith(("pending",)) for k in left), left
+    assert store.r.zscore(store.g.pending, CID) is None
+
+
+def test_idle_ttl(client: redis.Redis, prefix: str) -> None:
+    s = ConversationStore(client, prefix=prefix, limits=StoreLimits(idle_ttl_ms=60_000))
+    s.accept(CID, b"x", "1")
+    lease = s.acquire(CID, 10_000)
+    assert lease
+    s.commit(CID, lease.token, expected_version=0, input_id="1", new_state=b"s", reply=b"r", lease_ms=10_000)
+    k = s.keys(CID)
+    assert 0 < client.pttl(k.state) <= 60_000
+    assert 0 < client.pttl(k.outbox) <= 60_000
+    assert client.pttl(k.lease) <= 10_000  # the lease keeps its own expiry
+    s.delete(CID)
+
+
+def test_redis_down_is_a_typed_retryable_error() -> None:
+    from tests.support.redis_server import free_port
+
+    dead = ConversationStore(redis.Redis(port=free_port(), socket_connect_timeout=0.2), prefix="x")
+    with pytest.raises(StoreUnavailableError) as info:
+        dead.accept(CID, b"x", "1")
+    assert info.value.retryable

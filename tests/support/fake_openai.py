@@ -1,0 +1,92 @@
+"""A loopback server speaking OpenAI Chat Completions, answering deterministically from the request.
+
+The answer names the last user text (``ack:<text>``) so an end-to-end checker can tell which input each
+reply belongs to. Faults on cue: a delay, a queue of error statuses, a summariser mode.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections import deque
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+
+class FakeOpenAI:
+    def __init__(self, *, delay: float = 0.0) -> None:
+        self.delay = delay
+        self.errors: deque[tuple[int, dict[str, Any], dict[str, str]]] = deque()
+        self.requests: list[dict[str, Any]] = []
+        self.lock = threading.Lock()
+        self.summary_delay = 0.0
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def do_POST(self) -> None:
+                length = int(self.headers.get("Content-Length", "0"))
+                body = json.loads(self.rfile.read(length) or b"{}")
+                status, payload, headers = outer.answer(body)
+                data = json.dumps(payload).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                for k, v in headers.items():
+                    self.send_header(k, v)
+                self.end_headers()
+                self.wfile.write(data)
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.server.server_address[1]}/v1"
+
+    def start(self) -> FakeOpenAI:
+        self.thread.start()
+        return self
+
+    def stop(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+    def fail(self, status: int, times: int = 1, *, retry_after: float | None = None) -> None:
+        headers = {"Retry-After": str(retry_after)} if retry_after is not None else {}
+        for _ in range(times):
+            self.errors.append((status, {"error": {"message": f"injected {status}", "type": "server_error"}}, headers))
+
+    def answer(self, body: dict[str, Any]) -> tuple[int, dict[str, Any], dict[str, str]]:
+        with self.lock:
+            self.requests.append(body)
+            injected = self.errors.popleft() if self.errors else None
+        if injected is not None:
+            return injected
+        messages = body.get("messages", [])
+        system = next((m.get("content", "") for m in messages if m.get("role") == "system"), "") or ""
+        is_summary = "running summary" in str(system)
+        if is_summary:
+            time.sleep(self.summary_delay)
+            text = "Summary: " + str(len(json.dumps(messages)))
+        else:
+            time.sleep(self.delay)
+            users = [m for m in messages if m.get("role") == "user"]
+            last = users[-1].get("content", "") if users else ""
+            if isinstance(last, list):
+                last = " ".join(str(p.get("text", "")) for p in last if isinstance(p, dict))
+            text = f"ack:{last}"
+        prompt = sum(len(str(m.get("content", ""))) for m in messages) // 4 + 10
+        return 200, {
+            "id": "chatcmpl-test", "object": "chat.completion", "created": int(time.time()), "model": body.get("model"),
+            "choices": [{"index": 0, "finish_reason": "stop",
+                         "message": {"role": "assistant", "content": text, "refusal": None}}],
+            "usage": {"prompt_tokens": prompt, "completion_tokens": len(text) // 4 + 1,
+                      "total_tokens": prompt + len(text) // 4 + 1},
+        }, {}

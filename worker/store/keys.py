@@ -1,0 +1,105 @@
+"""Every Redis key Parley uses, built in one place.
+
+All keys of one conversation share the hash tag ``{<conversation id>}``, so they live in one Redis
+Cluster slot and one Lua script may touch them all. Conversation ids are validated before they become
+part of a key: no id can produce another conversation's key or a glob pattern.
+
+Per conversation (``{prefix}:{{cid}}:<name>``):
+
+==============  ==================================================================================
+``state``       hash: ``blob`` (the opaque state), ``version`` (bumped by every commit)
+``inbox``       list: accepted inputs, oldest first; each entry is ``<input id>\\n<envelope bytes>``
+``seen``        zset: input ids accepted (score: ms), bounded by count and age — producer dedupe
+``fence``       counter: the fencing token of the latest lease
+``lease``       string: the token of the worker applying inputs (expires)
+``attempts``    hash: input id -> attempts so far (poison-input detection)
+``outbox``      list: replies to deliver, oldest first; ``<reply id>\\n<record bytes>``
+``sent``        hash: delivery progress of the outbox head (``reply_id``, ``part``, ``inflight``, ``ids``)
+``dfence``      counter: the fencing token of the latest delivery lease
+``dlease``      string: the token of the worker delivering replies
+``delivered``   list (capped): ``<reply id>\\t<provider message ids>`` of delivered replies
+``trace``       list (capped): what happened, one msgpack entry per applied input
+``quarantine``  list (capped): state blobs set aside as unusable, with the reason
+``dead``        list (capped): dead letters (inputs and replies) with the reason
+``compacting``  string: set while a compaction is being computed (expires)
+``statuses``    list (capped): delivery status webhooks (sent, delivered, read, failed)
+==============  ==================================================================================
+
+Global (no hash tag; never touched inside a per-conversation script): ``{prefix}:pending`` (zset:
+conversations that may have work, for the sweeper), ``{prefix}:dead-index`` (zset: conversations with dead
+letters) and ``{prefix}:lock:<name>`` (short locks).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from worker.errors import InvalidConversationIdError
+
+MAX_ID_LENGTH = 128
+_ID = re.compile(r"[A-Za-z0-9._@+=-]{1,128}")
+
+NAMES = ("state", "inbox", "seen", "fence", "lease", "attempts", "outbox", "sent", "dfence", "dlease",
+         "delivered", "trace", "quarantine", "dead", "compacting", "statuses")
+
+
+def validate_conversation_id(cid: object) -> str:
+    """Return ``cid`` when it is safe as part of a key; raise :class:`InvalidConversationIdError` otherwise.
+
+    Allowed: 1 to 128 of ``A-Z a-z 0-9 . _ @ + = -`` — phone numbers, WhatsApp business-scoped ids
+    (``US.13491208655302741918``), game ids. Refused: everything else, notably ``* ? [ ] { } :``, white space,
+    newlines and non-ASCII letters.
+    """
+    if not isinstance(cid, str):
+        raise InvalidConversationIdError(f"conversation id must be a string, got {type(cid).__name__}")
+    if not cid:
+        raise InvalidConversationIdError("conversation id must not be empty")
+    if len(cid) > MAX_ID_LENGTH:
+        raise InvalidConversationIdError(f"conversation id is {len(cid)} characters; the limit is {MAX_ID_LENGTH}")
+    if not _ID.fullmatch(cid):
+        bad = sorted({c for c in cid if not _ID.fullmatch(c)})[:5]
+        raise InvalidConversationIdError(
+            f"conversation id may only contain letters, digits and . _ @ + = - (found {''.join(bad)!r})")
+    return cid
+
+
+@dataclass(frozen=True)
+class ConversationKeys:
+    """The keys of one conversation."""
+
+    prefix: str
+    cid: str
+
+    def __post_init__(self) -> None:
+        validate_conversation_id(self.cid)
+
+    def key(self, name: str) -> str:
+        return f"{self.prefix}:{{{self.cid}}}:{name}"
+
+    def __getattr__(self, name: str) -> str:
+        if name in NAMES:
+            return self.key(name)
+        raise AttributeError(name)
+
+    def all(self) -> list[str]:
+        """Every key of the conversation (for delete and idle TTL)."""
+        return [self.key(n) for n in NAMES]
+
+
+@dataclass(frozen=True)
+class GlobalKeys:
+    """Keys that span conversations."""
+
+    prefix: str
+
+    @property
+    def pending(self) -> str:
+        return f"{self.prefix}:pending"
+
+    @property
+    def dead_index(self) -> str:
+        return f"{self.prefix}:dead-index"
+
+    def lock(self, name: str) -> str:
+        return f"{self.prefix}:lock:{name}"

@@ -1,0 +1,194 @@
+"""The Lua scripts. Each touches only the keys of one conversation (one hash tag), so each runs atomically
+on a standalone Redis and on a Cluster. Return codes: a negative first element is a refusal."""
+
+# KEYS: inbox, seen, then every key of the conversation when an idle TTL is set
+# ARGV: id, entry, now_ms, max_inbox, dedupe_max, dedupe_ms, ttl_ms
+ACCEPT = """
+if redis.call('ZSCORE', KEYS[2], ARGV[1]) then
+  return {0, redis.call('LLEN', KEYS[1])}
+end
+local n = redis.call('LLEN', KEYS[1])
+if n >= tonumber(ARGV[4]) then
+  return {-1, n}
+end
+local now = tonumber(ARGV[3])
+redis.call('ZADD', KEYS[2], now, ARGV[1])
+redis.call('RPUSH', KEYS[1], ARGV[2])
+redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now - tonumber(ARGV[6]))
+local c = redis.call('ZCARD', KEYS[2])
+local max = tonumber(ARGV[5])
+if c > max then
+  redis.call('ZREMRANGEBYRANK', KEYS[2], 0, c - max - 1)
+end
+local ttl = tonumber(ARGV[7])
+if ttl > 0 then
+  for i = 3, #KEYS do redis.call('PEXPIRE', KEYS[i], ttl) end
+end
+return {1, n + 1}
+"""
+
+# KEYS: lease, fence   ARGV: lease_ms
+ACQUIRE = """
+if redis.call('EXISTS', KEYS[1]) == 1 then
+  return 0
+end
+local t = redis.call('INCR', KEYS[2])
+redis.call('SET', KEYS[1], t, 'PX', ARGV[1])
+return t
+"""
+
+# KEYS: inbox, state   -> {head entry or false, blob or false, version}
+HEAD = """
+local head = redis.call('LINDEX', KEYS[1], 0)
+local s = redis.call('HMGET', KEYS[2], 'blob', 'version')
+return {head, s[1], s[2] or '0'}
+"""
+
+# KEYS: fence, attempts   ARGV: token, id
+NOTE_ATTEMPT = """
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return -1 end
+return redis.call('HINCRBY', KEYS[2], ARGV[2], 1)
+"""
+
+local_check = """
+local function head_id(entry)
+  if not entry then return nil end
+  local nl = string.find(entry, '\\n', 1, true)
+  if not nl then return entry end
+  return string.sub(entry, 1, nl - 1)
+end
+"""
+
+# KEYS: fence, state, inbox, attempts, outbox, trace, dead, lease, then every key when an idle TTL is set
+# ARGV: token, expected_version, input_id, state_mode (keep|set|clear), blob, reply_entry, trace_entry,
+#       dead_entry, lease_ms, trace_max, dead_max, ttl_ms
+COMMIT = local_check + """
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return {-1, 0} end
+local v = tonumber(redis.call('HGET', KEYS[2], 'version') or '0')
+if v ~= tonumber(ARGV[2]) then return {-2, v} end
+if head_id(redis.call('LINDEX', KEYS[3], 0)) ~= ARGV[3] then return {-3, v} end
+local mode = ARGV[4]
+if mode == 'set' then
+  redis.call('HSET', KEYS[2], 'blob', ARGV[5])
+elseif mode == 'clear' then
+  redis.call('HDEL', KEYS[2], 'blob')
+end
+redis.call('HSET', KEYS[2], 'version', v + 1)
+redis.call('LPOP', KEYS[3])
+redis.call('HDEL', KEYS[4], ARGV[3])
+if ARGV[6] ~= '' then redis.call('RPUSH', KEYS[5], ARGV[6]) end
+if ARGV[7] ~= '' then
+  redis.call('RPUSH', KEYS[6], ARGV[7])
+  redis.call('LTRIM', KEYS[6], -tonumber(ARGV[10]), -1)
+end
+if ARGV[8] ~= '' then
+  redis.call('RPUSH', KEYS[7], ARGV[8])
+  redis.call('LTRIM', KEYS[7], -tonumber(ARGV[11]), -1)
+end
+redis.call('SET', KEYS[8], ARGV[1], 'PX', ARGV[9])
+local ttl = tonumber(ARGV[12])
+if ttl > 0 then
+  for i = 9, #KEYS do redis.call('PEXPIRE', KEYS[i], ttl) end
+end
+return {v + 1, redis.call('LLEN', KEYS[3])}
+"""
+
+# KEYS: fence, lease, list (inbox or outbox)   ARGV: token, force
+# Returns 1 ("keep draining") when work arrived while we were finishing: the producer who pushed it saw
+# our lease and did not start a drain, so giving up the lease now would strand it.
+RELEASE = """
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+if ARGV[2] ~= '1' and redis.call('LLEN', KEYS[3]) > 0 then return 1 end
+if redis.call('GET', KEYS[2]) == ARGV[1] then redis.call('DEL', KEYS[2]) end
+return 0
+"""
+
+# KEYS: fence, state, quarantine   ARGV: token, expected_version, record, max
+QUARANTINE = """
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return {-1, 0} end
+local v = tonumber(redis.call('HGET', KEYS[2], 'version') or '0')
+if v ~= tonumber(ARGV[2]) then return {-2, v} end
+redis.call('RPUSH', KEYS[3], ARGV[3])
+redis.call('LTRIM', KEYS[3], -tonumber(ARGV[4]), -1)
+redis.call('HDEL', KEYS[2], 'blob')
+redis.call('HSET', KEYS[2], 'version', v + 1)
+return {v + 1, 0}
+"""
+
+# KEYS: state   ARGV: expected_version, mode, blob
+PUT_STATE = """
+local v = tonumber(redis.call('HGET', KEYS[1], 'version') or '0')
+if v ~= tonumber(ARGV[1]) then return {-2, v} end
+if ARGV[2] == 'set' then redis.call('HSET', KEYS[1], 'blob', ARGV[3]) else redis.call('HDEL', KEYS[1], 'blob') end
+redis.call('HSET', KEYS[1], 'version', v + 1)
+return {v + 1, 0}
+"""
+
+# KEYS: outbox, sent   -> {head entry or false, progress fields...}
+OUTBOX_HEAD = """
+local head = redis.call('LINDEX', KEYS[1], 0)
+local p = redis.call('HMGET', KEYS[2], 'reply_id', 'part', 'inflight')
+return {head, p[1], p[2], p[3]}
+"""
+
+# KEYS: dfence, sent   ARGV: token, reply_id, part
+MARK_INFLIGHT = """
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return -1 end
+redis.call('HSET', KEYS[2], 'reply_id', ARGV[2], 'part', ARGV[3], 'inflight', ARGV[2] .. ':' .. ARGV[3])
+return 1
+"""
+
+# KEYS: dfence, sent   ARGV: token
+CLEAR_INFLIGHT = """
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return -1 end
+redis.call('HDEL', KEYS[2], 'inflight')
+return 1
+"""
+
+# KEYS: dfence, outbox, sent, delivered, dlease
+# ARGV: token, reply_id, part, provider_id, is_last, delivered_max, lease_ms
+MARK_SENT = local_check + """
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return -1 end
+if head_id(redis.call('LINDEX', KEYS[2], 0)) ~= ARGV[2] then return -3 end
+local ids = redis.call('HGET', KEYS[3], 'ids')
+if ids and redis.call('HGET', KEYS[3], 'reply_id') == ARGV[2] then ids = ids .. ',' .. ARGV[4] else ids = ARGV[4] end
+if ARGV[5] == '1' then
+  redis.call('LPOP', KEYS[2])
+  redis.call('DEL', KEYS[3])
+  redis.call('RPUSH', KEYS[4], ARGV[2] .. '\\t' .. ids)
+  redis.call('LTRIM', KEYS[4], -tonumber(ARGV[6]), -1)
+else
+  redis.call('HSET', KEYS[3], 'reply_id', ARGV[2], 'part', tonumber(ARGV[3]) + 1, 'ids', ids)
+  redis.call('HDEL', KEYS[3], 'inflight')
+end
+redis.call('SET', KEYS[5], ARGV[1], 'PX', ARGV[7])
+return 1
+"""
+
+# KEYS: dfence, outbox, sent, dead   ARGV: token, reply_id, dead_entry, dead_max
+DEAD_REPLY = local_check + """
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return -1 end
+if head_id(redis.call('LINDEX', KEYS[2], 0)) ~= ARGV[2] then return -3 end
+redis.call('LPOP', KEYS[2])
+redis.call('DEL', KEYS[3])
+redis.call('RPUSH', KEYS[4], ARGV[3])
+redis.call('LTRIM', KEYS[4], -tonumber(ARGV[4]), -1)
+return 1
+"""
+
+# KEYS: dead, target list   ARGV: index, expected entry, new entry
+REPLAY = """
+local cur = redis.call('LINDEX', KEYS[1], tonumber(ARGV[1]))
+if cur ~= ARGV[2] then return 0 end
+redis.call('LSET', KEYS[1], tonumber(ARGV[1]), '__parley_replayed__')
+redis.call('LREM', KEYS[1], 1, '__parley_replayed__')
+redis.call('RPUSH', KEYS[2], ARGV[3])
+return 1
+"""
+
+# KEYS: pending   ARGV: member, score
+ZREM_IF_SCORE = """
+local s = redis.call('ZSCORE', KEYS[1], ARGV[1])
+if s and tonumber(s) == tonumber(ARGV[2]) then return redis.call('ZREM', KEYS[1], ARGV[1]) end
+return 0
+"""
