@@ -240,7 +240,7 @@ def test_quarantine_is_capped_and_clears_the_state(store: ConversationStore) -> 
     assert a
     for i in range(5):
         v = store.put_state(CID, expected_version=store.head(CID).version, new_state=f"bad-{i}".encode())
-        v = store.quarantine(CID, a.token, f"bad-{i}".encode(), "corrupt")
+        v = store.quarantine(CID, a.token, f"bad-{i}".encode(), "corrupt", expected_version=v)
         assert store.head(CID).state is None and store.head(CID).version == v
     assert len(store.quarantined(CID)) == 3
 

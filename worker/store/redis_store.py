@@ -242,17 +242,16 @@ class ConversationStore:
         return int(self._release(keys=[k.fence, k.lease, k.inbox], args=[token, "1" if force else "0"])) == 1
 
     @_wrap
-    def quarantine(self, cid: str, token: int, blob: bytes, reason: str) -> int:
+    def quarantine(self, cid: str, token: int, blob: bytes, reason: str, *, expected_version: int) -> int:
         """Set an unusable state blob aside (capped list) and clear the state; returns the new version."""
         import msgpack
 
         k = self.keys(cid)
-        snap_version = int(self.r.hget(k.state, "version") or 0)
         record = msgpack.packb({"at": time.time(), "reason": reason, "blob": blob}, use_bin_type=True)
-        code, extra = self._quarantine(keys=[k.fence, k.state, k.quarantine],
-                                       args=[token, snap_version, record, self.limits.quarantine_max])
+        code, _ = self._quarantine(keys=[k.fence, k.state, k.quarantine],
+                                   args=[token, expected_version, record, self.limits.quarantine_max])
         if int(code) < 0:
-            raise StaleLeaseError(f"lease on {cid} was taken over; quarantine refused")
+            raise StaleLeaseError(f"lease or state of {cid} moved; quarantine refused")
         return int(code)
 
     @_wrap

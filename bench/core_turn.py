@@ -1,0 +1,65 @@
+"""Core cost per turn: decode, build the request, apply the reply, encode — for histories of 10, 100 and
+1,000 messages, with the state size in bytes. Baseline in the same run: msgpack encode+decode of the same
+history as plain dicts (the floor for any serialised state).
+
+    python bench/core_turn.py
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+
+import msgpack
+
+from worker import Chat, ScriptedModel
+from worker.conversation.messages import Message
+from worker.conversation.state import ConversationState, encode_state
+
+
+def history(n: int) -> bytes:
+    st = ConversationState.fresh("scripted")
+    msgs = []
+    for i in range(n):
+        if i % 2 == 0:
+            msgs.append(Message(role="user", content=f"Question {i}: where is the next clue near Harrogate Theatre?"))
+        else:
+            text = f"Answer {i}: look behind the blue door on Oxford Street, then count the lamp posts."
+            msgs.append(Message(role="assistant", content=text, raw={"role": "assistant", "content": text}))
+    return encode_state(st.append(*msgs))
+
+
+def timeit(fn, repeat: int) -> list[float]:  # type: ignore[no-untyped-def]
+    out = []
+    for _ in range(repeat):
+        t = time.perf_counter()
+        fn()
+        out.append(time.perf_counter() - t)
+    return out
+
+
+def main() -> None:
+    model = ScriptedModel(default="The clue is under the bench.")
+    chat = Chat(model=model, auto_compact=False)
+    print(f"{'messages':>8} {'state bytes':>11} {'turn p50 us':>11} {'turn p99 us':>11} {'baseline p50 us':>15} {'ratio':>6}")
+    for n in (10, 100, 1000):
+        blob = history(n)
+        plain = [{"role": "user", "content": "x" * 60}] * n
+        repeat = 2000 if n < 1000 else 300
+
+        def turn() -> None:
+            chat.run_turn(blob, user="Where next?")
+            model.requests.clear()
+
+        def baseline() -> None:
+            msgpack.unpackb(msgpack.packb(plain))
+
+        t = sorted(timeit(turn, repeat))
+        b = sorted(timeit(baseline, repeat))
+        p50, p99 = statistics.median(t), t[int(len(t) * 0.99) - 1]
+        print(f"{n:>8} {len(blob):>11} {p50 * 1e6:>11.0f} {p99 * 1e6:>11.0f} {statistics.median(b) * 1e6:>15.1f} "
+              f"{p50 / statistics.median(b):>6.1f}")
+
+
+if __name__ == "__main__":
+    main()

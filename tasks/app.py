@@ -1,0 +1,42 @@
+"""The Celery app: msgpack only, late acks, prefetch 1, time limits, visibility timeout above them.
+
+``celery -A tasks worker --pool threads --concurrency 200`` runs a worker (see the Procfile and README for
+why the threads pool: a turn waiting on the model holds no CPU).
+"""
+
+from __future__ import annotations
+
+from celery import Celery
+
+from worker.settings import Settings, get_settings
+
+QUEUE = "parley"
+
+
+def make_app(settings: Settings | None = None) -> Celery:
+    """A Celery app configured for Parley (producers use it to send wake-ups, workers to run tasks)."""
+    s = settings or get_settings()
+    app = Celery("parley", broker=s.effective_broker_url(), include=["tasks.conversation"])
+    hard = s.task_time_limit
+    app.conf.update(
+        # No pickle anywhere: a pickle payload pushed into the queue is refused, never loaded.
+        task_serializer="msgpack",
+        result_serializer="msgpack",
+        accept_content=["msgpack"],
+        result_accept_content=["msgpack"],
+        task_ignore_result=True,
+        result_backend=None,
+        # At-least-once: ack after the task ran; a killed worker's message comes back.
+        task_acks_late=True,
+        task_reject_on_worker_lost=True,
+        worker_prefetch_multiplier=1,
+        task_time_limit=hard,
+        task_soft_time_limit=max(1.0, hard - 30),
+        broker_transport_options={"visibility_timeout": max(s.visibility_timeout, hard + 60)},
+        broker_connection_retry_on_startup=True,
+        task_default_queue=QUEUE,
+        worker_hijack_root_logger=False,
+        worker_send_task_events=True,
+        task_send_sent_event=False,
+    )
+    return app

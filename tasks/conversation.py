@@ -1,0 +1,124 @@
+"""The tasks: thin wrappers that call the service and turn its exceptions into retries.
+
+Every task takes only a conversation id (plus a delivery attempt count): the inputs themselves live in
+the conversation's mailbox in Redis, so a duplicated or reordered Celery message cannot apply anything
+twice or out of order — it only wakes a drainer up.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+from typing import Any
+
+from celery import signals
+
+from tasks import app
+from worker.errors import StoreUnavailableError
+from worker.service import ConversationService, RetryLater
+from worker.settings import get_settings
+
+log = logging.getLogger("parley.tasks")
+
+_service: ConversationService | None = None
+_lock = threading.Lock()
+
+
+def wake(kind: str, cid: str) -> None:
+    """Ask for follow-up work on a conversation (sent as a Celery task)."""
+    task = {"drain": drain, "deliver": deliver, "compact": compact}[kind]
+    task.apply_async(args=[cid])
+
+
+def service() -> ConversationService:
+    """The process's service, built on first use (after fork, so each process has its own connections)."""
+    global _service
+    if _service is None:
+        with _lock:
+            if _service is None:
+                from worker.runtime import build_service
+
+                _service = build_service(get_settings(), wake)
+    return _service
+
+
+def _backoff(retries: int, cap: float = 60.0) -> float:
+    return float(min(cap, 0.5 * 2.0**retries) * (0.5 + random.random() / 2))
+
+
+@app.task(name="parley.drain", bind=True, max_retries=None, acks_late=True)
+def drain(self: Any, conversation_id: str) -> int:
+    """Apply every waiting input of one conversation, in order."""
+    try:
+        return service().drain(conversation_id)
+    except RetryLater as exc:
+        raise self.retry(countdown=exc.countdown) from None
+    except StoreUnavailableError:
+        if self.request.retries >= 20:
+            raise  # the sweeper resumes the conversation once Redis is back; nothing is lost
+        raise self.retry(countdown=_backoff(self.request.retries)) from None
+
+
+@app.task(name="parley.deliver", bind=True, max_retries=None, acks_late=True)
+def deliver(self: Any, conversation_id: str, attempt: int = 0) -> int:
+    """Send the waiting replies of one conversation, in order."""
+    try:
+        return service().deliver(conversation_id, attempt)
+    except RetryLater as exc:
+        raise self.retry(args=[conversation_id, attempt + 1], countdown=exc.countdown) from None
+    except StoreUnavailableError:
+        if self.request.retries >= 20:
+            raise
+        raise self.retry(countdown=_backoff(self.request.retries)) from None
+
+
+@app.task(name="parley.compact", bind=True, max_retries=3, acks_late=True)
+def compact(self: Any, conversation_id: str) -> bool:
+    """Compute a compaction off to the side and queue it for splicing. A failure changes nothing."""
+    try:
+        return service().compact(conversation_id)
+    except StoreUnavailableError:
+        raise self.retry(countdown=_backoff(self.request.retries)) from None
+    except Exception:
+        log.exception("compaction failed; the state is unchanged", extra={"conversation_id": conversation_id})
+        return False
+
+
+@app.task(name="parley.sweep", acks_late=True)
+def sweep(limit: int = 1000) -> int:
+    """Wake conversations that have waiting inputs or replies but no worker (e.g. after a SIGKILL)."""
+    svc = service()
+    settings = get_settings()
+    woken = 0
+    for cid in svc.store.stranded(limit, int(settings.lease_seconds * 1000)):
+        drain.apply_async(args=[cid])
+        deliver.apply_async(args=[cid])
+        woken += 1
+    if woken:
+        log.warning("sweeper woke stranded conversations", extra={"count": woken})
+    return woken
+
+
+def _sweeper_loop(stop: threading.Event) -> None:
+    settings = get_settings()
+    while not stop.wait(settings.sweep_interval):
+        try:
+            # One sweep per interval across all workers: whoever takes the lock sends it.
+            if service().store.try_lock("sweep", int(settings.sweep_interval * 1000)):
+                sweep.apply_async()
+        except Exception:
+            log.exception("sweeper tick failed")
+
+
+_stop = threading.Event()
+
+
+@signals.worker_ready.connect
+def _start_sweeper(**_: Any) -> None:
+    threading.Thread(target=_sweeper_loop, args=(_stop,), name="parley-sweeper", daemon=True).start()
+
+
+@signals.worker_shutdown.connect
+def _stop_sweeper(**_: Any) -> None:
+    _stop.set()

@@ -1,0 +1,205 @@
+"""``parley``: the command line for people.
+
+    parley demo [--interactive]            run a worker and a game session you can watch (zero setup)
+    parley send CID TEXT [--id ID]         queue a chat turn
+    parley event CID TEXT [--pinned]       queue a game event
+    parley reset CID | parley delete CID
+    parley show CID                        decoded state, mailbox and outbox depth, last replies
+    parley trace CID [-n N]                the conversation's trace
+    parley dead [CID] | parley replay CID INDEX
+    parley health                          exit 0 when Redis answers (container probe)
+    parley config [--markdown]             every setting, its variable and default
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+import msgpack
+
+from worker.settings import Settings, get_settings
+
+
+def _client() -> Any:
+    from worker.client import ConversationClient
+
+    return ConversationClient.from_env()
+
+
+def _store() -> Any:
+    from worker.runtime import build_store
+
+    return build_store(get_settings())
+
+
+def _print(obj: Any) -> None:
+    print(json.dumps(obj, indent=2, ensure_ascii=False, default=_default))
+
+
+def _default(o: Any) -> Any:
+    if isinstance(o, bytes):
+        try:
+            return msgpack.unpackb(o, raw=False)
+        except Exception:
+            return o.hex()
+    return str(o)
+
+
+def cmd_send(a: argparse.Namespace) -> int:
+    r = _client().send_message(a.conversation_id, a.text, message_id=a.id, system=a.system)
+    _print(r.__dict__)
+    return 0
+
+
+def cmd_event(a: argparse.Namespace) -> int:
+    r = _client().send_event(a.conversation_id, a.text, message_id=a.id, pinned=a.pinned)
+    _print(r.__dict__)
+    return 0
+
+
+def cmd_reset(a: argparse.Namespace) -> int:
+    _print(_client().reset(a.conversation_id).__dict__)
+    return 0
+
+
+def cmd_delete(a: argparse.Namespace) -> int:
+    _client().delete(a.conversation_id)
+    print(f"deleted {a.conversation_id}")
+    return 0
+
+
+def cmd_show(a: argparse.Namespace) -> int:
+    from worker.conversation.inspect import inspect_state
+
+    store = _store()
+    snap = store.head(a.conversation_id)
+    view = {"conversation_id": a.conversation_id, "version": snap.version,
+            "mailbox_depth": store.inbox_depth(a.conversation_id),
+            "outbox_depth": store.outbox_depth(a.conversation_id),
+            "dead_letters": len(store.dead_letters(a.conversation_id)),
+            "state": inspect_state(snap.state)}
+    _print(view)
+    return 0
+
+
+def cmd_trace(a: argparse.Namespace) -> int:
+    for entry in _store().trace(a.conversation_id, a.n):
+        _print(msgpack.unpackb(entry, raw=False))
+    return 0
+
+
+def cmd_dead(a: argparse.Namespace) -> int:
+    from worker.envelopes import decode_dead_letter
+
+    store = _store()
+    cids = [a.conversation_id] if a.conversation_id else store.dead_index()
+    for cid in cids:
+        for i, raw in enumerate(store.dead_letters(cid)):
+            d = decode_dead_letter(raw)
+            print(f"{cid} [{i}] {d.what} {d.id}: {d.reason} — {d.detail} (attempts {d.attempts})")
+    return 0
+
+
+def cmd_replay(a: argparse.Namespace) -> int:
+    store = _store()
+    store.replay_dead(a.conversation_id, a.index)
+    from worker.client import _celery_waker
+
+    _celery_waker(get_settings())(a.conversation_id)
+    print(f"replayed dead letter {a.index} of {a.conversation_id}")
+    return 0
+
+
+def cmd_health(a: argparse.Namespace) -> int:
+    try:
+        _store().ping()
+    except Exception as exc:
+        print(f"unhealthy: {exc}", file=sys.stderr)
+        return 1
+    print("ok")
+    return 0
+
+
+def settings_table(markdown: bool = True) -> str:
+    """The configuration table, generated from the settings model (the README's table comes from here)."""
+    rows = ["| variable | default | meaning |", "|---|---|---|"]
+    for name, field in Settings.model_fields.items():
+        alias = field.validation_alias
+        env = alias.choices[0] if alias is not None and hasattr(alias, "choices") else f"PARLEY_{name.upper()}"
+        default = field.default if field.default_factory is None else field.default_factory()  # type: ignore[call-arg]
+        shown = "" if default is None else f"`{json.dumps(default) if not isinstance(default, str) else default}`"
+        rows.append(f"| `{env}` | {shown} | {field.description or ''} |")
+    return "\n".join(rows)
+
+
+def cmd_config(a: argparse.Namespace) -> int:
+    print(settings_table())
+    return 0
+
+
+def cmd_demo(a: argparse.Namespace) -> int:
+    from worker.demo import run_demo
+
+    return run_demo(interactive=a.interactive, turns=a.turns)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="parley", description="Parley: a worker for stateful LLM conversations.")
+    sub = p.add_subparsers(dest="command", required=True)
+    d = sub.add_parser("demo", help="run a worker and a scripted game session (or --interactive chat)")
+    d.add_argument("--interactive", action="store_true")
+    d.add_argument("--turns", type=int, default=None, help="stop the scripted session after N inputs")
+    d.set_defaults(fn=cmd_demo)
+    s = sub.add_parser("send", help="queue a chat turn")
+    s.add_argument("conversation_id")
+    s.add_argument("text")
+    s.add_argument("--id")
+    s.add_argument("--system")
+    s.set_defaults(fn=cmd_send)
+    e = sub.add_parser("event", help="queue a game event")
+    e.add_argument("conversation_id")
+    e.add_argument("text")
+    e.add_argument("--id")
+    e.add_argument("--pinned", action="store_true")
+    e.set_defaults(fn=cmd_event)
+    for name, fn in (("reset", cmd_reset), ("delete", cmd_delete), ("show", cmd_show)):
+        x = sub.add_parser(name)
+        x.add_argument("conversation_id")
+        x.set_defaults(fn=fn)
+    t = sub.add_parser("trace")
+    t.add_argument("conversation_id")
+    t.add_argument("-n", type=int, default=50)
+    t.set_defaults(fn=cmd_trace)
+    dl = sub.add_parser("dead", help="list dead letters with their reasons")
+    dl.add_argument("conversation_id", nargs="?")
+    dl.set_defaults(fn=cmd_dead)
+    r = sub.add_parser("replay", help="put a dead-lettered input back at the end of the mailbox")
+    r.add_argument("conversation_id")
+    r.add_argument("index", type=int)
+    r.set_defaults(fn=cmd_replay)
+    sub.add_parser("health").set_defaults(fn=cmd_health)
+    sub.add_parser("config").set_defaults(fn=cmd_config)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    from worker.logs import configure_logging
+
+    configure_logging(get_settings())
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.fn(args))
+    except Exception as exc:
+        from worker.errors import ParleyError
+
+        if isinstance(exc, ParleyError):
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+        raise
+
+
+if __name__ == "__main__":
+    sys.exit(main())

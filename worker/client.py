@@ -1,0 +1,114 @@
+"""The producer API: webhook handlers and game engines put inputs on a conversation's mailbox.
+
+    client = ConversationClient.from_env()
+    client.send_message("447700900123", "Where is the next clue?", message_id=wamid)
+    client.send_event("447700900123", "User has just tagged Harrogate Theatre", message_id=event_id)
+
+Each call validates the input (a bad one raises :class:`~worker.errors.InputError` at once and nothing is
+queued), appends it to the conversation's mailbox (a resubmitted ``message_id`` is ignored), and wakes a
+worker. The inputs of one conversation are applied in the order these calls returned.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from worker.envelopes import Envelope
+from worker.errors import EnvelopeError, InputError, OversizeInputError
+from worker.settings import Settings, get_settings
+from worker.store.keys import validate_conversation_id
+from worker.store.redis_store import ConversationStore
+
+Waker = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class Submitted:
+    """What a submission did: ``duplicate`` when the message id was seen before (nothing queued)."""
+
+    conversation_id: str
+    message_id: str
+    duplicate: bool
+    depth: int
+
+
+def _celery_waker(settings: Settings) -> Waker:
+    from tasks.app import make_app
+
+    app = make_app(settings)
+
+    def wake(cid: str) -> None:
+        app.send_task("parley.drain", args=[cid])
+
+    return wake
+
+
+class ConversationClient:
+    """Enqueue chat turns, game events, resets and deletions for Parley's workers."""
+
+    def __init__(self, store: ConversationStore, wake: Waker, *, max_text_chars: int = 16_000) -> None:
+        self.store = store
+        self._wake = wake
+        self.max_text_chars = max_text_chars
+
+    @classmethod
+    def from_url(cls, redis_url: str, *, broker_url: str | None = None, **settings: Any) -> ConversationClient:
+        """A client for the Redis at ``redis_url`` (also the Celery broker unless ``broker_url`` is given)."""
+        s = Settings(redis_url=redis_url, broker_url=broker_url, **settings)
+        return cls._from_settings(s)
+
+    @classmethod
+    def from_env(cls) -> ConversationClient:
+        """A client configured from the environment (``REDIS_URL``, ``PARLEY_*``)."""
+        return cls._from_settings(get_settings())
+
+    @classmethod
+    def _from_settings(cls, s: Settings) -> ConversationClient:
+        from worker.runtime import build_store
+
+        return cls(build_store(s), _celery_waker(s), max_text_chars=s.max_input_chars)
+
+    def _submit(self, env: Envelope) -> Submitted:
+        if env.text is not None and len(env.text) > self.max_text_chars:
+            raise OversizeInputError(f"text is {len(env.text)} characters; the limit is {self.max_text_chars}")
+        result = self.store.accept(env.conversation_id, env.to_bytes(), env.message_id)
+        if result.accepted:
+            self._wake(env.conversation_id)
+        return Submitted(env.conversation_id, env.message_id, result.duplicate, result.depth)
+
+    def _envelope(self, **fields: Any) -> Envelope:
+        validate_conversation_id(fields["conversation_id"])
+        clean = {k: v for k, v in fields.items() if v is not None}
+        try:
+            return Envelope(**clean)
+        except ValueError as exc:
+            if isinstance(exc, InputError):
+                raise
+            raise EnvelopeError(str(exc)) from None
+
+    def send_message(self, conversation_id: str, text: str, *, message_id: str | None = None,
+                     reply_to: str | None = None, system: str | None = None,
+                     recipient: str | None = None) -> Submitted:
+        """Queue a chat turn. ``message_id`` (e.g. WhatsApp's wamid) makes resubmission harmless;
+        ``reply_to`` threads the reply; ``system`` replaces the configured system prompt for this turn;
+        ``recipient`` is where the reply goes (default: the conversation id)."""
+        return self._submit(self._envelope(kind="message", conversation_id=conversation_id, text=text,
+                                           message_id=message_id, reply_to=reply_to, system=system,
+                                           recipient=recipient))
+
+    def send_event(self, conversation_id: str, text: str, *, message_id: str | None = None,
+                   pinned: bool = False) -> Submitted:
+        """Queue a game event ("User has just tagged Harrogate Theatre"); no model call, no reply. The model
+        reads it as context on the next turn; ``pinned`` events survive compaction."""
+        return self._submit(self._envelope(kind="event", conversation_id=conversation_id, text=text,
+                                           message_id=message_id, pinned=pinned))
+
+    def reset(self, conversation_id: str, *, message_id: str | None = None) -> Submitted:
+        """Queue a reset: inputs before it are applied first; the conversation then starts fresh."""
+        return self._submit(self._envelope(kind="reset", conversation_id=conversation_id, message_id=message_id))
+
+    def delete(self, conversation_id: str) -> None:
+        """Delete everything of the conversation now: state, trace, inbox, outbox, quarantine, dead letters."""
+        self.store.delete(validate_conversation_id(conversation_id))

@@ -1,0 +1,79 @@
+"""Delivery channels: where replies go.
+
+A channel sends one text to one recipient and returns the provider's message id, or raises
+:class:`~worker.errors.DeliveryRetryableError` / :class:`~worker.errors.DeliveryPermanentError`.
+"""
+
+from __future__ import annotations
+
+import itertools
+import sys
+import threading
+from typing import Any, Protocol, TextIO, runtime_checkable
+
+import httpx
+
+from worker.errors import DeliveryPermanentError, DeliveryRetryableError
+
+
+@runtime_checkable
+class Channel(Protocol):
+    """Sends one whole text message; returns the provider's message id."""
+
+    def send_text(self, recipient: str, text: str, *, reply_to: str | None = None) -> str: ...
+
+
+class ConsoleChannel:
+    """Prints replies (used when no channel is configured)."""
+
+    def __init__(self, stream: TextIO | None = None) -> None:
+        self.stream = stream or sys.stdout
+        self._ids = itertools.count(1)
+        self._lock = threading.Lock()
+
+    def send_text(self, recipient: str, text: str, *, reply_to: str | None = None) -> str:
+        with self._lock:
+            n = next(self._ids)
+            print(f"[reply to {recipient}] {text}", file=self.stream, flush=True)
+        return f"console-{n}"
+
+
+class RecordingChannel:
+    """Keeps what it was asked to send (tests)."""
+
+    def __init__(self) -> None:
+        self.sent: list[tuple[str, str, str | None]] = []
+        self._lock = threading.Lock()
+
+    def send_text(self, recipient: str, text: str, *, reply_to: str | None = None) -> str:
+        with self._lock:
+            self.sent.append((recipient, text, reply_to))
+            return f"rec-{len(self.sent)}"
+
+
+class WebhookChannel:
+    """POSTs ``{"recipient", "text", "reply_to"}`` as JSON to a URL. 2xx: sent (the id is the body's ``id``
+    when it has one); 429 and 5xx: retryable; other 4xx: permanent."""
+
+    def __init__(self, url: str, *, timeout: float = 10.0, headers: dict[str, str] | None = None) -> None:
+        self.url = url
+        self._client = httpx.Client(timeout=timeout, headers=headers)
+        self._ids = itertools.count(1)
+
+    def send_text(self, recipient: str, text: str, *, reply_to: str | None = None) -> str:
+        try:
+            r = self._client.post(self.url, json={"recipient": recipient, "text": text, "reply_to": reply_to})
+        except httpx.HTTPError as exc:
+            raise DeliveryRetryableError(f"webhook unreachable: {exc}") from exc
+        if r.status_code == 429 or r.status_code >= 500:
+            raise DeliveryRetryableError(f"webhook answered {r.status_code}", status=r.status_code)
+        if r.status_code >= 400:
+            raise DeliveryPermanentError(f"webhook answered {r.status_code}: {r.text[:200]}", status=r.status_code)
+        body: Any = None
+        try:
+            body = r.json()
+        except ValueError:
+            pass
+        if isinstance(body, dict) and isinstance(body.get("id"), str):
+            return str(body["id"])
+        return f"webhook-{next(self._ids)}"

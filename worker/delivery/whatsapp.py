@@ -1,0 +1,145 @@
+"""The WhatsApp Cloud API sender, and the classification of its errors.
+
+Errors are classified by ``error.code``, not by HTTP status: Meta documents 400 for throttling codes
+(130429, 131056) in current revisions and 429 in older ones. Throttling, transient and 5xx failures are
+retryable; a message outside the 24-hour window (131047), an undeliverable recipient (131026), an invalid
+parameter (100) or an expired token (190) are permanent.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import re
+import threading
+import time
+from typing import Any
+
+import httpx
+
+from worker.errors import DeliveryError, DeliveryPermanentError, DeliveryRetryableError
+
+DEFAULT_BASE_URL = "https://graph.facebook.com/v21.0"
+
+# Throttling and transient conditions: retry with backoff.
+RETRYABLE_CODES = frozenset({
+    1, 2, 4, 17, 32, 613, 80007, 130429, 131000, 131016, 131048, 131056, 131057, 133004, 133016,
+})
+# Codes that will fail the same way again: dead-letter with the reason.
+PERMANENT_CODES = frozenset({
+    0, 3, 10, 100, 190, 200, 368, 131005, 131008, 131009, 131021, 131026, 131030, 131031, 131042, 131045,
+    131047, 131049, 131051, 131052, 131053, 131062, 132000, 132001, 132005, 132007, 132012, 132015, 132016,
+    133000, 133010,
+})
+
+_BSUID = re.compile(r"^[A-Z]{2}\.[0-9A-Za-z]+$")
+
+
+def _int(v: Any) -> int | None:
+    try:
+        return int(v)
+    except (TypeError, ValueError):
+        return None
+
+
+def _retry_after(headers: Any) -> float | None:
+    value = headers.get("retry-after") if headers is not None else None
+    if not value:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        parsed = email.utils.parsedate_to_datetime(value) if value else None
+        return max(0.0, parsed.timestamp() - time.time()) if parsed else None
+
+
+def _error_object(body: Any) -> dict[str, Any] | None:
+    if not isinstance(body, dict):
+        return None
+    err = body.get("error")
+    if not isinstance(err, dict):
+        return None
+    # Some providers wrap Meta's error object (e.g. error.whatsappApiError); prefer Meta's own.
+    for key in ("whatsappApiError", "whatsapp_api_error", "original_error"):
+        inner = err.get(key)
+        if isinstance(inner, dict) and "code" in inner:
+            return inner
+    return err
+
+
+def classify_error(status: int, body: Any, headers: Any = None) -> DeliveryError:
+    """Turn a failed send (HTTP status, parsed JSON body or None, headers) into a typed error."""
+    err = _error_object(body)
+    code = _int(err.get("code")) if err else None
+    message = str(err.get("message", "")) if err else ""
+    details = ""
+    if err and isinstance(err.get("error_data"), dict):
+        details = str(err["error_data"].get("details", ""))
+    text = " — ".join(x for x in (message or f"HTTP {status}", details) if x)
+    retry_after = _retry_after(headers)
+    if code is not None and code in RETRYABLE_CODES:
+        return DeliveryRetryableError(text, code=code, status=status, retry_after=retry_after)
+    if code is not None and code in PERMANENT_CODES:
+        return DeliveryPermanentError(text, code=code, status=status)
+    if err and err.get("is_transient") is True:
+        return DeliveryRetryableError(text, code=code, status=status, retry_after=retry_after)
+    if status == 429 or status >= 500:
+        return DeliveryRetryableError(text, code=code, status=status, retry_after=retry_after)
+    return DeliveryPermanentError(text, code=code, status=status)
+
+
+def is_bsuid(recipient: str) -> bool:
+    """Business-scoped user ids look like ``US.13491208655302741918``; phone numbers are digits (maybe ``+``)."""
+    return bool(_BSUID.match(recipient))
+
+
+class WhatsAppSender:
+    """Sends text messages through the Cloud API: ``POST {base_url}/{phone_number_id}/messages``.
+
+    One pooled ``httpx.Client`` per sender, shared by threads. ``send_text`` returns the message id (wamid)
+    or raises :class:`DeliveryRetryableError` / :class:`DeliveryPermanentError`.
+    """
+
+    def __init__(self, *, phone_number_id: str, access_token: str, base_url: str = DEFAULT_BASE_URL,
+                 timeout: float = 15.0, connect_timeout: float = 5.0, transport: httpx.BaseTransport | None = None) -> None:
+        self.url = f"{base_url.rstrip('/')}/{phone_number_id}/messages"
+        self._client = httpx.Client(
+            timeout=httpx.Timeout(timeout, connect=connect_timeout),
+            headers={"Authorization": f"Bearer {access_token}", "Content-Type": "application/json"},
+            limits=httpx.Limits(max_connections=100, max_keepalive_connections=20),
+            transport=transport,
+        )
+        self._lock = threading.Lock()
+
+    def body(self, recipient: str, text: str, reply_to: str | None = None) -> dict[str, Any]:
+        body: dict[str, Any] = {"messaging_product": "whatsapp", "recipient_type": "individual", "type": "text",
+                                "text": {"preview_url": False, "body": text}}
+        if is_bsuid(recipient):
+            body["recipient"] = recipient
+        else:
+            body["to"] = recipient
+        if reply_to:
+            body["context"] = {"message_id": reply_to}
+        return body
+
+    def send_text(self, recipient: str, text: str, *, reply_to: str | None = None) -> str:
+        try:
+            response = self._client.post(self.url, json=self.body(recipient, text, reply_to))
+        except httpx.TimeoutException as exc:
+            # The request may or may not have reached Meta; a resend may duplicate (counted by the caller).
+            raise DeliveryRetryableError(f"WhatsApp API timed out: {exc}") from exc
+        except httpx.HTTPError as exc:
+            raise DeliveryRetryableError(f"WhatsApp API unreachable: {exc}") from exc
+        try:
+            payload = response.json()
+        except ValueError:
+            payload = None
+        if response.status_code != 200:
+            raise classify_error(response.status_code, payload, response.headers)
+        try:
+            return str(payload["messages"][0]["id"])  # type: ignore[index]
+        except (TypeError, KeyError, IndexError):
+            # 200 without a message id: we cannot tell whether it was accepted. Retrying may duplicate.
+            raise DeliveryRetryableError("WhatsApp API answered 200 without a message id", status=200) from None
+
+    def close(self) -> None:
+        self._client.close()

@@ -1,0 +1,151 @@
+"""What travels through the mailbox and the outbox: pydantic models, msgpack on the wire.
+
+An :class:`Envelope` is one accepted input of a conversation (a chat turn, a game event, a reset, or
+an internal compaction result to splice in). A :class:`ReplyRecord` is one reply waiting in the outbox,
+already split into the parts that will be sent. A :class:`DeadLetter` is an input or a reply that could
+not be applied or delivered, with the reason in words.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from typing import Any, Literal
+
+import msgpack
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from worker.errors import EnvelopeError, InvalidConversationIdError
+from worker.store.keys import validate_conversation_id
+
+ENVELOPE_VERSION = 1
+MAX_ENVELOPE_BYTES = 4 << 20
+MAX_ID_CHARS = 256
+
+Kind = Literal["message", "event", "reset", "splice"]
+
+
+def new_id() -> str:
+    return uuid.uuid4().hex
+
+
+class _Wire(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    def to_bytes(self) -> bytes:
+        return msgpack.packb(self.model_dump(mode="python", exclude_none=True), use_bin_type=True)
+
+
+class Envelope(_Wire):
+    """One input for a conversation.
+
+    ``message_id`` makes submission idempotent (WhatsApp's ``wamid``, a game engine's event id): a second
+    envelope with the same id for the same conversation is ignored. ``system`` overrides the configured
+    system prompt for this turn. ``reply_to`` threads the reply to an inbound WhatsApp message;
+    ``recipient`` is where the reply goes (default: the conversation id).
+    """
+
+    v: int = ENVELOPE_VERSION
+    kind: Kind
+    conversation_id: str
+    message_id: str = Field(default_factory=new_id, min_length=1, max_length=MAX_ID_CHARS)
+    text: str | None = None
+    pinned: bool = False
+    system: str | None = None
+    reply_to: str | None = Field(None, max_length=MAX_ID_CHARS)
+    recipient: str | None = Field(None, max_length=MAX_ID_CHARS)
+    accepted_at: float = Field(default_factory=time.time)
+    state: bytes | None = None  # splice: the compaction result
+
+    @field_validator("conversation_id")
+    @classmethod
+    def _cid(cls, v: str) -> str:
+        return validate_conversation_id(v)
+
+    @field_validator("message_id")
+    @classmethod
+    def _mid(cls, v: str) -> str:
+        if "\n" in v or "\x00" in v:
+            raise ValueError("message_id must not contain newlines or NUL")
+        return v
+
+    def model_post_init(self, __context: Any) -> None:
+        if self.kind in ("message", "event") and not (self.text and self.text.strip()):
+            raise ValueError(f"a {self.kind} needs non-empty text")
+        if self.kind == "splice" and not self.state:
+            raise ValueError("a splice needs the compacted state")
+
+
+class ReplyRecord(_Wire):
+    """A reply in the outbox, split into the whole messages that will be sent, in order."""
+
+    v: int = ENVELOPE_VERSION
+    reply_id: str
+    conversation_id: str
+    recipient: str
+    parts: list[str]
+    reply_to: str | None = None
+    created_at: float = Field(default_factory=time.time)
+
+
+class DeadLetter(_Wire):
+    """An input or reply set aside with the reason, for ops to read and replay."""
+
+    v: int = ENVELOPE_VERSION
+    what: Literal["input", "reply"]
+    id: str
+    reason: str
+    detail: str = ""
+    payload: bytes = b""
+    attempts: int = 0
+    at: float = Field(default_factory=time.time)
+
+
+def _unpack(data: bytes, what: str) -> dict[str, Any]:
+    if not isinstance(data, bytes | bytearray):
+        raise EnvelopeError(f"{what} must be bytes")
+    if len(data) > MAX_ENVELOPE_BYTES:
+        raise EnvelopeError(f"{what} is {len(data)} bytes; the limit is {MAX_ENVELOPE_BYTES}")
+    try:
+        obj = msgpack.unpackb(bytes(data), raw=False, strict_map_key=True, max_str_len=MAX_ENVELOPE_BYTES,
+                              max_bin_len=MAX_ENVELOPE_BYTES, max_array_len=10_000, max_map_len=64)
+    except Exception as exc:  # msgpack raises several types for bad data
+        raise EnvelopeError(f"{what} is not valid msgpack: {type(exc).__name__}") from None
+    if not isinstance(obj, dict):
+        raise EnvelopeError(f"{what} must be a msgpack map")
+    return obj
+
+
+def _describe(exc: ValidationError) -> str:
+    parts = []
+    for err in exc.errors()[:5]:
+        loc = ".".join(str(x) for x in err["loc"]) or "envelope"
+        parts.append(f"{loc}: {err['msg']}")
+    return "; ".join(parts)
+
+
+def decode_envelope(data: bytes) -> Envelope:
+    """Parse an envelope from the wire, or raise :class:`~worker.errors.EnvelopeError` saying what is wrong."""
+    obj = _unpack(data, "envelope")
+    try:
+        return Envelope.model_validate(obj)
+    except InvalidConversationIdError as exc:
+        raise EnvelopeError(str(exc)) from None
+    except ValidationError as exc:
+        raise EnvelopeError(f"malformed envelope: {_describe(exc)}") from None
+
+
+def decode_reply(data: bytes) -> ReplyRecord:
+    """Parse an outbox record, or raise :class:`~worker.errors.EnvelopeError`."""
+    try:
+        return ReplyRecord.model_validate(_unpack(data, "reply record"))
+    except ValidationError as exc:
+        raise EnvelopeError(f"malformed reply record: {_describe(exc)}") from None
+
+
+def decode_dead_letter(data: bytes) -> DeadLetter:
+    """Parse a dead-letter record, or raise :class:`~worker.errors.EnvelopeError`."""
+    try:
+        return DeadLetter.model_validate(_unpack(data, "dead letter"))
+    except ValidationError as exc:
+        raise EnvelopeError(f"malformed dead letter: {_describe(exc)}") from None

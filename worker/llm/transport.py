@@ -1,0 +1,220 @@
+"""HTTP plumbing shared by the providers: one pooled client per process and base URL, retries with
+backoff and jitter that honour ``Retry-After``, a circuit breaker per provider endpoint, and the mapping of
+HTTP failures to :mod:`worker.errors` types.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import json
+import os
+import random
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+
+from worker.errors import (
+    AuthenticationError,
+    CircuitOpenError,
+    ContextLengthError,
+    ModelError,
+    ModelRequestError,
+    ModelResponseError,
+    ModelTimeoutError,
+    ModelUnavailableError,
+    RateLimitedError,
+)
+
+_clients: dict[str, httpx.Client] = {}
+_clients_pid = os.getpid()
+_clients_lock = threading.Lock()
+
+
+def shared_client(base_url: str) -> httpx.Client:
+    """The process's pooled client for ``base_url`` (rebuilt after a fork: sockets are not shared)."""
+    global _clients_pid
+    with _clients_lock:
+        if os.getpid() != _clients_pid:
+            _clients.clear()
+            _clients_pid = os.getpid()
+        client = _clients.get(base_url)
+        if client is None:
+            client = httpx.Client(
+                base_url=base_url,
+                limits=httpx.Limits(max_connections=1000, max_keepalive_connections=200),
+                timeout=httpx.Timeout(60.0, connect=5.0),
+            )
+            _clients[base_url] = client
+        return client
+
+
+class CircuitBreaker:
+    """Closed -> open after ``threshold`` consecutive failures; open -> half-open after ``reset_after``
+    seconds, when one probe is let through; the probe's success closes it, its failure opens it again."""
+
+    def __init__(self, threshold: int = 5, reset_after: float = 30.0, clock: Callable[[], float] = time.monotonic) -> None:
+        self.threshold = threshold
+        self.reset_after = reset_after
+        self.clock = clock
+        self.failures = 0
+        self.opened_at: float | None = None
+        self.probing = False
+        self._lock = threading.Lock()
+
+    @property
+    def state(self) -> str:
+        if self.opened_at is None:
+            return "closed"
+        return "half-open" if self.probing or self.clock() - self.opened_at >= self.reset_after else "open"
+
+    def before_call(self, name: str) -> None:
+        with self._lock:
+            if self.opened_at is None:
+                return
+            if self.clock() - self.opened_at < self.reset_after or self.probing:
+                wait = max(0.0, self.reset_after - (self.clock() - self.opened_at))
+                raise CircuitOpenError(f"{name}: circuit open after {self.failures} failures; not calling",
+                                       provider=name, retry_after=wait or self.reset_after)
+            self.probing = True  # this caller is the probe
+
+    def success(self) -> None:
+        with self._lock:
+            self.failures = 0
+            self.opened_at = None
+            self.probing = False
+
+    def failure(self) -> None:
+        with self._lock:
+            self.failures += 1
+            if self.probing or self.failures >= self.threshold:
+                self.opened_at = self.clock()
+            self.probing = False
+
+
+_breakers: dict[str, CircuitBreaker] = {}
+_breakers_lock = threading.Lock()
+
+
+def breaker_for(key: str, threshold: int, reset_after: float) -> CircuitBreaker:
+    with _breakers_lock:
+        b = _breakers.get(key)
+        if b is None:
+            b = _breakers[key] = CircuitBreaker(threshold, reset_after)
+        return b
+
+
+def parse_retry_after(value: str | None) -> float | None:
+    """Seconds from a ``Retry-After`` header (delta-seconds or an HTTP date)."""
+    if not value:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        try:
+            when = email.utils.parsedate_to_datetime(value)
+        except (TypeError, ValueError):
+            return None
+        return max(0.0, when.timestamp() - time.time()) if when else None
+
+
+def _message_of(body: Any, text: str) -> tuple[str, str]:
+    """(message, type/code) from an OpenAI- or Anthropic-style error body."""
+    if isinstance(body, dict):
+        err = body.get("error")
+        if isinstance(err, dict):
+            kind = str(err.get("code") or err.get("type") or "")
+            return str(err.get("message") or text[:500]), kind
+        if isinstance(err, str):
+            return err, ""
+        if isinstance(body.get("message"), str):
+            return str(body["message"]), str(body.get("type", ""))
+    return text[:500] or "no error message", ""
+
+
+def error_for_status(provider: str, status: int, body: Any, text: str, headers: httpx.Headers) -> ModelError:
+    """Map an HTTP error answer to a typed error carrying the provider's message."""
+    message, kind = _message_of(body, text)
+    full = f"{provider} answered {status}: {message}"
+    retry_after = parse_retry_after(headers.get("retry-after"))
+    low = f"{message} {kind}".lower()
+    if ("context_length" in low or "maximum context length" in low or "prompt is too long" in low
+            or "context window" in low):
+        return ContextLengthError(full, provider=provider, status=status)
+    if status == 401:
+        return AuthenticationError(full, provider=provider, status=status)
+    if status == 429 or status == 529 or "overloaded" in low or "rate_limit" in low:
+        return RateLimitedError(full, provider=provider, status=status, retry_after=retry_after)
+    if status in (408, 409, 425) or status >= 500:
+        return ModelUnavailableError(full, provider=provider, status=status, retry_after=retry_after)
+    return ModelRequestError(full, provider=provider, status=status)
+
+
+@dataclass
+class RetryPolicy:
+    """Bounded retries with exponential backoff and full jitter. A ``Retry-After`` longer than
+    ``max_wait`` is not slept through: the error is raised with ``retry_after`` so the worker retries later
+    without holding a thread."""
+
+    max_retries: int = 2
+    base: float = 0.5
+    cap: float = 8.0
+    max_wait: float = 20.0
+    sleep: Callable[[float], None] = field(default=time.sleep)
+
+    def delay(self, attempt: int, retry_after: float | None) -> float:
+        if retry_after is not None:
+            return retry_after
+        return random.uniform(0, min(self.cap, self.base * 2.0**attempt))
+
+
+def post_json(
+    *,
+    provider: str,
+    client: httpx.Client,
+    path: str,
+    body: dict[str, Any],
+    headers: dict[str, str],
+    timeout: httpx.Timeout,
+    retry: RetryPolicy,
+    breaker: CircuitBreaker,
+) -> dict[str, Any]:
+    """POST ``body`` and return the JSON answer, retrying what can be retried; raises typed errors only."""
+    attempt = 0
+    while True:
+        breaker.before_call(provider)
+        err: ModelError
+        try:
+            response = client.post(path, json=body, headers=headers, timeout=timeout)
+            raw = response.content
+        except httpx.TimeoutException as exc:
+            err = ModelTimeoutError(f"{provider} did not answer in time ({type(exc).__name__})", provider=provider)
+        except httpx.HTTPError as exc:
+            err = ModelUnavailableError(f"{provider} unreachable: {type(exc).__name__}: {exc}", provider=provider)
+        else:
+            parsed: Any
+            try:
+                parsed = json.loads(raw) if raw else None
+            except ValueError:
+                parsed = None
+            if response.status_code == 200:
+                if isinstance(parsed, dict):
+                    breaker.success()
+                    return parsed
+                err = ModelResponseError(f"{provider} answered 200 with a body that is not a JSON object "
+                                         f"({raw[:120]!r})", provider=provider, status=200)
+            else:
+                err = error_for_status(provider, response.status_code, parsed,
+                                       raw.decode("utf-8", "replace"), response.headers)
+        if not err.retryable:
+            breaker.success()  # the service answered; it is our request that is wrong
+            raise err
+        breaker.failure()
+        retry_after = getattr(err, "retry_after", None)
+        if attempt >= retry.max_retries or (retry_after is not None and retry_after > retry.max_wait):
+            raise err
+        retry.sleep(retry.delay(attempt, retry_after))
+        attempt += 1

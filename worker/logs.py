@@ -1,0 +1,54 @@
+"""Logging: stdlib logging, JSON lines when ``PARLEY_LOG_JSON`` is set.
+
+Fields passed with ``extra=`` (conversation_id, message_id, ...) are part of every JSON line. Message text
+is never logged unless ``PARLEY_LOG_MESSAGE_TEXT`` is set.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from typing import Any
+
+from worker.settings import Settings
+
+_STD = set(vars(logging.LogRecord("x", 0, "x", 0, "", None, None))) | {"message", "asctime", "taskName"}
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per line with the record's ``extra`` fields."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        out: dict[str, Any] = {
+            "ts": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created)) + f".{int(record.msecs):03d}Z",
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "event": record.getMessage(),
+        }
+        for k, v in record.__dict__.items():
+            if k not in _STD and not k.startswith("_"):
+                out[k] = v
+        if record.exc_info:
+            out["exc"] = self.formatException(record.exc_info)
+        return json.dumps(out, default=str, ensure_ascii=False)
+
+
+class TextFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        base = super().format(record)
+        extra = {k: v for k, v in record.__dict__.items() if k not in _STD and not k.startswith("_")}
+        return f"{base} {json.dumps(extra, default=str)}" if extra else base
+
+
+def configure_logging(settings: Settings) -> None:
+    """Install Parley's formatter on the root logger (idempotent)."""
+    root = logging.getLogger()
+    if any(getattr(h, "_parley", False) for h in root.handlers):
+        return
+    handler = logging.StreamHandler()
+    handler._parley = True  # type: ignore[attr-defined]
+    handler.setFormatter(JsonFormatter() if settings.log_json else
+                         TextFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    root.addHandler(handler)
+    root.setLevel(settings.log_level.upper())

@@ -1,0 +1,127 @@
+"""Wiring: builds the Redis client, store, model, chat and channel from :class:`~worker.settings.Settings`.
+
+Shared by the Celery tasks, the producer client, the CLI and the demo, so that all of them agree.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import redis
+
+from worker.conversation.chat import Chat
+from worker.conversation.compaction import Compactor, Compose, CompressToolExchanges, Summarize, TokenBudget
+from worker.conversation.model import Model
+from worker.delivery.channel import Channel, ConsoleChannel, WebhookChannel
+from worker.service import ConversationService, ServiceConfig, Wake
+from worker.settings import Settings
+from worker.store.redis_store import ConversationStore, StoreLimits
+
+DEFAULT_MODELS = {"openai": "gpt-4o-mini", "anthropic": "claude-haiku-4-5", "local": "SmolLM2-135M-Instruct"}
+
+
+def redis_client(settings: Settings) -> Any:
+    """A redis-py client for conversation state (a cluster client when ``PARLEY_REDIS_CLUSTER`` is set)."""
+    url = settings.effective_redis_url()
+    if settings.redis_cluster:
+        from redis.cluster import RedisCluster
+
+        return RedisCluster.from_url(url)
+    return redis.Redis.from_url(url, health_check_interval=30, socket_keepalive=True)
+
+
+def build_store(settings: Settings, client: Any = None) -> ConversationStore:
+    limits = StoreLimits(
+        max_inbox=settings.max_inbox,
+        dedupe_max_ids=settings.dedupe_max_ids,
+        dedupe_ms=int(settings.dedupe_seconds * 1000),
+        trace_max=settings.trace_max,
+        idle_ttl_ms=int(settings.idle_ttl_seconds * 1000) if settings.idle_ttl_seconds else 0,
+    )
+    return ConversationStore(client if client is not None else redis_client(settings), prefix=settings.key_prefix,
+                             limits=limits)
+
+
+def build_model_from_settings(settings: Settings) -> Model:
+    from worker.llm import build_model
+
+    provider = settings.effective_provider()
+    options: dict[str, Any] = {
+        "timeout": settings.llm_timeout,
+        "connect_timeout": settings.llm_connect_timeout,
+        "max_retries": settings.llm_max_retries,
+        "max_tokens": settings.llm_max_tokens,
+    }
+    if provider == "openai":
+        key = settings.openai_api_key.get_secret_value() if settings.openai_api_key else None
+        return build_model("openai", model=settings.llm_model or DEFAULT_MODELS["openai"],
+                           base_url=settings.openai_base_url, api_key=key, **options)
+    if provider == "anthropic":
+        key = settings.anthropic_api_key.get_secret_value() if settings.anthropic_api_key else None
+        return build_model("anthropic", model=settings.llm_model or DEFAULT_MODELS["anthropic"],
+                           base_url=settings.anthropic_base_url, api_key=key, **options)
+    return build_model("local", model=settings.llm_model or DEFAULT_MODELS["local"], **options)
+
+
+def build_compactor(settings: Settings, model: Model) -> Compactor:
+    """Compress old tool outputs, fold old exchanges into a rolling summary, and keep a hard token budget."""
+    steps: list[Compactor] = [CompressToolExchanges(keep_recent=settings.compress_tool_outputs_after)]
+    if settings.compaction_summarize:
+        steps.append(Summarize(model, keep_last=settings.compaction_keep_last,
+                               trigger_tokens=int(settings.compaction_max_tokens * 0.8)))
+    steps.append(TokenBudget(settings.compaction_max_tokens, settings.compaction_target_tokens))
+    return Compose(*steps)
+
+
+def build_chat(settings: Settings, model: Model | None = None, *, tools: Any = ()) -> Chat:
+    model = model or build_model_from_settings(settings)
+    return Chat(
+        model=model,
+        compactor=build_compactor(settings, model),
+        tools=tools,
+        max_tool_iterations=settings.max_tool_iterations,
+        auto_compact=False,  # the worker compacts in a follow-up task
+        idle_gap_seconds=settings.idle_gap_seconds,
+        reset_phrases=settings.reset_phrases,
+        max_state_bytes=settings.max_state_bytes,
+        max_input_chars=settings.max_input_chars,
+        max_tokens=settings.llm_max_tokens,
+    )
+
+
+def build_channel(settings: Settings) -> Channel:
+    """WhatsApp when configured, else a generic webhook when configured, else the console."""
+    if settings.whatsapp_phone_number_id and settings.whatsapp_access_token:
+        from worker.delivery.whatsapp import WhatsAppSender
+
+        return WhatsAppSender(
+            base_url=settings.whatsapp_api_base_url,
+            phone_number_id=settings.whatsapp_phone_number_id,
+            access_token=settings.whatsapp_access_token.get_secret_value(),
+        )
+    if settings.reply_webhook_url:
+        return WebhookChannel(settings.reply_webhook_url)
+    return ConsoleChannel(sys.stdout)
+
+
+def service_config(settings: Settings) -> ServiceConfig:
+    return ServiceConfig(
+        system_prompt=settings.system_prompt,
+        lease_ms=int(settings.lease_seconds * 1000),
+        max_attempts=settings.max_attempts,
+        delivery_max_attempts=settings.delivery_max_attempts,
+        delivery_part_interval=settings.delivery_part_interval,
+        log_text=settings.log_message_text,
+    )
+
+
+def build_service(settings: Settings, wake: Wake, *, model: Model | None = None, channel: Channel | None = None,
+                  tools: Any = ()) -> ConversationService:
+    return ConversationService(
+        build_store(settings),
+        build_chat(settings, model, tools=tools),
+        channel or build_channel(settings),
+        wake,
+        service_config(settings),
+    )

@@ -1,0 +1,331 @@
+"""Applying inputs and delivering replies: the worker's logic, free of Celery.
+
+Tasks in :mod:`tasks` are thin: they build a :class:`ConversationService` once per process and call
+:meth:`~ConversationService.drain`, :meth:`~ConversationService.deliver` or :meth:`~ConversationService.compact`,
+mapping the exceptions to Celery retries. ``wake`` is how the service asks for follow-up work
+(``wake("drain" | "deliver" | "compact", conversation_id)``); the tasks module sends Celery tasks for it.
+
+The guarantees, and where they come from:
+
+- Order and single writer: a per-conversation lease with a fencing token (``store.acquire``); inputs are
+  taken from the head of the mailbox one at a time.
+- Effect once: the commit script removes the input, records its id as applied and writes the state and the
+  reply in one step, refusing a stale token. A redelivered task finds the lease held or the input gone.
+- Nothing lost: an input leaves the mailbox only by a commit that applied it or dead-lettered it.
+- Reply once: delivery marks a part in flight before the HTTP call and sent right after it; a crash
+  between the two is detected on the next attempt, counted, and the part is resent.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import msgpack
+
+from worker import metrics
+from worker.conversation.chat import Chat, RoundTrip, TurnResult
+from worker.delivery.channel import Channel
+from worker.delivery.split import split_message
+from worker.envelopes import DeadLetter, Envelope, ReplyRecord, decode_envelope, decode_reply
+from worker.errors import (
+    DeliveryPermanentError,
+    DeliveryRetryableError,
+    EnvelopeError,
+    InputError,
+    ModelError,
+    StaleLeaseError,
+)
+from worker.store.redis_store import ConversationStore
+
+log = logging.getLogger("parley.service")
+
+Wake = Callable[[str, str], None]
+
+
+@dataclass(frozen=True)
+class ServiceConfig:
+    """The knobs of the service (built from :class:`worker.settings.Settings`)."""
+
+    system_prompt: str | None = None
+    lease_ms: int = 180_000
+    max_attempts: int = 5
+    delivery_max_attempts: int = 8
+    delivery_part_interval: float = 0.0
+    compaction_flag_ms: int = 300_000
+    log_text: bool = False
+    trace_reply_chars: int = 4000
+
+
+class RetryLater(Exception):
+    """Raised when work must be retried later (model or channel unavailable); ``countdown`` in seconds."""
+
+    def __init__(self, reason: str, countdown: float) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.countdown = countdown
+
+
+def _observer(rt: RoundTrip) -> None:
+    metrics.LLM_SECONDS.labels(rt.purpose).observe(rt.seconds)
+    if rt.usage is not None:
+        metrics.TOKENS.labels("in").inc(rt.usage.prompt_tokens)
+        metrics.TOKENS.labels("out").inc(rt.usage.completion_tokens)
+
+
+class ConversationService:
+    """The worker's logic over a store, a chat and a delivery channel."""
+
+    def __init__(self, store: ConversationStore, chat: Chat, channel: Channel, wake: Wake,
+                 config: ServiceConfig | None = None) -> None:
+        self.store = store
+        self.chat = chat
+        self.channel = channel
+        self.wake = wake
+        self.config = config or ServiceConfig()
+        if chat.observer is None:
+            chat.observer = _observer
+
+    # --- applying inputs ---------------------------------------------------------------------------
+
+    def drain(self, cid: str) -> int:
+        """Apply every input waiting for ``cid``, in order; returns how many were applied.
+
+        Returns 0 at once when another worker holds the conversation (it will see our input: see
+        ``store.release``). Raises :class:`RetryLater` when the model is unavailable; the input stays at
+        the head of the mailbox and the lease is given up so a retry (or the sweeper) resumes it.
+        """
+        lease = self.store.acquire(cid, self.config.lease_ms)
+        if lease is None:
+            return 0
+        token = lease.token
+        applied = 0
+        try:
+            while True:
+                snap = self.store.head(cid)
+                if snap.input is None:
+                    if self.store.release(cid, token):
+                        continue
+                    return applied
+                self._apply(cid, token, snap.input, snap.input_id or "", snap.state, snap.version)
+                applied += 1
+        except StaleLeaseError:
+            metrics.STALE_COMMITS.inc()
+            log.warning("lease lost; another worker owns the conversation", extra={"conversation_id": cid})
+            return applied
+        except BaseException:
+            self.store.release(cid, token, force=True)
+            raise
+
+    def _apply(self, cid: str, token: int, raw: bytes, input_id: str, state: bytes | None, version: int) -> None:
+        try:
+            env = decode_envelope(raw)
+            if env.message_id != input_id or env.conversation_id != cid:
+                raise EnvelopeError("envelope does not belong to this mailbox entry")
+        except EnvelopeError as exc:
+            self._dead_input(cid, token, version, input_id, "malformed", str(exc), raw, 0)
+            return
+        attempts = self.store.note_attempt(cid, token, env.message_id)
+        ctx = {"conversation_id": cid, "message_id": env.message_id, "kind": env.kind, "attempt": attempts}
+        if attempts > self.config.max_attempts:
+            self._dead_input(cid, token, version, env.message_id, "too_many_attempts",
+                             f"gave up after {attempts - 1} attempts", raw, attempts - 1)
+            return
+        try:
+            if env.kind == "message":
+                self._turn(cid, token, env, state, version, ctx)
+            elif env.kind == "event":
+                result = self.chat.apply_event(state, env.text or "", pinned=env.pinned)
+                state, version = self._quarantine_if(cid, token, state, version, result.state_problem)
+                self._commit(cid, token, version, env, result.state, None, {"event": self._text(env.text)})
+                metrics.INPUTS.labels("event", "applied").inc()
+                if result.needs_compaction:
+                    self.wake("compact", cid)
+            elif env.kind == "reset":
+                self._commit(cid, token, version, env, b"", None, {"reset": True})
+                metrics.INPUTS.labels("reset", "applied").inc()
+            elif env.kind == "splice":
+                self._splice(cid, token, env, state, version)
+        except InputError as exc:
+            self._dead_input(cid, token, version, env.message_id, "invalid_input", str(exc), raw, attempts)
+        except ModelError as exc:
+            if exc.retryable and attempts < self.config.max_attempts:
+                log.warning("model unavailable; will retry", extra={**ctx, "error": str(exc)})
+                metrics.INPUTS.labels(env.kind, "retry").inc()
+                countdown = getattr(exc, "retry_after", None) or min(60.0, 2.0 ** attempts)
+                raise RetryLater(f"model unavailable: {exc}", countdown) from exc
+            reason = "model_unavailable" if exc.retryable else "model_rejected"
+            self._dead_input(cid, token, version, env.message_id, reason, str(exc), raw, attempts)
+
+    def _turn(self, cid: str, token: int, env: Envelope, state: bytes | None, version: int,
+              ctx: dict[str, Any]) -> None:
+        started = time.perf_counter()
+        result: TurnResult = self.chat.run_turn(state, system=env.system or self.config.system_prompt,
+                                                user=env.text or "")
+        state, version = self._quarantine_if(cid, token, state, version, result.state_problem)
+        record = ReplyRecord(
+            reply_id=env.message_id,
+            conversation_id=cid,
+            recipient=env.recipient or cid,
+            parts=split_message(result.reply),
+            reply_to=env.reply_to,
+        )
+        trace = {"user": self._text(env.text), "reply": self._text(result.reply[: self.config.trace_reply_chars]),
+                 "finish": result.finish_reason, "model_calls": result.model_calls, "tool_calls": result.tool_calls,
+                 "prompt_tokens": result.usage.prompt_tokens if result.usage else None,
+                 "reset": result.reset, "parts": len(record.parts)}
+        self._commit(cid, token, version, env, result.state, record.to_bytes(), trace)
+        metrics.TURN_SECONDS.observe(time.perf_counter() - started)
+        metrics.INPUTS.labels("message", "applied").inc()
+        log.info("turn applied", extra={**ctx, "parts": len(record.parts), "finish": result.finish_reason})
+        self.wake("deliver", cid)
+        if result.needs_compaction:
+            self.wake("compact", cid)
+
+    def _splice(self, cid: str, token: int, env: Envelope, state: bytes | None, version: int) -> None:
+        result = self.chat.splice(state, env.state or b"")
+        new_state = result.state if result.applied else None
+        self._commit(cid, token, version, env, new_state, None,
+                     {"splice": result.applied, "reason": result.reason, "kept_new": result.kept_new_messages})
+        self.store.clear_compacting(cid)
+        metrics.COMPACTIONS.labels("spliced" if result.applied else "stale").inc()
+
+    def _quarantine_if(self, cid: str, token: int, state: bytes | None, version: int,
+                       problem: Any) -> tuple[bytes | None, int]:
+        if problem is None or not state:
+            return state, version
+        log.warning("unusable state quarantined; starting fresh",
+                    extra={"conversation_id": cid, "reason": problem.reason, "detail": problem.detail})
+        metrics.QUARANTINED.labels(problem.reason).inc()
+        version = self.store.quarantine(cid, token, state, f"{problem.reason}: {problem.detail}",
+                                        expected_version=version)
+        return None, version
+
+    def _commit(self, cid: str, token: int, version: int, env: Envelope, new_state: bytes | None,
+                reply: bytes | None, trace: dict[str, Any]) -> None:
+        entry = {"at": time.time(), "id": env.message_id, "kind": env.kind, **trace}
+        result = self.store.commit(
+            cid, token, expected_version=version, input_id=env.message_id, new_state=new_state, reply=reply,
+            trace=msgpack.packb(entry, use_bin_type=True), dead=None, lease_ms=self.config.lease_ms,
+        )
+        metrics.MAILBOX_DEPTH.set(result.depth)
+
+    def _dead_input(self, cid: str, token: int, version: int, input_id: str, reason: str, detail: str,
+                    raw: bytes, attempts: int) -> None:
+        log.error("input dead-lettered", extra={"conversation_id": cid, "message_id": input_id, "reason": reason,
+                                                "detail": detail})
+        metrics.DEAD_LETTERS.labels("input", reason).inc()
+        metrics.INPUTS.labels("unknown", "dead").inc()
+        dead = DeadLetter(what="input", id=input_id, reason=reason, detail=detail[:2000], payload=raw,
+                          attempts=attempts)
+        entry = {"at": time.time(), "id": input_id, "dead": reason, "detail": detail[:500]}
+        self.store.commit(cid, token, expected_version=version, input_id=input_id, new_state=None, reply=None,
+                          trace=msgpack.packb(entry, use_bin_type=True), dead=dead.to_bytes(),
+                          lease_ms=self.config.lease_ms)
+
+    def _text(self, text: str | None) -> str | None:
+        return text
+
+    # --- compaction ----------------------------------------------------------------------------------
+
+    def compact(self, cid: str) -> bool:
+        """Compute a compaction off to the side and queue it as a splice input; returns whether one was queued.
+
+        Never blocks a turn: the expensive part (the summariser) runs without the lease; the splice is
+        applied in order by the drainer, keeping whatever arrived meanwhile. A failure changes nothing.
+        """
+        if not self.store.try_mark_compacting(cid, self.config.compaction_flag_ms):
+            return False
+        queued = False
+        try:
+            snap = self.store.head(cid)
+            if not snap.state or not self.chat.needs_compaction(snap.state):
+                return False
+            report = self.chat.compact_with_report(snap.state)
+            if not report.changed:
+                metrics.COMPACTIONS.labels("failed" if report.errors else "noop").inc()
+                return False
+            metrics.COMPACTION_SAVED.inc(max(0, report.tokens_before - report.tokens_after))
+            env = Envelope(kind="splice", conversation_id=cid, message_id=f"compact-{time.time_ns()}",
+                           state=report.state)
+            self.store.accept(cid, env.to_bytes(), env.message_id, max_inbox=1 << 30)
+            queued = True
+            self.wake("drain", cid)
+            return True
+        finally:
+            if not queued:
+                self.store.clear_compacting(cid)
+
+    # --- delivery ------------------------------------------------------------------------------------
+
+    def deliver(self, cid: str, attempt: int = 0) -> int:
+        """Send every reply waiting in ``cid``'s outbox, part by part, in order; returns parts sent.
+
+        Raises :class:`RetryLater` on throttling or channel failure (after ``delivery_max_attempts`` the
+        reply is dead-lettered instead). Permanent errors dead-letter the reply at once and go on.
+        """
+        token = self.store.acquire_delivery(cid, self.config.lease_ms)
+        if token is None:
+            return 0
+        sent = 0
+        try:
+            while True:
+                head = self.store.outbox_head(cid)
+                if head.record is None:
+                    if self.store.release_delivery(cid, token):
+                        continue
+                    return sent
+                try:
+                    record = decode_reply(head.record)
+                except EnvelopeError as exc:
+                    dead = DeadLetter(what="reply", id=head.reply_id or "", reason="malformed", detail=str(exc),
+                                      payload=head.record)
+                    self.store.dead_letter_reply(cid, token, head.reply_id or "", dead.to_bytes())
+                    continue
+                if head.crashed_in_window:
+                    metrics.DUPLICATE_WINDOW.inc()
+                    log.warning("resending a part whose send outcome is unknown (crash in the send window)",
+                                extra={"conversation_id": cid, "message_id": record.reply_id, "part": head.part})
+                sent += self._send_record(cid, token, record, head.part, attempt)
+        except BaseException:
+            self.store.release_delivery(cid, token, force=True)
+            raise
+
+    def _send_record(self, cid: str, token: int, record: ReplyRecord, start: int, attempt: int) -> int:
+        sent = 0
+        for part in range(start, len(record.parts)):
+            if part > start and self.config.delivery_part_interval:
+                time.sleep(self.config.delivery_part_interval)
+            self.store.mark_inflight(cid, token, record.reply_id, part)
+            try:
+                wamid = self.channel.send_text(record.recipient, record.parts[part],
+                                               reply_to=record.reply_to if part == 0 else None)
+            except DeliveryRetryableError as exc:
+                self.store.clear_inflight(cid, token)
+                metrics.DELIVERIES.labels("retry").inc()
+                if attempt + 1 >= self.config.delivery_max_attempts:
+                    self._dead_reply(cid, token, record, f"gave up after {attempt + 1} attempts: {exc}", exc.code)
+                    return sent
+                countdown = exc.retry_after or min(300.0, 2.0 ** (attempt + 1))
+                raise RetryLater(f"channel unavailable: {exc}", countdown) from exc
+            except DeliveryPermanentError as exc:
+                self.store.clear_inflight(cid, token)
+                self._dead_reply(cid, token, record, str(exc), exc.code)
+                return sent
+            self.store.mark_sent(cid, token, record.reply_id, part, wamid, part == len(record.parts) - 1)
+            metrics.DELIVERIES.labels("sent").inc()
+            sent += 1
+        return sent
+
+    def _dead_reply(self, cid: str, token: int, record: ReplyRecord, reason: str, code: int | None) -> None:
+        log.error("reply dead-lettered", extra={"conversation_id": cid, "message_id": record.reply_id,
+                                                "reason": reason, "code": code})
+        metrics.DELIVERIES.labels("dead").inc()
+        metrics.DEAD_LETTERS.labels("reply", str(code or "delivery")).inc()
+        dead = DeadLetter(what="reply", id=record.reply_id, reason=f"delivery_failed:{code or 'unknown'}",
+                          detail=reason[:2000], payload=record.to_bytes())
+        self.store.dead_letter_reply(cid, token, record.reply_id, dead.to_bytes())
+

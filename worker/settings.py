@@ -1,0 +1,130 @@
+"""Every setting in one place, read from the environment (and a ``.env`` file when present).
+
+Standard names where the ecosystem has them (``REDIS_URL``, ``OPENAI_API_KEY``, ``WHATSAPP_ACCESS_TOKEN``,
+...); everything else under ``PARLEY_``. ``parley config`` prints the table the README is generated from.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from typing import Literal
+
+from pydantic import AliasChoices, Field, SecretStr, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+def _std(name: str) -> AliasChoices:
+    return AliasChoices(name, f"PARLEY_{name}")
+
+
+class Settings(BaseSettings):
+    """Parley's configuration. Field descriptions are the documentation (README table)."""
+
+    model_config = SettingsConfigDict(env_prefix="PARLEY_", env_file=".env", extra="ignore", populate_by_name=True)
+
+    # --- Redis and Celery ---
+    redis_url: str | None = Field(None, validation_alias=_std("REDIS_URL"),
+                                  description="Redis for conversation state, mailboxes and outboxes. Unset: "
+                                              "`parley demo` starts an embedded Redis; workers use redis://127.0.0.1:6379/0.")
+    broker_url: str | None = Field(None, description="Celery broker (standalone or Sentinel Redis). Default: REDIS_URL.")
+    key_prefix: str = Field("parley", description="Prefix of every Redis key Parley writes.")
+    redis_cluster: bool = Field(False, description="Treat REDIS_URL as a Redis Cluster for conversation state.")
+
+    # --- the model ---
+    llm_provider: Literal["auto", "openai", "anthropic", "local"] = Field(
+        "auto", description="openai | anthropic | local. auto: openai if OPENAI_API_KEY is set, else anthropic if "
+                            "ANTHROPIC_API_KEY is set, else the embedded local model.")
+    llm_model: str | None = Field(None, description="Model name. Default: gpt-4o-mini, claude-haiku-4-5, or SmolLM2-135M.")
+    openai_api_key: SecretStr | None = Field(None, validation_alias=_std("OPENAI_API_KEY"),
+                                             description="API key for OpenAI or an OpenAI-compatible server.")
+    openai_base_url: str | None = Field(None, validation_alias=_std("OPENAI_BASE_URL"),
+                                        description="Base URL of an OpenAI-compatible server (vLLM, Ollama, llama.cpp).")
+    anthropic_api_key: SecretStr | None = Field(None, validation_alias=_std("ANTHROPIC_API_KEY"),
+                                                description="API key for Anthropic.")
+    anthropic_base_url: str | None = Field(None, validation_alias=_std("ANTHROPIC_BASE_URL"),
+                                           description="Base URL for the Anthropic Messages API.")
+    llm_timeout: float = Field(60.0, description="Seconds to wait for a model answer (read timeout).")
+    llm_connect_timeout: float = Field(5.0, description="Seconds to wait for a connection to the model.")
+    llm_max_retries: int = Field(2, description="Retries of one model call on 429/5xx before the turn is retried later.")
+    llm_max_tokens: int = Field(1024, description="Most tokens the model may write in one answer.")
+    system_prompt: str = Field("You are a friendly, concise game assistant chatting over WhatsApp.",
+                               description="Default system prompt; a turn may carry its own.")
+    max_tool_iterations: int = Field(10, description="Most rounds of tool calls in one turn.")
+
+    # --- the conversation ---
+    compaction_max_tokens: int = Field(6000, description="Compact when the prompt is over this many tokens.")
+    compaction_target_tokens: int | None = Field(None, description="Trim to this many tokens (default 70% of the max).")
+    compaction_summarize: bool = Field(True, description="Fold old exchanges into a rolling LLM summary.")
+    compaction_keep_last: int = Field(6, description="Exchanges kept verbatim when summarising.")
+    compress_tool_outputs_after: int = Field(3, description="Keep this many recent tool outputs whole; compress older.")
+    idle_gap_seconds: float | None = Field(None, description="A turn after this much silence starts a fresh "
+                                                             "conversation. Off when unset.")
+    reset_phrases: list[str] = Field(default_factory=list,
+                                     description='Texts that start over, e.g. ["start over","new topic","reset"]. '
+                                                 "Off when empty.")
+    max_input_chars: int = Field(16_000, description="Longest accepted user text or event.")
+    max_state_bytes: int = Field(1 << 20, description="Largest state blob; larger ones are trimmed or quarantined.")
+
+    # --- the worker ---
+    lease_seconds: float = Field(180.0, description="How long a worker owns a conversation without committing.")
+    max_inbox: int = Field(1000, description="Most pending inputs per conversation; more are refused.")
+    max_attempts: int = Field(5, description="Attempts at one input before it is dead-lettered (poison input).")
+    dedupe_max_ids: int = Field(10_000, description="Message ids remembered per conversation for dedupe.")
+    dedupe_seconds: float = Field(4 * 86400.0, description="How long message ids are remembered (WhatsApp retries "
+                                                             "for about 36 hours).")
+    trace_max: int = Field(2000, description="Trace entries kept per conversation.")
+    idle_ttl_seconds: float | None = Field(None, description="Expire every key of a conversation idle this long. "
+                                                             "Off when unset.")
+    task_time_limit: float = Field(600.0, description="Hard time limit of one task (seconds).")
+    visibility_timeout: float = Field(900.0, description="Broker visibility timeout; above the hard time limit.")
+    sweep_interval: float = Field(15.0, description="How often the sweeper looks for stranded conversations.")
+
+    # --- delivery ---
+    whatsapp_api_base_url: str = Field("https://graph.facebook.com/v21.0",
+                                       validation_alias=_std("WHATSAPP_API_BASE_URL"),
+                                       description="WhatsApp Cloud API base URL.")
+    whatsapp_phone_number_id: str | None = Field(None, validation_alias=_std("WHATSAPP_PHONE_NUMBER_ID"),
+                                                 description="Sender phone number id. WhatsApp is off when unset.")
+    whatsapp_access_token: SecretStr | None = Field(None, validation_alias=_std("WHATSAPP_ACCESS_TOKEN"),
+                                                    description="Cloud API access token.")
+    whatsapp_app_secret: SecretStr | None = Field(None, validation_alias=_std("WHATSAPP_APP_SECRET"),
+                                                  description="App secret for X-Hub-Signature-256 on webhooks.")
+    whatsapp_verify_token: SecretStr | None = Field(None, validation_alias=_std("WHATSAPP_VERIFY_TOKEN"),
+                                                    description="Token for the webhook verification handshake.")
+    delivery_max_attempts: int = Field(8, description="Attempts to deliver a reply on throttling/5xx before dead-letter.")
+    delivery_part_interval: float = Field(0.0, description="Seconds between the parts of one split reply.")
+    reply_webhook_url: str | None = Field(None, description="Deliver replies as JSON POSTs here instead of WhatsApp.")
+
+    # --- observability ---
+    log_json: bool = Field(False, description="Log JSON lines instead of text.")
+    log_level: str = Field("INFO", description="Log level.")
+    log_message_text: bool = Field(False, description="Include message text in logs (privacy: off by default).")
+    metrics_port: int | None = Field(None, description="Serve Prometheus metrics on this port in each worker.")
+
+    @field_validator("reset_phrases", mode="before")
+    @classmethod
+    def _split_phrases(cls, v: object) -> object:
+        if isinstance(v, str) and not v.strip().startswith("["):
+            return [p.strip() for p in v.split(",") if p.strip()]
+        return v
+
+    def effective_redis_url(self) -> str:
+        return self.redis_url or "redis://127.0.0.1:6379/0"
+
+    def effective_broker_url(self) -> str:
+        return self.broker_url or self.effective_redis_url()
+
+    def effective_provider(self) -> str:
+        if self.llm_provider != "auto":
+            return self.llm_provider
+        if self.openai_api_key is not None or self.openai_base_url:
+            return "openai"
+        if self.anthropic_api_key is not None:
+            return "anthropic"
+        return "local"
+
+
+@lru_cache(maxsize=1)
+def get_settings() -> Settings:
+    """The process's settings, read once."""
+    return Settings()
