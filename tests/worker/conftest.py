@@ -1,0 +1,62 @@
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import fakeredis
+import pytest
+
+from worker import Chat, KeepLastExchanges, ScriptedModel
+from worker.client import ConversationClient
+from worker.delivery.channel import RecordingChannel
+from worker.service import ConversationService, ServiceConfig
+from worker.store.redis_store import ConversationStore, StoreLimits
+
+
+@dataclass
+class Harness:
+    """The service with an in-memory Redis, a scripted model and a recording channel; wake-ups are queued
+    and run by hand (``run()``), like a Celery worker would."""
+
+    store: ConversationStore
+    model: ScriptedModel
+    channel: RecordingChannel
+    service: ConversationService
+    client: ConversationClient
+    woken: list[tuple[str, str]] = field(default_factory=list)
+
+    def run(self, max_steps: int = 10_000, *, defer: tuple[str, ...] = ()) -> list[tuple[str, str]]:
+        """Run queued wake-ups until none is left; kinds in ``defer`` are set aside and returned."""
+        steps = 0
+        deferred: list[tuple[str, str]] = []
+        while self.woken and steps < max_steps:
+            kind, cid = self.woken.pop(0)
+            if kind in defer:
+                deferred.append((kind, cid))
+                continue
+            getattr(self.service, kind)(cid)
+            steps += 1
+        return deferred
+
+
+def make_harness(model: ScriptedModel | None = None, *, compactor: object = None, config: ServiceConfig | None = None,
+                 channel: object = None, **chat_kw: object) -> Harness:
+    r = fakeredis.FakeRedis(server=fakeredis.FakeServer())
+    store = ConversationStore(r, prefix=f"h{uuid.uuid4().hex[:6]}", limits=StoreLimits())
+    model = model or ScriptedModel(default=lambda req: "ack:" + req.messages[-1].content)
+    chat = Chat(model=model, compactor=compactor, auto_compact=False, **chat_kw)  # type: ignore[arg-type]
+    ch = channel or RecordingChannel()
+    woken: list[tuple[str, str]] = []
+    svc = ConversationService(store, chat, ch, lambda kind, cid: woken.append((kind, cid)),  # type: ignore[arg-type]
+                              config or ServiceConfig(system_prompt="You are a test."))
+    client = ConversationClient(store, lambda cid: woken.append(("drain", cid)))
+    return Harness(store, model, ch, svc, client, woken)  # type: ignore[arg-type]
+
+
+@pytest.fixture
+def harness_factory() -> Callable[..., Harness]:
+    return make_harness
+
+
+__all__ = ["Harness", "KeepLastExchanges", "make_harness"]
