@@ -85,8 +85,9 @@ def _plain(m: Message) -> tuple[str, str]:
 class LocalModel:
     """A :class:`~worker.conversation.model.Model` running in-process on llama.cpp."""
 
-    def __init__(self, *, model: str = "SmolLM2-135M-Instruct", max_tokens: int = 256, temperature: float = 0.2,
-                 n_ctx: int = 4096, n_threads: int | None = None, **_: Any) -> None:
+    def __init__(self, *, model: str = "SmolLM2-135M-Instruct", max_tokens: int = 160, temperature: float = 0.3,
+                 n_ctx: int = 4096, n_threads: int | None = None, repeat_penalty: float = 1.3, **_: Any) -> None:
+        self.repeat_penalty = repeat_penalty
         self._model = model
         self.max_tokens = max_tokens
         self.temperature = temperature
@@ -113,6 +114,7 @@ class LocalModel:
                     messages=messages,
                     max_tokens=min(request.max_tokens or self.max_tokens, self.max_tokens),
                     temperature=request.temperature if request.temperature is not None else self.temperature,
+                    repeat_penalty=self.repeat_penalty,  # a 135M model loops without it
                 )
         except ValueError as exc:  # e.g. prompt longer than the context
             raise ModelUnavailableError(f"local model failed: {exc}", provider="local") from exc
