@@ -7,6 +7,7 @@ shown to it as plain text, and the chat loop works unchanged.
 
 from __future__ import annotations
 
+import atexit
 import importlib.util
 import os
 import threading
@@ -36,6 +37,17 @@ def gguf_path() -> Path:
     return files[0]
 
 
+def _close() -> None:
+    # llama-cpp-python's finaliser fails during interpreter teardown; close while modules still exist.
+    global _llama
+    if _llama is not None:
+        try:
+            _llama.close()
+        except Exception:
+            pass
+        _llama = None
+
+
 def load(n_ctx: int = 4096, n_threads: int | None = None) -> Any:
     """Load the model once per process."""
     global _llama
@@ -47,6 +59,7 @@ def load(n_ctx: int = 4096, n_threads: int | None = None) -> Any:
                 raise ConfigurationError(INSTALL_HINT) from exc
             _llama = Llama(model_path=str(gguf_path()), n_ctx=n_ctx, n_threads=n_threads or min(2, os.cpu_count() or 1),
                            verbose=False)
+            atexit.register(_close)
         return _llama
 
 

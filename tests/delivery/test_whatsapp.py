@@ -1,0 +1,102 @@
+"""The WhatsApp sender against a loopback Cloud API, and error classification against real payloads."""
+
+from __future__ import annotations
+
+import json
+import pathlib
+from collections.abc import Iterator
+
+import pytest
+
+from tests.support.fake_whatsapp import FakeWhatsApp
+from worker.delivery.channel import ConsoleChannel, WebhookChannel
+from worker.delivery.whatsapp import WhatsAppSender, classify_error, is_bsuid
+from worker.errors import DeliveryPermanentError, DeliveryRetryableError
+
+FIXTURES = pathlib.Path(__file__).resolve().parents[3] / "shared" / "fixtures" / "whatsapp"
+SEND_FIXTURES = sorted(FIXTURES.glob("send_*.json")) if FIXTURES.is_dir() else []
+
+
+@pytest.fixture
+def api() -> Iterator[FakeWhatsApp]:
+    a = FakeWhatsApp().start()
+    yield a
+    a.stop()
+
+
+def sender(api: FakeWhatsApp, **kw: object) -> WhatsAppSender:
+    return WhatsAppSender(phone_number_id="106540352242922", access_token="tok", base_url=api.base_url, **kw)  # type: ignore[arg-type]
+
+
+def test_send_text_body_auth_and_wamid(api: FakeWhatsApp) -> None:
+    s = sender(api)
+    wamid = s.send_text("447700900123", "Hello from Parley", reply_to="wamid.in1")
+    assert wamid == "wamid.out1"
+    sent = api.sent[0]
+    assert sent["path"] == "/v21.0/106540352242922/messages"
+    assert sent["body"] == {"messaging_product": "whatsapp", "recipient_type": "individual", "type": "text",
+                            "to": "447700900123", "text": {"preview_url": False, "body": "Hello from Parley"},
+                            "context": {"message_id": "wamid.in1"}}
+    assert api.headers[0]["Authorization"] == "Bearer tok"
+
+
+def test_business_scoped_user_ids_go_in_recipient(api: FakeWhatsApp) -> None:
+    assert is_bsuid("US.13491208655302741918") and not is_bsuid("447700900123") and not is_bsuid("+447700900123")
+    sender(api).send_text("US.13491208655302741918", "hi")
+    body = api.sent[0]["body"]
+    assert body["recipient"] == "US.13491208655302741918" and "to" not in body
+
+
+@pytest.mark.parametrize(("code", "status", "retryable"), [
+    (130429, 400, True), (130429, 429, True), (131056, 400, True), (4, 429, True), (80007, 400, True),
+    (131047, 400, False), (131026, 400, False), (100, 400, False), (190, 401, False), (131000, 500, True),
+    (999999, 400, False), (999999, 503, True),
+])
+def test_errors_are_classified_by_code(api: FakeWhatsApp, code: int, status: int, retryable: bool) -> None:
+    api.fail(code, status=status)
+    with pytest.raises(DeliveryRetryableError if retryable else DeliveryPermanentError) as info:
+        sender(api).send_text("447700900123", "x")
+    assert info.value.code == code and info.value.status == status
+
+
+def test_timeouts_and_unreachable_are_retryable(api: FakeWhatsApp) -> None:
+    api.delay = 1.0
+    with pytest.raises(DeliveryRetryableError):
+        sender(api, timeout=0.2).send_text("447700900123", "x")
+    from tests.support.redis_server import free_port
+
+    s = WhatsAppSender(phone_number_id="1", access_token="t", base_url=f"http://127.0.0.1:{free_port()}")
+    with pytest.raises(DeliveryRetryableError):
+        s.send_text("447700900123", "x")
+
+
+def test_pooled_client_is_reused(api: FakeWhatsApp) -> None:
+    s = sender(api)
+    client = s._client
+    for i in range(3):
+        s.send_text("447700900123", f"m{i}")
+    assert s._client is client and len(api.sent) == 3
+
+
+@pytest.mark.skipif(not SEND_FIXTURES, reason="shared WhatsApp fixtures not present")
+@pytest.mark.parametrize("path", SEND_FIXTURES, ids=lambda p: p.name)
+def test_real_send_payloads(path: pathlib.Path) -> None:
+    fx = json.loads(path.read_text())
+    status, payload = fx["http_status"], fx["payload"]
+    if path.name.startswith("send_success"):
+        assert payload["messages"][0]["id"]
+        return
+    err = classify_error(status, payload, {})
+    code = path.stem.split("_")[2]
+    expected_retryable = code in ("130429", "131056", "4")
+    assert err.retryable is expected_retryable, (path.name, err)
+    assert str(err.code) == code
+
+
+def test_console_and_webhook_channels(capsys: pytest.CaptureFixture[str]) -> None:
+    assert ConsoleChannel().send_text("447700900123", "hello") == "console-1"
+    assert "hello" in capsys.readouterr().out
+    from tests.support.redis_server import free_port
+
+    with pytest.raises(DeliveryRetryableError):
+        WebhookChannel(f"http://127.0.0.1:{free_port()}/x").send_text("a", "b")
