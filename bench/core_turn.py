@@ -47,11 +47,11 @@ def main() -> None:
         plain = [{"role": "user", "content": "x" * 60}] * n
         repeat = 2000 if n < 1000 else 300
 
-        def turn() -> None:
+        def turn(blob: bytes = blob) -> None:
             chat.run_turn(blob, user="Where next?")
             model.requests.clear()
 
-        def baseline() -> None:
+        def baseline(plain: list[dict[str, str]] = plain) -> None:
             msgpack.unpackb(msgpack.packb(plain))
 
         t = sorted(timeit(turn, repeat))
