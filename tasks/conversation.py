@@ -91,7 +91,7 @@ def sweep(limit: int = 1000) -> int:
     svc = service()
     settings = get_settings()
     woken = 0
-    for cid in svc.store.stranded(limit, int(settings.lease_seconds * 1000)):
+    for cid in svc.store.stranded(limit, int(settings.sweep_interval * 2000)):
         drain.apply_async(args=[cid])
         deliver.apply_async(args=[cid])
         woken += 1
