@@ -58,6 +58,7 @@ def embedded_redis() -> Iterator[str]:
 
 
 class _ReplySink(BaseHTTPRequestHandler):
+    disable_nagle_algorithm = True
     replies: queue.Queue[dict[str, Any]]
 
     def do_POST(self) -> None:

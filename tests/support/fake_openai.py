@@ -25,6 +25,7 @@ class FakeOpenAI:
 
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
+            disable_nagle_algorithm = True  # headers and body go out as separate writes
 
             def do_POST(self) -> None:
                 length = int(self.headers.get("Content-Length", "0"))
