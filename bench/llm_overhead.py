@@ -18,9 +18,9 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tests.llm.servers import ScriptedServer, anthropic_blocks, openai_text  # noqa: E402
-from worker.conversation import Message, ModelRequest  # noqa: E402
-from worker.llm import build_model  # noqa: E402
+from tests.llm.servers import ScriptedServer, anthropic_blocks, openai_text
+from worker.conversation import Message, ModelRequest
+from worker.llm import build_model
 
 HISTORY = [Message(role="user" if i % 2 == 0 else "assistant", content=f"message {i} about the treasure hunt")
            for i in range(19)]

@@ -6,7 +6,9 @@ why the threads pool: a turn waiting on the model holds no CPU).
 
 from __future__ import annotations
 
-from celery import Celery
+from typing import Any
+
+from celery import Celery, signals
 
 from worker.settings import Settings, get_settings
 
@@ -32,7 +34,12 @@ def make_app(settings: Settings | None = None) -> Celery:
         worker_prefetch_multiplier=1,
         task_time_limit=hard,
         task_soft_time_limit=max(1.0, hard - 30),
-        broker_transport_options={"visibility_timeout": max(s.visibility_timeout, hard + 60)},
+        # Keep it above the hard time limit (the defaults do): a message whose task outlives it is redelivered
+        # while the first copy still runs. Parley stays correct then (the lease turns the copy away), but it
+        # is wasted work.
+        broker_transport_options={"visibility_timeout": s.visibility_timeout,
+                                  "unacked_restore_interval": s.broker_restore_interval,
+                                  "unacked_restore_throttle": s.broker_restore_throttle},
         broker_connection_retry_on_startup=True,
         task_default_queue=QUEUE,
         worker_hijack_root_logger=False,
@@ -40,3 +47,11 @@ def make_app(settings: Settings | None = None) -> Celery:
         task_send_sent_event=False,
     )
     return app
+
+
+@signals.setup_logging.connect
+def _setup_logging(**_: Any) -> None:
+    """Workers log through Parley's formatter (JSON with PARLEY_LOG_JSON), extra fields included."""
+    from worker.logs import configure_logging
+
+    configure_logging(get_settings())

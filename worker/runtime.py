@@ -52,6 +52,8 @@ def build_model_from_settings(settings: Settings) -> Model:
         "connect_timeout": settings.llm_connect_timeout,
         "max_retries": settings.llm_max_retries,
         "max_tokens": settings.llm_max_tokens,
+        "breaker_threshold": settings.llm_breaker_threshold,
+        "breaker_reset": settings.llm_breaker_reset,
     }
     if provider == "openai":
         key = settings.openai_api_key.get_secret_value() if settings.openai_api_key else None
@@ -61,6 +63,8 @@ def build_model_from_settings(settings: Settings) -> Model:
         key = settings.anthropic_api_key.get_secret_value() if settings.anthropic_api_key else None
         return build_model("anthropic", model=settings.llm_model or DEFAULT_MODELS["anthropic"],
                            base_url=settings.anthropic_base_url, api_key=key, **options)
+    options.pop("breaker_threshold")
+    options.pop("breaker_reset")
     return build_model("local", model=settings.llm_model or DEFAULT_MODELS["local"], **options)
 
 
@@ -110,6 +114,8 @@ def service_config(settings: Settings) -> ServiceConfig:
         system_prompt=settings.system_prompt,
         lease_ms=int(settings.lease_seconds * 1000),
         max_attempts=settings.max_attempts,
+        max_model_retries=settings.max_model_retries,
+        max_retry_delay=settings.max_retry_delay,
         delivery_max_attempts=settings.delivery_max_attempts,
         delivery_part_interval=settings.delivery_part_interval,
         log_text=settings.log_message_text,

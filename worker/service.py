@@ -19,6 +19,7 @@ The guarantees, and where they come from:
 from __future__ import annotations
 
 import logging
+import random
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -53,6 +54,8 @@ class ServiceConfig:
     system_prompt: str | None = None
     lease_ms: int = 180_000
     max_attempts: int = 5
+    max_model_retries: int = 30
+    max_retry_delay: float = 60.0
     delivery_max_attempts: int = 8
     delivery_part_interval: float = 0.0
     compaction_flag_ms: int = 300_000
@@ -98,6 +101,8 @@ class ConversationService:
         ``store.release``). Raises :class:`RetryLater` when the model is unavailable; the input stays at
         the head of the mailbox and the lease is given up so a retry (or the sweeper) resumes it.
         """
+        if self.store.held(cid):
+            return 0  # a failing input waits for its scheduled retry
         lease = self.store.acquire(cid, self.config.lease_ms)
         if lease is None:
             return 0
@@ -152,11 +157,17 @@ class ConversationService:
         except InputError as exc:
             self._dead_input(cid, token, version, env.message_id, "invalid_input", str(exc), raw, attempts)
         except ModelError as exc:
-            if exc.retryable and attempts < self.config.max_attempts:
-                log.warning("model unavailable; will retry", extra={**ctx, "error": str(exc)})
-                metrics.INPUTS.labels(env.kind, "retry").inc()
-                countdown = getattr(exc, "retry_after", None) or min(60.0, 2.0 ** attempts)
-                raise RetryLater(f"model unavailable: {exc}", countdown) from exc
+            if exc.retryable:
+                # Not a crash: give the attempt back and count a retry against its own, larger budget.
+                retries = self.store.note_retry(cid, token, env.message_id)
+                if retries <= self.config.max_model_retries:
+                    log.warning("model unavailable; will retry", extra={**ctx, "error": str(exc), "retry": retries})
+                    metrics.INPUTS.labels(env.kind, "retry").inc()
+                    backoff = min(self.config.max_retry_delay, 2.0 ** min(retries, 10))
+                    countdown = max(getattr(exc, "retry_after", None) or 0.0, backoff * (0.5 + random.random() / 2))
+                    # Expire a little before the scheduled retry fires, so the retry is never turned away.
+                    self.store.hold(cid, int(countdown * 1000) - 250)
+                    raise RetryLater(f"model unavailable: {exc}", countdown) from exc
             reason = "model_unavailable" if exc.retryable else "model_rejected"
             self._dead_input(cid, token, version, env.message_id, reason, str(exc), raw, attempts)
 

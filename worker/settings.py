@@ -46,6 +46,10 @@ class Settings(BaseSettings):
     llm_timeout: float = Field(60.0, description="Seconds to wait for a model answer (read timeout).")
     llm_connect_timeout: float = Field(5.0, description="Seconds to wait for a connection to the model.")
     llm_max_retries: int = Field(2, description="Retries of one model call on 429/5xx before the turn is retried later.")
+    llm_breaker_threshold: int = Field(5, description="Consecutive provider failures that open the circuit breaker.")
+    llm_breaker_reset: float = Field(30.0, description="Seconds the breaker stays open before one probe call.")
+    max_retry_delay: float = Field(60.0, description="Longest wait between retries of an input while the model is "
+                                                     "unavailable.")
     llm_max_tokens: int = Field(1024, description="Most tokens the model may write in one answer.")
     system_prompt: str = Field("You are a friendly, concise game assistant chatting over WhatsApp.",
                                description="Default system prompt; a turn may carry its own.")
@@ -68,7 +72,10 @@ class Settings(BaseSettings):
     # --- the worker ---
     lease_seconds: float = Field(180.0, description="How long a worker owns a conversation without committing.")
     max_inbox: int = Field(1000, description="Most pending inputs per conversation; more are refused.")
-    max_attempts: int = Field(5, description="Attempts at one input before it is dead-lettered (poison input).")
+    max_attempts: int = Field(5, description="Attempts at one input that end in a crash before it is dead-lettered "
+                                             "(poison input).")
+    max_model_retries: int = Field(30, description="Retries of one input while the model is unavailable (backoff up "
+                                                   "to a minute) before it is dead-lettered.")
     dedupe_max_ids: int = Field(10_000, description="Message ids remembered per conversation for dedupe.")
     dedupe_seconds: float = Field(4 * 86400.0, description="How long message ids are remembered (WhatsApp retries "
                                                              "for about 36 hours).")
@@ -77,6 +84,10 @@ class Settings(BaseSettings):
                                                              "Off when unset.")
     task_time_limit: float = Field(600.0, description="Hard time limit of one task (seconds).")
     visibility_timeout: float = Field(900.0, description="Broker visibility timeout; above the hard time limit.")
+    broker_restore_interval: int = Field(10, description="Seconds between the broker's scans for messages whose "
+                                                         "worker died (kombu unacked_restore_interval).")
+    broker_restore_throttle: int = Field(10, description="Scan on every Nth restore tick (kombu "
+                                                         "unacked_restore_throttle); 1 scans on every tick.")
     sweep_interval: float = Field(15.0, description="How often the sweeper looks for stranded conversations.")
 
     # --- delivery ---

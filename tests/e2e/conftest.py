@@ -39,7 +39,8 @@ class Cluster:
 
 @pytest.fixture
 def cluster(request: pytest.FixtureRequest) -> Iterator[Cluster]:
-    redis = start_redis(appendonly=getattr(request, "param", {}).get("appendonly", False))
+    param = getattr(request, "param", {})
+    redis = start_redis(appendonly=param.get("appendonly", False))
     llm = FakeOpenAI().start()
     wa = FakeWhatsApp().start()
     env = worker_env(
@@ -55,6 +56,10 @@ def cluster(request: pytest.FixtureRequest) -> Iterator[Cluster]:
         PARLEY_COMPACTION_MAX_TOKENS="400",
         PARLEY_COMPACTION_KEEP_LAST="2",
         PARLEY_LLM_TIMEOUT="5",
+        PARLEY_MAX_ATTEMPTS="5",
+        PARLEY_LLM_BREAKER_RESET="2",
+        PARLEY_MAX_RETRY_DELAY="4",
+        **param.get("env", {}),
     )
     c = Cluster(redis, llm, wa, env, [])
     yield c

@@ -21,6 +21,8 @@ class FakeOpenAI:
         self.requests: list[dict[str, Any]] = []
         self.lock = threading.Lock()
         self.summary_delay = 0.0
+        self.fault: Any = None  # callable(body) -> (status, payload, headers) | None, consulted on every request
+        self.on_request: Any = None  # callable(body) -> None, e.g. to kill the worker that asked
         outer = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -31,7 +33,7 @@ class FakeOpenAI:
                 length = int(self.headers.get("Content-Length", "0"))
                 body = json.loads(self.rfile.read(length) or b"{}")
                 status, payload, headers = outer.answer(body)
-                data = json.dumps(payload).encode()
+                data = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
                 self.send_response(status)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(data)))
@@ -68,7 +70,13 @@ class FakeOpenAI:
         with self.lock:
             self.requests.append(body)
             injected = self.errors.popleft() if self.errors else None
+        if self.on_request is not None:
+            self.on_request(body)
+        if injected is None and self.fault is not None:
+            injected = self.fault(body)
         if injected is not None:
+            if injected[0] == "raw":
+                return injected[1], injected[2], {}
             return injected
         messages = body.get("messages", [])
         system = next((m.get("content", "") for m in messages if m.get("role") == "system"), "") or ""

@@ -20,6 +20,7 @@ class FakeWhatsApp:
         self.headers: list[dict[str, str]] = []
         self.errors: deque[tuple[int, dict[str, Any], dict[str, str]]] = deque()
         self.delay = 0.0
+        self.fault: Any = None  # callable(body) -> (status, payload, headers) | None
         self.lock = threading.Lock()
         self._ids = itertools.count(1)
         outer = self
@@ -69,6 +70,9 @@ class FakeWhatsApp:
         with self.lock:
             if self.errors:
                 return self.errors.popleft()
+            injected = self.fault(body) if self.fault is not None else None
+            if injected is not None:
+                return injected
             wamid = f"wamid.out{next(self._ids)}"
             self.sent.append({"path": path, "body": body, "wamid": wamid})
             self.headers.append(headers)

@@ -24,7 +24,9 @@ class WorkerProcess:
     log_path: str = ""
 
     def start(self) -> WorkerProcess:
-        self.log_path = os.path.join(tempfile.gettempdir(), f"parley-test-{self.name}.log")
+        if not self.log_path:
+            tag = self.env.get("PARLEY_KEY_PREFIX", "")
+            self.log_path = os.path.join(tempfile.gettempdir(), f"parley-test-{tag}-{self.name}.log")
         log = open(self.log_path, "ab")  # noqa: SIM115
         cmd = [sys.executable, "-m", "celery", "-A", "tasks", "worker", "--pool", self.pool,
                "--concurrency", str(self.concurrency), "-Q", "parley", "--loglevel", "INFO",
@@ -59,7 +61,7 @@ class WorkerProcess:
     def log(self) -> str:
         try:
             with open(self.log_path, encoding="utf-8", errors="replace") as f:
-                return f.read()[-5000:]
+                return f.read()
         except OSError:
             return ""
 

@@ -22,6 +22,7 @@ Per conversation (``{prefix}:{{cid}}:<name>``):
 ``quarantine``  list (capped): state blobs set aside as unusable, with the reason
 ``dead``        list (capped): dead letters (inputs and replies) with the reason
 ``compacting``  string: set while a compaction is being computed (expires)
+``hold``        string: set while the head input waits to be retried (expires when the retry is due)
 ``statuses``    list (capped): delivery status webhooks (sent, delivered, read, failed)
 ==============  ==================================================================================
 
@@ -41,7 +42,7 @@ MAX_ID_LENGTH = 128
 _ID = re.compile(r"[A-Za-z0-9._@+=-]{1,128}")
 
 NAMES = ("state", "inbox", "seen", "fence", "lease", "attempts", "outbox", "sent", "dfence", "dlease",
-         "delivered", "trace", "quarantine", "dead", "compacting", "statuses")
+         "delivered", "trace", "quarantine", "dead", "compacting", "statuses", "hold")
 
 
 def validate_conversation_id(cid: object) -> str:

@@ -44,10 +44,10 @@ local s = redis.call('HMGET', KEYS[2], 'blob', 'version')
 return {head, s[1], s[2] or '0'}
 """
 
-# KEYS: fence, attempts   ARGV: token, id
+# KEYS: fence, attempts   ARGV: token, field, delta
 NOTE_ATTEMPT = """
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return -1 end
-return redis.call('HINCRBY', KEYS[2], ARGV[2], 1)
+return redis.call('HINCRBY', KEYS[2], ARGV[2], tonumber(ARGV[3]))
 """
 
 local_check = """
@@ -75,7 +75,7 @@ elseif mode == 'clear' then
 end
 redis.call('HSET', KEYS[2], 'version', v + 1)
 redis.call('LPOP', KEYS[3])
-redis.call('HDEL', KEYS[4], ARGV[3])
+redis.call('HDEL', KEYS[4], ARGV[3], ARGV[3] .. ':retries')
 if ARGV[6] ~= '' then redis.call('RPUSH', KEYS[5], ARGV[6]) end
 if ARGV[7] ~= '' then
   redis.call('RPUSH', KEYS[6], ARGV[7])

@@ -25,7 +25,7 @@ from worker.store.keys import ConversationKeys, GlobalKeys, validate_conversatio
 T = TypeVar("T")
 
 # Keys that must keep their own expiry (leases, flags) rather than the idle TTL.
-_OWN_TTL = ("lease", "dlease", "compacting")
+_OWN_TTL = ("lease", "dlease", "compacting", "hold")
 
 
 @dataclass(frozen=True)
@@ -198,10 +198,21 @@ class ConversationStore:
 
     @_wrap
     def note_attempt(self, cid: str, token: int, input_id: str) -> int:
-        """Count an attempt at ``input_id`` (before applying it, so a crash counts too)."""
+        """Count an attempt at ``input_id`` before applying it, so a worker that dies applying it still counts
+        (poison-input detection); returns the attempts so far."""
+        return self._count(cid, token, input_id, 1)
+
+    @_wrap
+    def note_retry(self, cid: str, token: int, input_id: str) -> int:
+        """Record a clean, retryable failure of ``input_id`` (the model was unavailable): the attempt is given
+        back (it did not crash the worker) and counted as a retry instead; returns the retries so far."""
+        self._count(cid, token, input_id, -1)
+        return self._count(cid, token, f"{input_id}:retries", 1)
+
+    def _count(self, cid: str, token: int, field: str, delta: int) -> int:
         k = self.keys(cid)
-        n = int(self._note_attempt(keys=[k.fence, k.attempts], args=[token, input_id]))
-        if n < 0:
+        n = int(self._note_attempt(keys=[k.fence, k.attempts], args=[token, field, delta]))
+        if n < 0 and delta > 0:
             raise StaleLeaseError(f"lease on {cid} was taken over")
         return n
 
@@ -263,6 +274,16 @@ class ConversationStore:
         if int(code) < 0:
             raise StaleLeaseError(f"state of {cid} is at version {int(extra)}, not {expected_version}")
         return int(code)
+
+    @_wrap
+    def hold(self, cid: str, ms: int) -> None:
+        """Hold the conversation: drains before ``ms`` from now return at once (the retry that set it is
+        already scheduled), so wake-ups from new inputs do not start extra retries of a failing input."""
+        self.r.set(self.keys(cid).hold, b"1", px=max(1, int(ms)))
+
+    @_wrap
+    def held(self, cid: str) -> bool:
+        return bool(self.r.exists(self.keys(cid).hold))
 
     @_wrap
     def try_mark_compacting(self, cid: str, ttl_ms: int) -> bool:
@@ -360,8 +381,9 @@ class ConversationStore:
             pipe.llen(k.outbox)
             pipe.exists(k.lease)
             pipe.exists(k.dlease)
-            inbox, outbox, lease, dlease = pipe.execute()
-            if (inbox and not lease) or (outbox and not dlease):
+            pipe.exists(k.hold)
+            inbox, outbox, lease, dlease, hold = pipe.execute()
+            if (inbox and not lease and not hold) or (outbox and not dlease):
                 out.append(cid)
             elif not inbox and not outbox:
                 self._zrem_if(keys=[self.g.pending], args=[member, repr(score)])

@@ -1,0 +1,3 @@
+from tests.e2e.conftest import cluster
+
+__all__ = ["cluster"]

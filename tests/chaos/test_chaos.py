@@ -1,0 +1,236 @@
+"""Chaos and fault scenarios under load, checked like a Jepsen queue checker (see harness.py).
+
+The short version runs in CI; ``PARLEY_CHAOS_SCALE=5 scripts/test -m slow tests/chaos`` runs the long one.
+Each scenario prints its figures (``-s`` shows them).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import threading
+import time
+
+import pytest
+import redis
+
+from tests.chaos.harness import Load, Outcome, run_scenario
+from tests.e2e.conftest import Cluster
+
+pytestmark = pytest.mark.e2e
+
+SCALE = float(os.environ.get("PARLEY_CHAOS_SCALE", "1"))
+
+
+def load(**kw: object) -> Load:
+    base = Load(conversations=int(20 * SCALE), inputs_per=int(10 * max(1.0, SCALE / 2)))
+    for k, v in kw.items():
+        setattr(base, k, v)
+    return base
+
+
+def report(name: str, out: Outcome) -> None:
+    line = f"[chaos] {name}: {out.line()}"
+    print(line)
+    path = os.environ.get("PARLEY_CHAOS_REPORT")
+    if path:
+        with open(path, "a") as f:
+            f.write(json.dumps({"scenario": name, **{k: v for k, v in out.__dict__.items() if k != "notes"}}) + "\n")
+
+
+def test_sigkill_workers_at_random_moments(cluster: Cluster) -> None:
+    def chaos(c: Cluster, stop: threading.Event, out: Outcome) -> None:
+        while not stop.wait(random.uniform(0.3, 0.8)):
+            w = random.choice(c.workers)
+            w.kill(signal.SIGKILL)
+            out.faults += 1
+            time.sleep(0.2)
+            w.start()
+
+    out = run_scenario(cluster, load(pace=0.03), chaos)
+    report("sigkill", out)
+    assert out.faults >= 3
+    out.assert_safe()
+
+
+def test_stalled_worker_past_its_lease(cluster: Cluster) -> None:
+    cluster.llm.delay = 0.05
+
+    def chaos(c: Cluster, stop: threading.Event, out: Outcome) -> None:
+        while not stop.wait(1.0):
+            w = random.choice(c.workers)
+            w.kill(signal.SIGSTOP)
+            out.faults += 1
+            time.sleep(6.5)  # longer than the 5 s lease: others take its conversations over
+            w.kill(signal.SIGCONT)
+
+    out = run_scenario(cluster, load(pace=0.03), chaos)
+    report("sigstop", out)
+    out.assert_safe()
+
+
+@pytest.mark.parametrize("cluster", [{"env": {"PARLEY_VISIBILITY_TIMEOUT": "2", "PARLEY_BROKER_RESTORE_INTERVAL": "1",
+                                               "PARLEY_BROKER_RESTORE_THROTTLE": "1"}}], indirect=True)
+def test_task_outliving_the_visibility_timeout(cluster: Cluster) -> None:
+    cluster.llm.delay = 3.0  # every turn outlives the 2 s visibility timeout: Celery redelivers its message
+    out = run_scenario(cluster, load(conversations=6, inputs_per=4, event_every=0))
+    report("visibility-timeout", out)
+    out.assert_safe()
+    import collections
+    import re
+
+    logs = "".join(w.log() for w in cluster.workers)
+    received = collections.Counter(re.findall(r"Task parley\.drain\[([0-9a-f-]+)\] received", logs))
+    assert "Retry in" not in logs  # no task retried itself: a repeated id is the broker's redelivery
+    assert max(received.values()) >= 2, received
+
+
+@pytest.mark.parametrize("cluster", [{"appendonly": True}], indirect=True)
+def test_redis_faults(cluster: Cluster) -> None:
+    admin = redis.Redis(port=cluster.redis.port)
+
+    def chaos(c: Cluster, stop: threading.Event, out: Outcome) -> None:
+        kinds = ["kill", "pause", "sleep", "kill", "pause", "sleep", "restart"]
+        i = 0
+        while not stop.wait(random.uniform(0.5, 1.0)):
+            kind = kinds[i % len(kinds)]
+            i += 1
+            try:
+                if kind == "kill":
+                    admin.client_kill_filter(_type="normal", skipme=True)
+                elif kind == "pause":
+                    admin.client_pause(400)
+                elif kind == "sleep":
+                    admin.execute_command("DEBUG", "SLEEP", "0.3")
+                else:
+                    c.redis.stop()  # SIGTERM: the append-only file is flushed
+                    time.sleep(0.5)
+                    c.redis.start()
+                out.faults += 1
+            except redis.RedisError as exc:
+                out.notes.append(f"{kind}: {exc}")
+
+    out = run_scenario(cluster, load(pace=0.03), chaos)
+    report("redis-faults", out)
+    out.assert_safe()
+
+
+def test_llm_faults(cluster: Cluster) -> None:
+    down_until = [0.0]
+
+    def fault(body: dict[str, object]) -> object:
+        if "running summary" in json.dumps(body):
+            return None
+        if time.monotonic() < down_until[0]:
+            return (503, {"error": {"message": "provider down"}}, {})
+        r = random.random()
+        if r < 0.10:
+            return (429, {"error": {"message": "slow down", "type": "rate_limit_exceeded"}}, {"Retry-After": "0.2"})
+        if r < 0.20:
+            return (500, {"error": {"message": "boom"}}, {})
+        if r < 0.25:
+            return ("raw", 200, b'{"choices": [{"message": {"role": "assis')
+        return None
+
+    cluster.llm.fault = fault
+
+    def chaos(c: Cluster, stop: threading.Event, out: Outcome) -> None:
+        stop.wait(2.0)
+        down_until[0] = time.monotonic() + 4.0 * SCALE  # the provider is down for a while
+        out.faults += 1
+
+    out = run_scenario(cluster, load(pace=0.03), chaos)
+    report("llm-faults", out)
+    out.assert_safe()
+
+
+def test_whatsapp_faults(cluster: Cluster) -> None:
+    blocked = "447700000003"
+
+    def fault(body: dict[str, object]) -> object:
+        if body.get("to") == blocked:
+            return (400, {"error": {"message": "(#131047) Re-engagement message", "code": 131047}}, {})
+        r = random.random()
+        if r < 0.15:
+            return (400, {"error": {"message": "(#130429) Rate limit hit", "code": 130429}}, {})
+        if r < 0.25:
+            return (500, {"error": {"message": "internal"}}, {})
+        return None
+
+    cluster.whatsapp.fault = fault
+    out = run_scenario(cluster, load())
+    report("whatsapp-faults", out)
+    out.assert_safe()
+    store = cluster.store()
+    from worker.envelopes import decode_dead_letter
+
+    dead = [decode_dead_letter(d) for d in store.dead_letters(blocked)]
+    assert dead and all(d.what == "reply" and "131047" in d.reason for d in dead)
+    assert cluster.whatsapp.texts_for(blocked) == []
+
+
+def test_compaction_racing_with_new_turns(cluster: Cluster) -> None:
+    cluster.llm.summary_delay = 1.0  # slow summariser while inputs keep arriving
+    out = run_scenario(cluster, load(conversations=8, inputs_per=int(20 * SCALE), pace=0.01))
+    report("compaction-race", out)
+    out.assert_safe()
+    store = cluster.store()
+    from worker.conversation.state import decode_state
+
+    compactions = sum(decode_state(store.head(f"4477{i:08d}").state).meta.compactions for i in range(8))
+    assert compactions >= 4
+
+
+def test_poison_input_is_dead_lettered_and_later_inputs_proceed(cluster: Cluster) -> None:
+    poisoned = []
+
+    def on_request(body: dict[str, object]) -> None:
+        if "POISON" in json.dumps(body.get("messages", [])[-1:]):
+            poisoned.append(1)
+            for w in cluster.workers:  # the input crashes whichever process touches it
+                w.kill(signal.SIGKILL)
+            threading.Timer(0.3, lambda: [w.start() for w in cluster.workers]).start()
+
+    cluster.llm.on_request = on_request
+    for i in range(2):
+        cluster.start_worker(f"p{i}", concurrency=4)
+    client = cluster.client()
+    cid = "447700999000"
+    client.send_message(cid, "before", message_id="a")
+    client.send_message(cid, "POISON pill", message_id="poison")
+    client.send_message(cid, "after", message_id="b")
+    from tests.support.workers import wait_until
+
+    assert wait_until(lambda: "ack:after" in cluster.whatsapp.texts_for(cid), 120), [w.log() for w in cluster.workers]
+    sent = cluster.whatsapp.texts_for(cid)
+    # A kill may land between WhatsApp's answer and the sent mark of "before": then it is resent, and counted.
+    window = sum(w.log().count("resending a part whose send outcome is unknown") for w in cluster.workers)
+    assert sorted(set(sent)) == ["ack:after", "ack:before"] and len(sent) - 2 <= window, (sent, window)
+    from worker.envelopes import decode_dead_letter
+
+    dead = [decode_dead_letter(d) for d in cluster.store().dead_letters(cid)]
+    assert [(d.id, d.reason) for d in dead] == [("poison", "too_many_attempts")]
+    assert 1 <= len(poisoned) <= 5  # at most K attempts, no hot loop
+
+
+def test_concurrent_duplicate_submissions(cluster: Cluster) -> None:
+    cluster.start_worker("d1")
+    client = cluster.client()
+    cid = "447700888000"
+
+    def submit() -> None:
+        for n in range(20):
+            client.send_message(cid, f"{cid} q{n}", message_id=f"dup-{n}")
+
+    threads = [threading.Thread(target=submit) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    from tests.support.workers import wait_until
+
+    assert wait_until(lambda: len(cluster.whatsapp.texts_for(cid)) >= 20, 60)
+    time.sleep(1.0)
+    assert cluster.whatsapp.texts_for(cid) == [f"ack:{cid} q{n}" for n in range(20)]
