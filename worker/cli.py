@@ -104,12 +104,24 @@ def cmd_dead(a: argparse.Namespace) -> int:
 
 
 def cmd_replay(a: argparse.Namespace) -> int:
-    store = _store()
-    store.replay_dead(a.conversation_id, a.index)
     from worker.client import _celery_waker
+    from worker.envelopes import decode_dead_letter
 
-    _celery_waker(get_settings())(a.conversation_id)
-    print(f"replayed dead letter {a.index} of {a.conversation_id}")
+    store = _store()
+    letters = store.dead_letters(a.conversation_id)
+    if not 0 <= a.index < len(letters):
+        print(f"error: {a.conversation_id} has no dead letter {a.index}", file=sys.stderr)
+        return 2
+    d = decode_dead_letter(letters[a.index])
+    if not d.payload:
+        print(f"error: dead letter {a.index} kept no payload to replay", file=sys.stderr)
+        return 2
+    target = "inbox" if d.what == "input" else "outbox"
+    if not store.replay_dead(a.conversation_id, a.index, target=target, entry_id=d.id, payload=d.payload):
+        print("error: the dead letters changed meanwhile; list them again", file=sys.stderr)
+        return 2
+    _celery_waker(get_settings(), "parley.drain" if target == "inbox" else "parley.deliver")(a.conversation_id)
+    print(f"replayed {d.what} {d.id} of {a.conversation_id} ({d.reason})")
     return 0
 
 

@@ -34,13 +34,13 @@ class Submitted:
     depth: int
 
 
-def _celery_waker(settings: Settings) -> Waker:
+def _celery_waker(settings: Settings, task: str = "parley.drain") -> Waker:
     from tasks.app import make_app
 
     app = make_app(settings)
 
     def wake(cid: str) -> None:
-        app.send_task("parley.drain", args=[cid])
+        app.send_task(task, args=[cid])
 
     return wake
 
