@@ -122,3 +122,16 @@ def _start_sweeper(**_: Any) -> None:
 @signals.worker_shutdown.connect
 def _stop_sweeper(**_: Any) -> None:
     _stop.set()
+
+
+@app.task(name="parley.noop", acks_late=True)
+def noop(*_: Any) -> None:
+    """Does nothing: the baseline the benchmarks compare Parley's path with."""
+
+
+@app.task(name="parley.ping", acks_late=True)
+def ping(key: str, sent_at: float) -> None:
+    """Records when it ran (benchmark round trips and health probes)."""
+    import time
+
+    service().store.r.rpush(key, f"{sent_at}:{time.time()}")
