@@ -40,7 +40,7 @@ from worker.errors import (
     ModelError,
     StaleLeaseError,
 )
-from worker.store.redis_store import ConversationStore
+from worker.store.redis_store import CommitResult, ConversationStore
 
 log = logging.getLogger("parley.service")
 
@@ -97,26 +97,25 @@ class ConversationService:
     def drain(self, cid: str) -> int:
         """Apply every input waiting for ``cid``, in order; returns how many were applied.
 
-        Returns 0 at once when another worker holds the conversation (it will see our input: see
-        ``store.release``). Raises :class:`RetryLater` when the model is unavailable; the input stays at
-        the head of the mailbox and the lease is given up so a retry (or the sweeper) resumes it.
+        Returns 0 at once when another worker holds the conversation (it will see our input: the commit that
+        empties the mailbox also gives the lease up, atomically), when nothing waits, or when the head input
+        waits for a scheduled retry. Raises :class:`RetryLater` when the model is unavailable; the input stays
+        at the head of the mailbox and the lease is given up so the retry (or the sweeper) resumes it.
         """
-        if self.store.held(cid):
-            return 0  # a failing input waits for its scheduled retry
-        lease = self.store.acquire(cid, self.config.lease_ms)
-        if lease is None:
+        begin = self.store.begin(cid, self.config.lease_ms)
+        if begin.status != "ok" or begin.snapshot is None:
             return 0
-        token = lease.token
+        token, snap, attempts = begin.token, begin.snapshot, begin.attempts
         applied = 0
         try:
             while True:
-                snap = self.store.head(cid)
-                if snap.input is None:
-                    if self.store.release(cid, token):
-                        continue
-                    return applied
-                self._apply(cid, token, snap.input, snap.input_id or "", snap.state, snap.version)
+                result = self._apply(cid, token, snap.input or b"", snap.input_id or "", snap.state, snap.version,
+                                     attempts)
                 applied += 1
+                metrics.MAILBOX_DEPTH.set(result.depth)
+                if result.released or result.next is None:
+                    return applied
+                snap, attempts = result.next, result.next_attempts
         except StaleLeaseError:
             metrics.STALE_COMMITS.inc()
             log.warning("lease lost; another worker owns the conversation", extra={"conversation_id": cid})
@@ -125,37 +124,37 @@ class ConversationService:
             self.store.release(cid, token, force=True)
             raise
 
-    def _apply(self, cid: str, token: int, raw: bytes, input_id: str, state: bytes | None, version: int) -> None:
+    def _apply(self, cid: str, token: int, raw: bytes, input_id: str, state: bytes | None, version: int,
+               attempts: int) -> CommitResult:
         try:
             env = decode_envelope(raw)
             if env.message_id != input_id or env.conversation_id != cid:
                 raise EnvelopeError("envelope does not belong to this mailbox entry")
         except EnvelopeError as exc:
-            self._dead_input(cid, token, version, input_id, "malformed", str(exc), raw, 0)
-            return
-        attempts = self.store.note_attempt(cid, token, env.message_id)
+            return self._dead_input(cid, token, version, input_id, "malformed", str(exc), raw, attempts)
         ctx = {"conversation_id": cid, "message_id": env.message_id, "kind": env.kind, "attempt": attempts}
         if attempts > self.config.max_attempts:
-            self._dead_input(cid, token, version, env.message_id, "too_many_attempts",
-                             f"gave up after {attempts - 1} attempts", raw, attempts - 1)
-            return
+            return self._dead_input(cid, token, version, env.message_id, "too_many_attempts",
+                                    f"gave up after {attempts - 1} attempts that crashed the worker", raw,
+                                    attempts - 1)
         try:
             if env.kind == "message":
-                self._turn(cid, token, env, state, version, ctx)
-            elif env.kind == "event":
+                return self._turn(cid, token, env, state, version, ctx)
+            if env.kind == "event":
                 result = self.chat.apply_event(state, env.text or "", pinned=env.pinned)
                 state, version = self._quarantine_if(cid, token, state, version, result.state_problem)
-                self._commit(cid, token, version, env, result.state, None, {"event": self._text(env.text)})
+                done = self._commit(cid, token, version, env, result.state, None, {"event": self._text(env.text)})
                 metrics.INPUTS.labels("event", "applied").inc()
                 if result.needs_compaction:
                     self.wake("compact", cid)
-            elif env.kind == "reset":
-                self._commit(cid, token, version, env, b"", None, {"reset": True})
+                return done
+            if env.kind == "reset":
+                done = self._commit(cid, token, version, env, b"", None, {"reset": True})
                 metrics.INPUTS.labels("reset", "applied").inc()
-            elif env.kind == "splice":
-                self._splice(cid, token, env, state, version)
+                return done
+            return self._splice(cid, token, env, state, version)
         except InputError as exc:
-            self._dead_input(cid, token, version, env.message_id, "invalid_input", str(exc), raw, attempts)
+            return self._dead_input(cid, token, version, env.message_id, "invalid_input", str(exc), raw, attempts)
         except ModelError as exc:
             if exc.retryable:
                 # Not a crash: give the attempt back and count a retry against its own, larger budget.
@@ -169,10 +168,10 @@ class ConversationService:
                     self.store.hold(cid, int(countdown * 1000) - 250)
                     raise RetryLater(f"model unavailable: {exc}", countdown) from exc
             reason = "model_unavailable" if exc.retryable else "model_rejected"
-            self._dead_input(cid, token, version, env.message_id, reason, str(exc), raw, attempts)
+            return self._dead_input(cid, token, version, env.message_id, reason, str(exc), raw, attempts)
 
     def _turn(self, cid: str, token: int, env: Envelope, state: bytes | None, version: int,
-              ctx: dict[str, Any]) -> None:
+              ctx: dict[str, Any]) -> CommitResult:
         started = time.perf_counter()
         result: TurnResult = self.chat.run_turn(state, system=env.system or self.config.system_prompt,
                                                 user=env.text or "")
@@ -188,21 +187,23 @@ class ConversationService:
                  "finish": result.finish_reason, "model_calls": result.model_calls, "tool_calls": result.tool_calls,
                  "prompt_tokens": result.usage.prompt_tokens if result.usage else None,
                  "reset": result.reset, "parts": len(record.parts)}
-        self._commit(cid, token, version, env, result.state, record.to_bytes(), trace)
+        done = self._commit(cid, token, version, env, result.state, record.to_bytes(), trace)
         metrics.TURN_SECONDS.observe(time.perf_counter() - started)
         metrics.INPUTS.labels("message", "applied").inc()
         log.info("turn applied", extra={**ctx, "parts": len(record.parts), "finish": result.finish_reason})
         self.wake("deliver", cid)
         if result.needs_compaction:
             self.wake("compact", cid)
+        return done
 
-    def _splice(self, cid: str, token: int, env: Envelope, state: bytes | None, version: int) -> None:
+    def _splice(self, cid: str, token: int, env: Envelope, state: bytes | None, version: int) -> CommitResult:
         result = self.chat.splice(state, env.state or b"")
         new_state = result.state if result.applied else None
-        self._commit(cid, token, version, env, new_state, None,
-                     {"splice": result.applied, "reason": result.reason, "kept_new": result.kept_new_messages})
+        done = self._commit(cid, token, version, env, new_state, None,
+                            {"splice": result.applied, "reason": result.reason, "kept_new": result.kept_new_messages})
         self.store.clear_compacting(cid)
         metrics.COMPACTIONS.labels("spliced" if result.applied else "stale").inc()
+        return done
 
     def _quarantine_if(self, cid: str, token: int, state: bytes | None, version: int,
                        problem: Any) -> tuple[bytes | None, int]:
@@ -216,16 +217,15 @@ class ConversationService:
         return None, version
 
     def _commit(self, cid: str, token: int, version: int, env: Envelope, new_state: bytes | None,
-                reply: bytes | None, trace: dict[str, Any]) -> None:
+                reply: bytes | None, trace: dict[str, Any]) -> CommitResult:
         entry = {"at": time.time(), "id": env.message_id, "kind": env.kind, **trace}
-        result = self.store.commit(
+        return self.store.commit(
             cid, token, expected_version=version, input_id=env.message_id, new_state=new_state, reply=reply,
-            trace=msgpack.packb(entry, use_bin_type=True), dead=None, lease_ms=self.config.lease_ms,
+            trace=msgpack.packb(entry, use_bin_type=True), dead=None, lease_ms=self.config.lease_ms, advance=True,
         )
-        metrics.MAILBOX_DEPTH.set(result.depth)
 
     def _dead_input(self, cid: str, token: int, version: int, input_id: str, reason: str, detail: str,
-                    raw: bytes, attempts: int) -> None:
+                    raw: bytes, attempts: int) -> CommitResult:
         log.error("input dead-lettered", extra={"conversation_id": cid, "message_id": input_id, "reason": reason,
                                                 "detail": detail})
         metrics.DEAD_LETTERS.labels("input", reason).inc()
@@ -233,9 +233,9 @@ class ConversationService:
         dead = DeadLetter(what="input", id=input_id, reason=reason, detail=detail[:2000], payload=raw,
                           attempts=attempts)
         entry = {"at": time.time(), "id": input_id, "dead": reason, "detail": detail[:500]}
-        self.store.commit(cid, token, expected_version=version, input_id=input_id, new_state=None, reply=None,
-                          trace=msgpack.packb(entry, use_bin_type=True), dead=dead.to_bytes(),
-                          lease_ms=self.config.lease_ms)
+        return self.store.commit(cid, token, expected_version=version, input_id=input_id, new_state=None,
+                                 reply=None, trace=msgpack.packb(entry, use_bin_type=True), dead=dead.to_bytes(),
+                                 lease_ms=self.config.lease_ms, advance=True)
 
     def _text(self, text: str | None) -> str | None:
         return text

@@ -1,7 +1,8 @@
 """The lost wake-up, on a real redis-server, with no sweeper to rescue a stranded input.
 
 A producer pushes an input while the drainer is finishing: its wake-up finds the lease still held and ends,
-so the drainer's release must notice the push and keep draining. The test puts a push (and its wake-up)
+so the drainer's last commit (which gives the lease up when the mailbox is empty, in the same script) must
+notice the push and hand it back. The test puts a push (and its wake-up)
 into exactly that window for every conversation — thousands of races — with eight drainer threads taking
 wake-ups like Celery workers would.
 """
@@ -41,30 +42,31 @@ def test_no_input_is_stranded_by_enqueue_finish_races(redis_url: str) -> None:
     pushed: set[str] = set()
     lock = threading.Lock()
     busy = [0]
-    real_release = store.release
-    real_acquire = store.acquire
+    real_commit = store.commit
+    real_begin = store.begin
 
-    def acquire(cid: str, lease_ms: int):  # type: ignore[no-untyped-def]
-        lease = real_acquire(cid, lease_ms)
-        if lease is None:
+    def begin(cid: str, lease_ms: int):  # type: ignore[no-untyped-def]
+        b = real_begin(cid, lease_ms)
+        if b.status == "busy":
             with lock:
                 busy[0] += 1
-        return lease
+        return b
 
-    def release_with_a_push_in_the_window(cid: str, token: int, *, force: bool = False) -> bool:
+    def commit_with_a_push_in_the_window(cid: str, token: int, **kw):  # type: ignore[no-untyped-def]
         with lock:
             first = cid not in pushed
             pushed.add(cid)
-        if first and not force:
-            # The push, and its wake-up taken by another worker right away, while we still hold the lease.
+        if first:
+            # The drainer is finishing the last input it knows of. Now a push, and its wake-up taken by another
+            # worker right away, while we still hold the lease: that worker is turned away.
             other = threading.Thread(target=service.drain, args=(cid,))
             racing_client.send_event(cid, "second", message_id=f"{cid}-2")
             other.start()
             other.join()
-        return real_release(cid, token, force=force)
+        return real_commit(cid, token, **kw)
 
-    store.release = release_with_a_push_in_the_window  # type: ignore[method-assign]
-    store.acquire = acquire  # type: ignore[method-assign]
+    store.commit = commit_with_a_push_in_the_window  # type: ignore[method-assign]
+    store.begin = begin  # type: ignore[method-assign]
 
     def drain() -> None:
         while (cid := wakeups.get()) is not None:

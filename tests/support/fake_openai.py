@@ -14,6 +14,11 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 
+class _Server(ThreadingHTTPServer):
+    request_queue_size = 1024  # the default backlog of 5 refuses connections under a burst
+    daemon_threads = True
+
+
 class FakeOpenAI:
     def __init__(self, *, delay: float = 0.0) -> None:
         self.delay = delay
@@ -23,6 +28,8 @@ class FakeOpenAI:
         self.summary_delay = 0.0
         self.fault: Any = None  # callable(body) -> (status, payload, headers) | None, consulted on every request
         self.on_request: Any = None  # callable(body) -> None, e.g. to kill the worker that asked
+        self.in_flight = 0
+        self.max_in_flight = 0
         outer = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -45,7 +52,7 @@ class FakeOpenAI:
             def log_message(self, *args: Any) -> None:
                 pass
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server = _Server(("127.0.0.1", 0), Handler)
         self.server.daemon_threads = True
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
 
@@ -85,7 +92,14 @@ class FakeOpenAI:
             time.sleep(self.summary_delay)
             text = "Summary: " + str(len(json.dumps(messages)))
         else:
-            time.sleep(self.delay)
+            with self.lock:
+                self.in_flight += 1
+                self.max_in_flight = max(self.max_in_flight, self.in_flight)
+            try:
+                time.sleep(self.delay)
+            finally:
+                with self.lock:
+                    self.in_flight -= 1
             users = [m for m in messages if m.get("role") == "user"]
             last = users[-1].get("content", "") if users else ""
             if isinstance(last, list):

@@ -1,6 +1,16 @@
 """The Lua scripts. Each touches only the keys of one conversation (one hash tag), so each runs atomically
 on a standalone Redis and on a Cluster. Return codes: a negative first element is a refusal."""
 
+HEAD_ID = """
+local function head_id(entry)
+  if not entry then return nil end
+  local nl = string.find(entry, '\\n', 1, true)
+  if not nl then return entry end
+  return string.sub(entry, 1, nl - 1)
+end
+"""
+
+
 # KEYS: inbox, seen, then every key of the conversation when an idle TTL is set
 # ARGV: id, entry, now_ms, max_inbox, dedupe_max, dedupe_ms, ttl_ms
 ACCEPT = """
@@ -37,6 +47,21 @@ redis.call('SET', KEYS[1], t, 'PX', ARGV[1])
 return t
 """
 
+# KEYS: hold, inbox, lease, fence, state, attempts   ARGV: lease_ms
+# One round trip to start draining: {-2} held for a retry, {0} nothing waiting, {-1} another worker holds the
+# lease; else take the lease and return {token, head entry, blob, version, attempts at the head}.
+BEGIN = HEAD_ID + """
+if redis.call('EXISTS', KEYS[1]) == 1 then return {-2} end
+local head = redis.call('LINDEX', KEYS[2], 0)
+if not head then return {0} end
+if redis.call('EXISTS', KEYS[3]) == 1 then return {-1} end
+local t = redis.call('INCR', KEYS[4])
+redis.call('SET', KEYS[3], t, 'PX', ARGV[1])
+local s = redis.call('HMGET', KEYS[5], 'blob', 'version')
+local a = redis.call('HINCRBY', KEYS[6], head_id(head), 1)
+return {t, head, s[1], s[2] or '0', a}
+"""
+
 # KEYS: inbox, state   -> {head entry or false, blob or false, version}
 HEAD = """
 local head = redis.call('LINDEX', KEYS[1], 0)
@@ -50,19 +75,11 @@ if redis.call('GET', KEYS[1]) ~= ARGV[1] then return -1 end
 return redis.call('HINCRBY', KEYS[2], ARGV[2], tonumber(ARGV[3]))
 """
 
-local_check = """
-local function head_id(entry)
-  if not entry then return nil end
-  local nl = string.find(entry, '\\n', 1, true)
-  if not nl then return entry end
-  return string.sub(entry, 1, nl - 1)
-end
-"""
 
 # KEYS: fence, state, inbox, attempts, outbox, trace, dead, lease, then every key when an idle TTL is set
 # ARGV: token, expected_version, input_id, state_mode (keep|set|clear), blob, reply_entry, trace_entry,
 #       dead_entry, lease_ms, trace_max, dead_max, ttl_ms
-COMMIT = local_check + """
+COMMIT = HEAD_ID + """
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return {-1, 0} end
 local v = tonumber(redis.call('HGET', KEYS[2], 'version') or '0')
 if v ~= tonumber(ARGV[2]) then return {-2, v} end
@@ -85,12 +102,28 @@ if ARGV[8] ~= '' then
   redis.call('RPUSH', KEYS[7], ARGV[8])
   redis.call('LTRIM', KEYS[7], -tonumber(ARGV[11]), -1)
 end
-redis.call('SET', KEYS[8], ARGV[1], 'PX', ARGV[9])
 local ttl = tonumber(ARGV[12])
 if ttl > 0 then
   for i = 9, #KEYS do redis.call('PEXPIRE', KEYS[i], ttl) end
 end
-return {v + 1, redis.call('LLEN', KEYS[3])}
+local depth = redis.call('LLEN', KEYS[3])
+if ARGV[13] == '1' then
+  -- Advance: hand back the next input (counting an attempt at it), or give the lease up when there is none.
+  -- Atomic with the pop, so a producer's push either lands before (and is returned) or finds no lease.
+  if depth == 0 then
+    redis.call('DEL', KEYS[8])
+    return {v + 1, 0, 1}
+  end
+  redis.call('SET', KEYS[8], ARGV[1], 'PX', ARGV[9])
+  local nxt = redis.call('LINDEX', KEYS[3], 0)
+  local a = redis.call('HINCRBY', KEYS[4], head_id(nxt), 1)
+  if mode == 'keep' then
+    return {v + 1, depth, 0, nxt, a, redis.call('HGET', KEYS[2], 'blob')}
+  end
+  return {v + 1, depth, 0, nxt, a}
+end
+redis.call('SET', KEYS[8], ARGV[1], 'PX', ARGV[9])
+return {v + 1, depth}
 """
 
 # KEYS: fence, lease, list (inbox or outbox)   ARGV: token, force
@@ -147,7 +180,7 @@ return 1
 
 # KEYS: dfence, outbox, sent, delivered, dlease
 # ARGV: token, reply_id, part, provider_id, is_last, delivered_max, lease_ms
-MARK_SENT = local_check + """
+MARK_SENT = HEAD_ID + """
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return -1 end
 if head_id(redis.call('LINDEX', KEYS[2], 0)) ~= ARGV[2] then return -3 end
 local ids = redis.call('HGET', KEYS[3], 'ids')
@@ -166,7 +199,7 @@ return 1
 """
 
 # KEYS: dfence, outbox, sent, dead   ARGV: token, reply_id, dead_entry, dead_max
-DEAD_REPLY = local_check + """
+DEAD_REPLY = HEAD_ID + """
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return -1 end
 if head_id(redis.call('LINDEX', KEYS[2], 0)) ~= ARGV[2] then return -3 end
 redis.call('LPOP', KEYS[2])

@@ -68,8 +68,26 @@ class Snapshot:
 
 @dataclass(frozen=True)
 class CommitResult:
+    """``version`` and ``depth`` after the commit. With ``advance``: ``released`` when the mailbox was empty and
+    the lease was given up, else the next input (``next``) with the attempts counted at it."""
+
     version: int
     depth: int
+    released: bool = False
+    next: Snapshot | None = None
+    next_attempts: int = 0
+
+
+@dataclass(frozen=True)
+class Begin:
+    """The start of a drain: ``status`` is ``ok`` (the lease is ours: ``token``, the head input and the state in
+    ``snapshot``, ``attempts`` at the head), ``empty``, ``busy`` (another worker holds the lease) or ``held``
+    (a failing input waits for its scheduled retry)."""
+
+    status: str
+    token: int = 0
+    snapshot: Snapshot | None = None
+    attempts: int = 0
 
 
 @dataclass(frozen=True)
@@ -125,10 +143,12 @@ class ConversationStore:
         self.prefix = prefix
         self.limits = limits or StoreLimits()
         self.g = GlobalKeys(prefix)
+        self._cluster = hasattr(client, "get_nodes")  # a Cluster client sends a pipeline's commands per node
         s = client.register_script
         self._accept = s(lua.ACCEPT)
         self._acquire = s(lua.ACQUIRE)
         self._head = s(lua.HEAD)
+        self._begin = s(lua.BEGIN)
         self._note_attempt = s(lua.NOTE_ATTEMPT)
         self._commit = s(lua.COMMIT)
         self._release = s(lua.RELEASE)
@@ -165,13 +185,19 @@ class ConversationStore:
         """
         k = self.keys(cid)
         now = self._now_ms()
-        # Before the push: the sweeper must know of any conversation that might have work.
-        self.r.zadd(self.g.pending, {cid: now})
-        code, depth = self._accept(
-            keys=[k.inbox, k.seen, *self._ttl_keys(k)],
-            args=[input_id, join_entry(input_id, envelope), now, max_inbox or self.limits.max_inbox,
-                  self.limits.dedupe_max_ids, self.limits.dedupe_ms, self.limits.idle_ttl_ms],
-        )
+        # One round trip. The ZADD goes first: the sweeper must know of any conversation that might have work.
+        # (On a Cluster the two commands go to different nodes and the pipeline sends them in turn.)
+        keys = [k.inbox, k.seen, *self._ttl_keys(k)]
+        args = [input_id, join_entry(input_id, envelope), now, max_inbox or self.limits.max_inbox,
+                self.limits.dedupe_max_ids, self.limits.dedupe_ms, self.limits.idle_ttl_ms]
+        if self._cluster:
+            self.r.zadd(self.g.pending, {cid: now})
+            code, depth = self._accept(keys=keys, args=args)
+        else:
+            pipe = self.r.pipeline(transaction=False)
+            pipe.zadd(self.g.pending, {cid: now})
+            self._accept(keys=keys, args=args, client=pipe)
+            code, depth = pipe.execute()[1]
         if int(code) < 0:
             raise InboxFullError(f"conversation {cid} has {depth} inputs waiting; the limit is "
                                  f"{max_inbox or self.limits.max_inbox}")
@@ -185,6 +211,18 @@ class ConversationStore:
         k = self.keys(cid)
         token = int(self._acquire(keys=[k.lease, k.fence], args=[lease_ms]))
         return Lease(cid, token) if token > 0 else None
+
+    @_wrap
+    def begin(self, cid: str, lease_ms: int) -> Begin:
+        """Start draining in one round trip: check the hold, the mailbox and the lease; take the lease; read
+        the head input and the state; count an attempt at the head."""
+        k = self.keys(cid)
+        res = self._begin(keys=[k.hold, k.inbox, k.lease, k.fence, k.state, k.attempts], args=[lease_ms])
+        code = int(res[0])
+        if code <= 0:
+            return Begin({0: "empty", -1: "busy", -2: "held"}[code])
+        input_id, payload = split_entry(res[1])
+        return Begin("ok", code, Snapshot(payload, input_id, res[2], int(res[3])), int(res[4]))
 
     @_wrap
     def head(self, cid: str) -> Snapshot:
@@ -219,9 +257,12 @@ class ConversationStore:
     @_wrap
     def commit(self, cid: str, token: int, *, expected_version: int, input_id: str, new_state: bytes | None,
                reply: bytes | None = None, reply_id: str | None = None, trace: bytes | None = None,
-               dead: bytes | None = None, lease_ms: int = 180_000) -> CommitResult:
+               dead: bytes | None = None, lease_ms: int = 180_000, advance: bool = False) -> CommitResult:
         """Apply one input atomically: write the state (``None`` keeps it, ``b""`` clears it), remove the input
         from the mailbox, queue the reply, append the trace entry or the dead letter, renew the lease.
+
+        With ``advance`` the result carries the next input (attempt counted), or ``released`` when the mailbox is
+        empty and the lease was given up in the same step (so no producer's wake-up can be lost).
 
         Raises :class:`~worker.errors.StaleLeaseError` and changes nothing when another worker took the
         conversation over, the state version moved, or the input is no longer at the head of the mailbox.
@@ -229,12 +270,13 @@ class ConversationStore:
         k = self.keys(cid)
         mode = "keep" if new_state is None else ("clear" if new_state == b"" else "set")
         reply_entry = join_entry(reply_id or input_id, reply) if reply is not None else b""
-        code, extra = self._commit(
+        res = self._commit(
             keys=[k.fence, k.state, k.inbox, k.attempts, k.outbox, k.trace, k.dead, k.lease, *self._ttl_keys(k)],
             args=[token, expected_version, input_id, mode, new_state or b"", reply_entry, trace or b"",
-                  dead or b"", lease_ms, self.limits.trace_max, self.limits.dead_max, self.limits.idle_ttl_ms],
+                  dead or b"", lease_ms, self.limits.trace_max, self.limits.dead_max, self.limits.idle_ttl_ms,
+                  "1" if advance else "0"],
         )
-        code = int(code)
+        code, extra = int(res[0]), res[1]
         if code == -1:
             raise StaleLeaseError(f"lease on {cid} was taken over; commit refused")
         if code == -2:
@@ -243,6 +285,13 @@ class ConversationStore:
             raise StaleLeaseError(f"input {input_id} of {cid} is no longer at the head of the mailbox")
         if dead:
             self.r.zadd(self.g.dead_index, {cid: self._now_ms()})
+        if advance and len(res) >= 3 and int(res[2]) == 1:
+            return CommitResult(version=code, depth=0, released=True)
+        if advance and len(res) >= 5:
+            next_id, payload = split_entry(res[3])
+            after = {"set": new_state, "clear": None}.get(mode, res[5] if len(res) >= 6 else None)
+            return CommitResult(version=code, depth=int(extra), next=Snapshot(payload, next_id, after, code),
+                                next_attempts=int(res[4]))
         return CommitResult(version=code, depth=int(extra))
 
     @_wrap

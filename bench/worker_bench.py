@@ -1,0 +1,195 @@
+"""Parley's worker measured where users feel it, each figure next to a baseline from the same run.
+
+    python bench/worker_bench.py [--quick]
+
+1. Throughput of game events through the full path (enqueue, mailbox, state load, apply, Lua commit) against a
+   no-op Celery task drained by the same worker configuration. Target: at least 0.8 of the no-op rate.
+2. Latency Parley adds to a chat turn with an instant model: enqueue -> reply committed, and -> delivered to a
+   loopback WhatsApp server, p50/p99, against one no-op Celery round trip. Target: p50 at most 2x.
+3. LLM-bound load: a loopback model that answers in 2 s; turns in flight, turns/s, worker CPU.
+   Target: >= 500 in flight, >= 200 turns/s, CPU to spare.
+4. Memory: worker RSS after 1,000 and after 10,000 conversations. Target: flat.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import msgpack
+import redis
+
+from tests.support.fake_openai import FakeOpenAI
+from tests.support.fake_whatsapp import FakeWhatsApp
+from tests.support.redis_server import start_redis
+from tests.support.workers import WorkerProcess, wait_until, worker_env
+from worker.settings import Settings
+
+QUEUE = "parley"
+
+
+def rss_kb(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    return 0
+
+
+def cpu_seconds(pid: int) -> float:
+    with open(f"/proc/{pid}/stat") as f:
+        parts = f.read().rsplit(")", 1)[1].split()
+    return (int(parts[11]) + int(parts[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def pct(xs: list[float], p: float) -> float:
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(len(xs) * p))]
+
+
+class Rig:
+    def __init__(self) -> None:
+        self.redis = start_redis()
+        self.llm = FakeOpenAI().start()
+        self.wa = FakeWhatsApp().start()
+        self.r = redis.Redis.from_url(self.redis.url)
+        self.env = worker_env(self.redis.url, PARLEY_LLM_PROVIDER="openai", OPENAI_API_KEY="k",
+                              OPENAI_BASE_URL=self.llm.base_url, WHATSAPP_API_BASE_URL=self.wa.base_url,
+                              WHATSAPP_PHONE_NUMBER_ID="1", WHATSAPP_ACCESS_TOKEN="t", PARLEY_LOG_LEVEL="WARNING",
+                              PARLEY_COMPACTION_SUMMARIZE="false", PARLEY_SWEEP_INTERVAL="30")
+        self.settings = Settings(redis_url=self.redis.url, key_prefix=self.env["PARLEY_KEY_PREFIX"])
+        from tasks.app import make_app
+        from worker.client import ConversationClient
+
+        self.app = make_app(self.settings)
+        self.client = ConversationClient._from_settings(self.settings)
+
+    def worker(self, name: str, pool: str, concurrency: int) -> WorkerProcess:
+        w = WorkerProcess(name, self.env, pool=pool, concurrency=concurrency).start()
+        # Ready when it has run a task (queued behind whatever is waiting, so wait for an idle moment first).
+        wait_until(lambda: "[tasks]" in w.log(), 60)
+        return w
+
+    def queue_empty(self) -> bool:
+        return self.r.llen(QUEUE) == 0
+
+    def stop(self) -> None:
+        self.wa.stop()
+        self.llm.stop()
+        self.redis.stop()
+
+
+def throughput(rig: Rig, pool: str, concurrency: int, n: int, conversations: int) -> tuple[float, float]:
+    for i in range(n):
+        rig.app.send_task("parley.noop", args=[i])
+    w = rig.worker(f"noop-{pool}", pool, concurrency)
+    t = time.perf_counter()
+    wait_until(rig.queue_empty, 600, interval=0.005)
+    noop = n / (time.perf_counter() - t)
+    w.stop()
+    tag = f"{pool[0]}{concurrency}"
+    cids = [f"4478{tag}{i:06d}" for i in range(conversations)]
+    for i in range(n):
+        cid = cids[i % conversations]
+        rig.client.send_event(cid, f"User has just tagged place {i}", message_id=f"e{tag}{i}")
+    store = rig.client.store
+    w = rig.worker(f"events-{pool}", pool, concurrency)
+    t = time.perf_counter()
+    wait_until(lambda: rig.queue_empty() and all(store.inbox_depth(c) == 0 for c in cids[:50]), 600, interval=0.005)
+    wait_until(lambda: all(store.inbox_depth(c) == 0 for c in cids), 600, interval=0.01)
+    parley = n / (time.perf_counter() - t)
+    w.stop()
+    return noop, parley
+
+
+def latency(rig: Rig, samples: int) -> None:
+    w = rig.worker("latency", "threads", 16)
+    key = "bench:ping"
+    rtt = []
+    for _ in range(samples):
+        sent = time.time()
+        rig.app.send_task("parley.ping", args=[key, sent])
+        _, v = rig.r.blpop(key, 10)
+        a, b = v.decode().split(":")
+        rtt.append(float(b) - float(a))
+    committed, delivered = [], []
+    store = rig.client.store
+    for i in range(samples):
+        cid = "447800000001"
+        before = len(rig.wa.sent)
+        sent = time.time()
+        rig.client.send_message(cid, f"hi {i}", message_id=f"lat{i}")
+        wait_until(lambda: len(rig.wa.sent) > before, 10, interval=0.0002)  # noqa: B023
+        delivered.append(time.time() - sent)
+        entry = msgpack.unpackb(store.trace(cid, 1)[0], raw=False)
+        committed.append(entry["at"] - sent)
+    w.stop()
+    b50 = statistics.median(rtt)
+    print(f"2) latency (p50 / p99 ms): no-op Celery round trip {b50 * 1e3:.2f} / {pct(rtt, .99) * 1e3:.2f}; "
+          f"turn committed {statistics.median(committed) * 1e3:.2f} / {pct(committed, .99) * 1e3:.2f} "
+          f"({statistics.median(committed) / b50:.2f}x); delivered {statistics.median(delivered) * 1e3:.2f} / "
+          f"{pct(delivered, .99) * 1e3:.2f} ({statistics.median(delivered) / b50:.2f}x)   target: committed p50 <= 2x")
+
+
+def llm_bound(rig: Rig, turns: int, concurrency: int) -> None:
+    rig.llm.delay = 2.0
+    rig.llm.max_in_flight = 0
+    w = rig.worker("llm-bound", "threads", concurrency)
+    cpu0, t0 = cpu_seconds(w.proc.pid), time.perf_counter()  # type: ignore[union-attr]
+    sent_before = len(rig.wa.sent)
+    for i in range(turns):
+        rig.client.send_message(f"4479{i:08d}", f"question {i}", message_id=f"llm{i}")
+    enq = time.perf_counter() - t0
+    wait_until(lambda: len(rig.wa.sent) - sent_before >= turns, 600, interval=0.05)
+    elapsed = time.perf_counter() - t0
+    cpu = cpu_seconds(w.proc.pid) - cpu0  # type: ignore[union-attr]
+    w.stop()
+    rig.llm.delay = 0.0
+    print(f"3) LLM-bound ({turns} turns, model answers in 2 s, threads pool x{concurrency}, one process): "
+          f"max in flight {rig.llm.max_in_flight} (target >= 500); {turns / elapsed:.0f} turns/s end to end "
+          f"(target >= 200; enqueue took {enq:.1f} s); worker CPU {cpu / elapsed:.2f} cores of 2")
+
+
+def memory(rig: Rig, conversations: int) -> None:
+    w = rig.worker("memory", "threads", 16)
+    pid = w.proc.pid  # type: ignore[union-attr]
+    marks = {}
+    sent_before = len(rig.wa.sent)
+    for i in range(conversations):
+        rig.client.send_message(f"4476{i:08d}", f"hello {i}", message_id=f"mem{i}")
+        if (i + 1) in (1000, conversations):
+            wait_until(lambda: len(rig.wa.sent) - sent_before >= i + 1, 600, interval=0.05)  # noqa: B023
+            time.sleep(1.0)
+            marks[i + 1] = rss_kb(pid)
+    w.stop()
+    a, b = marks[1000], marks[conversations]
+    print(f"4) memory: worker RSS after 1,000 conversations {a / 1024:.1f} MB, after {conversations:,} "
+          f"{b / 1024:.1f} MB ({b / a:.2f}x; target flat)")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--quick", action="store_true")
+    args = ap.parse_args()
+    n = 3000 if args.quick else 10000
+    rig = Rig()
+    try:
+        for pool, conc in (("threads", 16), ("prefork", 2)):
+            noop, parley = throughput(rig, pool, conc, n, 500)
+            print(f"1) throughput, {pool} x{conc}: no-op {noop:.0f} tasks/s; game events {parley:.0f} inputs/s "
+                  f"= {parley / noop:.2f} of no-op (target >= 0.8)")
+        latency(rig, 100 if args.quick else 300)
+        llm_bound(rig, 1000 if args.quick else 2000, 600)
+        memory(rig, 3000 if args.quick else 10000)
+    finally:
+        rig.stop()
+
+
+if __name__ == "__main__":
+    main()
