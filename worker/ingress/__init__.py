@@ -1,0 +1,1 @@
+"""WhatsApp webhook ingress: parsing and the ASGI app."""
