@@ -117,6 +117,12 @@ _stop = threading.Event()
 @signals.worker_ready.connect
 def _start_sweeper(**_: Any) -> None:
     threading.Thread(target=_sweeper_loop, args=(_stop,), name="parley-sweeper", daemon=True).start()
+    port = get_settings().metrics_port
+    if port:
+        from prometheus_client import start_http_server
+
+        start_http_server(port)
+        log.info("serving Prometheus metrics", extra={"port": port})
 
 
 @signals.worker_shutdown.connect

@@ -60,3 +60,28 @@ def test_duplicate_submissions_apply_once(cluster: Cluster) -> None:
     assert wait_until(lambda: len(cluster.whatsapp.sent) >= 1, 30)
     assert not wait_until(lambda: len(cluster.whatsapp.sent) > 1, 2)
     assert cluster.whatsapp.texts_for("447700900999") == ["ack:hello"]
+
+
+@pytest.mark.parametrize("cluster", [{"env": {"PARLEY_METRICS_PORT": "0"}}], indirect=True)
+def test_worker_serves_prometheus_metrics(cluster: Cluster) -> None:
+    import httpx
+
+    from tests.support.redis_server import free_port
+
+    port = free_port()
+    cluster.env["PARLEY_METRICS_PORT"] = str(port)
+    cluster.start_worker("metrics")
+    cluster.client().send_message("447700900777", "count me", message_id="m1")
+    assert wait_until(lambda: len(cluster.whatsapp.sent) >= 1, 30)
+
+    def scraped() -> str:
+        try:
+            return httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=1).text
+        except httpx.HTTPError:
+            return ""
+
+    assert wait_until(lambda: 'parley_inputs_total{kind="message",outcome="applied"} 1.0' in scraped(), 10)
+    text = scraped()
+    for name in ("parley_turn_seconds_bucket", "parley_llm_seconds_bucket", "parley_tokens_total",
+                 'parley_deliveries_total{outcome="sent"}'):
+        assert name in text, name

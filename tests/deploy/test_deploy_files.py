@@ -1,0 +1,53 @@
+"""The deployment files: Procfile, compose file and Dockerfile agree with the code (docker's engine does not
+run on these machines, so they are validated here)."""
+
+from __future__ import annotations
+
+import pathlib
+import re
+
+import yaml
+
+from worker.settings import Settings
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+
+
+def known_env() -> set[str]:
+    names = set()
+    for name, field in Settings.model_fields.items():
+        names.add(f"PARLEY_{name.upper()}")
+        alias = field.validation_alias
+        if alias is not None and hasattr(alias, "choices"):
+            names.update(str(c) for c in alias.choices)
+    return names
+
+
+def test_procfile_names_every_process() -> None:
+    procs = dict(line.split(":", 1) for line in (ROOT / "Procfile").read_text().splitlines()
+                 if line.strip() and not line.startswith("#"))
+    assert set(procs) == {"worker", "webhook"}
+    assert "celery -A tasks worker" in procs["worker"] and "--pool threads" in procs["worker"]
+    assert "worker.ingress.app:app" in procs["webhook"]
+
+
+def test_compose_file_is_valid_and_uses_known_settings() -> None:
+    compose = yaml.safe_load((ROOT / "docker" / "compose.yaml").read_text())
+    services = compose["services"]
+    assert {"redis", "worker", "webhook"} <= set(services)
+    assert "--appendonly" in services["redis"]["command"]
+    known = known_env()
+    for name in ("worker", "webhook"):
+        svc = services[name]
+        assert svc["build"]["dockerfile"] == "docker/Dockerfile"
+        assert (ROOT / svc["build"]["context"].replace("..", ".")).exists() or svc["build"]["context"] == ".."
+        unknown = set(svc["environment"]) - known
+        assert not unknown, f"{name}: unknown settings {unknown}"
+    assert services["worker"]["command"][:4] == ["celery", "-A", "tasks", "worker"]
+
+
+def test_dockerfile_copies_what_exists() -> None:
+    text = (ROOT / "docker" / "Dockerfile").read_text()
+    for src in re.findall(r"^COPY (\S+)", text, flags=re.M):
+        assert (ROOT / src).exists(), src
+    assert "parley health" in text
