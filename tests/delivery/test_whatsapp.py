@@ -37,7 +37,7 @@ def test_send_text_body_auth_and_wamid(api: FakeWhatsApp) -> None:
     assert sent["body"] == {"messaging_product": "whatsapp", "recipient_type": "individual", "type": "text",
                             "to": "447700900123", "text": {"preview_url": False, "body": "Hello from Parley"},
                             "context": {"message_id": "wamid.in1"}}
-    assert api.headers[0]["Authorization"] == "Bearer tok"
+    assert api.headers[0]["authorization"] == "Bearer tok"
 
 
 def test_business_scoped_user_ids_go_in_recipient(api: FakeWhatsApp) -> None:

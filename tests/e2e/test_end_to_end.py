@@ -40,7 +40,7 @@ def test_many_conversations_in_order_once_each(cluster: Cluster) -> None:
     seen = [json.dumps(r["messages"]) for r in cluster.llm.requests]
     assert any(EVENT_PREFIX.strip() in s and "tagged Harrogate Theatre" in s for s in seen)
     # Auth and body shape on the WhatsApp side.
-    assert cluster.whatsapp.headers[0].get("Authorization") == "Bearer test-token"
+    assert cluster.whatsapp.headers[0].get("authorization") == "Bearer test-token"
     assert cluster.whatsapp.sent[0]["path"] == "/v21.0/106540352242922/messages"
     # Compaction ran in the background (the budget is tiny) and kept the pinned event.
     store = cluster.store()

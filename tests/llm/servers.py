@@ -11,15 +11,11 @@ import json
 import threading
 import time
 from collections import deque
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from tests.support.loopback import LoopbackServer
+
 Step = Any
-
-
-class _Server(ThreadingHTTPServer):
-    request_queue_size = 1024  # the default backlog of 5 refuses connections under a burst
-    daemon_threads = True
 
 
 class ScriptedServer:
@@ -30,64 +26,34 @@ class ScriptedServer:
         self.paths: list[str] = []
         self.lock = threading.Lock()
         self.default: Step | None = None
-        outer = self
+        self.http = LoopbackServer(self._answer).start()
 
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-            disable_nagle_algorithm = True  # headers and body go out as separate writes
-
-            def do_POST(self) -> None:
-                raw = self.rfile.read(int(self.headers.get("Content-Length", "0")))
-                body = json.loads(raw or b"{}")
-                with outer.lock:
-                    outer.requests.append(body)
-                    outer.headers.append({k.lower(): v for k, v in self.headers.items()})
-                    outer.paths.append(self.path)
-                    step = outer.script.popleft() if outer.script else outer.default
-                if callable(step):
-                    step = step(body)
-                while isinstance(step, tuple) and step and step[0] == "sleep":
-                    time.sleep(step[1])
-                    step = step[2]
-                if isinstance(step, tuple) and step and step[0] == "close":
-                    self.close_connection = True
-                    self.connection.shutdown(2)
-                    return
-                if isinstance(step, tuple) and step and step[0] == "raw":
-                    _, status, data = step
-                    self.send_response(status)
-                    self.send_header("Content-Type", "application/json")
-                    self.send_header("Content-Length", str(len(data)))
-                    self.end_headers()
-                    self.wfile.write(data)
-                    return
-                status, payload, headers = step if step is not None else (500, {"error": "no script"}, {})
-                data = json.dumps(payload).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                for k, v in (headers or {}).items():
-                    self.send_header(k, v)
-                self.end_headers()
-                self.wfile.write(data)
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        self.server = _Server(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+    def _answer(self, path: str, headers: dict[str, str], body: Any) -> Any:
+        with self.lock:
+            self.requests.append(body)
+            self.headers.append(headers)
+            self.paths.append(path)
+            step = self.script.popleft() if self.script else self.default
+        if callable(step):
+            step = step(body)
+        while isinstance(step, tuple) and step and step[0] == "sleep":
+            time.sleep(step[1])
+            step = step[2]
+        if isinstance(step, tuple) and step and step[0] == "close":
+            return None
+        if isinstance(step, tuple) and step and step[0] == "raw":
+            return step[1], step[2], {}
+        return step if step is not None else (500, {"error": "no script"}, {})
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.server.server_address[1]}"
+        return self.http.url
 
     def push(self, *steps: Step) -> None:
         self.script.extend(steps)
 
     def stop(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+        self.http.stop()
 
 
 def openai_text(text: str, *, finish: str = "stop", usage: tuple[int, int, int] = (10, 5, 0), **extra: Any) -> Step:

@@ -10,13 +10,9 @@ import json
 import threading
 import time
 from collections import deque
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-
-class _Server(ThreadingHTTPServer):
-    request_queue_size = 1024  # the default backlog of 5 refuses connections under a burst
-    daemon_threads = True
+from tests.support.loopback import LoopbackServer
 
 
 class FakeOpenAI:
@@ -30,43 +26,18 @@ class FakeOpenAI:
         self.on_request: Any = None  # callable(body) -> None, e.g. to kill the worker that asked
         self.in_flight = 0
         self.max_in_flight = 0
-        outer = self
-
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-            disable_nagle_algorithm = True  # headers and body go out as separate writes
-
-            def do_POST(self) -> None:
-                length = int(self.headers.get("Content-Length", "0"))
-                body = json.loads(self.rfile.read(length) or b"{}")
-                status, payload, headers = outer.answer(body)
-                data = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                for k, v in headers.items():
-                    self.send_header(k, v)
-                self.end_headers()
-                self.wfile.write(data)
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        self.server = _Server(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.http = LoopbackServer(lambda path, headers, body: self.answer(body))
 
     @property
     def base_url(self) -> str:
-        return f"http://127.0.0.1:{self.server.server_address[1]}/v1"
+        return f"{self.http.url}/v1"
 
     def start(self) -> FakeOpenAI:
-        self.thread.start()
+        self.http.start()
         return self
 
     def stop(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+        self.http.stop()
 
     def fail(self, status: int, times: int = 1, *, retry_after: float | None = None) -> None:
         headers = {"Retry-After": str(retry_after)} if retry_after is not None else {}

@@ -1,0 +1,61 @@
+"""A JSON-over-HTTP server on loopback for standing in for providers (LLM APIs, WhatsApp)."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+# answer(path, headers, body) -> (status, payload as dict or raw bytes, headers), or None to drop the connection
+Answer = Callable[[str, dict[str, str], Any], "tuple[int, Any, dict[str, str]] | None"]
+
+
+class _Server(ThreadingHTTPServer):
+    request_queue_size = 1024  # the default backlog of 5 refuses connections under a burst
+    daemon_threads = True
+
+
+class LoopbackServer:
+    """Serves POSTs from ``answer`` on 127.0.0.1 and a free port, in a daemon thread."""
+
+    def __init__(self, answer: Answer) -> None:
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+            disable_nagle_algorithm = True  # headers and body go out as separate writes
+
+            def do_POST(self) -> None:
+                raw = self.rfile.read(int(self.headers.get("Content-Length", "0")))
+                result = answer(self.path, {k.lower(): v for k, v in self.headers.items()}, json.loads(raw or b"{}"))
+                if result is None:
+                    self.close_connection = True
+                    self.connection.shutdown(2)
+                    return
+                status, payload, headers = result
+                data = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                for k, v in (headers or {}).items():
+                    self.send_header(k, v)
+                self.end_headers()
+                self.wfile.write(data)
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.server = _Server(("127.0.0.1", 0), Handler)
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server.server_address[1]}"
+
+    def start(self) -> LoopbackServer:
+        self.thread.start()
+        return self
+
+    def stop(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
