@@ -145,35 +145,33 @@ def _need(cond: bool, what: str) -> None:
         raise StateDecodeError("invalid", what)
 
 
+
+
 def _dec_message(d: Any) -> Message:
-    _need(isinstance(d, dict), "message is not a map")
+    # Hot path (every message of every turn): one type check per field, no helper calls on the common path.
+    if type(d) is not dict:
+        raise StateDecodeError("invalid", "message is not a map")
     role = d.get("r")
-    _need(isinstance(role, str) and role in ROLES, f"unknown role {role!r}")
     content = d.get("c", "")
-    _need(isinstance(content, str), "content is not text")
-    calls = []
-    for c in d.get("tc", ()):
-        _need(isinstance(c, list) and len(c) == 3 and all(isinstance(x, str) for x in c), "bad tool call")
-        calls.append(ToolCall(id=c[0], name=c[1], arguments=c[2]))
-    ti = d.get("ti")
-    _need(ti is None or isinstance(ti, str), "bad tool_call_id")
-    name = d.get("n")
-    _need(name is None or isinstance(name, str), "bad name")
     seq = d.get("s", 0)
-    _need(isinstance(seq, int) and seq >= 0, "bad seq")
+    if role not in ROLES or type(content) is not str or type(seq) is not int or seq < 0:
+        raise StateDecodeError("invalid", f"bad message (role {role!r})")
+    calls: tuple[ToolCall, ...] = ()
+    tc = d.get("tc")
+    if tc is not None:
+        _need(isinstance(tc, list), "bad tool calls")
+        out = []
+        for c in tc:
+            _need(isinstance(c, list) and len(c) == 3 and all(isinstance(x, str) for x in c), "bad tool call")
+            out.append(ToolCall(id=c[0], name=c[1], arguments=c[2]))
+        calls = tuple(out)
+    ti = d.get("ti")
+    name = d.get("n")
     raw = d.get("raw")
-    _need(raw is None or isinstance(raw, dict), "bad raw")
-    return Message(
-        role=role,
-        content=content,
-        tool_calls=tuple(calls),
-        tool_call_id=ti,
-        name=name,
-        is_error=bool(d.get("e", False)),
-        pinned=bool(d.get("p", False)),
-        seq=seq,
-        raw=raw,
-    )
+    if (ti is not None and type(ti) is not str) or (name is not None and type(name) is not str) or (
+            raw is not None and type(raw) is not dict):
+        raise StateDecodeError("invalid", "bad tool_call_id, name or raw")
+    return Message(role, content, calls, ti, name, bool(d.get("e", False)), bool(d.get("p", False)), seq, raw)
 
 
 def _from_payload(p: Any) -> ConversationState:

@@ -3,7 +3,6 @@ LiteLLM) through ``base_url``."""
 
 from __future__ import annotations
 
-import copy
 import json
 from typing import Any
 
@@ -28,7 +27,8 @@ _FINISH: dict[str, FinishReason] = {
 
 def render_assistant(m: Message) -> dict[str, Any]:
     if m.raw is not None and m.raw.get("role") == "assistant" and "type" not in m.raw:
-        out = {k: copy.deepcopy(v) for k, v in m.raw.items() if k not in OUTPUT_ONLY}
+        # A shallow copy is enough: the body is serialised at once and nothing below mutates nested values.
+        out = {k: v for k, v in m.raw.items() if k not in OUTPUT_ONLY}
         if isinstance(out.get("audio"), dict):
             out["audio"] = {"id": out["audio"].get("id")}
         if out.get("audio") is None:
