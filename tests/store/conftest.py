@@ -53,7 +53,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         _cluster.stop()
     if _embedded is not None:
         try:
-            _embedded.shutdown(save=False, now=True)
+            _embedded.shutdown(nosave=True)
         except Exception:
             pass
         _embedded = None

@@ -42,10 +42,12 @@ RARE = 6
 class Worker:
     token: int | None = None
     snap: Snapshot | None = None  # the input being worked on (read under ``token``)
+    pc: str = "read"  # with no input in hand: "read" the head next, or "release" (the mailbox looked empty)
 
     def idle(self) -> None:
         self.token = None
         self.snap = None
+        self.pc = "read"
 
 
 def applied_ids(state: bytes | None) -> list[str]:
@@ -128,18 +130,27 @@ class MailboxMachine(RuleBasedStateMachine):
         use_begin = self.wakeups[i] if redeliver else self.wakeups.pop(i)
         self._start(w, use_begin)
 
-    @rule(w=st.integers(0, 1))
-    def read_head(self, w: int) -> None:
-        worker = self.workers[w]
-        if worker.token is not None and worker.snap is None:
-            snap = self.store.head(CID)
-            worker.snap = snap if snap.input is not None else None
-
     @rule(w=st.integers(0, 1), dead=st.booleans(), advance=st.booleans())
-    def commit(self, w: int, dead: bool, advance: bool) -> None:
+    def step(self, w: int, dead: bool, advance: bool) -> None:
+        """The worker does the next thing a drain does: read the head, apply it (or dead-letter it), and when
+        the mailbox looks empty, release (and go on if ``release`` says more arrived)."""
         worker = self.workers[w]
-        if worker.token is None or worker.snap is None or worker.snap.input_id is None:
+        if worker.token is None:
             return
+        if worker.snap is not None:
+            self.commit(w, dead=dead, advance=advance)
+        elif worker.pc == "read":
+            snap = self.store.head(CID)
+            if snap.input is not None:
+                worker.snap = snap
+            else:
+                worker.pc = "release"
+        else:
+            self.release(w)
+
+    def commit(self, w: int, *, dead: bool, advance: bool) -> None:
+        worker = self.workers[w]
+        assert worker.token is not None and worker.snap is not None and worker.snap.input_id is not None
         snap, input_id = worker.snap, worker.snap.input_id
         before = self._observed()
         new_state = None if dead else (snap.state or b"") + input_id.encode() + b","
@@ -159,6 +170,7 @@ class MailboxMachine(RuleBasedStateMachine):
         (self.dead if dead else self.applied).append(input_id)
         if not advance:
             worker.snap = None
+            worker.pc = "read"
         elif result.released:
             assert self.store.inbox_depth(CID) == 0
             worker.idle()
@@ -166,14 +178,13 @@ class MailboxMachine(RuleBasedStateMachine):
             assert result.next is not None and result.next.input_id == self.accepted[len(self.processed)]
             worker.snap = result.next
 
-    @rule(w=st.integers(0, 1))
     def release(self, w: int) -> None:
         worker = self.workers[w]
-        if worker.token is None or worker.snap is not None:
-            return
+        assert worker.token is not None and worker.snap is None
         more = self.store.release(CID, worker.token)
         if more:
             assert self.store.inbox_depth(CID) > 0 and worker.token == self.issued
+            worker.pc = "read"
         else:
             worker.idle()
 
@@ -218,16 +229,10 @@ class MailboxMachine(RuleBasedStateMachine):
         assert len(set(self.processed)) == len(self.processed)
 
     def _drain(self, w: int) -> None:
-        worker = self.workers[w]
         for _ in range(10_000):
-            if worker.token is None:
+            if self.workers[w].token is None:
                 return
-            if worker.snap is None:
-                self.read_head(w)
-                if worker.snap is None:
-                    self.release(w)
-                    continue
-            self.commit(w, dead=False, advance=False)
+            self.step(w, dead=False, advance=False)
         raise AssertionError("drain did not finish")
 
     def finish(self) -> None:
