@@ -121,7 +121,7 @@ def latency(rig: Rig, samples: int) -> None:
     committed, delivered = [], []
     store = rig.client.store
     for i in range(samples):
-        cid = "447800000001"
+        cid = f"44780000{i % 50:04d}"  # fifty conversations: short histories, as in a game session
         before = len(rig.wa.sent)
         sent = time.time()
         rig.client.send_message(cid, f"hi {i}", message_id=f"lat{i}")
@@ -137,23 +137,26 @@ def latency(rig: Rig, samples: int) -> None:
           f"{pct(delivered, .99) * 1e3:.2f} ({statistics.median(delivered) / b50:.2f}x)   target: committed p50 <= 2x")
 
 
-def llm_bound(rig: Rig, turns: int, concurrency: int) -> None:
+def llm_bound(rig: Rig, turns: int, concurrency: int, processes: int) -> None:
     rig.llm.delay = 2.0
     rig.llm.max_in_flight = 0
-    w = rig.worker("llm-bound", "threads", concurrency)
-    cpu0, t0 = cpu_seconds(w.proc.pid), time.perf_counter()  # type: ignore[union-attr]
+    workers = [rig.worker(f"llm-bound{i}", "threads", concurrency) for i in range(processes)]
+    pids = [w.proc.pid for w in workers]  # type: ignore[union-attr]
+    cpu0, t0 = sum(cpu_seconds(p) for p in pids), time.perf_counter()
     sent_before = len(rig.wa.sent)
+    tag = f"{processes}x{concurrency}"
     for i in range(turns):
-        rig.client.send_message(f"4479{i:08d}", f"question {i}", message_id=f"llm{i}")
+        rig.client.send_message(f"4479{processes}{i:07d}", f"question {i}", message_id=f"llm{tag}-{i}")
     enq = time.perf_counter() - t0
     wait_until(lambda: len(rig.wa.sent) - sent_before >= turns, 600, interval=0.05)
     elapsed = time.perf_counter() - t0
-    cpu = cpu_seconds(w.proc.pid) - cpu0  # type: ignore[union-attr]
-    w.stop()
+    cpu = sum(cpu_seconds(p) for p in pids) - cpu0
+    for w in workers:
+        w.stop()
     rig.llm.delay = 0.0
-    print(f"3) LLM-bound ({turns} turns, model answers in 2 s, threads pool x{concurrency}, one process): "
+    print(f"3) LLM-bound ({turns} turns, model answers in 2 s, threads pool, {processes} process(es) x{concurrency}): "
           f"max in flight {rig.llm.max_in_flight} (target >= 500); {turns / elapsed:.0f} turns/s end to end "
-          f"(target >= 200; enqueue took {enq:.1f} s); worker CPU {cpu / elapsed:.2f} cores of 2")
+          f"(target >= 200; enqueue took {enq:.1f} s); workers' CPU {cpu / elapsed:.2f} cores of 2")
 
 
 def memory(rig: Rig, conversations: int) -> None:
@@ -185,7 +188,8 @@ def main() -> None:
             print(f"1) throughput, {pool} x{conc}: no-op {noop:.0f} tasks/s; game events {parley:.0f} inputs/s "
                   f"= {parley / noop:.2f} of no-op (target >= 0.8)")
         latency(rig, 100 if args.quick else 300)
-        llm_bound(rig, 1000 if args.quick else 2000, 600)
+        llm_bound(rig, 1000 if args.quick else 2000, 600, 1)
+        llm_bound(rig, 1000 if args.quick else 2000, 300, 2)
         memory(rig, 3000 if args.quick else 10000)
     finally:
         rig.stop()

@@ -48,10 +48,12 @@ def _celery_waker(settings: Settings, task: str = "parley.drain") -> Waker:
 class ConversationClient:
     """Enqueue chat turns, game events, resets and deletions for Parley's workers."""
 
-    def __init__(self, store: ConversationStore, wake: Waker, *, max_text_chars: int = 16_000) -> None:
+    def __init__(self, store: ConversationStore, wake: Waker, *, max_text_chars: int = 16_000,
+                 coalesce_wakeups: bool = True) -> None:
         self.store = store
         self._wake = wake
         self.max_text_chars = max_text_chars
+        self.coalesce_wakeups = coalesce_wakeups
 
     @classmethod
     def from_url(cls, redis_url: str, *, broker_url: str | None = None, **settings: Any) -> ConversationClient:
@@ -74,7 +76,10 @@ class ConversationClient:
         if env.text is not None and len(env.text) > self.max_text_chars:
             raise OversizeInputError(f"text is {len(env.text)} characters; the limit is {self.max_text_chars}")
         result = self.store.accept(env.conversation_id, env.to_bytes(), env.message_id)
-        if result.accepted:
+        # Only the first input of a burst needs a wake-up: with more waiting, a wake-up is already queued, or a
+        # worker is draining (its commit hands the new input back atomically), or the head waits for its
+        # scheduled retry; the sweeper covers a worker that died. Fewer Celery tasks, same guarantees.
+        if result.accepted and (result.depth == 1 or not self.coalesce_wakeups):
             self._wake(env.conversation_id)
         return Submitted(env.conversation_id, env.message_id, result.duplicate, result.depth)
 

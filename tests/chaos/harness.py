@@ -57,6 +57,7 @@ class Outcome:
                 f"seconds={self.seconds:.1f} dead_reasons={self.dead_reasons}")
 
     def assert_safe(self) -> None:
+        assert not any(n.startswith("stranded") for n in self.notes), self.notes
         assert (self.lost, self.duplicated, self.reordered, self.stranded) == (0, 0, 0, 0), self.line()
         assert (self.replies_lost, self.replies_reordered) == (0, 0), self.line()
         assert self.replies_duplicated <= self.window_hits, self.line()
@@ -86,6 +87,17 @@ def run_scenario(cluster: Cluster, load: Load,
     if chaos is not None:
         chaos_thread = threading.Thread(target=chaos, args=(cluster, stop, out), daemon=True)
         chaos_thread.start()
+    # A supervisor, as in production (systemd, Kubernetes): a worker process that exits is started again.
+    supervising = threading.Event()
+
+    def supervise() -> None:
+        while not supervising.wait(0.5):
+            for w in cluster.workers:
+                if w.proc is not None and w.proc.poll() is not None:
+                    out.notes.append(f"restarted {w.name} (exit {w.proc.returncode})")
+                    w.start()
+
+    threading.Thread(target=supervise, daemon=True).start()
     started = time.monotonic()
     for n in range(load.inputs_per):
         order = cids[:]
@@ -127,6 +139,7 @@ def run_scenario(cluster: Cluster, load: Load,
         if not w.alive():
             cluster.workers[i] = WorkerProcess(w.name, w.env, pool=w.pool, concurrency=w.concurrency).start()
     wait_until(settled, load.settle_timeout, interval=0.25)
+    supervising.set()
     out.seconds = time.monotonic() - started
     time.sleep(0.5)
 
@@ -150,7 +163,13 @@ def run_scenario(cluster: Cluster, load: Load,
         for t in trace:
             if "dead" in t:
                 out.dead_reasons[t["dead"]] = out.dead_reasons.get(t["dead"], 0) + 1
-        out.stranded += store.inbox_depth(cid) + store.outbox_depth(cid)
+        stuck = store.inbox_depth(cid) + store.outbox_depth(cid)
+        out.stranded += stuck
+        if stuck:
+            k = store.keys(cid)
+            out.notes.append(f"stranded {cid}: pending={store.r.zscore(store.g.pending, cid)} "
+                             f"lease={store.r.pttl(k.lease)} dlease={store.r.pttl(k.dlease)} hold={store.r.pttl(k.hold)} "
+                             f"sent={store.r.hgetall(k.sent)} inbox={store.inbox_depth(cid)} outbox={store.outbox_depth(cid)}")
         expected = [f"ack:{text}" for mid, kind, text in accepted[cid] if kind == "message" and mid not in dead_ids]
         got = sent_by[cid]
         out.replies += len(got)

@@ -84,22 +84,17 @@ class MailboxMachine(RuleBasedStateMachine):
 
     # --- the producer ------------------------------------------------------------------------------
 
-    @rule(use_begin=st.booleans())
-    def accept_new(self, use_begin: bool) -> None:
+    @rule(use_begin=st.booleans(), resubmit=st.integers(0, 1000))
+    def accept(self, use_begin: bool, resubmit: int) -> None:
+        """A new input, and the webhook retry of an earlier one (ignored as a duplicate)."""
         input_id = f"wamid.{len(self.accepted)}"
         result = self.store.accept(CID, f"payload of {input_id}".encode(), input_id)
         assert result.accepted and not result.duplicate
         self.accepted.append(input_id)
         self.wakeups.append(use_begin)  # the producer enqueues a wake-up task after the push
-
-    @precondition(lambda self: bool(self.accepted))
-    @rule(data=st.data())
-    def accept_duplicate(self, data: st.DataObject) -> None:
-        input_id = data.draw(st.sampled_from(self.accepted))
         depth = self.store.inbox_depth(CID)
-        result = self.store.accept(CID, b"resubmitted", input_id)
-        assert result.duplicate and not result.accepted
-        assert self.store.inbox_depth(CID) == depth
+        again = self.store.accept(CID, b"resubmitted", self.accepted[resubmit % len(self.accepted)])
+        assert again.duplicate and not again.accepted and self.store.inbox_depth(CID) == depth
 
     # --- the workers -------------------------------------------------------------------------------
 
@@ -188,29 +183,30 @@ class MailboxMachine(RuleBasedStateMachine):
         else:
             worker.idle()
 
-    # Faults take a ``roll`` and happen on one roll in RARE, so that drains get somewhere between them.
+    @rule(kind=st.sampled_from(["give up", "lease runs out", "worker dies"]), w=st.integers(0, 1),
+          roll=st.integers(0, RARE - 1))
+    def fault(self, kind: str, w: int, roll: int) -> None:
+        """One roll in RARE, so that drains get somewhere between faults:
 
-    @rule(w=st.integers(0, 1), roll=st.integers(0, RARE - 1))
-    def give_up(self, w: int, roll: int) -> None:
-        """An error mid-turn: release regardless; the caller re-enqueues a wake-up."""
+        - give up: an error mid-turn; the worker releases regardless and re-enqueues a wake-up;
+        - lease runs out: a GC pause, SIGSTOP or slow model outlives the lease (the key expires: deleted here);
+        - worker dies: SIGKILL; the worker vanishes without releasing; its lease runs out later.
+        """
         worker = self.workers[w]
-        if worker.token is not None and roll == 0:
+        if roll != 0:
+            return
+        if kind == "lease runs out":
+            self.lease_runs_out()
+        elif worker.token is not None and kind == "give up":
             self.store.release(CID, worker.token, force=True)
             worker.idle()
             self.wakeups.append(False)
-
-    @rule(roll=st.integers(0, RARE - 1))
-    def lease_runs_out(self, roll: int = 0) -> None:
-        """A GC pause, SIGSTOP or slow model outlives the lease: the key expires (here: is deleted)."""
-        if roll == 0:
-            self.client.delete(self.store.keys(CID).lease)
-
-    @rule(w=st.integers(0, 1), roll=st.integers(0, RARE - 1))
-    def worker_dies(self, w: int, roll: int) -> None:
-        """SIGKILL: the worker vanishes without releasing; its lease runs out later."""
-        if self.workers[w].token is not None and roll == 0:
-            self.workers[w].idle()
+        elif worker.token is not None:
+            worker.idle()
             self.died = True
+
+    def lease_runs_out(self) -> None:
+        self.client.delete(self.store.keys(CID).lease)
 
     # --- checks ------------------------------------------------------------------------------------
 
@@ -259,5 +255,5 @@ class MailboxMachine(RuleBasedStateMachine):
 def test_two_workers_never_lose_duplicate_or_reorder(client: redis.Redis, backend: str) -> None:
     machine = type("Machine", (MailboxMachine,), {"client": client})
     run_state_machine_as_test(machine, settings=settings(
-        max_examples=80 if backend == "fakeredis" else 40, stateful_step_count=40, deadline=None,
+        max_examples=80 if backend == "fakeredis" else 40, stateful_step_count=60, deadline=None,
         suppress_health_check=[HealthCheck.too_slow], derandomize=False))

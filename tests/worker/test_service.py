@@ -79,6 +79,7 @@ def test_bad_input_is_refused_at_the_producer() -> None:
 def test_malformed_envelope_reaching_a_worker_is_dead_lettered_and_the_rest_proceeds() -> None:
     h = make_harness()
     h.store.accept(CID, b"\xc1not msgpack", "junk-1")
+    h.woken.append(("drain", CID))  # what a producer that pushed it would have sent
     h.client.send_message(CID, "after junk", message_id="m2")
     h.run()
     dead = [decode_dead_letter(d) for d in h.store.dead_letters(CID)]
