@@ -84,17 +84,20 @@ class MailboxMachine(RuleBasedStateMachine):
 
     # --- the producer ------------------------------------------------------------------------------
 
-    @rule(use_begin=st.booleans(), resubmit=st.integers(0, 1000))
-    def accept(self, use_begin: bool, resubmit: int) -> None:
-        """A new input, and the webhook retry of an earlier one (ignored as a duplicate)."""
+    @rule(use_begin=st.booleans(), wake_now=st.booleans(), resubmit=st.integers(0, 1000))
+    def accept(self, use_begin: bool, wake_now: bool, resubmit: int) -> None:
+        """A new input, and the webhook retry of an earlier one (ignored as a duplicate). The producer then
+        enqueues a wake-up task; with ``wake_now`` a free worker runs it at once."""
         input_id = f"wamid.{len(self.accepted)}"
         result = self.store.accept(CID, f"payload of {input_id}".encode(), input_id)
         assert result.accepted and not result.duplicate
         self.accepted.append(input_id)
-        self.wakeups.append(use_begin)  # the producer enqueues a wake-up task after the push
         depth = self.store.inbox_depth(CID)
         again = self.store.accept(CID, b"resubmitted", self.accepted[resubmit % len(self.accepted)])
         assert again.duplicate and not again.accepted and self.store.inbox_depth(CID) == depth
+        self.wakeups.append(use_begin)
+        if wake_now:
+            self.run_wakeup(0, len(self.wakeups) - 1, redeliver=False)
 
     # --- the workers -------------------------------------------------------------------------------
 
@@ -118,9 +121,12 @@ class MailboxMachine(RuleBasedStateMachine):
     @precondition(lambda self: bool(self.wakeups))
     @rule(w=st.integers(0, 1), which=st.integers(0, 1000), redeliver=st.booleans())
     def run_wakeup(self, w: int, which: int, redeliver: bool) -> None:
-        """Celery runs a queued wake-up task (in any order; maybe twice: at-least-once) on a free worker."""
+        """Celery runs a queued wake-up task (in any order; maybe twice: at-least-once) on a free worker; it
+        exits when it finds the lease taken."""
         if self.workers[w].token is not None:
-            return
+            w = 1 - w
+            if self.workers[w].token is not None:
+                return  # no free worker: the task waits in the queue
         i = which % len(self.wakeups)
         use_begin = self.wakeups[i] if redeliver else self.wakeups.pop(i)
         self._start(w, use_begin)
