@@ -47,7 +47,7 @@ def test_celery_entry_point() -> None:
     import tasks
 
     assert tasks.app.main == "parley"
-    import tasks.conversation  # noqa: F401  (registers the tasks)
+    import tasks.conversation  # registers the tasks
 
     names = set(tasks.app.tasks)
     assert {"parley.drain", "parley.deliver", "parley.compact", "parley.sweep"} <= names
