@@ -95,14 +95,14 @@ def main() -> None:
         rows: list[tuple[str, float, float]] = [("SET (baseline, 1 round trip)", base, 1.0)]
         rows.append(("accept", best_rate(accept_op, n, repeat), 0.0))
         # A cycle includes its own accept; subtract it to get the drain alone.
-        for label, make, state in [
+        for k, (label, make, state) in enumerate([
             ("cycle: acquire+head+commit+release", four_calls, None),
             ("cycle: begin+commit(advance)", begin_advance, None),
             (f"cycle: acquire+head+commit+release, {len(blob)} B state", four_calls, blob),
             (f"cycle: begin+commit(advance), {len(blob)} B state", begin_advance, blob),
-        ]:
+        ]):
             with_accept = best_rate(make(state), n, repeat)
-            acc = best_rate(accept_only(f"{label[:8]}-{len(state or b'')}-acc-"), n, repeat)
+            acc = best_rate(accept_only(f"acc{k}-"), n, repeat)
             drain = 1 / (1 / with_accept - 1 / acc)
             rows.append((label + " (+accept)", with_accept, 0.0))
             rows.append((label + " (drain alone)", drain, 0.0))
