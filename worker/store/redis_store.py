@@ -270,6 +270,10 @@ class ConversationStore:
         k = self.keys(cid)
         mode = "keep" if new_state is None else ("clear" if new_state == b"" else "set")
         reply_entry = join_entry(reply_id or input_id, reply) if reply is not None else b""
+        if dead:
+            # Index first: a crash after the commit must not leave a dead letter ops cannot find. A refused
+            # commit leaves an index entry with nothing behind it, which `parley dead` shows as empty.
+            self.r.zadd(self.g.dead_index, {cid: self._now_ms()})
         res = self._commit(
             keys=[k.fence, k.state, k.inbox, k.attempts, k.outbox, k.trace, k.dead, k.lease, *self._ttl_keys(k)],
             args=[token, expected_version, input_id, mode, new_state or b"", reply_entry, trace or b"",
@@ -283,8 +287,6 @@ class ConversationStore:
             raise StaleLeaseError(f"state of {cid} moved to version {int(extra)}; commit refused")
         if code == -3:
             raise StaleLeaseError(f"input {input_id} of {cid} is no longer at the head of the mailbox")
-        if dead:
-            self.r.zadd(self.g.dead_index, {cid: self._now_ms()})
         if advance and len(res) >= 3 and int(res[2]) == 1:
             return CommitResult(version=code, depth=0, released=True)
         if advance and len(res) >= 5:
@@ -389,11 +391,11 @@ class ConversationStore:
     def dead_letter_reply(self, cid: str, token: int, reply_id: str, dead: bytes) -> None:
         """Move the outbox head to the dead letters (``dead`` is the record to keep)."""
         k = self.keys(cid)
+        self.r.zadd(self.g.dead_index, {cid: self._now_ms()})  # index first, as in commit
         code = int(self._dead_reply(keys=[k.dfence, k.outbox, k.sent, k.dead],
                                     args=[token, reply_id, dead, self.limits.dead_max]))
         if code < 0:
             raise StaleLeaseError(f"delivery of {reply_id} on {cid} was taken over")
-        self.r.zadd(self.g.dead_index, {cid: self._now_ms()})
 
     @_wrap
     def release_delivery(self, cid: str, token: int, *, force: bool = False) -> bool:
