@@ -25,10 +25,13 @@ _service: ConversationService | None = None
 _lock = threading.Lock()
 
 
-def wake(kind: str, cid: str) -> None:
+def wake(kind: str, cid: str, *, countdown: float = 0.0, attempt: int = 0) -> None:
     """Ask for follow-up work on a conversation (sent as a Celery task)."""
-    task = {"drain": drain, "deliver": deliver, "compact": compact}[kind]
-    task.apply_async(args=[cid])
+    if kind == "deliver":
+        deliver.apply_async(args=[cid, attempt] if attempt else [cid], countdown=countdown or None)
+        return
+    task = {"drain": drain, "compact": compact}[kind]
+    task.apply_async(args=[cid], countdown=countdown or None)
 
 
 def service() -> ConversationService:

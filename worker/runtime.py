@@ -118,6 +118,7 @@ def service_config(settings: Settings) -> ServiceConfig:
         max_retry_delay=settings.max_retry_delay,
         delivery_max_attempts=settings.delivery_max_attempts,
         delivery_part_interval=settings.delivery_part_interval,
+        deliver_inline=settings.deliver_inline,
         log_text=settings.log_message_text,
     )
 

@@ -21,9 +21,8 @@ from __future__ import annotations
 import logging
 import random
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import msgpack
 
@@ -40,11 +39,15 @@ from worker.errors import (
     ModelError,
     StaleLeaseError,
 )
-from worker.store.redis_store import CommitResult, ConversationStore
+from worker.store.redis_store import CommitResult, ConversationStore, OutboxHead
 
 log = logging.getLogger("parley.service")
 
-Wake = Callable[[str, str], None]
+class Wake(Protocol):
+    """How the service asks for follow-up work: ``wake("drain" | "deliver" | "compact", conversation_id)``,
+    optionally after ``countdown`` seconds and, for delivery, with the attempt number so far."""
+
+    def __call__(self, kind: str, cid: str, *, countdown: float = 0.0, attempt: int = 0) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -59,6 +62,7 @@ class ServiceConfig:
     delivery_max_attempts: int = 8
     delivery_part_interval: float = 0.0
     compaction_flag_ms: int = 300_000
+    deliver_inline: bool = True
     log_text: bool = False
     trace_reply_chars: int = 4000
 
@@ -70,6 +74,13 @@ class RetryLater(Exception):
         super().__init__(reason)
         self.reason = reason
         self.countdown = countdown
+
+
+@dataclass
+class _DrainRun:
+    """What one drain call did, for what it does after (the service object is shared by threads)."""
+
+    replied: bool = False
 
 
 def _observer(rt: RoundTrip) -> None:
@@ -107,14 +118,15 @@ class ConversationService:
             return 0
         token, snap, attempts = begin.token, begin.snapshot, begin.attempts
         applied = 0
+        run = _DrainRun()
         try:
             while True:
                 result = self._apply(cid, token, snap.input or b"", snap.input_id or "", snap.state, snap.version,
-                                     attempts)
+                                     attempts, run)
                 applied += 1
                 metrics.MAILBOX_DEPTH.set(result.depth)
                 if result.released or result.next is None:
-                    return applied
+                    break
                 snap, attempts = result.next, result.next_attempts
         except StaleLeaseError:
             metrics.STALE_COMMITS.inc()
@@ -123,9 +135,31 @@ class ConversationService:
         except BaseException:
             self.store.release(cid, token, force=True)
             raise
+        if run.replied:
+            self._deliver_after_drain(cid)
+        return applied
+
+    def _deliver_after_drain(self, cid: str) -> None:
+        """Deliver the replies this drain committed, in this task (one Celery hop fewer per turn), or ask for a
+        deliver task when ``deliver_inline`` is off. A failure never fails the drain, which has committed: it
+        becomes a scheduled delivery (and the sweeper is the net under that)."""
+        if not self.config.deliver_inline:
+            self.wake("deliver", cid)
+            return
+        try:
+            self.deliver(cid)
+        except RetryLater as exc:
+            self.wake("deliver", cid, countdown=exc.countdown, attempt=1)
+        except Exception as exc:
+            log.warning("inline delivery failed; handing it to a deliver task",
+                        extra={"conversation_id": cid, "error": f"{type(exc).__name__}: {exc}"})
+            try:
+                self.wake("deliver", cid, countdown=1.0)
+            except Exception:
+                log.exception("could not schedule delivery; the sweeper will", extra={"conversation_id": cid})
 
     def _apply(self, cid: str, token: int, raw: bytes, input_id: str, state: bytes | None, version: int,
-               attempts: int) -> CommitResult:
+               attempts: int, run: _DrainRun) -> CommitResult:
         try:
             env = decode_envelope(raw)
             if env.message_id != input_id or env.conversation_id != cid:
@@ -139,7 +173,7 @@ class ConversationService:
                                     attempts - 1)
         try:
             if env.kind == "message":
-                return self._turn(cid, token, env, state, version, ctx)
+                return self._turn(cid, token, env, state, version, ctx, run)
             if env.kind == "event":
                 result = self.chat.apply_event(state, env.text or "", pinned=env.pinned)
                 state, version = self._quarantine_if(cid, token, state, version, result.state_problem)
@@ -171,7 +205,7 @@ class ConversationService:
             return self._dead_input(cid, token, version, env.message_id, reason, str(exc), raw, attempts)
 
     def _turn(self, cid: str, token: int, env: Envelope, state: bytes | None, version: int,
-              ctx: dict[str, Any]) -> CommitResult:
+              ctx: dict[str, Any], run: _DrainRun) -> CommitResult:
         started = time.perf_counter()
         result: TurnResult = self.chat.run_turn(state, system=env.system or self.config.system_prompt,
                                                 user=env.text or "")
@@ -191,7 +225,10 @@ class ConversationService:
         metrics.TURN_SECONDS.observe(time.perf_counter() - started)
         metrics.INPUTS.labels("message", "applied").inc()
         log.info("turn applied", extra={**ctx, "parts": len(record.parts), "finish": result.finish_reason})
-        self.wake("deliver", cid)
+        if done.released or done.next is None:
+            run.replied = True  # the drain ends here: deliver in this task once it has
+        else:
+            self.wake("deliver", cid)  # more inputs wait: deliver alongside, without holding the next turn up
         if result.needs_compaction:
             self.wake("compact", cid)
         return done
@@ -277,40 +314,46 @@ class ConversationService:
 
         Raises :class:`RetryLater` on throttling or channel failure (after ``delivery_max_attempts`` the
         reply is dead-lettered instead). Permanent errors dead-letter the reply at once and go on.
+        Redis round trips: one to start (lease and claim), one before each further part (the in-flight mark)
+        and one after each reply (sent mark, plus the claim of the next reply or the release of the lease).
         """
-        token = self.store.acquire_delivery(cid, self.config.lease_ms)
+        token, head = self.store.begin_delivery(cid, self.config.lease_ms)
         if token is None:
             return 0
         sent = 0
         try:
-            while True:
-                head = self.store.outbox_head(cid)
-                if head.record is None:
-                    if self.store.release_delivery(cid, token):
-                        continue
-                    return sent
+            while head is not None and head.record is not None:
                 try:
                     record = decode_reply(head.record)
+                    if head.part >= len(record.parts):
+                        raise EnvelopeError(f"reply has {len(record.parts)} part(s); nothing left at part {head.part}")
                 except EnvelopeError as exc:
                     dead = DeadLetter(what="reply", id=head.reply_id or "", reason="malformed", detail=str(exc),
                                       payload=head.record)
                     self.store.dead_letter_reply(cid, token, head.reply_id or "", dead.to_bytes())
+                    head = self.store.claim_next(cid, token, self.config.lease_ms)
                     continue
                 if head.crashed_in_window:
                     metrics.DUPLICATE_WINDOW.inc()
                     log.warning("resending a part whose send outcome is unknown (crash in the send window)",
                                 extra={"conversation_id": cid, "message_id": record.reply_id, "part": head.part})
-                sent += self._send_record(cid, token, record, head.part, attempt)
+                n, head = self._send_record(cid, token, record, head.part, attempt)
+                sent += n
+            return sent
         except BaseException:
             self.store.release_delivery(cid, token, force=True)
             raise
 
-    def _send_record(self, cid: str, token: int, record: ReplyRecord, start: int, attempt: int) -> int:
-        sent = 0
+    def _send_record(self, cid: str, token: int, record: ReplyRecord, start: int,
+                     attempt: int) -> tuple[int, OutboxHead | None]:
+        """Send ``record`` from part ``start`` (already claimed: marked in flight); returns the parts sent and
+        the next claimed head (None when the outbox is empty and the lease was given up)."""
+        last = len(record.parts) - 1
         for part in range(start, len(record.parts)):
-            if part > start and self.config.delivery_part_interval:
-                time.sleep(self.config.delivery_part_interval)
-            self.store.mark_inflight(cid, token, record.reply_id, part)
+            if part > start:
+                if self.config.delivery_part_interval:
+                    time.sleep(self.config.delivery_part_interval)
+                self.store.mark_inflight(cid, token, record.reply_id, part)
             try:
                 wamid = self.channel.send_text(record.recipient, record.parts[part],
                                                reply_to=record.reply_to if part == 0 else None)
@@ -319,17 +362,18 @@ class ConversationService:
                 metrics.DELIVERIES.labels("retry").inc()
                 if attempt + 1 >= self.config.delivery_max_attempts:
                     self._dead_reply(cid, token, record, f"gave up after {attempt + 1} attempts: {exc}", exc.code)
-                    return sent
+                    return part - start, self.store.claim_next(cid, token, self.config.lease_ms)
                 countdown = exc.retry_after or min(300.0, 2.0 ** (attempt + 1))
                 raise RetryLater(f"channel unavailable: {exc}", countdown) from exc
             except DeliveryPermanentError as exc:
                 self.store.clear_inflight(cid, token)
                 self._dead_reply(cid, token, record, str(exc), exc.code)
-                return sent
-            self.store.mark_sent(cid, token, record.reply_id, part, wamid, part == len(record.parts) - 1)
+                return part - start, self.store.claim_next(cid, token, self.config.lease_ms)
             metrics.DELIVERIES.labels("sent").inc()
-            sent += 1
-        return sent
+            if part == last:
+                return part - start + 1, self.store.sent_last_claim_next(cid, token, record.reply_id, wamid, self.config.lease_ms)
+            self.store.mark_sent(cid, token, record.reply_id, part, wamid, False, self.config.lease_ms)
+        raise AssertionError("unreachable: the last part returns")  # pragma: no cover
 
     def _dead_reply(self, cid: str, token: int, record: ReplyRecord, reason: str, code: int | None) -> None:
         log.error("reply dead-lettered", extra={"conversation_id": cid, "message_id": record.reply_id,

@@ -104,6 +104,8 @@ class Settings(BaseSettings):
                                                     description="Token for the webhook verification handshake.")
     delivery_max_attempts: int = Field(8, description="Attempts to deliver a reply on throttling/5xx before dead-letter.")
     delivery_part_interval: float = Field(0.0, description="Seconds between the parts of one split reply.")
+    deliver_inline: bool = Field(True, description="Deliver a drain's last reply in the drain task itself (one "
+                                 "Celery hop fewer per turn); false hands every reply to a parley.deliver task.")
     reply_webhook_url: str | None = Field(None, description="Deliver replies as JSON POSTs here instead of WhatsApp.")
 
     # --- observability ---

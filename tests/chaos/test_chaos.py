@@ -13,6 +13,7 @@ import signal
 import threading
 import time
 
+import msgpack
 import pytest
 import redis
 
@@ -182,8 +183,18 @@ def test_compaction_racing_with_new_turns(cluster: Cluster) -> None:
     store = cluster.store()
     from worker.conversation.state import decode_state
 
-    compactions = sum(decode_state(store.head(f"4477{i:08d}").state).meta.compactions for i in range(8))
-    assert compactions >= 4
+    cids = [f"4477{i:08d}" for i in range(8)]
+    # A compaction still being computed when the mailboxes emptied lands a moment later: wait for it.
+    from tests.support.workers import wait_until
+
+    assert wait_until(lambda: not any(store.r.exists(store.keys(c).compacting) or store.inbox_depth(c) for c in cids),
+                      30, interval=0.1)
+    compactions = sum(decode_state(store.head(c).state).meta.compactions for c in cids)
+    splices = [t for c in cids for t in (msgpack.unpackb(x, raw=False) for x in store.trace(c, 10_000)) if "splice" in t]
+    raced = [t for t in splices if t["splice"] and t["kept_new"]]
+    print(f"[chaos] compaction-race: {compactions} compactions, {len(splices)} splices, {len(raced)} raced")
+    # The race happened: a compaction computed off to the side landed after newer turns, and kept them.
+    assert compactions >= 2 and raced, splices
 
 
 def test_poison_input_is_dead_lettered_and_later_inputs_proceed(cluster: Cluster) -> None:

@@ -289,6 +289,54 @@ def test_delivery_fencing_and_dead_reply(store: ConversationStore) -> None:
     assert store.release_delivery(CID, t2) is True  # reply 2 still waits
 
 
+def test_begin_delivery_claims_the_head_and_the_last_sent_mark_claims_the_next(store: ConversationStore) -> None:
+    assert store.begin_delivery(CID, 10_000) == (None, None)  # nothing waits: no lease taken
+    assert not store.r.exists(store.keys(CID).dlease)
+    queue_reply(store, CID, 1)
+    queue_reply(store, CID, 2)
+    t, head = store.begin_delivery(CID, 10_000)
+    assert t and head is not None and (head.record, head.reply_id, head.part, head.crashed_in_window) == \
+        (b"reply-1", "id-1", 0, False)
+    assert store.begin_delivery(CID, 10_000) == (None, None)  # one deliverer at a time
+    # The claim marked part 0 in flight: a worker dying now is seen by the next one as a crash in the window.
+    assert store.outbox_head(CID).crashed_in_window
+    nxt = store.sent_last_claim_next(CID, t, "id-1", "wamid.A", 10_000)
+    assert nxt is not None and (nxt.record, nxt.part, nxt.crashed_in_window) == (b"reply-2", 0, False)
+    assert store.delivered(CID) == [("id-1", ["wamid.A"])]
+    # Empty after the last reply: the lease is given up in the same script.
+    assert store.sent_last_claim_next(CID, t, "id-2", "wamid.B", 10_000) is None
+    assert not store.r.exists(store.keys(CID).dlease) and store.outbox_depth(CID) == 0
+    with pytest.raises(StaleLeaseError):  # a new deliverer's token fences the old one out
+        queue_reply(store, CID, 3)
+        t2, _ = store.begin_delivery(CID, 10_000)
+        assert t2 and t2 != t
+        store.claim_next(CID, t, 10_000)
+
+
+def test_a_crashed_deliverer_leaves_its_claim_for_the_next(store: ConversationStore) -> None:
+    queue_reply(store, CID, 1)
+    t, head = store.begin_delivery(CID, 30)
+    assert t and head is not None and not head.crashed_in_window
+    time.sleep(0.08)  # it died after the API answered, before the sent mark; its lease expired
+    t2, head2 = store.begin_delivery(CID, 10_000)
+    assert t2 and head2 is not None and (head2.reply_id, head2.part, head2.crashed_in_window) == ("id-1", 0, True)
+
+
+def test_no_reply_is_left_without_a_deliverer(store: ConversationStore) -> None:
+    """The delivery side of the lost wake-up: a reply committed while the deliverer finishes is either claimed
+    by it or finds the lease free, whichever order the two land in."""
+    queue_reply(store, CID, 1)
+    t, _ = store.begin_delivery(CID, 10_000)
+    assert t
+    queue_reply(store, CID, 2)  # committed while reply 1 is being sent
+    nxt = store.sent_last_claim_next(CID, t, "id-1", "w1", 10_000)
+    assert nxt is not None and nxt.reply_id == "id-2"  # the deliverer takes it
+    assert store.sent_last_claim_next(CID, t, "id-2", "w2", 10_000) is None
+    queue_reply(store, CID, 3)  # committed after the release: a new deliverer can start
+    t3, head = store.begin_delivery(CID, 10_000)
+    assert t3 and head is not None and head.reply_id == "id-3"
+
+
 # --- sweeper, delete, TTL, outages ----------------------------------------------------------------------
 
 def test_stranded_finds_abandoned_work_and_forgets_empty_conversations(store: ConversationStore) -> None:

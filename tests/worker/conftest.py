@@ -25,6 +25,7 @@ class Harness:
     service: ConversationService
     client: ConversationClient
     woken: list[tuple[str, str]] = field(default_factory=list)
+    scheduled: list[tuple[str, str, float, int]] = field(default_factory=list)  # every wake: kind, id, countdown, attempt
 
     def run(self, max_steps: int = 10_000, *, defer: tuple[str, ...] = ()) -> list[tuple[str, str]]:
         """Run queued wake-ups until none is left; kinds in ``defer`` are set aside and returned."""
@@ -48,10 +49,15 @@ def make_harness(model: ScriptedModel | None = None, *, compactor: object = None
     chat = Chat(model=model, compactor=compactor, auto_compact=False, **chat_kw)  # type: ignore[arg-type]
     ch = channel or RecordingChannel()
     woken: list[tuple[str, str]] = []
-    svc = ConversationService(store, chat, ch, lambda kind, cid: woken.append((kind, cid)),  # type: ignore[arg-type]
-                              config or ServiceConfig(system_prompt="You are a test."))
+    scheduled: list[tuple[str, str, float, int]] = []
+
+    def wake(kind: str, cid: str, *, countdown: float = 0.0, attempt: int = 0) -> None:
+        woken.append((kind, cid))
+        scheduled.append((kind, cid, countdown, attempt))
+
+    svc = ConversationService(store, chat, ch, wake, config or ServiceConfig(system_prompt="You are a test."))
     client = ConversationClient(store, lambda cid: woken.append(("drain", cid)))
-    return Harness(store, model, ch, svc, client, woken)  # type: ignore[arg-type]
+    return Harness(store, model, ch, svc, client, woken, scheduled)  # type: ignore[arg-type]
 
 
 @pytest.fixture

@@ -175,9 +175,13 @@ def test_throttled_delivery_retries_and_permanent_failure_is_dead_lettered() -> 
     ch = FlakyChannel([DeliveryRetryableError("throttled", code=130429, retry_after=2.0)])
     h = make_harness(channel=ch)
     h.client.send_message(CID, "one", message_id="m1")
-    with pytest.raises(RetryLater) as info:
-        h.run()
-    assert info.value.countdown == 2.0
+    # The drain delivers inline; throttled, it schedules a deliver task after the Retry-After, as attempt 1.
+    assert h.run(defer=("deliver",)) == [("deliver", CID)]
+    assert h.scheduled[-1] == ("deliver", CID, 2.0, 1) and ch.sent == []
+    ch.failures.append(DeliveryRetryableError("throttled", code=130429, retry_after=3.0))
+    with pytest.raises(RetryLater) as info:  # the deliver task itself raises, and Celery retries it
+        h.service.deliver(CID, 1)
+    assert info.value.countdown == 3.0
     h.woken.append(("deliver", CID))
     h.run()
     assert [t for _, t, _ in ch.sent] == ["ack:one"]
@@ -193,10 +197,10 @@ def test_throttled_delivery_retries_and_permanent_failure_is_dead_lettered() -> 
 def test_crash_in_the_send_window_is_counted_and_resent() -> None:
     from worker import metrics
 
-    h = make_harness()
+    h = make_harness(config=ServiceConfig(deliver_inline=False))
     h.client.send_message(CID, "one", message_id="m1")
-    h.woken = [w for w in h.woken if w[0] == "drain"]
     h.service.drain(CID)
+    assert h.channel.sent == [] and h.woken[-1] == ("deliver", CID)
     token = h.store.acquire_delivery(CID, 10)
     assert token
     h.store.mark_inflight(CID, token, "m1", 0)  # ...the process dies after the HTTP call
@@ -252,3 +256,22 @@ def test_envelope_round_trip() -> None:
     with pytest.raises(EnvelopeError):
         decode_envelope(b"\x81\xa4kind\xa7message")
     _ = KeepLastExchanges
+
+
+def test_the_drain_delivers_its_last_reply_inline_and_wakes_delivery_for_earlier_ones() -> None:
+    h = make_harness()
+    h.client.send_message(CID, "one", message_id="m1")
+    h.woken.clear()
+    h.service.drain(CID)
+    assert [t for _, t, _ in h.channel.sent] == ["ack:one"] and h.woken == []  # no Celery hop for the reply
+    assert h.store.outbox_depth(CID) == 0 and h.store.r.exists(h.store.keys(CID).dlease) == 0
+    for i in range(3):
+        h.client.send_message(CID, f"burst {i}", message_id=f"b{i}")
+    h.woken.clear()
+    h.service.drain(CID)
+    # Replies to earlier inputs of a burst are handed to deliver tasks (the next turn does not wait for them);
+    # the last is delivered inline, together with any the deliver tasks have not reached yet, in order.
+    assert h.woken == [("deliver", CID), ("deliver", CID)]
+    assert [t for _, t, _ in h.channel.sent] == ["ack:one", "ack:burst 0", "ack:burst 1", "ack:burst 2"]
+    h.run()
+    assert len(h.channel.sent) == 4 and h.store.outbox_depth(CID) == 0

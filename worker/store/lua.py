@@ -198,6 +198,63 @@ redis.call('SET', KEYS[5], ARGV[1], 'PX', ARGV[7])
 return 1
 """
 
+# Claiming the outbox head for a send: which part is next, whether a part was left in flight by a crash
+# (so it may already have reached the user), and the in-flight mark for the part about to be sent, written
+# before the send. When the outbox is empty the delivery lease is given up in the same script, so a reply
+# committed meanwhile cannot be left without a deliverer (the delivery side of the lost wake-up).
+CLAIM = HEAD_ID + """
+local function claim(outbox, sent, dlease, token, lease_ms)
+  local head = redis.call('LINDEX', outbox, 0)
+  if not head then
+    if redis.call('GET', dlease) == token then redis.call('DEL', dlease) end
+    return {0}
+  end
+  local rid = head_id(head)
+  local p = redis.call('HMGET', sent, 'reply_id', 'part', 'inflight')
+  local part = 0
+  if p[1] == rid and p[2] then part = tonumber(p[2]) end
+  local crashed = 0
+  if p[1] == rid and p[3] == rid .. ':' .. part then crashed = 1 end
+  redis.call('HSET', sent, 'reply_id', rid, 'part', part, 'inflight', rid .. ':' .. part)
+  redis.call('SET', dlease, token, 'PX', lease_ms)
+  return {1, head, part, crashed}
+end
+"""
+
+# KEYS: dlease, dfence, outbox, sent   ARGV: lease_ms
+# Start delivering in one round trip: {-1} another worker delivers, {0} nothing to send, else take the delivery
+# lease and claim the head: {token, head entry, part, crashed}.
+BEGIN_DELIVERY = CLAIM + """
+if redis.call('EXISTS', KEYS[1]) == 1 then return {-1} end
+if redis.call('LLEN', KEYS[3]) == 0 then return {0} end
+local t = redis.call('INCR', KEYS[2])
+local c = claim(KEYS[3], KEYS[4], KEYS[1], tostring(t), ARGV[1])
+return {t, c[2], c[3], c[4]}
+"""
+
+# KEYS: dfence, outbox, sent, dlease   ARGV: token, lease_ms
+# Claim the next reply, or give the delivery lease up when the outbox is empty.
+CLAIM_NEXT = CLAIM + """
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return {-1} end
+return claim(KEYS[2], KEYS[3], KEYS[4], ARGV[1], ARGV[2])
+"""
+
+# KEYS: dfence, outbox, sent, delivered, dlease
+# ARGV: token, reply_id, provider_id, delivered_max, lease_ms
+# The last part of a reply was sent: record it, drop the reply from the outbox and claim the next one (or give
+# the lease up), in one round trip.
+SENT_LAST_CLAIM_NEXT = CLAIM + """
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return {-1} end
+if head_id(redis.call('LINDEX', KEYS[2], 0)) ~= ARGV[2] then return {-3} end
+local ids = redis.call('HGET', KEYS[3], 'ids')
+if ids and redis.call('HGET', KEYS[3], 'reply_id') == ARGV[2] then ids = ids .. ',' .. ARGV[3] else ids = ARGV[3] end
+redis.call('LPOP', KEYS[2])
+redis.call('DEL', KEYS[3])
+redis.call('RPUSH', KEYS[4], ARGV[2] .. '\\t' .. ids)
+redis.call('LTRIM', KEYS[4], -tonumber(ARGV[4]), -1)
+return claim(KEYS[2], KEYS[3], KEYS[5], ARGV[1], ARGV[5])
+"""
+
 # KEYS: dfence, outbox, sent, dead   ARGV: token, reply_id, dead_entry, dead_max
 DEAD_REPLY = HEAD_ID + """
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return -1 end

@@ -110,6 +110,11 @@ def split_entry(entry: bytes) -> tuple[str, bytes]:
     return entry[:nl].decode("utf-8", "replace"), entry[nl + 1:]
 
 
+def _claimed(entry: bytes, part: Any, crashed: Any) -> OutboxHead:
+    rid, payload = split_entry(entry)
+    return OutboxHead(payload, rid, int(part), int(crashed) == 1)
+
+
 def join_entry(entry_id: str, payload: bytes) -> bytes:
     if "\n" in entry_id:
         raise StoreError("entry ids must not contain newlines")
@@ -159,6 +164,9 @@ class ConversationStore:
         self._clear_inflight = s(lua.CLEAR_INFLIGHT)
         self._mark_sent = s(lua.MARK_SENT)
         self._dead_reply = s(lua.DEAD_REPLY)
+        self._begin_delivery = s(lua.BEGIN_DELIVERY)
+        self._claim_next = s(lua.CLAIM_NEXT)
+        self._sent_last_claim_next = s(lua.SENT_LAST_CLAIM_NEXT)
         self._replay = s(lua.REPLAY)
         self._zrem_if = s(lua.ZREM_IF_SCORE)
 
@@ -352,6 +360,43 @@ class ConversationStore:
         k = self.keys(cid)
         token = int(self._acquire(keys=[k.dlease, k.dfence], args=[lease_ms]))
         return token if token > 0 else None
+
+    @_wrap
+    def begin_delivery(self, cid: str, lease_ms: int) -> tuple[int | None, OutboxHead | None]:
+        """Take the delivery lease and claim the outbox head in one round trip.
+
+        Returns ``(None, None)`` when another worker delivers or nothing waits; else the token and the claimed
+        head: its next part is marked in flight, so call the channel next (see :meth:`claim_next`)."""
+        k = self.keys(cid)
+        res = self._begin_delivery(keys=[k.dlease, k.dfence, k.outbox, k.sent], args=[lease_ms])
+        if int(res[0]) <= 0:
+            return None, None
+        return int(res[0]), _claimed(res[1], res[2], res[3])
+
+    @_wrap
+    def claim_next(self, cid: str, token: int, lease_ms: int) -> OutboxHead | None:
+        """Claim the outbox head (marking its next part in flight), or give the delivery lease up, atomically,
+        when the outbox is empty (then returns None)."""
+        k = self.keys(cid)
+        res = self._claim_next(keys=[k.dfence, k.outbox, k.sent, k.dlease], args=[token, lease_ms])
+        return self._claim_result(cid, res)
+
+    @_wrap
+    def sent_last_claim_next(self, cid: str, token: int, reply_id: str, provider_id: str,
+                             lease_ms: int) -> OutboxHead | None:
+        """Record the last part of the head reply as sent, drop the reply from the outbox, and claim the next one
+        (or give the lease up when none is left), in one round trip."""
+        k = self.keys(cid)
+        res = self._sent_last_claim_next(keys=[k.dfence, k.outbox, k.sent, k.delivered, k.dlease],
+                                         args=[token, reply_id, provider_id, self.limits.delivered_max, lease_ms])
+        return self._claim_result(cid, res)
+
+    @staticmethod
+    def _claim_result(cid: str, res: list[Any]) -> OutboxHead | None:
+        code = int(res[0])
+        if code < 0:
+            raise StaleLeaseError(f"delivery lease on {cid} was taken over")
+        return _claimed(res[1], res[2], res[3]) if code == 1 else None
 
     @_wrap
     def outbox_head(self, cid: str) -> OutboxHead:
