@@ -39,11 +39,15 @@ def make_app(settings: Settings | None = None) -> Celery:
         # is wasted work.
         broker_transport_options={"visibility_timeout": s.visibility_timeout,
                                   "unacked_restore_interval": s.broker_restore_interval,
-                                  "unacked_restore_throttle": s.broker_restore_throttle},
+                                  "unacked_restore_throttle": s.broker_restore_throttle,
+                                  # Every pool thread publishes wake-ups and acks its own message: with kombu's
+                                  # default of 10 connections a busy worker fails both ("Too many connections").
+                                  "max_connections": s.broker_max_connections},
+        broker_pool_limit=min(s.broker_max_connections, 100),
         broker_connection_retry_on_startup=True,
         task_default_queue=QUEUE,
         worker_hijack_root_logger=False,
-        worker_send_task_events=True,
+        worker_send_task_events=s.task_events,
         task_send_sent_event=False,
     )
     return app

@@ -27,8 +27,12 @@ def redis_client(settings: Settings) -> Any:
     if settings.redis_cluster:
         from redis.cluster import RedisCluster
 
-        return RedisCluster.from_url(url)
-    return redis.Redis.from_url(url, health_check_interval=30, socket_keepalive=True)
+        return RedisCluster.from_url(url, max_connections=settings.redis_max_connections)
+    # Blocking: with a threads pool of hundreds, a thread waits for a free connection instead of failing with
+    # "Too many connections"; each holds one only for the length of a command or script.
+    pool = redis.BlockingConnectionPool.from_url(url, max_connections=settings.redis_max_connections, timeout=20,
+                                                 health_check_interval=30, socket_keepalive=True)
+    return redis.Redis(connection_pool=pool)
 
 
 def build_store(settings: Settings, client: Any = None) -> ConversationStore:

@@ -29,6 +29,8 @@ class Settings(BaseSettings):
     broker_url: str | None = Field(None, description="Celery broker (standalone or Sentinel Redis). Default: REDIS_URL.")
     key_prefix: str = Field("parley", description="Prefix of every Redis key Parley writes.")
     redis_cluster: bool = Field(False, description="Treat REDIS_URL as a Redis Cluster for conversation state.")
+    redis_max_connections: int = Field(200, description="Connections a process keeps to Redis for state; threads "
+                                       "beyond that wait for a free one (redis-py's own default fails at 100).")
 
     # --- the model ---
     llm_provider: Literal["auto", "openai", "anthropic", "local"] = Field(
@@ -88,6 +90,12 @@ class Settings(BaseSettings):
                                                          "worker died (kombu unacked_restore_interval).")
     broker_restore_throttle: int = Field(10, description="Scan on every Nth restore tick (kombu "
                                                          "unacked_restore_throttle); 1 scans on every tick.")
+    broker_max_connections: int = Field(1000, description="Redis connections a worker process may open to the "
+                                        "broker (kombu's default of 10 fails publishes and acks under a large "
+                                        "threads or gevent concurrency); keep it above the concurrency.")
+    task_events: bool = Field(False, description="Send Celery task events (for Flower and `celery events`); each "
+                              "task then costs three more broker publishes. Parley's Prometheus metrics do not "
+                              "need them. `celery worker -E` turns them on too.")
     sweep_interval: float = Field(15.0, description="How often the sweeper looks for stranded conversations.")
 
     # --- delivery ---

@@ -312,13 +312,34 @@ def test_circuit_breaker_opens_and_half_opens(server: ScriptedServer) -> None:
     assert model.complete(REQ).message.content == "back"
 
 
-def test_one_pooled_client_per_process(server: ScriptedServer) -> None:
-    a = openai_model(server)
-    b = openai_model(server)
-    assert a._client is b._client is shared_client(server.url + "/v1")
+def test_pooled_clients_are_shared_per_thread_and_sharded_across_threads(server: ScriptedServer) -> None:
+    import threading
+
+    from worker.httppool import SHARDS
+
+    url = server.url + "/v1"
+    assert shared_client(url) is shared_client(url)  # one thread, one client, whichever model asks
+    seen: set[int] = set()
+
+    def grab() -> None:
+        seen.add(id(shared_client(url)))
+
+    barrier = threading.Barrier(2 * SHARDS)
+
+    def grab_together() -> None:
+        grab()
+        barrier.wait(10)  # all alive at once, so no thread reuses another's id
+
+    threads = [threading.Thread(target=grab_together) for _ in range(2 * SHARDS)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(seen) == SHARDS  # spread over every shard, and bounded: never a client per thread
     server.default = openai_text("x")
+    a, b = openai_model(server), openai_model(server)
     for _ in range(3):
-        a.complete(REQ)
+        assert a.complete(REQ).message.content == b.complete(REQ).message.content == "x"
 
 
 def test_unknown_provider() -> None:

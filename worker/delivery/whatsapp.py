@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import email.utils
 import re
-import threading
 import time
 from typing import Any
 
 import httpx
 
 from worker.errors import DeliveryError, DeliveryPermanentError, DeliveryRetryableError
+from worker.httppool import SHARDS, ClientShards, pool_limits, tls_context
 
 DEFAULT_BASE_URL = "https://graph.facebook.com/v21.0"
 
@@ -95,20 +95,18 @@ def is_bsuid(recipient: str) -> bool:
 class WhatsAppSender:
     """Sends text messages through the Cloud API: ``POST {base_url}/{phone_number_id}/messages``.
 
-    One pooled ``httpx.Client`` per sender, shared by threads. ``send_text`` returns the message id (wamid)
-    or raises :class:`DeliveryRetryableError` / :class:`DeliveryPermanentError`.
+    Pooled ``httpx.Client`` s per sender, shared by threads (sharded by thread, see :mod:`worker.httppool`).
+    ``send_text`` returns the message id (wamid) or raises :class:`DeliveryRetryableError` /
+    :class:`DeliveryPermanentError`.
     """
 
     def __init__(self, *, phone_number_id: str, access_token: str, base_url: str = DEFAULT_BASE_URL,
                  timeout: float = 15.0, connect_timeout: float = 5.0, transport: httpx.BaseTransport | None = None) -> None:
         self.url = f"{base_url.rstrip('/')}/{phone_number_id}/messages"
-        self._client = httpx.Client(
-            timeout=httpx.Timeout(timeout, connect=connect_timeout),
-            headers={"Authorization": f"Bearer {access_token}", "Content-Type": "application/json"},
-            limits=httpx.Limits(max_connections=100, max_keepalive_connections=20),
-            transport=transport,
-        )
-        self._lock = threading.Lock()
+        headers = {"Authorization": f"Bearer {access_token}", "Content-Type": "application/json"}
+        self._clients = ClientShards(lambda: httpx.Client(
+            timeout=httpx.Timeout(timeout, connect=connect_timeout), headers=headers, limits=pool_limits(),
+            verify=tls_context(), transport=transport), shards=1 if transport is not None else SHARDS)
 
     def body(self, recipient: str, text: str, reply_to: str | None = None) -> dict[str, Any]:
         body: dict[str, Any] = {"messaging_product": "whatsapp", "recipient_type": "individual", "type": "text",
@@ -123,7 +121,7 @@ class WhatsAppSender:
 
     def send_text(self, recipient: str, text: str, *, reply_to: str | None = None) -> str:
         try:
-            response = self._client.post(self.url, json=self.body(recipient, text, reply_to))
+            response = self._clients.get().post(self.url, json=self.body(recipient, text, reply_to))
         except httpx.TimeoutException as exc:
             # The request may or may not have reached Meta; a resend may duplicate (counted by the caller).
             raise DeliveryRetryableError(f"WhatsApp API timed out: {exc}") from exc
@@ -142,4 +140,4 @@ class WhatsAppSender:
             raise DeliveryRetryableError("WhatsApp API answered 200 without a message id", status=200) from None
 
     def close(self) -> None:
-        self._client.close()
+        self._clients.close()

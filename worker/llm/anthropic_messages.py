@@ -139,7 +139,6 @@ class AnthropicModel:
                  retry: RetryPolicy | None = None, extra_headers: dict[str, str] | None = None) -> None:
         self._model = model
         self.base_url = (base_url or DEFAULT_BASE_URL).rstrip("/")
-        self._client = shared_client(self.base_url)
         self._headers = {"Content-Type": "application/json", "anthropic-version": API_VERSION, **(extra_headers or {})}
         if api_key:
             self._headers["x-api-key"] = api_key
@@ -161,7 +160,7 @@ class AnthropicModel:
         return build_body(self._model, request, max_tokens=self.max_tokens, temperature=self.temperature)
 
     def complete(self, request: ModelRequest) -> ModelResponse:
-        data = post_json(provider="anthropic", client=self._client, path=f"{self.base_url}/v1/messages",
+        data = post_json(provider="anthropic", client=shared_client(self.base_url), path=f"{self.base_url}/v1/messages",
                          body=self.body(request), headers=self._headers, timeout=self._timeout, retry=self.retry,
                          breaker=self.breaker)
         return parse_response(data)

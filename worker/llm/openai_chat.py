@@ -132,7 +132,6 @@ class OpenAIChatModel:
                  retry: RetryPolicy | None = None, extra_headers: dict[str, str] | None = None) -> None:
         self._model = model
         self.base_url = (base_url or DEFAULT_BASE_URL).rstrip("/")
-        self._client = shared_client(self.base_url)
         self._headers = {"Content-Type": "application/json", **(extra_headers or {})}
         if api_key:
             self._headers["Authorization"] = f"Bearer {api_key}"
@@ -156,7 +155,7 @@ class OpenAIChatModel:
                           max_tokens_field=self.max_tokens_field)
 
     def complete(self, request: ModelRequest) -> ModelResponse:
-        data = post_json(provider="openai", client=self._client, path=f"{self.base_url}/chat/completions",
+        data = post_json(provider="openai", client=shared_client(self.base_url), path=f"{self.base_url}/chat/completions",
                          body=self.body(request), headers=self._headers, timeout=self._timeout, retry=self.retry,
                          breaker=self.breaker)
         return parse_response("openai", data)

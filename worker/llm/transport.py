@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import email.utils
 import json
-import os
+import logging
 import random
 import threading
 import time
@@ -28,28 +28,26 @@ from worker.errors import (
     ModelUnavailableError,
     RateLimitedError,
 )
+from worker.httppool import ClientShards, pool_limits, tls_context
 
-_clients: dict[str, httpx.Client] = {}
-_clients_pid = os.getpid()
+log = logging.getLogger("parley.llm")
+
+_clients: dict[str, ClientShards] = {}
 _clients_lock = threading.Lock()
 
 
 def shared_client(base_url: str) -> httpx.Client:
-    """The process's pooled client for ``base_url`` (rebuilt after a fork: sockets are not shared)."""
-    global _clients_pid
-    with _clients_lock:
-        if os.getpid() != _clients_pid:
-            _clients.clear()
-            _clients_pid = os.getpid()
-        client = _clients.get(base_url)
-        if client is None:
-            client = httpx.Client(
-                base_url=base_url,
-                limits=httpx.Limits(max_connections=1000, max_keepalive_connections=200),
-                timeout=httpx.Timeout(60.0, connect=5.0),
-            )
-            _clients[base_url] = client
-        return client
+    """The process's pooled client for ``base_url`` for the calling thread (see :mod:`worker.httppool`: one
+    process keeps a few shards per endpoint; rebuilt after a fork, as sockets are not shared)."""
+    shards = _clients.get(base_url)
+    if shards is None:
+        with _clients_lock:
+            shards = _clients.get(base_url)
+            if shards is None:
+                shards = _clients[base_url] = ClientShards(lambda: httpx.Client(
+                    base_url=base_url, limits=pool_limits(), verify=tls_context(),
+                    timeout=httpx.Timeout(60.0, connect=5.0)))
+    return shards.get()
 
 
 class CircuitBreaker:
@@ -213,6 +211,7 @@ def post_json(
             breaker.success()  # the service answered; it is our request that is wrong
             raise err
         breaker.failure()
+        log.warning("model call failed", extra={"provider": provider, "error": str(err), "attempt": attempt})
         retry_after = getattr(err, "retry_after", None)
         if attempt >= retry.max_retries or (retry_after is not None and retry_after > retry.max_wait):
             raise err
