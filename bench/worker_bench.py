@@ -87,14 +87,20 @@ class Rig:
         self.redis.stop()
 
 
-def throughput(rig: Rig, pool: str, concurrency: int, n: int, conversations: int) -> tuple[float, float]:
+def noop_rate(rig: Rig, pool: str, concurrency: int, n: int) -> float:
+    """No-op Celery tasks per second drained by one worker of this pool and concurrency (the baseline)."""
     for i in range(n):
         rig.app.send_task("parley.noop", args=[i])
-    w = rig.worker(f"noop-{pool}", pool, concurrency)
+    w = rig.worker(f"noop-{pool}{concurrency}", pool, concurrency)
     t = time.perf_counter()
     wait_until(rig.queue_empty, 600, interval=0.005)
-    noop = n / (time.perf_counter() - t)
+    rate = n / (time.perf_counter() - t)
     w.stop()
+    return rate
+
+
+def throughput(rig: Rig, pool: str, concurrency: int, n: int, conversations: int) -> tuple[float, float]:
+    noop = noop_rate(rig, pool, concurrency, n)
     tag = f"{pool[0]}{concurrency}"
     cids = [f"4478{tag}{i:06d}" for i in range(conversations)]
     for i in range(n):
@@ -162,18 +168,6 @@ class Peers:
         self.http.close()
         self.proc.terminate()
         self.proc.wait(10)
-
-
-def noop_rate(rig: Rig, pool: str, concurrency: int, n: int) -> float:
-    """No-op Celery tasks per second drained by one worker of this pool and concurrency (the baseline)."""
-    for i in range(n):
-        rig.app.send_task("parley.noop", args=[i])
-    w = rig.worker(f"noop-{pool}{concurrency}", pool, concurrency)
-    t = time.perf_counter()
-    wait_until(rig.queue_empty, 600, interval=0.005)
-    rate = n / (time.perf_counter() - t)
-    w.stop()
-    return rate
 
 
 def llm_bound(rig: Rig, turns: int, concurrency: int, processes: int, pool: str = "threads") -> None:
