@@ -54,7 +54,8 @@ class Outcome:
                 f"lost={self.lost} duplicated={self.duplicated} reordered={self.reordered} stranded={self.stranded} "
                 f"replies={self.replies} replies_lost={self.replies_lost} replies_reordered={self.replies_reordered} "
                 f"replies_duplicated={self.replies_duplicated} window_hits={self.window_hits} "
-                f"seconds={self.seconds:.1f} dead_reasons={self.dead_reasons}")
+                f"seconds={self.seconds:.1f} dead_reasons={self.dead_reasons} "
+                f"restarts={sum(1 for n in self.notes if n.startswith('restarted'))}")
 
     def assert_safe(self) -> None:
         assert not any(n.startswith("stranded") for n in self.notes), self.notes

@@ -355,6 +355,23 @@ def test_stranded_finds_abandoned_work_and_forgets_empty_conversations(store: Co
     assert store.r.zscore(store.g.pending, "c2") is not None
 
 
+def test_tokens_from_an_earlier_life_of_a_conversation_never_match_again(store: ConversationStore) -> None:
+    """After a delete (or the idle TTL) the fence starts again from the clock, not from 1: a worker stalled since
+    the conversation's earlier life cannot have its old token accepted by the new one."""
+    accept(store, CID, 1)
+    old = store.acquire(CID, 10_000)
+    assert old and old.token > 10**15  # microseconds since the epoch, then counted up
+    store.delete(CID)
+    accept(store, CID, 2)
+    new = store.acquire(CID, 10_000)
+    assert new and new.token > old.token
+    with pytest.raises(StaleLeaseError):
+        apply_one(store, CID, old.token)
+    queue_reply(store, CID + "0", 1)  # a fresh delivery fence too
+    d_new, _ = store.begin_delivery(CID + "0", 10_000)
+    assert d_new and d_new > 10**15
+
+
 def test_delete_removes_every_key(store: ConversationStore, client: redis.Redis, prefix: str) -> None:
     queue_reply(store, CID, 1)
     accept(store, CID, 2)

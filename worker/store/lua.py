@@ -11,6 +11,20 @@ end
 """
 
 
+# Fencing tokens: a missing fence (new conversation, or deleted, or expired after the idle TTL) starts from the
+# clock in microseconds, so a token from an earlier life of the conversation, held by a worker stalled since,
+# can never match again. Tokens travel as decimal strings: a Lua number would print as 1.79e+15.
+NEXT_TOKEN = """
+local function next_token(fence)
+  if redis.call('EXISTS', fence) == 0 then
+    local now = redis.call('TIME')
+    redis.call('SET', fence, now[1] .. string.format('%06d', tonumber(now[2])))
+  end
+  return string.format('%d', redis.call('INCR', fence))
+end
+"""
+
+
 # KEYS: inbox, seen, then every key of the conversation when an idle TTL is set
 # ARGV: id, entry, now_ms, max_inbox, dedupe_max, dedupe_ms, ttl_ms
 ACCEPT = """
@@ -38,11 +52,11 @@ return {1, n + 1}
 """
 
 # KEYS: lease, fence   ARGV: lease_ms
-ACQUIRE = """
+ACQUIRE = NEXT_TOKEN + """
 if redis.call('EXISTS', KEYS[1]) == 1 then
   return 0
 end
-local t = redis.call('INCR', KEYS[2])
+local t = next_token(KEYS[2])
 redis.call('SET', KEYS[1], t, 'PX', ARGV[1])
 return t
 """
@@ -50,12 +64,12 @@ return t
 # KEYS: hold, inbox, lease, fence, state, attempts   ARGV: lease_ms
 # One round trip to start draining: {-2} held for a retry, {0} nothing waiting, {-1} another worker holds the
 # lease; else take the lease and return {token, head entry, blob, version, attempts at the head}.
-BEGIN = HEAD_ID + """
+BEGIN = HEAD_ID + NEXT_TOKEN + """
 if redis.call('EXISTS', KEYS[1]) == 1 then return {-2} end
 local head = redis.call('LINDEX', KEYS[2], 0)
 if not head then return {0} end
 if redis.call('EXISTS', KEYS[3]) == 1 then return {-1} end
-local t = redis.call('INCR', KEYS[4])
+local t = next_token(KEYS[4])
 redis.call('SET', KEYS[3], t, 'PX', ARGV[1])
 local s = redis.call('HMGET', KEYS[5], 'blob', 'version')
 local a = redis.call('HINCRBY', KEYS[6], head_id(head), 1)
@@ -224,11 +238,11 @@ end
 # KEYS: dlease, dfence, outbox, sent   ARGV: lease_ms
 # Start delivering in one round trip: {-1} another worker delivers, {0} nothing to send, else take the delivery
 # lease and claim the head: {token, head entry, part, crashed}.
-BEGIN_DELIVERY = CLAIM + """
+BEGIN_DELIVERY = CLAIM + NEXT_TOKEN + """
 if redis.call('EXISTS', KEYS[1]) == 1 then return {-1} end
 if redis.call('LLEN', KEYS[3]) == 0 then return {0} end
-local t = redis.call('INCR', KEYS[2])
-local c = claim(KEYS[3], KEYS[4], KEYS[1], tostring(t), ARGV[1])
+local t = next_token(KEYS[2])
+local c = claim(KEYS[3], KEYS[4], KEYS[1], t, ARGV[1])
 return {t, c[2], c[3], c[4]}
 """
 
