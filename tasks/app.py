@@ -48,6 +48,7 @@ def make_app(settings: Settings | None = None) -> Celery:
         task_default_queue=QUEUE,
         worker_hijack_root_logger=False,
         worker_send_task_events=s.task_events,
+        worker_enable_remote_control=s.remote_control,
         task_send_sent_event=False,
     )
     return app

@@ -93,6 +93,10 @@ class Settings(BaseSettings):
     broker_max_connections: int = Field(1000, description="Redis connections a worker process may open to the "
                                         "broker (kombu's default of 10 fails publishes and acks under a large "
                                         "threads or gevent concurrency); keep it above the concurrency.")
+    remote_control: bool = Field(False, description="Answer `celery inspect` / `celery control` (a pub/sub "
+                                 "connection per worker). Off: on a broker restart that connection's reconnect "
+                                 "crashed workers (\"Unrecoverable error\", seen in the chaos suite); "
+                                 "`parley health` and the metrics cover probing.")
     task_events: bool = Field(False, description="Send Celery task events (for Flower and `celery events`); each "
                               "task then costs three more broker publishes. Parley's Prometheus metrics do not "
                               "need them. `celery worker -E` turns them on too.")

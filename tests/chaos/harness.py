@@ -138,6 +138,7 @@ def run_scenario(cluster: Cluster, load: Load,
         chaos_thread.join(60)
     for i, w in enumerate(cluster.workers):
         if not w.alive():
+            out.notes.append(f"restarted {w.name} after the chaos")
             cluster.workers[i] = WorkerProcess(w.name, w.env, pool=w.pool, concurrency=w.concurrency).start()
     wait_until(settled, load.settle_timeout, interval=0.25)
     supervising.set()

@@ -88,9 +88,6 @@ def test_task_outliving_the_visibility_timeout(cluster: Cluster) -> None:
     assert max(received.values()) >= 2, received
 
 
-# Long-run only: in one run of seven a Celery worker died on broker loss ("Unrecoverable error" inside Celery's
-# hub) and two replies stayed in their outbox until the settle timeout; not yet explained, so kept out of CI.
-@pytest.mark.slow
 @pytest.mark.parametrize("cluster", [{"appendonly": True}], indirect=True)
 def test_redis_faults(cluster: Cluster) -> None:
     admin = redis.Redis(port=cluster.redis.port)
@@ -119,6 +116,10 @@ def test_redis_faults(cluster: Cluster) -> None:
     out = run_scenario(cluster, load(pace=0.03), chaos)
     report("redis-faults", out)
     out.assert_safe()
+    # Workers ride out a Redis restart. With Celery's remote control on, the pub/sub reconnect crashed one in
+    # about every other run ("Unrecoverable error: 'NoneType' object has no attribute 'hostname'"); Parley
+    # turns remote control off by default (PARLEY_REMOTE_CONTROL).
+    assert not [n for n in out.notes if n.startswith("restarted")], out.notes
 
 
 def test_llm_faults(cluster: Cluster) -> None:

@@ -44,6 +44,8 @@ def test_compose_file_is_valid_and_uses_known_settings() -> None:
         unknown = set(svc["environment"]) - known
         assert not unknown, f"{name}: unknown settings {unknown}"
     assert services["worker"]["command"][:4] == ["celery", "-A", "tasks", "worker"]
+    # Supervised: a process that exits (a crash, a kill) is started again; the sweeper resumes its work.
+    assert all(services[n].get("restart") in ("unless-stopped", "always") for n in ("redis", "worker", "webhook"))
 
 
 def test_dockerfile_copies_what_exists() -> None:
