@@ -28,6 +28,16 @@ def apply_one(store: ConversationStore, cid: str, token: int, *, state: bytes | 
 
 # --- keys ---------------------------------------------------------------------------------------------
 
+def test_every_key_name_has_a_typed_attribute() -> None:
+    import dataclasses
+
+    from worker.store.keys import NAMES
+
+    k = ConversationKeys("p", "447700900123")
+    assert {f.name for f in dataclasses.fields(ConversationKeys) if not f.init} == set(NAMES)
+    assert k.inbox == "p:{447700900123}:inbox" and k.all() == [getattr(k, n) for n in NAMES]
+
+
 @pytest.mark.parametrize("bad", ["", "*", "a*", "{x}", "a:b", "a b", "a\nb", "x" * 129, "x" * 10_000, "café",
                                  "ünï", "a?b", "[a]", "a\x00b", None, 5])
 def test_hostile_conversation_ids_are_refused(bad: object, store: ConversationStore) -> None:

@@ -34,7 +34,7 @@ letters) and ``{prefix}:lock:<name>`` (short locks).
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from worker.errors import InvalidConversationIdError
 
@@ -67,21 +67,36 @@ def validate_conversation_id(cid: object) -> str:
 
 @dataclass(frozen=True)
 class ConversationKeys:
-    """The keys of one conversation."""
+    """The keys of one conversation, one attribute per name in :data:`NAMES` (typed, so a misspelt key name
+    fails the type check rather than at run time)."""
 
     prefix: str
     cid: str
+    state: str = field(init=False)
+    inbox: str = field(init=False)
+    seen: str = field(init=False)
+    fence: str = field(init=False)
+    lease: str = field(init=False)
+    attempts: str = field(init=False)
+    outbox: str = field(init=False)
+    sent: str = field(init=False)
+    dfence: str = field(init=False)
+    dlease: str = field(init=False)
+    delivered: str = field(init=False)
+    trace: str = field(init=False)
+    quarantine: str = field(init=False)
+    dead: str = field(init=False)
+    compacting: str = field(init=False)
+    statuses: str = field(init=False)
+    hold: str = field(init=False)
 
     def __post_init__(self) -> None:
         validate_conversation_id(self.cid)
+        for name in NAMES:
+            object.__setattr__(self, name, self.key(name))
 
     def key(self, name: str) -> str:
         return f"{self.prefix}:{{{self.cid}}}:{name}"
-
-    def __getattr__(self, name: str) -> str:
-        if name in NAMES:
-            return self.key(name)
-        raise AttributeError(name)
 
     def all(self) -> list[str]:
         """Every key of the conversation (for delete and idle TTL)."""
