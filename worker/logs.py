@@ -52,3 +52,8 @@ def configure_logging(settings: Settings) -> None:
                          TextFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     root.addHandler(handler)
     root.setLevel(settings.log_level.upper())
+    # httpx logs every request at INFO: two lines per turn repeating what Parley's own lines and metrics say,
+    # JSON-formatted on the hot path. They come back with PARLEY_LOG_LEVEL=DEBUG.
+    if root.level > logging.DEBUG:
+        for name in ("httpx", "httpcore"):
+            logging.getLogger(name).setLevel(logging.WARNING)
