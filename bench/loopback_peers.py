@@ -7,7 +7,7 @@ capture). For load benchmarks those cost more CPU per request than the worker un
 cores, so the figures would mostly measure them. These answer from one asyncio loop with hand-written HTTP/1.1
 (keep-alive, Content-Length bodies only): an OpenAI Chat Completions answer ``ack:<last user text>`` after
 ``--delay`` seconds, and a WhatsApp ``/messages`` answer with a fresh wamid. ``GET /stats`` on either port
-returns JSON: requests, sends, in flight now and at most.
+returns JSON: requests, sends, in flight now and at most, and when the last send arrived.
 """
 
 from __future__ import annotations
@@ -16,9 +16,10 @@ import argparse
 import asyncio
 import json
 import sys
+import time
 from itertools import count
 
-STATS = {"llm_requests": 0, "sends": 0, "in_flight": 0, "max_in_flight": 0}
+STATS: dict[str, float] = {"llm_requests": 0, "sends": 0, "in_flight": 0, "max_in_flight": 0, "last_send_at": 0.0}
 _ids = count(1)
 
 
@@ -82,6 +83,7 @@ class Peer(asyncio.Protocol):
             asyncio.get_running_loop().call_later(self.delay, self._finish, answer)
         else:
             STATS["sends"] += 1
+            STATS["last_send_at"] = time.time()
             wamid = f"wamid.bench{next(_ids)}"
             self.transport.write(_response(200, json.dumps({
                 "messaging_product": "whatsapp", "contacts": [{"input": "x", "wa_id": "x"}],

@@ -396,6 +396,8 @@ def test_delete_removes_every_key(store: ConversationStore, client: redis.Redis,
 def test_idle_ttl(client: redis.Redis, prefix: str) -> None:
     s = ConversationStore(client, prefix=prefix, limits=StoreLimits(idle_ttl_ms=60_000))
     s.accept(CID, b"x", "1")
+    assert 0 < client.pttl(s.keys(CID).inbox) <= 60_000
+    assert client.pttl(s.g.pending) == -1  # the sweeper's index spans conversations: it never expires
     lease = s.acquire(CID, 10_000)
     assert lease
     s.commit(CID, lease.token, expected_version=0, input_id="1", new_state=b"s", reply=b"r", lease_ms=10_000)

@@ -25,9 +25,15 @@ end
 """
 
 
-# KEYS: inbox, seen, then every key of the conversation when an idle TTL is set
-# ARGV: id, entry, now_ms, max_inbox, dedupe_max, dedupe_ms, ttl_ms
+# KEYS: inbox, seen, [pending,] then every key of the conversation when an idle TTL is set
+# ARGV: id, entry, now_ms, max_inbox, dedupe_max, dedupe_ms, ttl_ms, pending member ('' on a Cluster, where the
+#       pending zset lives in another slot and the caller adds to it separately)
 ACCEPT = """
+local first_ttl = 3
+if ARGV[8] ~= '' then
+  redis.call('ZADD', KEYS[3], tonumber(ARGV[3]), ARGV[8])
+  first_ttl = 4
+end
 if redis.call('ZSCORE', KEYS[2], ARGV[1]) then
   return {0, redis.call('LLEN', KEYS[1])}
 end
@@ -46,7 +52,7 @@ if c > max then
 end
 local ttl = tonumber(ARGV[7])
 if ttl > 0 then
-  for i = 3, #KEYS do redis.call('PEXPIRE', KEYS[i], ttl) end
+  for i = first_ttl, #KEYS do redis.call('PEXPIRE', KEYS[i], ttl) end
 end
 return {1, n + 1}
 """

@@ -193,19 +193,15 @@ class ConversationStore:
         """
         k = self.keys(cid)
         now = self._now_ms()
-        # One round trip. The ZADD goes first: the sweeper must know of any conversation that might have work.
-        # (On a Cluster the two commands go to different nodes and the pipeline sends them in turn.)
-        keys = [k.inbox, k.seen, *self._ttl_keys(k)]
+        # The sweeper must know of any conversation that might have work, so the pending mark comes first: in
+        # the same script on a standalone Redis (one round trip), before it on a Cluster (another slot).
         args = [input_id, join_entry(input_id, envelope), now, max_inbox or self.limits.max_inbox,
                 self.limits.dedupe_max_ids, self.limits.dedupe_ms, self.limits.idle_ttl_ms]
         if self._cluster:
             self.r.zadd(self.g.pending, {cid: now})
-            code, depth = self._accept(keys=keys, args=args)
+            code, depth = self._accept(keys=[k.inbox, k.seen, *self._ttl_keys(k)], args=[*args, ""])
         else:
-            pipe = self.r.pipeline(transaction=False)
-            pipe.zadd(self.g.pending, {cid: now})
-            self._accept(keys=keys, args=args, client=pipe)
-            code, depth = pipe.execute()[1]
+            code, depth = self._accept(keys=[k.inbox, k.seen, self.g.pending, *self._ttl_keys(k)], args=[*args, cid])
         if int(code) < 0:
             raise InboxFullError(f"conversation {cid} has {depth} inputs waiting; the limit is "
                                  f"{max_inbox or self.limits.max_inbox}")
