@@ -125,7 +125,7 @@ class ConversationService:
                                      attempts, run)
                 applied += 1
                 metrics.MAILBOX_DEPTH.set(result.depth)
-                if result.released or result.next is None:
+                if result.next is None:  # the mailbox was empty and the lease given up (or no advance)
                     break
                 snap, attempts = result.next, result.next_attempts
         except StaleLeaseError:
@@ -225,7 +225,7 @@ class ConversationService:
         metrics.TURN_SECONDS.observe(time.perf_counter() - started)
         metrics.INPUTS.labels("message", "applied").inc()
         log.info("turn applied", extra={**ctx, "parts": len(record.parts), "finish": result.finish_reason})
-        if done.released or done.next is None:
+        if done.next is None:
             run.replied = True  # the drain ends here: deliver in this task once it has
         else:
             self.wake("deliver", cid)  # more inputs wait: deliver alongside, without holding the next turn up
@@ -322,15 +322,15 @@ class ConversationService:
             return 0
         sent = 0
         try:
-            while head is not None and head.record is not None:
+            while head is not None:
                 try:
                     record = decode_reply(head.record)
                     if head.part >= len(record.parts):
                         raise EnvelopeError(f"reply has {len(record.parts)} part(s); nothing left at part {head.part}")
                 except EnvelopeError as exc:
-                    dead = DeadLetter(what="reply", id=head.reply_id or "", reason="malformed", detail=str(exc),
+                    dead = DeadLetter(what="reply", id=head.reply_id, reason="malformed", detail=str(exc),
                                       payload=head.record)
-                    self.store.dead_letter_reply(cid, token, head.reply_id or "", dead.to_bytes())
+                    self.store.dead_letter_reply(cid, token, head.reply_id, dead.to_bytes())
                     head = self.store.claim_next(cid, token, self.config.lease_ms)
                     continue
                 if head.crashed_in_window:
@@ -372,7 +372,7 @@ class ConversationService:
             metrics.DELIVERIES.labels("sent").inc()
             if part == last:
                 return part - start + 1, self.store.sent_last_claim_next(cid, token, record.reply_id, wamid, self.config.lease_ms)
-            self.store.mark_sent(cid, token, record.reply_id, part, wamid, False, self.config.lease_ms)
+            self.store.mark_sent(cid, token, record.reply_id, part, wamid, self.config.lease_ms)
         raise AssertionError("unreachable: the last part returns")  # pragma: no cover
 
     def _dead_reply(self, cid: str, token: int, record: ReplyRecord, reason: str, code: int | None) -> None:

@@ -1,6 +1,6 @@
 """Chaos and fault scenarios under load, checked like a Jepsen queue checker (see harness.py).
 
-The short version runs in CI; ``PARLEY_CHAOS_SCALE=5 scripts/test -m slow tests/chaos`` runs the long one.
+The short version runs in CI; ``PARLEY_CHAOS_SCALE=5 scripts/test tests/chaos`` runs the long one.
 Each scenario prints its figures (``-s`` shows them).
 """
 

@@ -266,37 +266,37 @@ def queue_reply(store: ConversationStore, cid: str, i: int) -> None:
 
 def test_delivery_progress_and_crash_window(store: ConversationStore) -> None:
     queue_reply(store, CID, 1)
-    t = store.acquire_delivery(CID, 10_000)
-    assert t
-    head = store.outbox_head(CID)
+    t, head = store.begin_delivery(CID, 30)
+    assert t and head is not None
     assert (head.record, head.reply_id, head.part, head.crashed_in_window) == (b"reply-1", "id-1", 0, False)
-    store.mark_inflight(CID, t, "id-1", 0)
-    store.mark_sent(CID, t, "id-1", 0, "wamid.A", is_last=False)
+    store.mark_sent(CID, t, "id-1", 0, "wamid.A", lease_ms=30)
     store.mark_inflight(CID, t, "id-1", 1)
     # The worker dies here: the API may have answered 200 for part 1, but it was never marked sent.
-    time.sleep(0)
-    head = store.outbox_head(CID)
-    assert head.part == 1 and head.crashed_in_window
-    store.mark_sent(CID, t, "id-1", 1, "wamid.B", is_last=True)
-    assert store.outbox_head(CID).record is None
+    time.sleep(0.08)
+    t2, head = store.begin_delivery(CID, 10_000)
+    assert t2 and head is not None and head.part == 1 and head.crashed_in_window
+    assert store.sent_last_claim_next(CID, t2, "id-1", "wamid.B", 10_000) is None
+    assert store.outbox_depth(CID) == 0
     assert store.delivered(CID) == [("id-1", ["wamid.A", "wamid.B"])]
-    assert store.release_delivery(CID, t) is False
+    assert not store.r.exists(store.keys(CID).dlease)
 
 
 def test_delivery_fencing_and_dead_reply(store: ConversationStore) -> None:
     queue_reply(store, CID, 1)
     queue_reply(store, CID, 2)
-    t = store.acquire_delivery(CID, 30)
+    t, _ = store.begin_delivery(CID, 30)
     assert t
     time.sleep(0.08)
-    t2 = store.acquire_delivery(CID, 10_000)
+    t2, _ = store.begin_delivery(CID, 10_000)
     assert t2 and t2 != t
     with pytest.raises(StaleLeaseError):
         store.mark_inflight(CID, t, "id-1", 0)
+    with pytest.raises(StaleLeaseError):
+        store.mark_sent(CID, t, "id-1", 0, "wamid.stale")
     store.dead_letter_reply(CID, t2, "id-1", b"dead reply")
-    assert store.outbox_head(CID).reply_id == "id-2"
+    nxt = store.claim_next(CID, t2, 10_000)
+    assert nxt is not None and nxt.reply_id == "id-2"  # reply 2 still waits
     assert store.dead_letters(CID) == [b"dead reply"]
-    assert store.release_delivery(CID, t2) is True  # reply 2 still waits
 
 
 def test_begin_delivery_claims_the_head_and_the_last_sent_mark_claims_the_next(store: ConversationStore) -> None:
@@ -309,7 +309,7 @@ def test_begin_delivery_claims_the_head_and_the_last_sent_mark_claims_the_next(s
         (b"reply-1", "id-1", 0, False)
     assert store.begin_delivery(CID, 10_000) == (None, None)  # one deliverer at a time
     # The claim marked part 0 in flight: a worker dying now is seen by the next one as a crash in the window.
-    assert store.outbox_head(CID).crashed_in_window
+    assert store.r.hget(store.keys(CID).sent, "inflight") == b"id-1:0"
     nxt = store.sent_last_claim_next(CID, t, "id-1", "wamid.A", 10_000)
     assert nxt is not None and (nxt.record, nxt.part, nxt.crashed_in_window) == (b"reply-2", 0, False)
     assert store.delivered(CID) == [("id-1", ["wamid.A"])]

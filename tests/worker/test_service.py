@@ -201,9 +201,8 @@ def test_crash_in_the_send_window_is_counted_and_resent() -> None:
     h.client.send_message(CID, "one", message_id="m1")
     h.service.drain(CID)
     assert h.channel.sent == [] and h.woken[-1] == ("deliver", CID)
-    token = h.store.acquire_delivery(CID, 10)
-    assert token
-    h.store.mark_inflight(CID, token, "m1", 0)  # ...the process dies after the HTTP call
+    token, head = h.store.begin_delivery(CID, 10)  # claims part 0: marked in flight...
+    assert token and head is not None and head.part == 0  # ...and the process dies after the HTTP call
     before = metrics.DUPLICATE_WINDOW._value.get()
     import time
     time.sleep(0.02)

@@ -100,7 +100,7 @@ class ConversationKeys:
 
     def all(self) -> list[str]:
         """Every key of the conversation (for delete and idle TTL)."""
-        return [self.key(n) for n in NAMES]
+        return [getattr(self, n) for n in NAMES]
 
 
 @dataclass(frozen=True)

@@ -177,13 +177,6 @@ redis.call('HSET', KEYS[1], 'version', v + 1)
 return {v + 1, 0}
 """
 
-# KEYS: outbox, sent   -> {head entry or false, progress fields...}
-OUTBOX_HEAD = """
-local head = redis.call('LINDEX', KEYS[1], 0)
-local p = redis.call('HMGET', KEYS[2], 'reply_id', 'part', 'inflight')
-return {head, p[1], p[2], p[3]}
-"""
-
 # KEYS: dfence, sent   ARGV: token, reply_id, part
 MARK_INFLIGHT = """
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return -1 end
@@ -198,23 +191,24 @@ redis.call('HDEL', KEYS[2], 'inflight')
 return 1
 """
 
-# KEYS: dfence, outbox, sent, delivered, dlease
-# ARGV: token, reply_id, part, provider_id, is_last, delivered_max, lease_ms
-MARK_SENT = HEAD_ID + """
+# The provider message ids of the head reply's parts sent so far, with one more.
+IDS_WITH = """
+local function ids_with(sent, reply_id, provider_id)
+  local ids = redis.call('HGET', sent, 'ids')
+  if ids and redis.call('HGET', sent, 'reply_id') == reply_id then return ids .. ',' .. provider_id end
+  return provider_id
+end
+"""
+
+# KEYS: dfence, outbox, sent, dlease   ARGV: token, reply_id, part, provider_id, lease_ms
+# A part that is not the reply's last was sent (the last one goes through SENT_LAST_CLAIM_NEXT).
+MARK_SENT = HEAD_ID + IDS_WITH + """
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return -1 end
 if head_id(redis.call('LINDEX', KEYS[2], 0)) ~= ARGV[2] then return -3 end
-local ids = redis.call('HGET', KEYS[3], 'ids')
-if ids and redis.call('HGET', KEYS[3], 'reply_id') == ARGV[2] then ids = ids .. ',' .. ARGV[4] else ids = ARGV[4] end
-if ARGV[5] == '1' then
-  redis.call('LPOP', KEYS[2])
-  redis.call('DEL', KEYS[3])
-  redis.call('RPUSH', KEYS[4], ARGV[2] .. '\\t' .. ids)
-  redis.call('LTRIM', KEYS[4], -tonumber(ARGV[6]), -1)
-else
-  redis.call('HSET', KEYS[3], 'reply_id', ARGV[2], 'part', tonumber(ARGV[3]) + 1, 'ids', ids)
-  redis.call('HDEL', KEYS[3], 'inflight')
-end
-redis.call('SET', KEYS[5], ARGV[1], 'PX', ARGV[7])
+local ids = ids_with(KEYS[3], ARGV[2], ARGV[4])
+redis.call('HSET', KEYS[3], 'reply_id', ARGV[2], 'part', tonumber(ARGV[3]) + 1, 'ids', ids)
+redis.call('HDEL', KEYS[3], 'inflight')
+redis.call('SET', KEYS[4], ARGV[1], 'PX', ARGV[5])
 return 1
 """
 
@@ -263,11 +257,10 @@ return claim(KEYS[2], KEYS[3], KEYS[4], ARGV[1], ARGV[2])
 # ARGV: token, reply_id, provider_id, delivered_max, lease_ms
 # The last part of a reply was sent: record it, drop the reply from the outbox and claim the next one (or give
 # the lease up), in one round trip.
-SENT_LAST_CLAIM_NEXT = CLAIM + """
+SENT_LAST_CLAIM_NEXT = CLAIM + IDS_WITH + """
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return {-1} end
 if head_id(redis.call('LINDEX', KEYS[2], 0)) ~= ARGV[2] then return {-3} end
-local ids = redis.call('HGET', KEYS[3], 'ids')
-if ids and redis.call('HGET', KEYS[3], 'reply_id') == ARGV[2] then ids = ids .. ',' .. ARGV[3] else ids = ARGV[3] end
+local ids = ids_with(KEYS[3], ARGV[2], ARGV[3])
 redis.call('LPOP', KEYS[2])
 redis.call('DEL', KEYS[3])
 redis.call('RPUSH', KEYS[4], ARGV[2] .. '\\t' .. ids)

@@ -77,7 +77,6 @@ class CommitResult:
     next: Snapshot | None = None
     next_attempts: int = 0
 
-
 @dataclass(frozen=True)
 class Begin:
     """The start of a drain: ``status`` is ``ok`` (the lease is ours: ``token``, the head input and the state in
@@ -92,12 +91,13 @@ class Begin:
 
 @dataclass(frozen=True)
 class OutboxHead:
-    """The next reply to deliver and how far its delivery got. ``crashed_in_window`` is true when a part was
-    marked in flight and never marked sent: a worker died between the send and the mark (or just before the
-    send), so the part may already have reached the user."""
+    """The outbox head claimed for a send: the reply and the part to send next (already marked in flight).
+    ``crashed_in_window`` is true when that part was left in flight by an earlier deliverer that never marked it
+    sent: a worker died between the send and the mark (or just before the send), so the part may already have
+    reached the user."""
 
-    record: bytes | None
-    reply_id: str | None
+    record: bytes
+    reply_id: str
     part: int
     crashed_in_window: bool
 
@@ -159,7 +159,6 @@ class ConversationStore:
         self._release = s(lua.RELEASE)
         self._quarantine = s(lua.QUARANTINE)
         self._put_state = s(lua.PUT_STATE)
-        self._outbox_head = s(lua.OUTBOX_HEAD)
         self._mark_inflight = s(lua.MARK_INFLIGHT)
         self._clear_inflight = s(lua.CLEAR_INFLIGHT)
         self._mark_sent = s(lua.MARK_SENT)
@@ -176,7 +175,7 @@ class ConversationStore:
     def _ttl_keys(self, k: ConversationKeys) -> list[str]:
         if self.limits.idle_ttl_ms <= 0:
             return []
-        return [k.key(n) for n in ("state", "inbox", "seen", "fence", "attempts", "outbox", "sent", "dfence",
+        return [getattr(k, n) for n in ("state", "inbox", "seen", "fence", "attempts", "outbox", "sent", "dfence",
                                    "delivered", "trace", "quarantine", "dead", "statuses")]
 
     @staticmethod
@@ -351,13 +350,6 @@ class ConversationStore:
     # --- delivery ----------------------------------------------------------------------------------
 
     @_wrap
-    def acquire_delivery(self, cid: str, lease_ms: int) -> int | None:
-        """Take the delivery lease (separate from the input lease, so delivery never blocks turns)."""
-        k = self.keys(cid)
-        token = int(self._acquire(keys=[k.dlease, k.dfence], args=[lease_ms]))
-        return token if token > 0 else None
-
-    @_wrap
     def begin_delivery(self, cid: str, lease_ms: int) -> tuple[int | None, OutboxHead | None]:
         """Take the delivery lease and claim the outbox head in one round trip.
 
@@ -395,18 +387,6 @@ class ConversationStore:
         return _claimed(res[1], res[2], res[3]) if code == 1 else None
 
     @_wrap
-    def outbox_head(self, cid: str) -> OutboxHead:
-        k = self.keys(cid)
-        entry, reply_id, part, inflight = self._outbox_head(keys=[k.outbox, k.sent])
-        if entry is None:
-            return OutboxHead(None, None, 0, False)
-        rid, payload = split_entry(entry)
-        same = reply_id is not None and reply_id.decode() == rid
-        start = int(part) if same and part is not None else 0
-        crashed = same and inflight is not None and inflight.decode() == f"{rid}:{start}"
-        return OutboxHead(payload, rid, start, crashed)
-
-    @_wrap
     def mark_inflight(self, cid: str, token: int, reply_id: str, part: int) -> None:
         k = self.keys(cid)
         if int(self._mark_inflight(keys=[k.dfence, k.sent], args=[token, reply_id, part])) < 0:
@@ -418,13 +398,13 @@ class ConversationStore:
         self._clear_inflight(keys=[k.dfence, k.sent], args=[token])
 
     @_wrap
-    def mark_sent(self, cid: str, token: int, reply_id: str, part: int, provider_id: str, is_last: bool,
+    def mark_sent(self, cid: str, token: int, reply_id: str, part: int, provider_id: str,
                   lease_ms: int = 180_000) -> None:
-        """Record a sent part (and its provider message id); the last part removes the reply from the outbox."""
+        """Record a sent part that is not the reply's last (and its provider message id); the last one goes
+        through :meth:`sent_last_claim_next`, which also takes the reply out of the outbox."""
         k = self.keys(cid)
-        code = int(self._mark_sent(keys=[k.dfence, k.outbox, k.sent, k.delivered, k.dlease],
-                                   args=[token, reply_id, part, provider_id, "1" if is_last else "0",
-                                         self.limits.delivered_max, lease_ms]))
+        code = int(self._mark_sent(keys=[k.dfence, k.outbox, k.sent, k.dlease],
+                                   args=[token, reply_id, part, provider_id, lease_ms]))
         if code < 0:
             raise StaleLeaseError(f"delivery of {reply_id} on {cid} was taken over")
 
