@@ -1,38 +1,45 @@
-"""Outbound HTTP clients for the LLM providers and WhatsApp: pooled, per process, sharded by thread.
+"""Outbound HTTP clients for the LLM providers and WhatsApp: one lease per request from a LIFO pool of
+single-connection clients, per process and endpoint.
 
-Two things about httpcore's sync connection pool shape this module:
+Why not one shared ``httpx.Client`` with a big pool (or a few shards of one): httpcore's sync pool walks every
+connection it holds on each request and again on each response, under one lock, and probes every idle
+connection's socket with a system call as it goes (``has_expired``). With hundreds of turns waiting on a slow
+model, one pool holds hundreds of connections and those walks were most of the worker's CPU (measured: 25 ms
+per turn with 600 threads on one pool; 32 shards brought it to 11 ms, still with the walk on top of the
+profile). And the pool can close a keep-alive connection it has already handed to a queued request, which then
+fails with "Bad file descriptor" or hangs until its read timeout (httpcore issue 1110).
 
-- Every request and every response walks the pool's connection and request lists under one lock. With hundreds
-  of turns waiting on a slow model in one process, one pool holds hundreds of connections and those walks
-  dominate the worker's CPU (measured: 25 ms of CPU per turn with 600 threads on one pool, against 10 ms at
-  16 threads). So each process keeps ``SHARDS`` clients per endpoint and a thread always uses the same one:
-  a pool then holds a few dozen connections at most.
-- The pool can close a keep-alive connection it has already handed to a queued request, which then fails with
-  "Bad file descriptor" or hangs until its read timeout (httpcore issue 1110). So no pool ever holds surplus
-  connections (keep-alive limit = connection limit) and none is small enough for a request to queue.
+So a request leases a whole client that holds at most one connection and nobody else uses meanwhile: the walk
+is over one connection, no request ever queues inside httpcore, and the lease itself is a list pop. The pool
+is LIFO: at low traffic the same few clients, with warm keep-alive connections, serve every request (a round
+robin over many would find each one's connection expired and pay a new TCP and TLS handshake); at high
+traffic it grows to the number of requests in flight at once. This works the same under the threads pool and
+under gevent, where a task's greenlet is new for every task and a per-thread choice would not stick.
 
-The shards share one TLS context, so a new client costs no certificate loading.
+All clients of a process share one TLS context, so a new client costs no certificate loading. After a fork the
+pool starts empty: sockets must not be shared between processes.
 """
 
 from __future__ import annotations
 
-import itertools
 import os
 import ssl
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 import httpx
 
-SHARDS = 32
-MAX_CONNECTIONS = 1024
+# Idle clients kept beyond this are closed: a burst should not leave thousands of sockets open for good.
+MAX_IDLE = 2048
 
 _ssl: ssl.SSLContext | None = None
 _ssl_lock = threading.Lock()
 
 
-def pool_limits() -> httpx.Limits:
-    return httpx.Limits(max_connections=MAX_CONNECTIONS, max_keepalive_connections=MAX_CONNECTIONS)
+def single_connection() -> httpx.Limits:
+    """One connection per client: a client is leased to one request at a time (see the module docstring)."""
+    return httpx.Limits(max_connections=1, max_keepalive_connections=1)
 
 
 def tls_context() -> ssl.SSLContext:
@@ -50,39 +57,51 @@ def tls_context() -> ssl.SSLContext:
         return _ssl
 
 
-class ClientShards:
-    """``SHARDS`` clients made by ``factory``; :meth:`get` returns the calling thread's. Rebuilt after a fork
-    (sockets must not be shared between processes)."""
+class ClientPool:
+    """Clients made by ``factory`` (each with :func:`single_connection` limits), leased one request at a time.
 
-    def __init__(self, factory: Callable[[], httpx.Client], shards: int = SHARDS) -> None:
+    ``with pool.lease() as client: client.post(...)`` -- read the response inside the block: the connection
+    goes back to the pool with the client.
+    """
+
+    def __init__(self, factory: Callable[[], httpx.Client], max_idle: int = MAX_IDLE) -> None:
         self._factory = factory
-        self._n = max(1, shards)
-        self._clients: list[httpx.Client | None] = [None] * self._n
-        self._pid = os.getpid()
+        self._max_idle = max_idle
+        self._idle: list[httpx.Client] = []
         self._lock = threading.Lock()
-        self._slot = threading.local()
-        self._turn = itertools.count()
+        self._pid = os.getpid()
+        self.created = 0  # clients made so far in this process (tests and the bench read it)
 
-    def get(self) -> httpx.Client:
-        if self._pid != os.getpid():
-            with self._lock:
-                if self._pid != os.getpid():
-                    self._clients = [None] * self._n
-                    self._pid = os.getpid()
-        i: int | None = getattr(self._slot, "i", None)
-        if i is None:  # a thread's first request: hand out shards in turn (thread ids are aligned addresses)
-            i = self._slot.i = next(self._turn) % self._n
-        client = self._clients[i]
-        if client is None:
-            with self._lock:
-                client = self._clients[i]
-                if client is None:
-                    client = self._clients[i] = self._factory()
-        return client
+    @contextmanager
+    def lease(self) -> Iterator[httpx.Client]:
+        client = self._take()
+        try:
+            yield client
+        finally:
+            self._give_back(client)
+
+    def idle(self) -> int:
+        """Clients waiting for a request now."""
+        return len(self._idle)
+
+    def _take(self) -> httpx.Client:
+        with self._lock:
+            if self._pid != os.getpid():
+                self._idle, self._pid, self.created = [], os.getpid(), 0
+            if self._idle:
+                return self._idle.pop()
+            self.created += 1
+        return self._factory()
+
+    def _give_back(self, client: httpx.Client) -> None:
+        with self._lock:
+            if self._pid == os.getpid() and len(self._idle) < self._max_idle:
+                self._idle.append(client)
+                return
+        client.close()
 
     def close(self) -> None:
         with self._lock:
-            for c in self._clients:
-                if c is not None:
-                    c.close()
-            self._clients = [None] * self._n
+            idle, self._idle = self._idle, []
+        for c in idle:
+            c.close()

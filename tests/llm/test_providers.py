@@ -25,7 +25,7 @@ from worker.errors import (
     RateLimitedError,
 )
 from worker.llm import build_model
-from worker.llm.transport import RetryPolicy, shared_client
+from worker.llm.transport import RetryPolicy, shared_clients
 
 TOOL = Tool(name="lookup", description="Look a place up", handler=lambda place="": {"place": place, "opened": 1900},
             parameters={"type": "object", "properties": {"place": {"type": "string"}}, "required": ["place"]})
@@ -312,34 +312,14 @@ def test_circuit_breaker_opens_and_half_opens(server: ScriptedServer) -> None:
     assert model.complete(REQ).message.content == "back"
 
 
-def test_pooled_clients_are_shared_per_thread_and_sharded_across_threads(server: ScriptedServer) -> None:
-    import threading
-
-    from worker.httppool import SHARDS
-
+def test_every_model_of_an_endpoint_shares_one_client_pool(server: ScriptedServer) -> None:
     url = server.url + "/v1"
-    assert shared_client(url) is shared_client(url)  # one thread, one client, whichever model asks
-    seen: set[int] = set()
-
-    def grab() -> None:
-        seen.add(id(shared_client(url)))
-
-    barrier = threading.Barrier(2 * SHARDS)
-
-    def grab_together() -> None:
-        grab()
-        barrier.wait(10)  # all alive at once, so no thread reuses another's id
-
-    threads = [threading.Thread(target=grab_together) for _ in range(2 * SHARDS)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert len(seen) == SHARDS  # spread over every shard, and bounded: never a client per thread
+    assert shared_clients(url) is shared_clients(url)
     server.default = openai_text("x")
     a, b = openai_model(server), openai_model(server)
     for _ in range(3):
         assert a.complete(REQ).message.content == b.complete(REQ).message.content == "x"
+    assert shared_clients(url).created == 1  # sequential calls, whichever model makes them, reuse one client
 
 
 def test_unknown_provider() -> None:

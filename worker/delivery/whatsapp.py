@@ -16,7 +16,7 @@ from typing import Any
 import httpx
 
 from worker.errors import DeliveryError, DeliveryPermanentError, DeliveryRetryableError
-from worker.httppool import SHARDS, ClientShards, pool_limits, tls_context
+from worker.httppool import ClientPool, single_connection, tls_context
 
 DEFAULT_BASE_URL = "https://graph.facebook.com/v21.0"
 
@@ -95,7 +95,7 @@ def is_bsuid(recipient: str) -> bool:
 class WhatsAppSender:
     """Sends text messages through the Cloud API: ``POST {base_url}/{phone_number_id}/messages``.
 
-    Pooled ``httpx.Client`` s per sender, shared by threads (sharded by thread, see :mod:`worker.httppool`).
+    Each send leases a client from the sender's pool (see :mod:`worker.httppool`), so threads and greenlets share it.
     ``send_text`` returns the message id (wamid) or raises :class:`DeliveryRetryableError` /
     :class:`DeliveryPermanentError`.
     """
@@ -104,9 +104,9 @@ class WhatsAppSender:
                  timeout: float = 15.0, connect_timeout: float = 5.0, transport: httpx.BaseTransport | None = None) -> None:
         self.url = f"{base_url.rstrip('/')}/{phone_number_id}/messages"
         headers = {"Authorization": f"Bearer {access_token}", "Content-Type": "application/json"}
-        self._clients = ClientShards(lambda: httpx.Client(
-            timeout=httpx.Timeout(timeout, connect=connect_timeout), headers=headers, limits=pool_limits(),
-            verify=tls_context(), transport=transport), shards=1 if transport is not None else SHARDS)
+        self._clients = ClientPool(lambda: httpx.Client(
+            timeout=httpx.Timeout(timeout, connect=connect_timeout), headers=headers, limits=single_connection(),
+            verify=tls_context(), transport=transport))
 
     def body(self, recipient: str, text: str, reply_to: str | None = None) -> dict[str, Any]:
         body: dict[str, Any] = {"messaging_product": "whatsapp", "recipient_type": "individual", "type": "text",
@@ -121,7 +121,8 @@ class WhatsAppSender:
 
     def send_text(self, recipient: str, text: str, *, reply_to: str | None = None) -> str:
         try:
-            response = self._clients.get().post(self.url, json=self.body(recipient, text, reply_to))
+            with self._clients.lease() as client:
+                response = client.post(self.url, json=self.body(recipient, text, reply_to))
         except httpx.TimeoutException as exc:
             # The request may or may not have reached Meta; a resend may duplicate (counted by the caller).
             raise DeliveryRetryableError(f"WhatsApp API timed out: {exc}") from exc

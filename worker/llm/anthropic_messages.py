@@ -17,7 +17,7 @@ import httpx
 from worker.conversation.messages import EVENT_PREFIX, Message, ToolCall
 from worker.conversation.model import FinishReason, ModelRequest, ModelResponse, Usage
 from worker.errors import ModelResponseError
-from worker.llm.transport import RetryPolicy, breaker_for, post_json, shared_client
+from worker.llm.transport import RetryPolicy, breaker_for, post_json, shared_clients
 
 DEFAULT_BASE_URL = "https://api.anthropic.com"
 API_VERSION = "2023-06-01"
@@ -160,7 +160,7 @@ class AnthropicModel:
         return build_body(self._model, request, max_tokens=self.max_tokens, temperature=self.temperature)
 
     def complete(self, request: ModelRequest) -> ModelResponse:
-        data = post_json(provider="anthropic", client=shared_client(self.base_url), path=f"{self.base_url}/v1/messages",
+        data = post_json(provider="anthropic", clients=shared_clients(self.base_url), path=f"{self.base_url}/v1/messages",
                          body=self.body(request), headers=self._headers, timeout=self._timeout, retry=self.retry,
                          breaker=self.breaker)
         return parse_response(data)

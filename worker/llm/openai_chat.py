@@ -11,7 +11,7 @@ import httpx
 from worker.conversation.messages import EVENT_PREFIX, Message, ToolCall
 from worker.conversation.model import FinishReason, ModelRequest, ModelResponse, Usage
 from worker.errors import ModelResponseError
-from worker.llm.transport import RetryPolicy, breaker_for, post_json, shared_client
+from worker.llm.transport import RetryPolicy, breaker_for, post_json, shared_clients
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
 
@@ -155,7 +155,7 @@ class OpenAIChatModel:
                           max_tokens_field=self.max_tokens_field)
 
     def complete(self, request: ModelRequest) -> ModelResponse:
-        data = post_json(provider="openai", client=shared_client(self.base_url), path=f"{self.base_url}/chat/completions",
+        data = post_json(provider="openai", clients=shared_clients(self.base_url), path=f"{self.base_url}/chat/completions",
                          body=self.body(request), headers=self._headers, timeout=self._timeout, retry=self.retry,
                          breaker=self.breaker)
         return parse_response("openai", data)

@@ -28,26 +28,26 @@ from worker.errors import (
     ModelUnavailableError,
     RateLimitedError,
 )
-from worker.httppool import ClientShards, pool_limits, tls_context
+from worker.httppool import ClientPool, single_connection, tls_context
 
 log = logging.getLogger("parley.llm")
 
-_clients: dict[str, ClientShards] = {}
+_clients: dict[str, ClientPool] = {}
 _clients_lock = threading.Lock()
 
 
-def shared_client(base_url: str) -> httpx.Client:
-    """The process's pooled client for ``base_url`` for the calling thread (see :mod:`worker.httppool`: one
-    process keeps a few shards per endpoint; rebuilt after a fork, as sockets are not shared)."""
-    shards = _clients.get(base_url)
-    if shards is None:
+def shared_clients(base_url: str) -> ClientPool:
+    """The process's pool of clients for ``base_url``, shared by every model that calls it (see
+    :mod:`worker.httppool`: a request leases a client; the pool starts empty again after a fork)."""
+    pool = _clients.get(base_url)
+    if pool is None:
         with _clients_lock:
-            shards = _clients.get(base_url)
-            if shards is None:
-                shards = _clients[base_url] = ClientShards(lambda: httpx.Client(
-                    base_url=base_url, limits=pool_limits(), verify=tls_context(),
+            pool = _clients.get(base_url)
+            if pool is None:
+                pool = _clients[base_url] = ClientPool(lambda: httpx.Client(
+                    base_url=base_url, limits=single_connection(), verify=tls_context(),
                     timeout=httpx.Timeout(60.0, connect=5.0)))
-    return shards.get()
+    return pool
 
 
 class CircuitBreaker:
@@ -172,7 +172,7 @@ class RetryPolicy:
 def post_json(
     *,
     provider: str,
-    client: httpx.Client,
+    clients: ClientPool,
     path: str,
     body: dict[str, Any],
     headers: dict[str, str],
@@ -186,8 +186,9 @@ def post_json(
         breaker.before_call(provider)
         err: ModelError
         try:
-            response = client.post(path, json=body, headers=headers, timeout=timeout)
-            raw = response.content
+            with clients.lease() as client:
+                response = client.post(path, json=body, headers=headers, timeout=timeout)
+                raw = response.content
         except httpx.TimeoutException as exc:
             err = ModelTimeoutError(f"{provider} did not answer in time ({type(exc).__name__})", provider=provider)
         except httpx.HTTPError as exc:

@@ -1,0 +1,130 @@
+"""The outbound client pool (worker/httppool.py) against a real keep-alive HTTP server on loopback."""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import httpx
+import pytest
+
+from worker.httppool import ClientPool, single_connection
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def __init__(self) -> None:
+        super().__init__(("127.0.0.1", 0), _Handler)
+        self.peers: list[tuple[str, int]] = []  # one entry per request: the client's address (= its connection)
+        self.gate = threading.Event()
+        self.gate.set()
+        self.lock = threading.Lock()
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"  # keep-alive
+
+    def do_POST(self) -> None:
+        server = self.server
+        assert isinstance(server, _Server)
+        self.rfile.read(int(self.headers.get("Content-Length", "0")))
+        with server.lock:
+            server.peers.append(self.client_address)
+        server.gate.wait(10)
+        body = b'{"ok": true}'
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def server() -> Iterator[_Server]:
+    s = _Server()
+    threading.Thread(target=s.serve_forever, daemon=True).start()
+    yield s
+    s.gate.set()
+    s.shutdown()
+    s.server_close()
+
+
+def _pool(server: _Server) -> ClientPool:
+    url = f"http://127.0.0.1:{server.server_address[1]}"
+    return ClientPool(lambda: httpx.Client(base_url=url, limits=single_connection(), timeout=10))
+
+
+def _post(pool: ClientPool) -> None:
+    with pool.lease() as client:
+        assert client.post("/x", json={}).json() == {"ok": True}
+
+
+def test_sequential_requests_reuse_one_warm_connection(server: _Server) -> None:
+    pool = _pool(server)
+    for _ in range(20):
+        _post(pool)
+    assert pool.created == 1
+    assert len(set(server.peers)) == 1  # one TCP connection served all twenty: keep-alive, no new handshakes
+
+
+def test_concurrent_requests_never_share_a_client_and_the_pool_grows_to_the_peak(server: _Server) -> None:
+    pool = _pool(server)
+    server.gate.clear()  # hold every request until all twelve are inside the server at once
+    threads = [threading.Thread(target=_post, args=(pool,)) for _ in range(12)]
+    for t in threads:
+        t.start()
+    for _ in range(200):
+        if len(server.peers) == 12:
+            break
+        threading.Event().wait(0.05)
+    assert len(server.peers) == 12 and len(set(server.peers)) == 12  # twelve connections, none queued
+    server.gate.set()
+    for t in threads:
+        t.join(10)
+    assert pool.created == 12 and pool.idle() == 12
+    # Quiet again: the most recently returned client serves, on its open connection.
+    before = set(server.peers)
+    for _ in range(5):
+        _post(pool)
+    assert pool.created == 12 and len(set(server.peers[12:])) == 1 and server.peers[12] in before
+
+
+def test_each_client_holds_at_most_one_connection(server: _Server) -> None:
+    pool = _pool(server)
+    _post(pool)
+    with pool.lease() as client:
+        pool_obj = client._transport._pool  # type: ignore[attr-defined]
+        assert len(pool_obj.connections) == 1
+
+
+def test_surplus_idle_clients_are_closed(server: _Server) -> None:
+    url = f"http://127.0.0.1:{server.server_address[1]}"
+    pool = ClientPool(lambda: httpx.Client(base_url=url, limits=single_connection()), max_idle=2)
+    leased = [pool._take() for _ in range(4)]
+    for c in leased:
+        pool._give_back(c)
+    assert pool.idle() == 2
+    assert [c.is_closed for c in leased] == [False, False, True, True]
+
+
+def test_a_forked_child_starts_with_an_empty_pool(server: _Server) -> None:
+    pool = _pool(server)
+    _post(pool)
+    assert pool.idle() == 1
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: its first lease makes a new client, never the parent's socket
+        try:
+            _post(pool)
+            os.write(w, f"{pool.created}".encode())
+        finally:
+            os._exit(0)
+    os.close(w)
+    os.waitpid(pid, 0)
+    assert os.read(r, 16) == b"1"
+    assert len(set(server.peers)) == 2
