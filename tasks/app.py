@@ -1,7 +1,8 @@
 """The Celery app: msgpack only, late acks, prefetch 1, time limits, visibility timeout above them.
 
-``celery -A tasks worker --pool threads --concurrency 200`` runs a worker (see the Procfile and README for
-why the threads pool: a turn waiting on the model holds no CPU).
+``celery -A tasks worker --pool gevent --concurrency 1000`` runs a worker (see the Procfile and the README's
+"Pool" for why: a turn waiting on the model holds no CPU, and greenlets switch far more cheaply than threads
+fighting over the GIL). ``--pool threads`` works too.
 """
 
 from __future__ import annotations

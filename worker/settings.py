@@ -90,7 +90,7 @@ class Settings(BaseSettings):
                                                          "worker died (kombu unacked_restore_interval).")
     broker_restore_throttle: int = Field(10, description="Scan on every Nth restore tick (kombu "
                                                          "unacked_restore_throttle); 1 scans on every tick.")
-    broker_max_connections: int = Field(1000, description="Redis connections a worker process may open to the "
+    broker_max_connections: int = Field(2000, description="Redis connections a worker process may open to the "
                                         "broker (kombu's default of 10 fails publishes and acks under a large "
                                         "threads or gevent concurrency); keep it above the concurrency.")
     remote_control: bool = Field(False, description="Answer `celery inspect` / `celery control` (a pub/sub "

@@ -78,8 +78,9 @@ class Load:
 def run_scenario(cluster: Cluster, load: Load,
                  chaos: Callable[[Cluster, threading.Event, Outcome], None] | None = None) -> Outcome:
     out = Outcome(conversations=load.conversations)
+    # A mixed fleet, so every scenario runs through both supported pools: even workers threads, odd gevent.
     for i in range(load.workers):
-        cluster.start_worker(f"chaos{i}", concurrency=load.concurrency)
+        cluster.start_worker(f"chaos{i}", concurrency=load.concurrency, pool=("threads", "gevent")[i % 2])
     client = cluster.client()
     cids = [f"4477{i:08d}" for i in range(load.conversations)]
     accepted: dict[str, list[tuple[str, str, str]]] = {c: [] for c in cids}  # (id, kind, text)

@@ -27,7 +27,7 @@ def test_procfile_names_every_process() -> None:
     procs = dict(line.split(":", 1) for line in (ROOT / "Procfile").read_text().splitlines()
                  if line.strip() and not line.startswith("#"))
     assert set(procs) == {"worker", "webhook"}
-    assert "celery -A tasks worker" in procs["worker"] and "--pool threads" in procs["worker"]
+    assert "celery -A tasks worker" in procs["worker"] and "--pool ${PARLEY_POOL:-gevent}" in procs["worker"]
     assert "worker.ingress.app:app" in procs["webhook"]
 
 

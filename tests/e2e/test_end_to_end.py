@@ -16,9 +16,10 @@ from worker.conversation.state import decode_state
 pytestmark = pytest.mark.e2e
 
 
-def test_many_conversations_in_order_once_each(cluster: Cluster) -> None:
-    cluster.start_worker("w1")
-    cluster.start_worker("w2")
+@pytest.mark.parametrize("pool", ["threads", "gevent"])
+def test_many_conversations_in_order_once_each(cluster: Cluster, pool: str) -> None:
+    cluster.start_worker("w1", pool=pool)
+    cluster.start_worker("w2", pool=pool)
     client = cluster.client()
     conversations = [f"4477009{i:05d}" for i in range(20)]
     per = 8
@@ -66,15 +67,16 @@ def test_duplicate_submissions_apply_once(cluster: Cluster) -> None:
     assert cluster.whatsapp.texts_for("447700900999") == ["ack:hello"]
 
 
+@pytest.mark.parametrize("pool", ["threads", "gevent"])
 @pytest.mark.parametrize("cluster", [{"env": {"PARLEY_METRICS_PORT": "0"}}], indirect=True)
-def test_worker_serves_prometheus_metrics(cluster: Cluster) -> None:
+def test_worker_serves_prometheus_metrics(cluster: Cluster, pool: str) -> None:
     import httpx
 
     from tests.support.redis_server import free_port
 
     port = free_port()
     cluster.env["PARLEY_METRICS_PORT"] = str(port)
-    cluster.start_worker("metrics")
+    cluster.start_worker("metrics", pool=pool)
     cluster.client().send_message("447700900777", "count me", message_id="m1")
     assert wait_until(lambda: len(cluster.whatsapp.sent) >= 1, 30)
 

@@ -20,15 +20,16 @@ pytestmark = pytest.mark.e2e
 CID = "447700900555"
 
 
-def test_sigkilled_worker_turn_is_resumed_by_another(cluster: Cluster) -> None:
+@pytest.mark.parametrize("pool", ["threads", "gevent"])
+def test_sigkilled_worker_turn_is_resumed_by_another(cluster: Cluster, pool: str) -> None:
     cluster.llm.delay = 2.0
-    w1 = cluster.start_worker("w1")
+    w1 = cluster.start_worker("w1", pool=pool)
     client = cluster.client()
     client.send_message(CID, "are you there?", message_id="m1")
     assert wait_until(lambda: len(cluster.llm.requests) >= 1, 30), w1.log()
     w1.kill(signal.SIGKILL)  # dies with the turn in flight: nothing committed, nothing acked
     cluster.llm.delay = 0.0
-    cluster.start_worker("w2")
+    cluster.start_worker("w2", pool=pool)
     assert wait_until(lambda: len(cluster.whatsapp.sent) >= 1, 40), cluster.workers[1].log()
     time.sleep(1.0)
     assert cluster.whatsapp.texts_for(CID) == ["ack:are you there?"]
