@@ -249,13 +249,13 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--only", default="1234", help="which parts to run, e.g. --only 23")
     ap.add_argument("--llm", action="append", metavar="POOL:PROCESSES:CONCURRENCY",
-                    help="part 3's worker layouts, e.g. --llm gevent:1:1000 (default: threads:1:600, threads:2:300)")
+                    help="part 3's worker layouts, e.g. --llm gevent:2:500 (default: gevent:1:1000, threads:1:600)")
     args = ap.parse_args()
     n = 3000 if args.quick else 10000
     rig = Rig()
     try:
         if "1" in args.only:
-            for pool, conc in (("threads", 16), ("prefork", 2)):
+            for pool, conc in (("threads", 16), ("prefork", 2), ("gevent", 100)):
                 noop, parley = throughput(rig, pool, conc, n, 500)
                 print(f"1) throughput, {pool} x{conc}: no-op {noop:.0f} tasks/s; game events {parley:.0f} inputs/s "
                       f"= {parley / noop:.2f} of no-op (target >= 0.8)")
@@ -263,7 +263,7 @@ def main() -> None:
             for pool in ("threads", "gevent"):
                 latency(rig, 100 if args.quick else 300, pool)
         if "3" in args.only:
-            for layout in args.llm or ["threads:1:600", "threads:2:300"]:
+            for layout in args.llm or ["gevent:1:1000", "threads:1:600"]:
                 pool, processes, conc = layout.split(":")
                 llm_bound(rig, 1000 if args.quick else 3000, int(conc), int(processes), pool)
         if "4" in args.only:
