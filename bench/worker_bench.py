@@ -240,21 +240,24 @@ def llm_bound(rig: Rig, turns: int, concurrency: int, processes: int, pool: str 
           f"(200 turns/s on the reference machines = 0.10-0.14)")
 
 
-def memory(rig: Rig, conversations: int) -> None:
-    w = rig.worker("memory", "threads", 16)
+def memory(rig: Rig, conversations: int, pool: str, concurrency: int) -> None:
+    w = rig.worker(f"memory-{pool}", pool, concurrency)
     pid = w.proc.pid  # type: ignore[union-attr]
     marks = {}
     sent_before = len(rig.wa.sent)
     for i in range(conversations):
-        rig.client.send_message(f"4476{i:08d}", f"hello {i}", message_id=f"mem{i}")
-        if (i + 1) in (1000, conversations):
+        rig.client.send_message(f"4476{len(pool)}{i:07d}", f"hello {i}", message_id=f"mem{pool}{i}")
+        if (i + 1) in (1000, conversations // 2, conversations):
             wait_until(lambda: len(rig.wa.sent) - sent_before >= i + 1, 600, interval=0.05)  # noqa: B023
             time.sleep(1.0)
             marks[i + 1] = rss_kb(pid)
     w.stop()
-    a, b = marks[1000], marks[conversations]
-    print(f"4) memory: worker RSS after 1,000 conversations {a / 1024:.1f} MB, after {conversations:,} "
-          f"{b / 1024:.1f} MB ({b / a:.2f}x; target flat)")
+    a, m, b = marks[1000], marks[conversations // 2], marks[conversations]
+    # The half-way mark tells a process that grows per conversation from one that grows once, up to its
+    # concurrency (clients, connections and greenlets for as many turns as were in flight at once).
+    print(f"4) memory, {pool} x{concurrency}: worker RSS after 1,000 conversations {a / 1024:.1f} MB, after "
+          f"{conversations // 2:,} {m / 1024:.1f} MB, after {conversations:,} {b / 1024:.1f} MB ({b / a:.2f}x overall, "
+          f"{b / m:.2f}x over the second half; target flat)")
 
 
 def main() -> None:
@@ -280,7 +283,8 @@ def main() -> None:
                 pool, processes, conc = layout.split(":")
                 llm_bound(rig, 1000 if args.quick else 3000, int(conc), int(processes), pool)
         if "4" in args.only:
-            memory(rig, 3000 if args.quick else 10000)
+            for pool, conc in (("threads", 16), ("gevent", 1000)):
+                memory(rig, 3000 if args.quick else 10000, pool, conc)
     finally:
         rig.stop()
 

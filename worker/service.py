@@ -81,6 +81,7 @@ class _DrainRun:
     """What one drain call did, for what it does after (the service object is shared by threads)."""
 
     replied: bool = False
+    delivery: tuple[int, OutboxHead] | None = None  # the delivery the last commit started, if it did
 
 
 def _observer(rt: RoundTrip) -> None:
@@ -136,10 +137,10 @@ class ConversationService:
             self.store.release(cid, token, force=True)
             raise
         if run.replied:
-            self._deliver_after_drain(cid)
+            self._deliver_after_drain(cid, run.delivery)
         return applied
 
-    def _deliver_after_drain(self, cid: str) -> None:
+    def _deliver_after_drain(self, cid: str, claimed: tuple[int, OutboxHead] | None) -> None:
         """Deliver the replies this drain committed, in this task (one Celery hop fewer per turn), or ask for a
         deliver task when ``deliver_inline`` is off. A failure never fails the drain, which has committed: it
         becomes a scheduled delivery (and the sweeper is the net under that)."""
@@ -147,7 +148,7 @@ class ConversationService:
             self.wake("deliver", cid)
             return
         try:
-            self.deliver(cid)
+            self.deliver(cid, claimed=claimed)
         except RetryLater as exc:
             self.wake("deliver", cid, countdown=exc.countdown, attempt=1)
         except Exception as exc:
@@ -221,12 +222,15 @@ class ConversationService:
                  "finish": result.finish_reason, "model_calls": result.model_calls, "tool_calls": result.tool_calls,
                  "prompt_tokens": result.usage.prompt_tokens if result.usage else None,
                  "reset": result.reset, "parts": len(record.parts)}
-        done = self._commit(cid, token, version, env, result.state, record.to_bytes(), trace)
+        # Inline delivery starts in the commit that ends the drain (if it does): one round trip fewer per reply.
+        done = self._commit(cid, token, version, env, result.state, record.to_bytes(), trace,
+                            claim_delivery=self.config.deliver_inline)
         metrics.TURN_SECONDS.observe(time.perf_counter() - started)
         metrics.INPUTS.labels("message", "applied").inc()
         log.info("turn applied", extra={**ctx, "parts": len(record.parts), "finish": result.finish_reason})
         if done.next is None:
             run.replied = True  # the drain ends here: deliver in this task once it has
+            run.delivery = done.delivery
         else:
             self.wake("deliver", cid)  # more inputs wait: deliver alongside, without holding the next turn up
         if result.needs_compaction:
@@ -254,11 +258,12 @@ class ConversationService:
         return None, version
 
     def _commit(self, cid: str, token: int, version: int, env: Envelope, new_state: bytes | None,
-                reply: bytes | None, trace: dict[str, Any]) -> CommitResult:
+                reply: bytes | None, trace: dict[str, Any], *, claim_delivery: bool = False) -> CommitResult:
         entry = {"at": time.time(), "id": env.message_id, "kind": env.kind, **trace}
         return self.store.commit(
             cid, token, expected_version=version, input_id=env.message_id, new_state=new_state, reply=reply,
             trace=msgpack.packb(entry, use_bin_type=True), dead=None, lease_ms=self.config.lease_ms, advance=True,
+            claim_delivery_ms=self.config.lease_ms if claim_delivery else 0,
         )
 
     def _dead_input(self, cid: str, token: int, version: int, input_id: str, reason: str, detail: str,
@@ -309,17 +314,24 @@ class ConversationService:
 
     # --- delivery ------------------------------------------------------------------------------------
 
-    def deliver(self, cid: str, attempt: int = 0) -> int:
+    def deliver(self, cid: str, attempt: int = 0, *, claimed: tuple[int, OutboxHead] | None = None) -> int:
         """Send every reply waiting in ``cid``'s outbox, part by part, in order; returns parts sent.
 
         Raises :class:`RetryLater` on throttling or channel failure (after ``delivery_max_attempts`` the
         reply is dead-lettered instead). Permanent errors dead-letter the reply at once and go on.
         Redis round trips: one to start (lease and claim), one before each further part (the in-flight mark)
         and one after each reply (sent mark, plus the claim of the next reply or the release of the lease).
+        ``claimed`` is a start already made (the token and claimed head from the commit that ended a drain):
+        then there is no round trip to start.
         """
-        token, head = self.store.begin_delivery(cid, self.config.lease_ms)
-        if token is None:
-            return 0
+        head: OutboxHead | None
+        if claimed is not None:
+            token, head = claimed
+        else:
+            maybe_token, head = self.store.begin_delivery(cid, self.config.lease_ms)
+            if maybe_token is None:
+                return 0
+            token = maybe_token
         sent = 0
         try:
             while head is not None:

@@ -323,6 +323,41 @@ def test_begin_delivery_claims_the_head_and_the_last_sent_mark_claims_the_next(s
         store.claim_next(CID, t, 10_000)
 
 
+def test_the_commit_that_ends_a_drain_can_start_the_delivery(store: ConversationStore) -> None:
+    """One round trip fewer per reply: the releasing commit takes the delivery lease and claims the head, exactly
+    as begin_delivery would; only when it releases and nobody else delivers."""
+    accept(store, CID, 1)
+    accept(store, CID, 2)
+    b = store.begin(CID, 10_000)
+    assert b.status == "ok" and b.snapshot is not None
+    first = store.commit(CID, b.token, expected_version=b.snapshot.version, input_id="id-1", new_state=b"s",
+                         reply=b"reply-1", advance=True, claim_delivery_ms=10_000)
+    assert first.next is not None and first.delivery is None  # input 2 waits: the drain goes on, no claim yet
+    assert not store.r.exists(store.keys(CID).dlease)
+    last = store.commit(CID, b.token, expected_version=first.version, input_id="id-2", new_state=b"s",
+                        reply=b"reply-2", advance=True, claim_delivery_ms=10_000)
+    assert last.released and last.delivery is not None
+    t, head = last.delivery
+    assert (head.record, head.reply_id, head.part, head.crashed_in_window) == (b"reply-1", "id-1", 0, False)
+    assert store.r.hget(store.keys(CID).sent, "inflight") == b"id-1:0"  # in flight before the send, as always
+    assert store.begin_delivery(CID, 10_000) == (None, None)  # the lease is taken
+    nxt = store.sent_last_claim_next(CID, t, "id-1", "wamid.A", 10_000)  # the token is a real delivery token
+    assert nxt is not None and nxt.reply_id == "id-2"
+    assert store.sent_last_claim_next(CID, t, "id-2", "wamid.B", 10_000) is None
+    # Somebody else delivering: the releasing commit claims nothing.
+    queue_reply(store, CID, 3)
+    other, _ = store.begin_delivery(CID, 10_000)
+    assert other
+    accept(store, CID, 4)
+    b4 = store.begin(CID, 10_000)
+    assert b4.snapshot is not None
+    done = store.commit(CID, b4.token, expected_version=b4.snapshot.version, input_id="id-4", new_state=b"s",
+                        reply=b"reply-4", advance=True, claim_delivery_ms=10_000)
+    assert done.released and done.delivery is None
+    # Without claim_delivery_ms nothing changes for the delivery side.
+    assert store.sent_last_claim_next(CID, other, "id-3", "w3", 10_000) is not None
+
+
 def test_a_crashed_deliverer_leaves_its_claim_for_the_next(store: ConversationStore) -> None:
     queue_reply(store, CID, 1)
     t, head = store.begin_delivery(CID, 30)

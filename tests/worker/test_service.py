@@ -274,3 +274,18 @@ def test_the_drain_delivers_its_last_reply_inline_and_wakes_delivery_for_earlier
     assert [t for _, t, _ in h.channel.sent] == ["ack:one", "ack:burst 0", "ack:burst 1", "ack:burst 2"]
     h.run()
     assert len(h.channel.sent) == 4 and h.store.outbox_depth(CID) == 0
+
+
+def test_the_commit_that_ends_the_drain_starts_the_inline_delivery(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No separate round trip to begin delivering a drain's last reply: the releasing commit claimed it."""
+    h = make_harness()
+    h.client.send_message(CID, "one", message_id="m1")
+
+    def not_needed(*_: object, **__: object) -> None:
+        raise AssertionError("begin_delivery called: the commit should have started the delivery")
+
+    monkeypatch.setattr(h.store, "begin_delivery", not_needed)
+    h.service.drain(CID)
+    assert [t for _, t, _ in h.channel.sent] == ["ack:one"]
+    assert h.store.outbox_depth(CID) == 0 and h.store.r.exists(h.store.keys(CID).dlease) == 0
+    assert h.store.delivered(CID)[0][0] == "m1"

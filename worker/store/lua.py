@@ -96,10 +96,37 @@ return redis.call('HINCRBY', KEYS[2], ARGV[2], tonumber(ARGV[3]))
 """
 
 
-# KEYS: fence, state, inbox, attempts, outbox, trace, dead, lease, then every key when an idle TTL is set
+# Claiming the outbox head for a send: which part is next, whether a part was left in flight by a crash
+# (so it may already have reached the user), and the in-flight mark for the part about to be sent, written
+# before the send. When the outbox is empty the delivery lease is given up in the same script, so a reply
+# committed meanwhile cannot be left without a deliverer (the delivery side of the lost wake-up).
+CLAIM = HEAD_ID + """
+local function claim(outbox, sent, dlease, token, lease_ms)
+  local head = redis.call('LINDEX', outbox, 0)
+  if not head then
+    if redis.call('GET', dlease) == token then redis.call('DEL', dlease) end
+    return {0}
+  end
+  local rid = head_id(head)
+  local p = redis.call('HMGET', sent, 'reply_id', 'part', 'inflight')
+  local part = 0
+  if p[1] == rid and p[2] then part = tonumber(p[2]) end
+  local crashed = 0
+  if p[1] == rid and p[3] == rid .. ':' .. part then crashed = 1 end
+  redis.call('HSET', sent, 'reply_id', rid, 'part', part, 'inflight', rid .. ':' .. part)
+  redis.call('SET', dlease, token, 'PX', lease_ms)
+  return {1, head, part, crashed}
+end
+"""
+
+# KEYS: fence, state, inbox, attempts, outbox, trace, dead, lease, dlease, dfence, sent, then every key when an
+#       idle TTL is set
 # ARGV: token, expected_version, input_id, state_mode (keep|set|clear), blob, reply_entry, trace_entry,
-#       dead_entry, lease_ms, trace_max, dead_max, ttl_ms
-COMMIT = HEAD_ID + """
+#       dead_entry, lease_ms, trace_max, dead_max, ttl_ms, advance ('1'), claim_ms ('' or the delivery lease)
+# With advance and claim_ms, a commit that empties the mailbox also starts the delivery when nobody delivers:
+# it takes the delivery lease and claims the outbox head as BEGIN_DELIVERY would, and returns
+# {version, 0, 1, token, head entry, part, crashed}, saving the deliverer that round trip.
+COMMIT = CLAIM + NEXT_TOKEN + """
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return {-1, 0} end
 local v = tonumber(redis.call('HGET', KEYS[2], 'version') or '0')
 if v ~= tonumber(ARGV[2]) then return {-2, v} end
@@ -124,7 +151,7 @@ if ARGV[8] ~= '' then
 end
 local ttl = tonumber(ARGV[12])
 if ttl > 0 then
-  for i = 9, #KEYS do redis.call('PEXPIRE', KEYS[i], ttl) end
+  for i = 12, #KEYS do redis.call('PEXPIRE', KEYS[i], ttl) end
 end
 local depth = redis.call('LLEN', KEYS[3])
 if ARGV[13] == '1' then
@@ -132,6 +159,11 @@ if ARGV[13] == '1' then
   -- Atomic with the pop, so a producer's push either lands before (and is returned) or finds no lease.
   if depth == 0 then
     redis.call('DEL', KEYS[8])
+    if ARGV[14] ~= '' and redis.call('EXISTS', KEYS[9]) == 0 and redis.call('LLEN', KEYS[5]) > 0 then
+      local t = next_token(KEYS[10])
+      local c = claim(KEYS[5], KEYS[11], KEYS[9], t, ARGV[14])
+      return {v + 1, 0, 1, t, c[2], c[3], c[4]}
+    end
     return {v + 1, 0, 1}
   end
   redis.call('SET', KEYS[8], ARGV[1], 'PX', ARGV[9])
@@ -210,29 +242,6 @@ redis.call('HSET', KEYS[3], 'reply_id', ARGV[2], 'part', tonumber(ARGV[3]) + 1, 
 redis.call('HDEL', KEYS[3], 'inflight')
 redis.call('SET', KEYS[4], ARGV[1], 'PX', ARGV[5])
 return 1
-"""
-
-# Claiming the outbox head for a send: which part is next, whether a part was left in flight by a crash
-# (so it may already have reached the user), and the in-flight mark for the part about to be sent, written
-# before the send. When the outbox is empty the delivery lease is given up in the same script, so a reply
-# committed meanwhile cannot be left without a deliverer (the delivery side of the lost wake-up).
-CLAIM = HEAD_ID + """
-local function claim(outbox, sent, dlease, token, lease_ms)
-  local head = redis.call('LINDEX', outbox, 0)
-  if not head then
-    if redis.call('GET', dlease) == token then redis.call('DEL', dlease) end
-    return {0}
-  end
-  local rid = head_id(head)
-  local p = redis.call('HMGET', sent, 'reply_id', 'part', 'inflight')
-  local part = 0
-  if p[1] == rid and p[2] then part = tonumber(p[2]) end
-  local crashed = 0
-  if p[1] == rid and p[3] == rid .. ':' .. part then crashed = 1 end
-  redis.call('HSET', sent, 'reply_id', rid, 'part', part, 'inflight', rid .. ':' .. part)
-  redis.call('SET', dlease, token, 'PX', lease_ms)
-  return {1, head, part, crashed}
-end
 """
 
 # KEYS: dlease, dfence, outbox, sent   ARGV: lease_ms

@@ -76,6 +76,7 @@ class CommitResult:
     released: bool = False
     next: Snapshot | None = None
     next_attempts: int = 0
+    delivery: tuple[int, OutboxHead] | None = None  # with ``claim_delivery_ms``: the delivery token and claimed head
 
 @dataclass(frozen=True)
 class Begin:
@@ -260,12 +261,15 @@ class ConversationStore:
     @_wrap
     def commit(self, cid: str, token: int, *, expected_version: int, input_id: str, new_state: bytes | None,
                reply: bytes | None = None, reply_id: str | None = None, trace: bytes | None = None,
-               dead: bytes | None = None, lease_ms: int = 180_000, advance: bool = False) -> CommitResult:
+               dead: bytes | None = None, lease_ms: int = 180_000, advance: bool = False,
+               claim_delivery_ms: int = 0) -> CommitResult:
         """Apply one input atomically: write the state (``None`` keeps it, ``b""`` clears it), remove the input
         from the mailbox, queue the reply, append the trace entry or the dead letter, renew the lease.
 
         With ``advance`` the result carries the next input (attempt counted), or ``released`` when the mailbox is
-        empty and the lease was given up in the same step (so no producer's wake-up can be lost).
+        empty and the lease was given up in the same step (so no producer's wake-up can be lost). With
+        ``claim_delivery_ms`` as well, a released commit also takes the delivery lease and claims the outbox
+        head when nobody delivers (``delivery``: what :meth:`begin_delivery` would return, one round trip fewer).
 
         Raises :class:`~worker.errors.StaleLeaseError` and changes nothing when another worker took the
         conversation over, the state version moved, or the input is no longer at the head of the mailbox.
@@ -278,10 +282,11 @@ class ConversationStore:
             # commit leaves an index entry with nothing behind it, which `parley dead` shows as empty.
             self.r.zadd(self.g.dead_index, {cid: self._now_ms()})
         res = self._commit(
-            keys=[k.fence, k.state, k.inbox, k.attempts, k.outbox, k.trace, k.dead, k.lease, *self._ttl_keys(k)],
+            keys=[k.fence, k.state, k.inbox, k.attempts, k.outbox, k.trace, k.dead, k.lease, k.dlease, k.dfence,
+                  k.sent, *self._ttl_keys(k)],
             args=[token, expected_version, input_id, mode, new_state or b"", reply_entry, trace or b"",
                   dead or b"", lease_ms, self.limits.trace_max, self.limits.dead_max, self.limits.idle_ttl_ms,
-                  "1" if advance else "0"],
+                  "1" if advance else "0", str(claim_delivery_ms) if claim_delivery_ms > 0 else ""],
         )
         code, extra = int(res[0]), res[1]
         if code == -1:
@@ -291,7 +296,8 @@ class ConversationStore:
         if code == -3:
             raise StaleLeaseError(f"input {input_id} of {cid} is no longer at the head of the mailbox")
         if advance and len(res) >= 3 and int(res[2]) == 1:
-            return CommitResult(version=code, depth=0, released=True)
+            delivery = (int(res[3]), _claimed(res[4], res[5], res[6])) if len(res) >= 7 else None
+            return CommitResult(version=code, depth=0, released=True, delivery=delivery)
         if advance and len(res) >= 5:
             next_id, payload = split_entry(res[3])
             after = {"set": new_state, "clear": None}.get(mode, res[5] if len(res) >= 6 else None)
