@@ -247,7 +247,7 @@ def memory(rig: Rig, conversations: int, pool: str, concurrency: int) -> None:
     sent_before = len(rig.wa.sent)
     for i in range(conversations):
         rig.client.send_message(f"4476{len(pool)}{i:07d}", f"hello {i}", message_id=f"mem{pool}{i}")
-        if (i + 1) in (1000, conversations // 2, conversations):
+        if (i + 1) in (1000, conversations // 3, conversations // 2, 2 * conversations // 3, conversations):
             wait_until(lambda: len(rig.wa.sent) - sent_before >= i + 1, 600, interval=0.05)  # noqa: B023
             time.sleep(1.0)
             marks[i + 1] = rss_kb(pid)
@@ -258,6 +258,7 @@ def memory(rig: Rig, conversations: int, pool: str, concurrency: int) -> None:
     print(f"4) memory, {pool} x{concurrency}: worker RSS after 1,000 conversations {a / 1024:.1f} MB, after "
           f"{conversations // 2:,} {m / 1024:.1f} MB, after {conversations:,} {b / 1024:.1f} MB ({b / a:.2f}x overall, "
           f"{b / m:.2f}x over the second half; target flat)")
+    print("   every mark: " + ", ".join(f"{n:,}: {kb / 1024:.1f} MB" for n, kb in sorted(marks.items())))
 
 
 def main() -> None:
