@@ -128,3 +128,20 @@ def test_a_forked_child_starts_with_an_empty_pool(server: _Server) -> None:
     os.waitpid(pid, 0)
     assert os.read(r, 16) == b"1"
     assert len(set(server.peers)) == 2
+
+
+def test_clients_idle_past_the_keep_alive_are_closed(server: _Server) -> None:
+    """After a burst the pool shrinks back to what traffic needs (it grew to the burst's peak)."""
+    url = f"http://127.0.0.1:{server.server_address[1]}"
+    now = [0.0]
+    pool = ClientPool(lambda: httpx.Client(base_url=url, limits=single_connection()), idle_seconds=5.0,
+                      clock=lambda: now[0])
+    burst = [pool._take() for _ in range(10)]
+    for c in burst:
+        pool._give_back(c)
+    assert pool.idle() == 10
+    now[0] = 6.0  # a quiet spell longer than the keep-alive; then one request
+    with pool.lease():
+        pass
+    assert pool.idle() == 1  # the request's client (the most recent) stayed; the nine shells were closed
+    assert sum(c.is_closed for c in burst) == 9
