@@ -14,6 +14,7 @@ import threading
 from typing import Any
 
 from celery import signals
+from celery.concurrency.prefork import TaskPool as PreforkPool
 
 from tasks import app
 from worker.errors import StoreUnavailableError
@@ -141,7 +142,7 @@ def _warm_up_pool_process(**_: Any) -> None:  # prefork: each child builds its o
 @signals.worker_ready.connect
 def _start_sweeper(sender: Any = None, **_: Any) -> None:
     # The threads and gevent pools run tasks in this process; prefork children warm themselves up.
-    if "prefork" not in type(getattr(sender, "pool", None)).__module__:
+    if not isinstance(getattr(sender, "pool", None), PreforkPool):
         _warm_up()
     threading.Thread(target=_sweeper_loop, args=(_stop,), name="parley-sweeper", daemon=True).start()
     port = get_settings().metrics_port

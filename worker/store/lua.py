@@ -119,14 +119,27 @@ local function claim(outbox, sent, dlease, token, lease_ms)
 end
 """
 
+# Starting a delivery: take the delivery lease with a fresh fencing token and claim the outbox head. Returns
+# {-1} when another worker delivers, {0} when nothing waits, else {token, head entry, part, crashed}. Shared by
+# BEGIN_DELIVERY and by the commit that ends a drain, so both start a delivery the same way.
+START_DELIVERY = CLAIM + NEXT_TOKEN + """
+local function start_delivery(dlease, dfence, outbox, sent, lease_ms)
+  if redis.call('EXISTS', dlease) == 1 then return {-1} end
+  if redis.call('LLEN', outbox) == 0 then return {0} end
+  local t = next_token(dfence)
+  local c = claim(outbox, sent, dlease, t, lease_ms)
+  return {t, c[2], c[3], c[4]}
+end
+"""
+
 # KEYS: fence, state, inbox, attempts, outbox, trace, dead, lease, dlease, dfence, sent, then every key when an
 #       idle TTL is set
 # ARGV: token, expected_version, input_id, state_mode (keep|set|clear), blob, reply_entry, trace_entry,
 #       dead_entry, lease_ms, trace_max, dead_max, ttl_ms, advance ('1'), claim_ms ('' or the delivery lease)
 # With advance and claim_ms, a commit that empties the mailbox also starts the delivery when nobody delivers:
-# it takes the delivery lease and claims the outbox head as BEGIN_DELIVERY would, and returns
+# it takes the delivery lease and claims the outbox head as BEGIN_DELIVERY does, and returns
 # {version, 0, 1, token, head entry, part, crashed}, saving the deliverer that round trip.
-COMMIT = CLAIM + NEXT_TOKEN + """
+COMMIT = START_DELIVERY + """
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return {-1, 0} end
 local v = tonumber(redis.call('HGET', KEYS[2], 'version') or '0')
 if v ~= tonumber(ARGV[2]) then return {-2, v} end
@@ -159,10 +172,9 @@ if ARGV[13] == '1' then
   -- Atomic with the pop, so a producer's push either lands before (and is returned) or finds no lease.
   if depth == 0 then
     redis.call('DEL', KEYS[8])
-    if ARGV[14] ~= '' and redis.call('EXISTS', KEYS[9]) == 0 and redis.call('LLEN', KEYS[5]) > 0 then
-      local t = next_token(KEYS[10])
-      local c = claim(KEYS[5], KEYS[11], KEYS[9], t, ARGV[14])
-      return {v + 1, 0, 1, t, c[2], c[3], c[4]}
+    if ARGV[14] ~= '' then
+      local d = start_delivery(KEYS[9], KEYS[10], KEYS[5], KEYS[11], ARGV[14])
+      if #d > 1 then return {v + 1, 0, 1, d[1], d[2], d[3], d[4]} end  -- else: busy, or nothing to send
     end
     return {v + 1, 0, 1}
   end
@@ -247,12 +259,8 @@ return 1
 # KEYS: dlease, dfence, outbox, sent   ARGV: lease_ms
 # Start delivering in one round trip: {-1} another worker delivers, {0} nothing to send, else take the delivery
 # lease and claim the head: {token, head entry, part, crashed}.
-BEGIN_DELIVERY = CLAIM + NEXT_TOKEN + """
-if redis.call('EXISTS', KEYS[1]) == 1 then return {-1} end
-if redis.call('LLEN', KEYS[3]) == 0 then return {0} end
-local t = next_token(KEYS[2])
-local c = claim(KEYS[3], KEYS[4], KEYS[1], t, ARGV[1])
-return {t, c[2], c[3], c[4]}
+BEGIN_DELIVERY = START_DELIVERY + """
+return start_delivery(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[1])
 """
 
 # KEYS: dfence, outbox, sent, dlease   ARGV: token, lease_ms
