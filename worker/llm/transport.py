@@ -69,15 +69,25 @@ class CircuitBreaker:
             return "closed"
         return "half-open" if self.probing or self.clock() - self.opened_at >= self.reset_after else "open"
 
-    def before_call(self, name: str) -> None:
+    def before_call(self, name: str) -> bool:
+        """Raise :class:`CircuitOpenError` while the circuit is open; True when this caller is the probe."""
         with self._lock:
             if self.opened_at is None:
-                return
+                return False
             if self.clock() - self.opened_at < self.reset_after or self.probing:
                 wait = max(0.0, self.reset_after - (self.clock() - self.opened_at))
                 raise CircuitOpenError(f"{name}: circuit open after {self.failures} failures; not calling",
                                        provider=name, retry_after=wait or self.reset_after)
-            self.probing = True  # this caller is the probe
+            self.probing = True
+            return True
+
+    def abandon_probe(self) -> None:
+        """The probe ended without an answer either way (an exception no handler expected): reopen the circuit
+        so that, after ``reset_after``, another caller may probe; left ``probing``, it would refuse for ever."""
+        with self._lock:
+            if self.probing:
+                self.opened_at = self.clock()
+                self.probing = False
 
     def success(self) -> None:
         with self._lock:
@@ -183,31 +193,17 @@ def post_json(
     """POST ``body`` and return the JSON answer, retrying what can be retried; raises typed errors only."""
     attempt = 0
     while True:
-        breaker.before_call(provider)
-        err: ModelError
+        probe = breaker.before_call(provider)
         try:
-            with clients.lease() as client:
-                response = client.post(path, json=body, headers=headers, timeout=timeout)
-                raw = response.content
-        except httpx.TimeoutException as exc:
-            err = ModelTimeoutError(f"{provider} did not answer in time ({type(exc).__name__})", provider=provider)
-        except httpx.HTTPError as exc:
-            err = ModelUnavailableError(f"{provider} unreachable: {type(exc).__name__}: {exc}", provider=provider)
-        else:
-            parsed: Any
-            try:
-                parsed = json.loads(raw) if raw else None
-            except ValueError:
-                parsed = None
-            if response.status_code == 200:
-                if isinstance(parsed, dict):
-                    breaker.success()
-                    return parsed
-                err = ModelResponseError(f"{provider} answered 200 with a body that is not a JSON object "
-                                         f"({raw[:120]!r})", provider=provider, status=200)
-            else:
-                err = error_for_status(provider, response.status_code, parsed,
-                                       raw.decode("utf-8", "replace"), response.headers)
+            answer = _post_once(provider, clients, path, body, headers, timeout)
+        except BaseException:
+            if probe:
+                breaker.abandon_probe()
+            raise
+        if isinstance(answer, dict):
+            breaker.success()
+            return answer
+        err = answer
         if not err.retryable:
             breaker.success()  # the service answered; it is our request that is wrong
             raise err
@@ -218,3 +214,27 @@ def post_json(
             raise err
         retry.sleep(retry.delay(attempt, retry_after))
         attempt += 1
+
+
+def _post_once(provider: str, clients: ClientPool, path: str, body: dict[str, Any], headers: dict[str, str],
+               timeout: httpx.Timeout) -> dict[str, Any] | ModelError:
+    """One POST: the JSON object answered, or the typed error it maps to (httpx failures included)."""
+    try:
+        with clients.lease() as client:
+            response = client.post(path, json=body, headers=headers, timeout=timeout)
+            raw = response.content
+    except httpx.TimeoutException as exc:
+        return ModelTimeoutError(f"{provider} did not answer in time ({type(exc).__name__})", provider=provider)
+    except httpx.HTTPError as exc:
+        return ModelUnavailableError(f"{provider} unreachable: {type(exc).__name__}: {exc}", provider=provider)
+    parsed: Any
+    try:
+        parsed = json.loads(raw) if raw else None
+    except ValueError:
+        parsed = None
+    if response.status_code == 200:
+        if isinstance(parsed, dict):
+            return parsed
+        return ModelResponseError(f"{provider} answered 200 with a body that is not a JSON object "
+                                  f"({raw[:120]!r})", provider=provider, status=200)
+    return error_for_status(provider, response.status_code, parsed, raw.decode("utf-8", "replace"), response.headers)
