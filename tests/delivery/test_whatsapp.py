@@ -99,3 +99,36 @@ def test_console_and_webhook_channels(capsys: pytest.CaptureFixture[str]) -> Non
 
     with pytest.raises(DeliveryRetryableError):
         WebhookChannel(f"http://127.0.0.1:{free_port()}/x").send_text("a", "b")
+
+
+def _throttle(api: FakeWhatsApp, retry_after: str) -> None:
+    api.errors.append((429, {"error": {"message": "(#130429) Rate limit hit", "code": 130429}},
+                       {"Retry-After": retry_after}))
+
+
+@pytest.mark.parametrize("value", ["soon", "1.5.2", "Tue, 99 Foo 2026 25:61:00 GMT", "nan", "inf", "-inf", "1e400",
+                                   "  ", "Wed, 21 Oct 2015 07:28:00"])
+def test_a_malformed_retry_after_gives_no_hint_instead_of_escaping_the_sender(api: FakeWhatsApp, value: str) -> None:
+    _throttle(api, value)
+    with pytest.raises(DeliveryRetryableError) as info:
+        sender(api).send_text("447700900123", "x")
+    assert info.value.code == 130429
+    assert info.value.retry_after is None or 0.0 <= info.value.retry_after < 10.0  # a date in the past is "now"
+
+
+@pytest.mark.parametrize(("value", "low", "high"), [("7", 7.0, 7.0), (" 2.5 ", 2.5, 2.5), ("-3", 0.0, 0.0)])
+def test_retry_after_in_seconds(api: FakeWhatsApp, value: str, low: float, high: float) -> None:
+    _throttle(api, value)
+    with pytest.raises(DeliveryRetryableError) as info:
+        sender(api).send_text("447700900123", "x")
+    assert info.value.retry_after is not None and low <= info.value.retry_after <= high
+
+
+def test_retry_after_as_an_http_date(api: FakeWhatsApp) -> None:
+    import email.utils
+    import time
+
+    _throttle(api, email.utils.formatdate(time.time() + 60, usegmt=True))
+    with pytest.raises(DeliveryRetryableError) as info:
+        sender(api).send_text("447700900123", "x")
+    assert info.value.retry_after is not None and 55.0 <= info.value.retry_after <= 61.0

@@ -8,15 +8,14 @@ parameter (100) or an expired token (190) are permanent.
 
 from __future__ import annotations
 
-import email.utils
 import re
-import time
 from typing import Any
 
 import httpx
 
 from worker.errors import DeliveryError, DeliveryPermanentError, DeliveryRetryableError
 from worker.httppool import ClientPool, single_connection, tls_context
+from worker.retry_after import parse_retry_after
 
 DEFAULT_BASE_URL = "https://graph.facebook.com/v21.0"
 
@@ -42,14 +41,7 @@ def _int(v: Any) -> int | None:
 
 
 def _retry_after(headers: Any) -> float | None:
-    value = headers.get("retry-after") if headers is not None else None
-    if not value:
-        return None
-    try:
-        return max(0.0, float(value))
-    except ValueError:
-        parsed = email.utils.parsedate_to_datetime(value) if value else None
-        return max(0.0, parsed.timestamp() - time.time()) if parsed else None
+    return parse_retry_after(headers.get("retry-after")) if headers is not None else None
 
 
 def _error_object(body: Any) -> dict[str, Any] | None:

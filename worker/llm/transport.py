@@ -5,7 +5,6 @@ HTTP failures to :mod:`worker.errors` types.
 
 from __future__ import annotations
 
-import email.utils
 import json
 import logging
 import random
@@ -29,6 +28,7 @@ from worker.errors import (
     RateLimitedError,
 )
 from worker.httppool import ClientPool, single_connection, tls_context
+from worker.retry_after import parse_retry_after
 
 log = logging.getLogger("parley.llm")
 
@@ -113,20 +113,6 @@ def breaker_for(key: str, threshold: int, reset_after: float) -> CircuitBreaker:
         if b is None:
             b = _breakers[key] = CircuitBreaker(threshold, reset_after)
         return b
-
-
-def parse_retry_after(value: str | None) -> float | None:
-    """Seconds from a ``Retry-After`` header (delta-seconds or an HTTP date)."""
-    if not value:
-        return None
-    try:
-        return max(0.0, float(value))
-    except ValueError:
-        try:
-            when = email.utils.parsedate_to_datetime(value)
-        except (TypeError, ValueError):
-            return None
-        return max(0.0, when.timestamp() - time.time()) if when else None
 
 
 def _message_of(body: Any, text: str) -> tuple[str, str]:
