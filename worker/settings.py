@@ -6,11 +6,12 @@ Standard names where the ecosystem has them (``REDIS_URL``, ``OPENAI_API_KEY``, 
 
 from __future__ import annotations
 
+import json
 from functools import lru_cache
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import AliasChoices, Field, SecretStr, field_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 
 def _std(name: str) -> AliasChoices:
@@ -65,7 +66,9 @@ class Settings(BaseSettings):
     compress_tool_outputs_after: int = Field(3, description="Keep this many recent tool outputs whole; compress older.")
     idle_gap_seconds: float | None = Field(None, description="A turn after this much silence starts a fresh "
                                                              "conversation. Off when unset.")
-    reset_phrases: list[str] = Field(default_factory=list,
+    # NoDecode: without it the environment source decodes the value as JSON before the validator runs, so the comma
+    # form a person writes ("start over, reset") failed as bad JSON.
+    reset_phrases: Annotated[list[str], NoDecode] = Field(default_factory=list,
                                      description='Texts that start over, e.g. ["start over","new topic","reset"]. '
                                                  "Off when empty.")
     max_input_chars: int = Field(16_000, description="Longest accepted user text or event.")
@@ -129,9 +132,12 @@ class Settings(BaseSettings):
     @field_validator("reset_phrases", mode="before")
     @classmethod
     def _split_phrases(cls, v: object) -> object:
-        if isinstance(v, str) and not v.strip().startswith("["):
-            return [p.strip() for p in v.split(",") if p.strip()]
-        return v
+        """A JSON list (``["start over", "new topic"]``) or comma-separated texts (``start over, new topic``)."""
+        if not isinstance(v, str):
+            return v
+        if v.strip().startswith("["):
+            return json.loads(v)  # a ValueError here is reported by pydantic as a validation error
+        return [p.strip() for p in v.split(",") if p.strip()]
 
     def effective_redis_url(self) -> str:
         return self.redis_url or "redis://127.0.0.1:6379/0"
