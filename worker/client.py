@@ -15,8 +15,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from worker.envelopes import Envelope
-from worker.errors import EnvelopeError, InputError, OversizeInputError
+from worker.envelopes import Envelope, build_envelope
+from worker.errors import OversizeInputError
 from worker.settings import Settings, get_settings
 from worker.store.keys import validate_conversation_id
 from worker.store.redis_store import ConversationStore
@@ -85,13 +85,7 @@ class ConversationClient:
 
     def _envelope(self, **fields: Any) -> Envelope:
         validate_conversation_id(fields["conversation_id"])
-        clean = {k: v for k, v in fields.items() if v is not None}
-        try:
-            return Envelope(**clean)
-        except ValueError as exc:
-            if isinstance(exc, InputError):
-                raise
-            raise EnvelopeError(str(exc)) from None
+        return build_envelope(**{k: v for k, v in fields.items() if v is not None})
 
     def send_message(self, conversation_id: str, text: str, *, message_id: str | None = None,
                      reply_to: str | None = None, system: str | None = None,

@@ -13,9 +13,9 @@ import uuid
 from typing import Any, Literal
 
 import msgpack
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 
-from worker.errors import EnvelopeError, InvalidConversationIdError
+from worker.errors import EnvelopeError, InputError, InvalidConversationIdError, InvalidTextError
 from worker.store.keys import validate_conversation_id
 
 ENVELOPE_VERSION = 1
@@ -61,6 +61,18 @@ class Envelope(_Wire):
     @classmethod
     def _cid(cls, v: str) -> str:
         return validate_conversation_id(v)
+
+    @field_validator("message_id", "text", "system", "reply_to", "recipient")
+    @classmethod
+    def _utf8(cls, v: str | None, info: ValidationInfo) -> str | None:
+        # msgpack and Redis take UTF-8: a lone surrogate would otherwise fail later as a bare UnicodeEncodeError.
+        if v is not None:
+            try:
+                v.encode("utf-8")
+            except UnicodeEncodeError as exc:
+                raise InvalidTextError(f"{info.field_name} holds a character UTF-8 cannot encode ({v[exc.start]!r}, "
+                                       f"a lone surrogate) at position {exc.start}") from None
+        return v
 
     @field_validator("message_id")
     @classmethod
@@ -122,6 +134,23 @@ def _describe(exc: ValidationError) -> str:
         loc = ".".join(str(x) for x in err["loc"]) or "envelope"
         parts.append(f"{loc}: {err['msg']}")
     return "; ".join(parts)
+
+
+def build_envelope(**fields: Any) -> Envelope:
+    """An envelope from a producer's arguments, or the :class:`~worker.errors.InputError` that says in one sentence
+    what is wrong (an invalid id or text keeps its own type; anything else is an :class:`EnvelopeError`)."""
+    try:
+        return Envelope(**fields)
+    except InputError:
+        raise
+    except ValidationError as exc:
+        for err in exc.errors():
+            cause = (err.get("ctx") or {}).get("error")
+            if isinstance(cause, InputError):
+                raise cause from None
+        raise EnvelopeError(f"invalid input: {_describe(exc)}") from None
+    except ValueError as exc:
+        raise EnvelopeError(str(exc)) from None
 
 
 def decode_envelope(data: bytes) -> Envelope:

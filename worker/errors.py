@@ -8,7 +8,8 @@ The tree::
     │   ├── InvalidMessageError
     │   ├── InvalidConversationIdError
     │   ├── EnvelopeError
-    │   └── OversizeInputError
+    │   ├── OversizeInputError
+    │   └── InvalidTextError
     ├── StateError
     │   └── StateDecodeError
     ├── ToolError
@@ -64,6 +65,11 @@ class EnvelopeError(InputError):
 
 class OversizeInputError(InputError):
     """Raised when a text, envelope or state is larger than the configured limit."""
+
+
+class InvalidTextError(InputError):
+    """Raised when a text or an id holds a character UTF-8 cannot encode (a lone surrogate), so it could never be
+    stored or sent."""
 
 
 class StateError(ParleyError):
