@@ -110,7 +110,6 @@ def cmd_dead(a: argparse.Namespace) -> int:
 
 
 def cmd_replay(a: argparse.Namespace) -> int:
-    from worker.client import _celery_waker
     from worker.envelopes import decode_dead_letter
 
     store = _store()
@@ -126,7 +125,9 @@ def cmd_replay(a: argparse.Namespace) -> int:
     if not store.replay_dead(a.conversation_id, a.index, target=target, entry_id=d.id, payload=d.payload):
         print("error: the dead letters changed meanwhile; list them again", file=sys.stderr)
         return 2
-    _celery_waker(get_settings(), "parley.drain" if target == "inbox" else "parley.deliver")(a.conversation_id)
+    from worker.wakeup import DELIVER, DRAIN, celery_waker
+
+    celery_waker(get_settings(), DRAIN if target == "inbox" else DELIVER)(a.conversation_id)
     print(f"replayed {d.what} {d.id} of {a.conversation_id} ({d.reason})")
     return 0
 

@@ -11,7 +11,6 @@ worker. The inputs of one conversation are applied in the order these calls retu
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,8 +19,7 @@ from worker.errors import OversizeInputError
 from worker.settings import Settings, get_settings
 from worker.store.keys import validate_conversation_id
 from worker.store.redis_store import ConversationStore
-
-Waker = Callable[[str], None]
+from worker.wakeup import Waker, celery_waker
 
 
 @dataclass(frozen=True)
@@ -34,19 +32,12 @@ class Submitted:
     depth: int
 
 
-def _celery_waker(settings: Settings, task: str = "parley.drain") -> Waker:
-    from tasks.app import make_app
-
-    app = make_app(settings)
-
-    def wake(cid: str) -> None:
-        app.send_task(task, args=[cid])
-
-    return wake
-
-
 class ConversationClient:
-    """Enqueue chat turns, game events, resets and deletions for Parley's workers."""
+    """Enqueue chat turns, game events, resets and deletions for Parley's workers.
+
+    ``wake`` is called with the conversation id when a worker should look at it; ``from_url`` and ``from_env``
+    send the workers' ``parley.drain`` task (see :mod:`worker.wakeup`), tests and other brokers pass their own.
+    """
 
     def __init__(self, store: ConversationStore, wake: Waker, *, max_text_chars: int = 16_000,
                  coalesce_wakeups: bool = True) -> None:
@@ -56,21 +47,22 @@ class ConversationClient:
         self.coalesce_wakeups = coalesce_wakeups
 
     @classmethod
-    def from_url(cls, redis_url: str, *, broker_url: str | None = None, **settings: Any) -> ConversationClient:
+    def from_url(cls, redis_url: str, *, broker_url: str | None = None, wake: Waker | None = None,
+                 **settings: Any) -> ConversationClient:
         """A client for the Redis at ``redis_url`` (also the Celery broker unless ``broker_url`` is given)."""
         s = Settings(redis_url=redis_url, broker_url=broker_url, **settings)
-        return cls._from_settings(s)
+        return cls._from_settings(s, wake)
 
     @classmethod
-    def from_env(cls) -> ConversationClient:
+    def from_env(cls, *, wake: Waker | None = None) -> ConversationClient:
         """A client configured from the environment (``REDIS_URL``, ``PARLEY_*``)."""
-        return cls._from_settings(get_settings())
+        return cls._from_settings(get_settings(), wake)
 
     @classmethod
-    def _from_settings(cls, s: Settings) -> ConversationClient:
+    def _from_settings(cls, s: Settings, wake: Waker | None = None) -> ConversationClient:
         from worker.runtime import build_store
 
-        return cls(build_store(s), _celery_waker(s), max_text_chars=s.max_input_chars)
+        return cls(build_store(s), wake or celery_waker(s), max_text_chars=s.max_input_chars)
 
     def _submit(self, env: Envelope) -> Submitted:
         if env.text is not None and len(env.text) > self.max_text_chars:

@@ -59,7 +59,7 @@ def test_dead_letter_replay_from_the_cli(monkeypatch: pytest.MonkeyPatch, capsys
     h.client.send_message(CID, "please", message_id="m1")
     h.run()
     monkeypatch.setattr(cli, "_store", lambda: h.store)
-    monkeypatch.setattr("worker.client._celery_waker", lambda settings, task="parley.drain": lambda cid: h.woken.append((task.split(".")[1], cid)))
+    monkeypatch.setattr("worker.wakeup.celery_waker", lambda settings, task="parley.drain": lambda cid: h.woken.append((task.split(".")[1], cid)))
     assert cli.main(["dead", CID]) == 0
     out = capsys.readouterr().out
     assert "m1" in out and "model_rejected" in out and "bad request" in out
