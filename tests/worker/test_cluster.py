@@ -7,6 +7,7 @@ from collections.abc import Iterator
 import pytest
 
 from tests.support.redis_cluster import LocalCluster
+from tests.support.redis_server import skip_or_fail
 from tests.worker.conftest import make_harness
 from worker import ScriptedModel, Summarize
 from worker.conversation.state import decode_state
@@ -15,7 +16,7 @@ from worker.conversation.state import decode_state
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[LocalCluster]:
     if not LocalCluster.available():
-        pytest.skip("redis-server and redis-cli are needed for a local cluster")
+        skip_or_fail("redis-server and redis-cli are needed for a local cluster")
     c = LocalCluster().start()
     yield c
     c.stop()
