@@ -1,5 +1,5 @@
-"""The names others build against (DESIGN.md, "Contracts others build against"). A rename breaks users: it must
-break this test first."""
+"""The names others build against ("Contracts others build against" in the design notes, ../shared/DESIGN.md,
+outside this repository). A rename breaks users: it must break this test first."""
 
 from __future__ import annotations
 

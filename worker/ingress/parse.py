@@ -1,8 +1,8 @@
 """WhatsApp webhook bodies -> records (pure: no I/O).
 
 Meta batches several entries, changes, messages and statuses into one POST; every one is walked, in order.
-Shapes vary by API version and rollout (see ``shared/fixtures/whatsapp``): a message we do not turn into a chat
-turn (media, reactions, system messages, ``unsupported``/``unknown``), an account-level error, a change of
+Shapes vary by API version and rollout (see ``../shared/fixtures/whatsapp``, next to the repository): a message we
+do not turn into a chat turn (media, reactions, system messages, ``unsupported``/``unknown``), an account-level error, a change of
 another field and anything malformed become :class:`Unsupported` records — parsing never raises on a body
 that has an ``entry`` list, whatever is inside it.
 
