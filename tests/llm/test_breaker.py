@@ -8,8 +8,11 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
+from tests.llm.servers import ScriptedServer, error, openai_text
+from worker.conversation import Message, ModelRequest
 from worker.errors import CircuitOpenError, ModelUnavailableError
 from worker.httppool import ClientPool
+from worker.llm import build_model
 from worker.llm.transport import CircuitBreaker, RetryPolicy, post_json
 
 
@@ -79,3 +82,14 @@ def test_an_unexpected_error_outside_a_probe_leaves_the_breaker_closed() -> None
             _call(pool, breaker)
     assert breaker.state == "closed"
     assert breaker.failures == 0
+
+
+@pytest.mark.parametrize("value", ["inf", "nan", "soon", "1e999"])
+def test_a_provider_retry_after_that_is_not_a_time_is_ignored(server: ScriptedServer, value: str) -> None:
+    slept: list[float] = []
+    server.push(error(429, "slow down", "rate_limit_exceeded", {"Retry-After": value}), openai_text("ok"))
+    model = build_model("openai", model="m", base_url=server.url + "/v1", api_key="k",
+                        retry=RetryPolicy(max_retries=1, sleep=slept.append), breaker_threshold=100)
+    request = ModelRequest(system=None, messages=[Message(role="user", content="hi")])
+    assert model.complete(request).message.content == "ok"
+    assert len(slept) == 1 and 0.0 <= slept[0] <= 8.0  # the jittered backoff, not an endless or NaN sleep
