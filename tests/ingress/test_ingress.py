@@ -221,6 +221,18 @@ def test_oversize_text_is_ignored_and_the_rest_of_the_batch_applied() -> None:
     assert rig.inputs("447700900002") == [("wamid.S", "short")]
 
 
+def test_a_lone_surrogate_in_a_text_is_ignored_and_the_rest_of_the_batch_applied() -> None:
+    rig = Rig()
+    # JSON may escape half a surrogate pair ("\\ud83d"): json.loads gives a str that UTF-8 cannot encode.
+    body = {"entry": [{"changes": [{"field": "messages", "value": text_value("wamid.U", "447700900001", "hi \ud83d")},
+                                   {"field": "messages", "value": text_value("wamid.S", "447700900002", "short")}]}]}
+    raw = json.dumps(body).encode()
+    assert b"\\ud83d" in raw
+    r = rig.post(raw)
+    assert r.status_code == 200 and r.json() == {"accepted": 1, "duplicates": 0, "statuses": 0, "ignored": 1}
+    assert rig.inputs("447700900001") == [] and rig.inputs("447700900002") == [("wamid.S", "short")]
+
+
 def test_storage_outage_is_503_so_meta_retries() -> None:
     import redis
 
