@@ -126,3 +126,13 @@ def test_a_compactor_bug_is_logged_with_its_stack_and_reported(caplog: pytest.Lo
     alone = Chat(model=ScriptedModel(default="a"), compactor=_Buggy(), auto_compact=False)
     report = alone.compact_with_report(state)
     assert not report.changed and report.state == state and report.errors
+
+
+def test_the_worker_chat_takes_its_pinned_cap_from_parley_max_pinned(monkeypatch: pytest.MonkeyPatch) -> None:
+    from worker.runtime import build_chat
+    from worker.settings import Settings
+
+    monkeypatch.setenv("PARLEY_MAX_PINNED", "7")
+    assert build_chat(Settings(), ScriptedModel()).max_pinned == 7
+    monkeypatch.delenv("PARLEY_MAX_PINNED")
+    assert build_chat(Settings(), ScriptedModel()).max_pinned == Chat(model=ScriptedModel()).max_pinned
