@@ -37,7 +37,7 @@ class Encoded:
     pinned_dropped: int = 0
 
 
-def cap_pinned(state: ConversationState, max_pinned: int) -> tuple[ConversationState, int]:
+def _cap_pinned(state: ConversationState, max_pinned: int) -> tuple[ConversationState, int]:
     """Keep the newest ``max_pinned`` items of ``state.pinned``; returns the state and how many went."""
     over = len(state.pinned) - max(0, max_pinned)
     if over <= 0:
@@ -48,16 +48,16 @@ def cap_pinned(state: ConversationState, max_pinned: int) -> tuple[ConversationS
 
 def encode_bounded(state: ConversationState, *, max_bytes: int, max_pinned: int) -> Encoded:
     """Encode ``state`` within ``max_pinned`` pinned items and ``max_bytes`` bytes (see the module)."""
-    state, dropped = cap_pinned(state, max_pinned)
+    state, dropped = _cap_pinned(state, max_pinned)
     blob = encode_state(state)
     while len(blob) > max_bytes and droppable_exchanges(state):
         log.warning("state over its size limit; dropping the oldest exchange",
                     extra={"bytes": len(blob), "limit": max_bytes})
-        state, more = cap_pinned(drop_oldest_exchanges(state, 1), max_pinned)
+        state, more = _cap_pinned(drop_oldest_exchanges(state, 1), max_pinned)
         dropped += more
         blob = encode_state(state)
     if len(blob) > max_bytes:
-        state, more = cap_pinned(_slim(state), max_pinned)
+        state, more = _cap_pinned(_slim(state), max_pinned)
         dropped += more
         blob = encode_state(state)
     while len(blob) > max_bytes and state.pinned:

@@ -8,8 +8,8 @@ Nothing here does I/O of its own: the model, the tools and the clock are injecte
 Which "compact" is which: :meth:`Chat.compact` is the library contract (blob in, blob out);
 :meth:`Chat.compact_with_report` is the worker's variant that also says what it did; both run the
 configured :class:`~worker.conversation.compaction.Compactor` (the strategy protocol users implement)
-through :meth:`Chat._compact_decoded`. :meth:`Chat._auto_compact_if_due` is the turn's own check, which
-compacts in place only with ``auto_compact``. The tool loop lives in :mod:`worker.conversation.loop`, the
+through :func:`~worker.conversation.compaction.apply_compactor`. :meth:`Chat._auto_compact_if_due` is the
+turn's own check, which compacts in place only with ``auto_compact``. The tool loop lives in :mod:`worker.conversation.loop`, the
 size-bounded encoder in :mod:`worker.conversation.bounded`, splicing in :mod:`worker.conversation.splice`.
 """
 
@@ -23,12 +23,12 @@ from typing import Any
 
 from worker.conversation import messages as msgs
 from worker.conversation.bounded import Encoded, encode_bounded
-from worker.conversation.compaction import Compactor, StepsOutcome, apply_due_steps
+from worker.conversation.compaction import Compactor, StepsOutcome, apply_compactor
 from worker.conversation.history import repair_history
 from worker.conversation.loop import LoopOutcome, ToolChoice, ToolLoop
 from worker.conversation.messages import Message
 from worker.conversation.model import Model, ModelRequest, ModelResponse
-from worker.conversation.observe import RoundTrip, complete_observed, observing
+from worker.conversation.observe import RoundTrip, complete_observed
 from worker.conversation.prompt import prompt_tokens, render_preamble
 from worker.conversation.results import CompactionReport, EventResult, TurnResult
 from worker.conversation.splice import SpliceResult, splice_blobs
@@ -46,6 +46,34 @@ _PUNCT = re.compile(r"[^\w\s]+")
 
 def _normalise(text: str) -> str:
     return " ".join(_PUNCT.sub(" ", text.casefold()).split())
+
+
+def _idle(st: ConversationState, now: float, gap: float | None) -> bool:
+    last = st.meta.last_activity
+    return gap is not None and bool(last) and now - last > gap
+
+
+def _check_text(what: str, text: object, max_chars: int) -> None:
+    if not isinstance(text, str) or not text.strip():
+        raise InvalidMessageError(f"{what} must be a non-empty string")
+    if len(text) > max_chars:
+        raise OversizeInputError(f"{what} is {len(text)} characters; the limit is {max_chars}")
+
+
+def _split_leading_system(messages: Sequence[Message | dict[str, Any]],
+                          max_chars: int) -> tuple[list[str], list[Message]]:
+    """Leading system messages (this turn's extra preamble) and the rest (stored), all validated."""
+    converted = [m if isinstance(m, Message) else msgs.from_dict(m) for m in messages]
+    for m in converted:
+        msgs.validated(m)
+        if len(m.content) > max_chars:
+            raise OversizeInputError(f"a {m.role} message is over {max_chars} characters")
+    lead: list[str] = []
+    i = 0
+    while i < len(converted) and converted[i].role == "system":
+        lead.append(converted[i].content)
+        i += 1
+    return lead, converted[i:]
 
 
 @dataclass
@@ -158,40 +186,23 @@ class Chat:
         for bad input and :class:`~worker.errors.ModelError` when the model fails; in both cases nothing
         was changed (the caller still holds the old state).
         """
-        if not isinstance(user, str) or not user.strip():
-            raise InvalidMessageError("user text must be a non-empty string")
-        if len(user) > self.max_input_chars:
-            raise OversizeInputError(f"user text is {len(user)} characters; the limit is {self.max_input_chars}")
-        extra_preamble, added = self._split_leading_system(messages)
+        _check_text("user text", user, self.max_input_chars)
+        extra_preamble, added = _split_leading_system(messages, self.max_input_chars)
         now = self.clock()
         loaded = self.load(state)
         st = loaded.state
-        reset: str | None = None
-        if lifecycle and loaded.problem is None and state:
-            gap = now - st.meta.last_activity
-            if self.idle_gap_seconds is not None and st.meta.last_activity and gap > self.idle_gap_seconds:
-                st, reset = ConversationState.fresh(self.provider, now=now), "idle_gap"
+        reset = "idle_gap" if lifecycle and loaded.problem is None and state and _idle(st, now, self.idle_gap_seconds) else None
         if lifecycle and self._phrases and _normalise(user) in self._phrases:
-            fresh = self._encode(ConversationState.fresh(self.provider, now=now))
-            return TurnResult(reply=self.reset_reply, state=fresh.blob, reset="phrase",
+            reset = "phrase"
+        if reset is not None:
+            st = ConversationState.fresh(self.provider, now=now)
+        if reset == "phrase":
+            return TurnResult(reply=self.reset_reply, state=self._encode(st).blob, reset=reset,
                               state_problem=loaded.problem)
         out = self._tool_loop(system, extra_preamble).run(st.append(*added, msgs.user(user)))
         out.state = replace(out.state, meta=replace(out.state.meta, turns=out.state.meta.turns + 1,
                                                     last_activity=now))
         return self._finish_turn(out, loaded.problem, reset)
-
-    def _split_leading_system(self, messages: Sequence[Message | dict[str, Any]]) -> tuple[list[str], list[Message]]:
-        converted = [m if isinstance(m, Message) else msgs.from_dict(m) for m in messages]
-        for m in converted:
-            msgs.validated(m)
-            if len(m.content) > self.max_input_chars:
-                raise OversizeInputError(f"a {m.role} message is over {self.max_input_chars} characters")
-        lead: list[str] = []
-        i = 0
-        while i < len(converted) and converted[i].role == "system":
-            lead.append(converted[i].content)
-            i += 1
-        return lead, converted[i:]
 
     def _tool_loop(self, system: str | None, extra: Sequence[str]) -> ToolLoop:
         def request_for(st: ConversationState, tool_choice: ToolChoice) -> ModelRequest:
@@ -210,30 +221,17 @@ class Chat:
     def _finish_turn(self, out: LoopOutcome, problem: StateDecodeError | None, reset: str | None) -> TurnResult:
         st, needs = self._auto_compact_if_due(out.state)
         encoded = self._encode(st)
-        return TurnResult(
-            reply=out.reply,
-            state=encoded.blob,
-            finish_reason=out.finish_reason,
-            truncated=out.truncated,
-            filtered=out.filtered,
-            tool_limit_hit=out.tool_limit_hit,
-            state_problem=problem,
-            reset=reset,
-            needs_compaction=needs,
-            usage=st.last_usage,
-            model_calls=out.model_calls,
-            tool_calls=out.tool_calls,
-            pinned_dropped=encoded.pinned_dropped,
-        )
+        return TurnResult(reply=out.reply, state=encoded.blob, finish_reason=out.finish_reason,
+                          truncated=out.truncated, filtered=out.filtered, tool_limit_hit=out.tool_limit_hit,
+                          state_problem=problem, reset=reset, needs_compaction=needs, usage=st.last_usage,
+                          model_calls=out.model_calls, tool_calls=out.tool_calls,
+                          pinned_dropped=encoded.pinned_dropped)
 
     # --- events, compaction, splicing --------------------------------------------------------------
 
     def apply_event(self, state: bytes | None, text: str, *, pinned: bool = False) -> EventResult:
         """:meth:`append_to_state` with the details the worker needs."""
-        if not isinstance(text, str) or not text.strip():
-            raise InvalidMessageError("event text must be a non-empty string")
-        if len(text) > self.max_input_chars:
-            raise OversizeInputError(f"event text is {len(text)} characters; the limit is {self.max_input_chars}")
+        _check_text("event text", text, self.max_input_chars)
         loaded = self.load(state)
         st = loaded.state.append(msgs.event(text, pinned=pinned))
         st = replace(st, meta=replace(st.meta, events=st.meta.events + 1, last_activity=self.clock()))
@@ -255,20 +253,8 @@ class Chat:
             return st, False
         if not self.auto_compact:
             return st, True
-        done = self._compact_decoded(st)
+        done = apply_compactor(self.compactor, st, self.counter, observer=self.observer)
         return done.state, bool(not done.applied and self.compactor.should_compact(done.state, self.counter))
-
-    def _compact_decoded(self, st: ConversationState) -> StepsOutcome:
-        """Run the compactor's due steps over a decoded state, with ``observer`` current so the
-        summariser's round trips are reported; a changed state gets the next generation."""
-        assert self.compactor is not None
-        with observing(self.observer):
-            done = apply_due_steps([self.compactor], st, self.counter)
-        if not done.applied or done.state is st:
-            return done
-        new = done.state
-        new = replace(new, generation=st.generation + 1, meta=replace(new.meta, compactions=new.meta.compactions + 1))
-        return replace(done, state=new)
 
     def compact_with_report(self, state: bytes | None) -> CompactionReport:
         """Apply the compactor to ``state`` (only the steps whose triggers fire) and report what changed:
@@ -276,20 +262,14 @@ class Chat:
         A failure keeps the state."""
         loaded = self.load(state)
         st = loaded.state
-        done = self._compact_decoded(st) if self.compactor is not None else StepsOutcome(st)
-        encoded = self._encode(done.state)
-        return CompactionReport(
-            state=encoded.blob,
-            changed=done.state is not st,
-            applied=done.applied,
-            errors=done.errors,
-            messages_before=len(st.messages),
-            messages_after=len(done.state.messages),
-            tokens_before=prompt_tokens(st, self.counter),
-            tokens_after=prompt_tokens(done.state, self.counter),
-            state_problem=loaded.problem,
-            pinned_dropped=encoded.pinned_dropped,
-        )
+        done = (StepsOutcome(st) if self.compactor is None
+                else apply_compactor(self.compactor, st, self.counter, observer=self.observer))
+        new, encoded = done.state, self._encode(done.state)
+        return CompactionReport(state=encoded.blob, changed=new is not st, applied=done.applied,
+                                errors=done.errors, messages_before=len(st.messages),
+                                messages_after=len(new.messages), tokens_before=prompt_tokens(st, self.counter),
+                                tokens_after=prompt_tokens(new, self.counter), state_problem=loaded.problem,
+                                pinned_dropped=encoded.pinned_dropped)
 
     def splice(self, newest: bytes | None, compacted: bytes) -> SpliceResult:
         """Lay a compaction result onto the newest state (see :mod:`worker.conversation.splice`)."""

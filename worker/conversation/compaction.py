@@ -12,7 +12,8 @@ Which "compact" is which:
   bool`` plus ``compact(state, counter) -> state`` over the decoded state. It may raise
   :class:`CompactionFailed` (or a :class:`~worker.errors.ModelError`) when it cannot do its work.
 - :func:`apply_due_steps` (here) — the internal driver: runs each step whose trigger fires and keeps the
-  state as it was for a step that raises, collecting the names applied and the errors.
+  state as it was for a step that raises, collecting the names applied and the errors;
+  :func:`apply_compactor` wraps it for ``Chat`` (observer current, generation bumped).
 - :meth:`Chat.compact` / :meth:`Chat.compact_with_report <worker.conversation.chat.Chat.compact_with_report>`
   — the library contract and the worker's richer variant over state blobs.
 
@@ -32,7 +33,7 @@ from typing import Protocol, runtime_checkable
 from worker.conversation.history import Exchange, exchanges, is_successful_tool_exchange
 from worker.conversation.messages import Message
 from worker.conversation.model import Model, ModelRequest
-from worker.conversation.observe import complete_observed
+from worker.conversation.observe import Observer, complete_observed, observing
 from worker.conversation.prompt import fixed_overhead, history_tokens, prompt_tokens
 from worker.conversation.state import ConversationState
 from worker.conversation.tokens import TokenCounter
@@ -365,3 +366,16 @@ def apply_due_steps(steps: Sequence[Compactor], state: ConversationState, counte
             continue
         applied.append(step.name)
     return StepsOutcome(state, tuple(applied), tuple(errors))
+
+
+def apply_compactor(compactor: Compactor, state: ConversationState, counter: TokenCounter, *,
+                    observer: Observer | None) -> StepsOutcome:
+    """What ``Chat`` runs: :func:`apply_due_steps` with ``observer`` current (so the summariser's round
+    trips are reported), and a changed state gets the next generation so a stale result is never spliced."""
+    with observing(observer):
+        done = apply_due_steps([compactor], state, counter)
+    if not done.applied or done.state is state:
+        return done
+    new = done.state
+    meta = replace(new.meta, compactions=new.meta.compactions + 1)
+    return replace(done, state=replace(new, generation=state.generation + 1, meta=meta))

@@ -29,7 +29,7 @@ class SpliceResult:
     pinned_dropped: int = 0
 
 
-def lay_onto(newest: ConversationState, compacted: ConversationState) -> ConversationState | str:
+def _lay_onto(newest: ConversationState, compacted: ConversationState) -> ConversationState | str:
     """The compacted state with what ``newest`` gained since the base, or why the compaction is stale."""
     if newest.meta.epoch != compacted.meta.epoch:
         return "conversation was reset meanwhile"
@@ -49,14 +49,14 @@ def lay_onto(newest: ConversationState, compacted: ConversationState) -> Convers
 
 def splice_blobs(newest: bytes | None, compacted: bytes, *, load: Callable[[bytes | None], LoadResult],
                  encode: Callable[[ConversationState], Encoded]) -> SpliceResult:
-    """:func:`lay_onto` over state blobs, decoded with ``load`` and written with ``encode``."""
+    """:func:`_lay_onto` over state blobs, decoded with ``load`` and written with ``encode``."""
     cur = load(newest)
     if cur.problem is not None or not newest:
         return SpliceResult(state=newest or b"", applied=False, reason="no usable newest state")
     comp = load(compacted)
     if comp.problem is not None:
         return SpliceResult(state=newest, applied=False, reason=f"compaction result unusable: {comp.problem}")
-    merged = lay_onto(cur.state, comp.state)
+    merged = _lay_onto(cur.state, comp.state)
     if isinstance(merged, str):
         return SpliceResult(state=newest, applied=False, reason=merged)
     kept = sum(1 for m in cur.state.messages if m.seq >= comp.state.next_seq)
