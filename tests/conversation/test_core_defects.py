@@ -76,6 +76,12 @@ def test_pinned_items_over_the_cap_are_counted_where_they_go() -> None:
     # Three exchanges go with their pinned events; the cap keeps the newest two and counts the third.
     assert report.pinned_dropped == 1
     assert [m.content for m in decode_state(report.state).pinned] == ["fact 1", "fact 2"]
+    # The worker counts what lands: the splice onto the newest state, not a result that may be stale.
+    newest = worker_chat.append_to_state(state, "fact 4", pinned=True)
+    spliced = worker_chat.splice(newest, report.state)
+    assert spliced.applied and spliced.pinned_dropped == 1
+    assert _pinned_kept(spliced.state) == {"fact 1", "fact 2", "fact 3", "fact 4"}
+    assert worker_chat.splice(spliced.state, report.state).pinned_dropped == 0  # stale: nothing lands
 
 
 def test_summariser_round_trips_reach_the_chat_observer() -> None:

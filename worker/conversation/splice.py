@@ -20,7 +20,12 @@ from worker.conversation.state import ConversationState, LoadResult
 @dataclass(frozen=True, slots=True)
 class SpliceResult:
     """The outcome of laying a compaction result onto the newest state. ``applied`` is false when the
-    compaction was stale (a reset or another compaction came first) and the newest state was kept."""
+    compaction was stale (a reset or another compaction came first) and the newest state was kept.
+
+    ``pinned_dropped`` counts the pinned items of the newest state that the spliced state no longer holds
+    (the cap bit in the compaction or here). It is the count that lands, unlike
+    ``CompactionReport.pinned_dropped``, which also counts for results that turn out stale.
+    """
 
     state: bytes
     applied: bool
@@ -60,6 +65,11 @@ def splice_blobs(newest: bytes | None, compacted: bytes, *, load: Callable[[byte
     if isinstance(merged, str):
         return SpliceResult(state=newest, applied=False, reason=merged)
     kept = sum(1 for m in cur.state.messages if m.seq >= comp.state.next_seq)
+    lost = len(_pinned_seqs(cur.state) - _pinned_seqs(merged))
     encoded = encode(merged)
     return SpliceResult(state=encoded.blob, applied=True, kept_new_messages=kept,
-                        pinned_dropped=encoded.pinned_dropped)
+                        pinned_dropped=lost + encoded.pinned_dropped)
+
+
+def _pinned_seqs(state: ConversationState) -> set[int]:
+    return {m.seq for m in state.messages if m.pinned} | {m.seq for m in state.pinned}
