@@ -1,8 +1,10 @@
 """What the :class:`~worker.conversation.chat.Chat` methods the worker calls return.
 
 ``pinned_dropped`` on each result counts pinned items that went because the cap (``Chat.max_pinned``) or
-the state's size limit bit; the core does no I/O, so the caller counts it (the worker's
-``parley_pinned_dropped_total``).
+the state's size limit bit; the core does no I/O, so the caller counts it. The worker's
+``parley_pinned_dropped_total`` adds it from what it commits: :class:`TurnResult`, :class:`EventResult`
+and an applied :class:`~worker.conversation.splice.SpliceResult`. ``CompactionReport.pinned_dropped`` is
+for the report only: the result may turn out stale, and its splice counts what lands.
 """
 
 from __future__ import annotations
