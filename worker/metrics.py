@@ -15,6 +15,8 @@ LLM_SECONDS = Histogram("parley_llm_seconds", "Time of one model round trip.", [
                         buckets=(0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60))
 TOKENS = Counter("parley_tokens_total", "Tokens reported by the provider.", ["direction"])
 COMPACTIONS = Counter("parley_compactions_total", "Compactions, by outcome.", ["outcome"])
+PINNED_DROPPED = Counter("parley_pinned_dropped_total",
+                         "Pinned items dropped because the PARLEY_MAX_PINNED cap or the state size limit bit.")
 COMPACTION_SAVED = Counter("parley_compaction_saved_tokens_total", "Prompt tokens removed by compaction.")
 QUARANTINED = Counter("parley_quarantined_states_total", "State blobs set aside, by reason.", ["reason"])
 DEAD_LETTERS = Counter("parley_dead_letters_total", "Inputs and replies dead-lettered, by reason.", ["what", "reason"])

@@ -93,6 +93,7 @@ def build_chat(settings: Settings, model: Model | None = None, *, tools: Any = (
         idle_gap_seconds=settings.idle_gap_seconds,
         reset_phrases=settings.reset_phrases,
         max_state_bytes=settings.max_state_bytes,
+        max_pinned=settings.max_pinned,
         max_input_chars=settings.max_input_chars,
         max_tokens=settings.llm_max_tokens,
     )

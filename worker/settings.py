@@ -73,6 +73,9 @@ class Settings(BaseSettings):
                                                  "Off when empty.")
     max_input_chars: int = Field(16_000, description="Longest accepted user text or event.")
     max_state_bytes: int = Field(1 << 20, description="Largest state blob; larger ones are trimmed or quarantined.")
+    max_pinned: int = Field(50, ge=0, description="Most pinned items a conversation keeps once their exchanges are "
+                                                 "compacted away; beyond it the oldest go (counted in "
+                                                 "parley_pinned_dropped_total).")
 
     # --- the worker ---
     lease_seconds: float = Field(180.0, description="How long a worker owns a conversation without committing.")

@@ -1,6 +1,7 @@
 """The pure conversation core: messages, state codec, chat loop, events, compaction, token counting.
 
-No Redis, Celery or HTTP in here; the model, tools and clock are injected.
+No Redis, Celery or HTTP in here; the model, tools and clock are injected. A custom compactor that
+calls a model calls it through :func:`complete_observed`, so the round trip reaches ``Chat.observer``.
 """
 
 from worker.conversation.chat import Chat, CompactionReport, EventResult, RoundTrip, SpliceResult, TurnResult
@@ -16,6 +17,7 @@ from worker.conversation.compaction import (
 from worker.conversation.inspect import inspect_state
 from worker.conversation.messages import Message, ToolCall
 from worker.conversation.model import Model, ModelRequest, ModelResponse, ToolSpec, Usage
+from worker.conversation.observe import complete_observed
 from worker.conversation.scripted import Reply, ScriptedModel
 from worker.conversation.state import ConversationState, decode_state, encode_state, load_state
 from worker.conversation.tokens import EstimateCounter, TiktokenCounter, TokenCounter
@@ -26,5 +28,5 @@ __all__ = [
     "ConversationState", "EstimateCounter", "EventResult", "KeepLastExchanges", "Message", "Model",
     "ModelRequest", "ModelResponse", "Reply", "RoundTrip", "ScriptedModel", "SpliceResult", "Summarize",
     "TiktokenCounter", "TokenBudget", "TokenCounter", "Tool", "ToolCall", "ToolSpec", "TurnResult", "Usage",
-    "decode_state", "encode_state", "inspect_state", "load_state",
+    "complete_observed", "decode_state", "encode_state", "inspect_state", "load_state",
 ]

@@ -3,10 +3,22 @@
 Every strategy cuts only at exchange boundaries (:mod:`worker.conversation.history`), so a tool call
 stays with its results and the kept history starts with a user-side message. Three things always
 survive: the latest exchange, the conversation's first user message, and pinned items (a pinned
-message whose exchange is dropped moves into ``state.pinned`` and is rendered into the preamble).
+message whose exchange is dropped moves into ``state.pinned`` and is rendered into the preamble; the one
+cap on how many are kept is ``Chat.max_pinned``, applied by :mod:`worker.conversation.bounded`).
 
-A compactor is ``should_compact(state, counter) -> bool`` plus ``compact(state, counter) -> state``.
-``compact`` may raise; :meth:`worker.conversation.chat.Chat.compact` then keeps the state as it was.
+Which "compact" is which:
+
+- :meth:`Compactor.compact` (here) — the strategy a user implements: ``should_compact(state, counter) ->
+  bool`` plus ``compact(state, counter) -> state`` over the decoded state. It may raise
+  :class:`CompactionFailed` (or a :class:`~worker.errors.ModelError`) when it cannot do its work.
+- :func:`apply_due_steps` (here) — the internal driver: runs each step whose trigger fires and keeps the
+  state as it was for a step that raises, collecting the names applied and the errors;
+  :func:`apply_compactor` wraps it for ``Chat`` (observer current, generation bumped).
+- :meth:`Chat.compact` / :meth:`Chat.compact_with_report <worker.conversation.chat.Chat.compact_with_report>`
+  — the library contract and the worker's richer variant over state blobs.
+
+A compactor that calls a model (the summariser) calls it through
+:func:`~worker.conversation.observe.complete_observed`, so the round trip reaches ``Chat.observer``.
 :class:`Compose` runs several in order, each only when its own trigger fires on the state so far.
 """
 
@@ -21,6 +33,7 @@ from typing import Protocol, runtime_checkable
 from worker.conversation.history import Exchange, exchanges, is_successful_tool_exchange
 from worker.conversation.messages import Message
 from worker.conversation.model import Model, ModelRequest
+from worker.conversation.observe import Observer, complete_observed, observing
 from worker.conversation.prompt import fixed_overhead, history_tokens, prompt_tokens
 from worker.conversation.state import ConversationState
 from worker.conversation.tokens import TokenCounter
@@ -33,7 +46,11 @@ COMPRESSED_MARK = "[compressed] "
 
 @runtime_checkable
 class Compactor(Protocol):
-    """A trigger and a strategy."""
+    """A trigger and a strategy over the decoded state; the public protocol users implement.
+
+    ``compact`` returns the smaller state, or raises :class:`CompactionFailed` when it cannot do its work
+    (the state then stays as it was).
+    """
 
     @property
     def name(self) -> str: ...
@@ -49,29 +66,27 @@ class CompactionFailed(Exception):
 
 # --- shared mechanics ----------------------------------------------------------------------------
 
-def first_user_seq(state: ConversationState) -> int | None:
+def _first_user_seq(state: ConversationState) -> int | None:
     seqs = [m.seq for m in state.messages if m.role == "user"]
     return min(seqs) if seqs else None
 
 
-def droppable(state: ConversationState) -> list[Exchange]:
+def droppable_exchanges(state: ConversationState) -> list[Exchange]:
     """Exchanges that may be dropped, oldest first: all but the latest one."""
     return exchanges(state.messages)[:-1]
 
 
-def drop_oldest(state: ConversationState, count: int, max_pinned: int = 50) -> ConversationState:
-    """Drop the ``count`` oldest droppable exchanges, keeping the first user message and pinned items."""
-    candidates = droppable(state)[:count]
+def drop_oldest_exchanges(state: ConversationState, count: int) -> ConversationState:
+    """Drop the ``count`` oldest droppable exchanges, keeping the first user message and every pinned item
+    (moved to ``state.pinned``; the cap on those is applied when the state is encoded, in one place)."""
+    candidates = droppable_exchanges(state)[:count]
     if not candidates:
         return state
     end = candidates[-1].end
     gone = state.messages[:end]
-    first = first_user_seq(state)
+    first = _first_user_seq(state)
     keep_head = [m for m in gone if m.seq == first]
     pinned = list(state.pinned) + [m for m in gone if m.pinned and m.seq != first]
-    if len(pinned) > max_pinned:
-        log.warning("pinned items over the cap; dropping the oldest", extra={"dropped": len(pinned) - max_pinned})
-        pinned = pinned[-max_pinned:]
     return replace(
         state,
         messages=tuple(keep_head) + state.messages[end:],
@@ -80,7 +95,7 @@ def drop_oldest(state: ConversationState, count: int, max_pinned: int = 50) -> C
     )
 
 
-def render_lines(messages: Sequence[Message], sample_chars: int = 600) -> str:
+def _render_transcript(messages: Sequence[Message], sample_chars: int = 600) -> str:
     """A plain transcript of messages, for the summariser."""
     lines = []
     for m in messages:
@@ -124,7 +139,7 @@ class KeepLastExchanges:
 
     def compact(self, state: ConversationState, counter: TokenCounter) -> ConversationState:
         excess = len(exchanges(state.messages)) - self.n
-        return drop_oldest(state, excess) if excess > 0 else state
+        return drop_oldest_exchanges(state, excess) if excess > 0 else state
 
 
 @dataclass(frozen=True)
@@ -160,8 +175,8 @@ class TokenBudget:
     def compact(self, state: ConversationState, counter: TokenCounter) -> ConversationState:
         overhead = fixed_overhead(state, counter)
         current = state
-        while overhead + history_tokens(current, counter) > self.target and droppable(current):
-            current = drop_oldest(current, 1)
+        while overhead + history_tokens(current, counter) > self.target and droppable_exchanges(current):
+            current = drop_oldest_exchanges(current, 1)
         return current
 
 
@@ -181,7 +196,8 @@ class Summarize:
     Triggers when more than ``keep_last + batch`` exchanges are held (or, with ``trigger_tokens``, when the
     prompt is over that many tokens). Folds all but the last ``keep_last`` exchanges. The model is asked to
     update the existing summary with the new lines (never to re-summarise from scratch). A model error
-    or an empty answer changes nothing. The summary is rendered into the preamble on every turn.
+    or an empty answer changes nothing. The summary is rendered into the preamble on every turn. The
+    model call reports to the current observer (``purpose="summarize"``) when a ``Chat`` drives it.
     """
 
     model: Model
@@ -212,7 +228,7 @@ class Summarize:
         end = exs[fold - 1].end
         # Messages already folded in (the kept first user message) are not summarised twice.
         fresh = [m for m in state.messages[:end] if m.seq > state.summary_seq]
-        lines = render_lines(fresh, self.sample_chars)
+        lines = _render_transcript(fresh, self.sample_chars)
         current = state.summary.strip() or "(none yet)"
         prompt = f"Current summary:\n{current}\n\nNext part of the conversation:\n{lines}\n\nUpdated summary:"
         request = ModelRequest(
@@ -222,13 +238,13 @@ class Summarize:
             purpose="summarize",
         )
         try:
-            response = self.model.complete(request)
+            response = complete_observed(self.model, request)
         except ModelError as exc:
             raise CompactionFailed(f"summariser failed: {exc}") from exc
         text = response.message.content.strip()
         if not text:
             raise CompactionFailed("summariser returned an empty summary")
-        dropped = drop_oldest(state, fold)
+        dropped = drop_oldest_exchanges(state, fold)
         return replace(dropped, summary=text, summary_seq=state.messages[end - 1].seq)
 
 
@@ -309,29 +325,57 @@ class Compose:
         return any(s.should_compact(state, counter) for s in self.steps)
 
     def compact(self, state: ConversationState, counter: TokenCounter) -> ConversationState:
-        return run_steps(self.steps, state, counter)[0]
+        return apply_due_steps(self.steps, state, counter).state
 
 
-def run_steps(
-    steps: Sequence[Compactor], state: ConversationState, counter: TokenCounter
-) -> tuple[ConversationState, list[str], list[str]]:
-    """Apply each step whose trigger fires; returns the state, the names applied and the errors."""
+@dataclass(frozen=True, slots=True)
+class StepsOutcome:
+    """What :func:`apply_due_steps` did: the state, the names of the steps applied and the errors."""
+
+    state: ConversationState
+    applied: tuple[str, ...] = ()
+    errors: tuple[str, ...] = ()
+
+
+def apply_due_steps(steps: Sequence[Compactor], state: ConversationState, counter: TokenCounter) -> StepsOutcome:
+    """Apply each step whose trigger fires on the state so far (a :class:`Compose` is flattened).
+
+    A step that raises changes nothing. :class:`CompactionFailed` and :class:`~worker.errors.ModelError`
+    are expected (the step could not do its work) and logged as a warning; anything else is a bug in the
+    compactor: logged with its stack and reported as ``"<step>: bug: <type>: <message>"``, so it is seen
+    rather than being a silent no-op, while the conversation keeps its state.
+    """
     applied: list[str] = []
     errors: list[str] = []
     for step in steps:
-        inner = step.steps if isinstance(step, Compose) else None
-        if inner is not None:
-            state, a, e = run_steps(inner, state, counter)
-            applied += a
-            errors += e
+        if isinstance(step, Compose):
+            inner = apply_due_steps(step.steps, state, counter)
+            state, applied, errors = inner.state, applied + list(inner.applied), errors + list(inner.errors)
             continue
         if not step.should_compact(state, counter):
             continue
         try:
             state = step.compact(state, counter)
-            applied.append(step.name)
-        except Exception as exc:  # a compactor bug must never cost the conversation
+        except (CompactionFailed, ModelError) as exc:
             log.warning("compaction step failed", extra={"step": step.name, "error": str(exc)})
             errors.append(f"{step.name}: {exc}")
-    return state, applied, errors
+            continue
+        except Exception as exc:  # a compactor bug: shown with its stack, but it must not cost the state
+            log.exception("compaction step raised unexpectedly (a bug)", extra={"step": step.name})
+            errors.append(f"{step.name}: bug: {type(exc).__name__}: {exc}")
+            continue
+        applied.append(step.name)
+    return StepsOutcome(state, tuple(applied), tuple(errors))
 
+
+def apply_compactor(compactor: Compactor, state: ConversationState, counter: TokenCounter, *,
+                    observer: Observer | None) -> StepsOutcome:
+    """What ``Chat`` runs: :func:`apply_due_steps` with ``observer`` current (so the summariser's round
+    trips are reported), and a changed state gets the next generation so a stale result is never spliced."""
+    with observing(observer):
+        done = apply_due_steps([compactor], state, counter)
+    if not done.applied or done.state is state:
+        return done
+    new = done.state
+    meta = replace(new.meta, compactions=new.meta.compactions + 1)
+    return replace(done, state=replace(new, generation=state.generation + 1, meta=meta))

@@ -9,7 +9,7 @@ provider's own form of the assistant message in ``Message.raw``.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Literal, Protocol, runtime_checkable
 
 from worker.conversation.messages import Message
@@ -55,7 +55,6 @@ class ModelRequest:
     # "none" asks the model to answer in text although tools are declared (Anthropic requires the tool
     # definitions whenever the history holds tool_use blocks, so we cannot just drop them).
     tool_choice: Literal["auto", "none"] = "auto"
-    options: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)

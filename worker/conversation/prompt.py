@@ -36,7 +36,7 @@ def history_tokens(state: ConversationState, counter: TokenCounter) -> int:
     return total
 
 
-def unseen(messages: Sequence[Message], seen_seq: int) -> list[Message]:
+def _unseen(messages: Sequence[Message], seen_seq: int) -> list[Message]:
     return [m for m in messages if m.seq > seen_seq]
 
 
@@ -48,7 +48,7 @@ def prompt_tokens(state: ConversationState, counter: TokenCounter) -> int:
     counted estimate of the stored parts.
     """
     if state.last_usage is not None and state.last_usage.prompt_tokens > 0:
-        added = unseen(state.messages, state.seen_seq)
+        added = _unseen(state.messages, state.seen_seq)
         return state.last_usage.prompt_tokens + counter.count_messages(added)
     return history_tokens(state, counter)
 

@@ -85,7 +85,7 @@ _SPECIALS = {
 }
 
 
-def load_encoding(name: str) -> object:
+def _load_encoding(name: str) -> object:
     """A ``tiktoken.Encoding`` for ``cl100k_base`` or ``o200k_base``, built from local files only."""
     if name not in _PATTERNS:
         raise ConfigurationError(f"unknown encoding {name!r}; expected cl100k_base or o200k_base")
@@ -133,7 +133,7 @@ class TiktokenCounter(_CounterBase):
     def __init__(self, *, model: str | None = None, encoding: str | None = None) -> None:
         name = encoding or encoding_for_model(model or "")
         self.encoding_name = name
-        self._encoding = load_encoding(name)
+        self._encoding = _load_encoding(name)
 
     def count_text(self, text: str) -> int:
         if not text:

@@ -1,0 +1,84 @@
+"""The size-bounded encoder: the state codec plus the two limits every stored state keeps.
+
+:func:`encode_bounded` is the only way :class:`~worker.conversation.chat.Chat` writes a state, so the
+limits hold in one place:
+
+- ``max_pinned`` — the one cap on pinned items (``state.pinned``, the pinned messages whose exchange was
+  compacted away). Compactors move pinned items there without a cap of their own; here the oldest beyond
+  the cap go, and :attr:`Encoded.pinned_dropped` counts them so the caller can report it (the core does
+  no I/O of its own).
+- ``max_bytes`` — the encoded size. Over it, the oldest exchanges go first (pinned items among them move
+  to ``state.pinned``); when the latest exchange alone is too big (a huge tool output), it is slimmed to
+  its words, pinned messages kept whole. Only when the pinned items themselves do not fit are the oldest
+  of them dropped, and counted.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, replace
+
+from worker.conversation.compaction import drop_oldest_exchanges, droppable_exchanges
+from worker.conversation.history import exchanges
+from worker.conversation.messages import Message
+from worker.conversation.state import ConversationState, encode_state
+
+log = logging.getLogger(__name__)
+
+_SLIM_CHARS = 2000
+_SLIM_SUMMARY_CHARS = 8000
+
+
+@dataclass(frozen=True, slots=True)
+class Encoded:
+    """An encoded state and how many pinned items had to go to keep it within its limits."""
+
+    blob: bytes
+    pinned_dropped: int = 0
+
+
+def _cap_pinned(state: ConversationState, max_pinned: int) -> tuple[ConversationState, int]:
+    """Keep the newest ``max_pinned`` items of ``state.pinned``; returns the state and how many went."""
+    over = len(state.pinned) - max(0, max_pinned)
+    if over <= 0:
+        return state, 0
+    log.warning("pinned items over the cap; dropping the oldest", extra={"dropped": over, "cap": max_pinned})
+    return replace(state, pinned=state.pinned[over:]), over
+
+
+def encode_bounded(state: ConversationState, *, max_bytes: int, max_pinned: int) -> Encoded:
+    """Encode ``state`` within ``max_pinned`` pinned items and ``max_bytes`` bytes (see the module)."""
+    state, dropped = _cap_pinned(state, max_pinned)
+    blob = encode_state(state)
+    while len(blob) > max_bytes and droppable_exchanges(state):
+        log.warning("state over its size limit; dropping the oldest exchange",
+                    extra={"bytes": len(blob), "limit": max_bytes})
+        state, more = _cap_pinned(drop_oldest_exchanges(state, 1), max_pinned)
+        dropped += more
+        blob = encode_state(state)
+    if len(blob) > max_bytes:
+        state, more = _cap_pinned(_slim(state), max_pinned)
+        dropped += more
+        blob = encode_state(state)
+    while len(blob) > max_bytes and state.pinned:
+        log.warning("pinned items alone are over the state's size limit; dropping the oldest",
+                    extra={"bytes": len(blob), "limit": max_bytes})
+        state = replace(state, pinned=state.pinned[1:])
+        dropped += 1
+        blob = encode_state(state)
+    return Encoded(blob, dropped)
+
+
+def _slim(state: ConversationState) -> ConversationState:
+    """Keep only the words of the latest exchange: user text, events and the assistant's text answer."""
+    last = exchanges(state.messages)[-1].of(state.messages) if state.messages else []
+    last_seqs = {m.seq for m in last}
+    # Pinned messages outside the latest exchange (the kept first user message may be one) stay pinned.
+    orphans = tuple(m for m in state.messages if m.pinned and m.seq not in last_seqs)
+    slim = [
+        Message(role=m.role, content=m.content if m.pinned else m.content[:_SLIM_CHARS], pinned=m.pinned)
+        for m in last
+        if m.role in ("user", "event") or (m.role == "assistant" and not m.tool_calls)
+    ]
+    return replace(state, messages=(), pinned=state.pinned + orphans,
+                   summary=state.summary[:_SLIM_SUMMARY_CHARS]).append(*slim)

@@ -1,0 +1,98 @@
+"""The tool loop of one turn: call the model, run the tools it asks for, repeat until it answers in text.
+
+:class:`~worker.conversation.chat.Chat` builds one :class:`ToolLoop` per turn; the loop itself knows
+nothing of observers, lifecycle or compaction.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import Literal
+
+from worker.conversation.messages import Message
+from worker.conversation.model import FinishReason, ModelRequest, ModelResponse
+from worker.conversation.state import ConversationState
+from worker.conversation.tools import Tool, run_tool
+
+ToolChoice = Literal["auto", "none"]
+
+
+@dataclass(slots=True)
+class LoopOutcome:
+    """What the loop produced; the counters and flags feed :class:`~worker.conversation.results.TurnResult`."""
+
+    reply: str
+    state: ConversationState
+    finish_reason: FinishReason = "stop"
+    model_calls: int = 0
+    tool_calls: int = 0
+    truncated: bool = False
+    filtered: bool = False
+    tool_limit_hit: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class ToolLoop:
+    """``call`` makes one (observed) model call; ``request_for`` builds the request for a state."""
+
+    call: Callable[[ModelRequest], ModelResponse]
+    request_for: Callable[[ConversationState, ToolChoice], ModelRequest]
+    tools: dict[str, Tool]
+    max_tool_iterations: int
+    fallback_reply: str
+    tool_timeout: float
+    max_tool_result_chars: int
+
+    def run(self, st: ConversationState) -> LoopOutcome:
+        """Loop until the model answers in text; after ``max_tool_iterations`` rounds of tools, ask once
+        more with ``tool_choice="none"``."""
+        out = LoopOutcome(reply="", state=st)
+        rounds = 0
+        tool_choice: ToolChoice = "auto"
+        while True:
+            request = self.request_for(st, tool_choice)
+            seen = st.last_seq
+            response = self.call(request)
+            out.model_calls += 1
+            out.finish_reason = response.finish_reason
+            if response.usage is not None:
+                st = replace(st, last_usage=response.usage, seen_seq=seen)
+            final = self._final(response, tool_choice, out)
+            if final is not None:
+                out.reply, out.state = final[0], st.append(final[1])
+                return out
+            m = response.message
+            results = [
+                run_tool(self.tools, call, default_timeout=self.tool_timeout, max_chars=self.max_tool_result_chars)
+                for call in m.tool_calls
+            ]
+            out.tool_calls += len(results)
+            st = st.append(m, *results)
+            rounds += 1
+            if rounds >= self.max_tool_iterations:
+                out.tool_limit_hit = True
+                tool_choice = "none"
+
+    def _final(self, response: ModelResponse, tool_choice: ToolChoice,
+               out: LoopOutcome) -> tuple[str, Message] | None:
+        """The reply and the message to store when ``response`` ends the turn; ``None`` to run its tools."""
+        m = response.message
+        text = m.content.strip()
+        if response.finish_reason in ("content_filter", "refusal"):
+            out.filtered = True
+            reply = text or self.fallback_reply
+            return reply, Message(role="assistant", content=reply)
+        if response.finish_reason == "length":
+            out.truncated = True
+            reply = text or "(The answer was cut short.)"
+            # A truncated tool call cannot be trusted: keep only the text.
+            return reply, (m if not m.tool_calls and text else Message(role="assistant", content=reply))
+        if m.tool_calls and tool_choice == "none":
+            # The model asked for tools after being told not to: answer with what text there is.
+            reply = text or self.fallback_reply
+            return reply, Message(role="assistant", content=reply)
+        if not m.tool_calls:
+            reply = text or self.fallback_reply
+            return reply, (m if text else replace(m, content=reply, raw=None))
+        return None

@@ -1,0 +1,65 @@
+"""Reporting model round trips to an observer (for metrics) without the core doing I/O itself.
+
+The chat loop reports its own calls to ``Chat.observer``. A compactor's calls (the summariser's) happen
+inside :meth:`Compactor.compact`, whose signature users implement and which has no observer argument, so
+:class:`~worker.conversation.chat.Chat` makes its observer current for the duration of a compaction
+(:func:`observing`) and compactors call their model through :func:`complete_observed`, which reports to
+the current one. A context variable keeps this right per thread and per greenlet.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass
+
+from worker.conversation.model import FinishReason, Model, ModelRequest, ModelResponse, Usage
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class RoundTrip:
+    """One model call, as the observer sees it (for metrics)."""
+
+    purpose: str
+    usage: Usage | None
+    finish_reason: FinishReason
+    seconds: float
+    model: str
+
+
+Observer = Callable[[RoundTrip], None]
+
+_current: ContextVar[Observer | None] = ContextVar("parley_observer", default=None)
+
+
+@contextmanager
+def observing(observer: Observer | None) -> Iterator[None]:
+    """Make ``observer`` the one :func:`complete_observed` reports to while the block runs."""
+    token = _current.set(observer)
+    try:
+        yield
+    finally:
+        _current.reset(token)
+
+
+def complete_observed(model: Model, request: ModelRequest, observer: Observer | None = None) -> ModelResponse:
+    """Call ``model`` and report the round trip to ``observer``, or else to the current one (if any).
+
+    An observer that fails is logged and ignored: metrics must never break a turn or a compaction.
+    """
+    started = time.perf_counter()
+    response = model.complete(request)
+    target = observer if observer is not None else _current.get()
+    if target is not None:
+        trip = RoundTrip(request.purpose, response.usage, response.finish_reason,
+                         time.perf_counter() - started, model.model_name)
+        try:
+            target(trip)
+        except Exception:  # an observer is user code (metrics); whatever it raises must not cost the turn
+            log.exception("observer failed")
+    return response

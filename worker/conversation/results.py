@@ -1,0 +1,74 @@
+"""What the :class:`~worker.conversation.chat.Chat` methods the worker calls return.
+
+``pinned_dropped`` on each result counts pinned items that went because the cap (``Chat.max_pinned``) or
+the state's size limit bit; the core does no I/O, so the caller counts it. The worker's
+``parley_pinned_dropped_total`` adds it from what it commits: :class:`TurnResult`, :class:`EventResult`
+and an applied :class:`~worker.conversation.splice.SpliceResult`. ``CompactionReport.pinned_dropped`` is
+for the report only: the result may turn out stale, and its splice counts what lands.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from worker.conversation.model import FinishReason, Usage
+from worker.errors import StateDecodeError
+
+
+@dataclass(frozen=True, slots=True)
+class TurnResult:
+    """Everything a turn produced.
+
+    - ``reply``: the text for the user (never empty).
+    - ``state``: the new state blob.
+    - ``finish_reason``: of the last model call (``"stop"`` for a reset answered without the model).
+    - ``truncated``: the model hit its output limit; ``reply`` is what it wrote so far.
+    - ``filtered``: the provider's content filter or a refusal ended the answer.
+    - ``tool_limit_hit``: ``max_tool_iterations`` was reached; the model was asked to answer without tools.
+    - ``state_problem``: the incoming blob was unusable (``reason`` says why) and the turn started fresh;
+      the worker quarantines the old blob.
+    - ``reset``: ``"idle_gap"`` or ``"phrase"`` when the turn started a new conversation.
+    - ``needs_compaction``: the compactor's trigger fires on the new state.
+    - ``pinned_dropped``: pinned items dropped to keep the new state within its limits.
+    """
+
+    reply: str
+    state: bytes
+    finish_reason: FinishReason = "stop"
+    truncated: bool = False
+    filtered: bool = False
+    tool_limit_hit: bool = False
+    state_problem: StateDecodeError | None = None
+    reset: str | None = None
+    needs_compaction: bool = False
+    usage: Usage | None = None
+    model_calls: int = 0
+    tool_calls: int = 0
+    pinned_dropped: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class EventResult:
+    """What adding an event produced: the new state, and the same flags as :class:`TurnResult`."""
+
+    state: bytes
+    state_problem: StateDecodeError | None = None
+    needs_compaction: bool = False
+    pinned_dropped: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class CompactionReport:
+    """What a compaction did. ``changed`` is false when nothing was due or every step failed; ``errors``
+    holds one line per failed step (``"<step>: bug: ..."`` for an unexpected exception)."""
+
+    state: bytes
+    changed: bool
+    applied: tuple[str, ...] = ()
+    errors: tuple[str, ...] = ()
+    messages_before: int = 0
+    messages_after: int = 0
+    tokens_before: int = 0
+    tokens_after: int = 0
+    state_problem: StateDecodeError | None = None
+    pinned_dropped: int = 0
