@@ -8,9 +8,9 @@ import time
 import pytest
 import redis
 
+from tests.support.store_kit import StoreKit, raw
 from worker.errors import InboxFullError, InvalidConversationIdError, StaleLeaseError, StoreUnavailableError
 from worker.store.keys import ConversationKeys, validate_conversation_id
-from tests.support.store_kit import StoreKit, raw
 from worker.store.redis_store import ConversationStore, StoreLimits
 
 CID = "447700900123"
@@ -453,3 +453,110 @@ def test_redis_down_is_a_typed_retryable_error() -> None:
     with pytest.raises(StoreUnavailableError) as info:
         dead.accept(CID, b"x", "1")
     assert info.value.retryable
+
+
+# --- heartbeat, delivery failures, lease-free state read ------------------------------------------------
+
+def test_renew_lease_keeps_a_running_turn(store: ConversationStore) -> None:
+    accept(store, CID, 1)
+    a = store.begin(CID, 50)
+    assert a.status == "ok"
+    assert store.renew_lease(CID, a.token, 10_000)
+    assert 50 < raw(store).pttl(store.keys(CID).lease) <= 10_000
+    assert store.begin(CID, 10_000).status == "busy"  # the heartbeat keeps others out
+
+
+def test_renew_lease_after_expiry_is_safe_while_nobody_took_a_newer_token(store: ConversationStore) -> None:
+    accept(store, CID, 1)
+    a = store.begin(CID, 30)
+    time.sleep(0.08)  # a long model call outlived the lease, but nobody took the conversation
+    assert store.renew_lease(CID, a.token, 10_000)
+    assert raw(store).get(store.keys(CID).lease) == str(a.token).encode()
+    assert store.begin(CID, 10_000).status == "busy"
+
+
+def test_renew_lease_changes_nothing_for_a_fenced_out_worker(store: ConversationStore) -> None:
+    accept(store, CID, 1)
+    a = store.begin(CID, 30)
+    time.sleep(0.08)
+    b = store.begin(CID, 10_000)  # the worker was presumed dead: another took over
+    assert b.status == "ok" and b.token > a.token
+    before = raw(store).pttl(store.keys(CID).lease)
+    assert store.renew_lease(CID, a.token, 60_000) is False
+    assert raw(store).get(store.keys(CID).lease) == str(b.token).encode()
+    assert raw(store).pttl(store.keys(CID).lease) <= before
+    assert b.snapshot is not None
+    store.commit(CID, b.token, expected_version=b.snapshot.version, input_id="id-1", new_state=b"b")
+
+
+def test_delivery_failures_are_counted_per_reply_across_deliverers(store: ConversationStore) -> None:
+    queue_reply(store, CID, 1)
+    queue_reply(store, CID, 2)
+    t, head = store.begin_delivery(CID, 30)
+    assert t and head is not None and head.reply_id == "id-1"
+    assert store.note_delivery_failure(CID, t, "id-1") == 1
+    store.clear_inflight(CID, t)
+    store.release_delivery(CID, t)  # the task retries later, or the sweeper, or the next turn's inline delivery
+    t2, head = store.begin_delivery(CID, 10_000)
+    assert t2 and t2 != t and head is not None and head.reply_id == "id-1"
+    assert store.note_delivery_failure(CID, t2, "id-1") == 2  # the count survived the new deliverer
+    with pytest.raises(StaleLeaseError):
+        store.note_delivery_failure(CID, t, "id-1")  # the old token is fenced out
+    nxt = store.sent_last_claim_next(CID, t2, "id-1", "wamid.A", 10_000)
+    assert nxt is not None and nxt.reply_id == "id-2"
+    assert store.note_delivery_failure(CID, t2, "id-2") == 1  # a new reply starts again
+    store.dead_letter_reply(CID, t2, "id-2", b"dead reply")
+    assert not raw(store).hexists(store.keys(CID).sent, "failures")  # gone with the reply
+
+
+def test_delivery_failures_of_a_reply_that_left_the_head_are_refused(store: ConversationStore) -> None:
+    queue_reply(store, CID, 1)
+    queue_reply(store, CID, 2)
+    t, _ = store.begin_delivery(CID, 10_000)
+    assert t
+    assert store.sent_last_claim_next(CID, t, "id-1", "wamid.A", 10_000) is not None
+    with pytest.raises(StaleLeaseError):
+        store.note_delivery_failure(CID, t, "id-1")
+    assert store.note_delivery_failure(CID, t, "id-2") == 1
+
+
+def test_a_new_head_reply_starts_with_no_failures_even_if_progress_was_left(store: ConversationStore) -> None:
+    """Progress left by another reply (a replayed dead letter, a deleted head) must not be charged to the head."""
+    queue_reply(store, CID, 1)
+    raw(store).hset(store.keys(CID).sent, mapping={"reply_id": "gone", "part": 3, "failures": 7})
+    t, head = store.begin_delivery(CID, 10_000)
+    assert t and head is not None and head.part == 0 and not head.crashed_in_window
+    assert store.note_delivery_failure(CID, t, "id-1") == 1
+
+
+def test_read_state_needs_no_lease(store: ConversationStore) -> None:
+    assert (store.read_state(CID).blob, store.read_state(CID).version) == (None, 0)
+    accept(store, CID, 1)
+    b = store.begin(CID, 10_000)
+    assert b.snapshot is not None
+    store.commit(CID, b.token, expected_version=0, input_id="id-1", new_state=b"state-1")
+    assert (store.read_state(CID).blob, store.read_state(CID).version) == (b"state-1", 1)
+    assert not raw(store).exists(store.keys(CID).lease)  # read while nobody holds the conversation
+
+
+def test_commit_hands_back_the_next_input_with_the_state_in_every_mode(store: ConversationStore) -> None:
+    for i in range(4):
+        accept(store, CID, i)
+    b = store.begin(CID, 10_000)
+    assert b.snapshot is not None and b.attempts == 1
+    r1 = store.commit(CID, b.token, expected_version=0, input_id="id-0", new_state=b"set")
+    assert r1.next is not None and (r1.next.input_id, r1.next.state, r1.next_attempts) == ("id-1", b"set", 1)
+    r2 = store.commit(CID, b.token, expected_version=r1.version, input_id="id-1", new_state=None)
+    assert r2.next is not None and r2.next.state == b"set"  # kept: read back in the same script
+    r3 = store.commit(CID, b.token, expected_version=r2.version, input_id="id-2", new_state=b"")
+    assert r3.next is not None and r3.next.state is None and r3.depth == 1
+    r4 = store.commit(CID, b.token, expected_version=r3.version, input_id="id-3", new_state=b"x")
+    assert r4.released and r4.next is None and r4.delivery is None
+    assert not raw(store).exists(store.keys(CID).lease)
+
+
+def test_stranded_drops_members_that_are_not_conversation_ids(store: ConversationStore) -> None:
+    raw(store).zadd(store.g.pending, {"not a valid id*": 1})
+    accept(store, "c1", 1)
+    assert store.stranded(100, older_than_ms=0) == ["c1"]
+    assert raw(store).zscore(store.g.pending, "not a valid id*") is None

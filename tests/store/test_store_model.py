@@ -30,8 +30,8 @@ import hypothesis.strategies as st
 import redis
 from hypothesis import HealthCheck, given, settings
 
-from worker.errors import StaleLeaseError
 from tests.support.store_kit import StoreKit
+from worker.errors import StaleLeaseError
 from worker.store.redis_store import ConversationStore, Snapshot, StoreLimits
 
 CID = "US.13491208655302741918"
