@@ -7,8 +7,8 @@ Measured (each the best of ``--repeat`` runs, single client, one thread):
 
 - ``SET``: the baseline, one round trip.
 - ``accept``: one pipelined round trip (ZADD pending + the accept script).
-- ``cycle (4 calls)``: acquire + head + commit + release for a conversation with one waiting input.
-- ``cycle (begin+advance)``: begin + commit(advance=True), the two-round-trip drain the worker uses.
+- ``cycle (begin+commit)``: begin + commit for a conversation with one waiting input, the two-round-trip drain
+  the worker uses (the commit that empties the mailbox gives the lease up).
 - ``cycle ... with state``: the same with a state blob of ``--state-bytes`` written by every commit.
 
 Uses a random key prefix and deletes its keys afterwards (the server may be shared; never FLUSHALL).
@@ -60,28 +60,14 @@ def main() -> None:
     def accept_op(i: int) -> None:
         store.accept(f"acc{i % 500}", payload, f"wamid.{i}")
 
-    def four_calls(state: bytes | None) -> Callable[[int], None]:
-        def cycle(i: int) -> None:
-            cid = f"c4-{len(state or b'')}-{i}"
-            store.accept(cid, payload, "m1")
-            lease = store.acquire(cid, 60_000)
-            assert lease is not None
-            snap = store.head(cid)
-            assert snap.input_id == "m1"
-            store.commit(cid, lease.token, expected_version=snap.version, input_id="m1",
-                         new_state=state or b"state", reply=b"reply", trace=b"trace", lease_ms=60_000)
-            assert store.release(cid, lease.token) is False
-        return cycle
-
-    def begin_advance(state: bytes | None) -> Callable[[int], None]:
+    def begin_commit(state: bytes | None) -> Callable[[int], None]:
         def cycle(i: int) -> None:
             cid = f"c2-{len(state or b'')}-{i}"
             store.accept(cid, payload, "m1")
             b = store.begin(cid, 60_000)
             assert b.status == "ok" and b.snapshot is not None
             res = store.commit(cid, b.token, expected_version=b.snapshot.version, input_id="m1",
-                               new_state=state or b"state", reply=b"reply", trace=b"trace", lease_ms=60_000,
-                               advance=True)
+                               new_state=state or b"state", reply=b"reply", trace=b"trace", lease_ms=60_000)
             assert res.released
         return cycle
 
@@ -96,10 +82,8 @@ def main() -> None:
         rows.append(("accept", best_rate(accept_op, n, repeat), 0.0))
         # A cycle includes its own accept; subtract it to get the drain alone.
         for k, (label, make, state) in enumerate([
-            ("cycle: acquire+head+commit+release", four_calls, None),
-            ("cycle: begin+commit(advance)", begin_advance, None),
-            (f"cycle: acquire+head+commit+release, {len(blob)} B state", four_calls, blob),
-            (f"cycle: begin+commit(advance), {len(blob)} B state", begin_advance, blob),
+            ("cycle: begin+commit", begin_commit, None),
+            (f"cycle: begin+commit, {len(blob)} B state", begin_commit, blob),
         ]):
             with_accept = best_rate(make(state), n, repeat)
             acc = best_rate(accept_only(f"acc{k}-"), n, repeat)

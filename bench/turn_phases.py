@@ -85,7 +85,7 @@ def main() -> None:
             t.setdefault("floor: raw httpx POST to the model", []).append(time.perf_counter() - start)
         for _ in range(300):
             start = time.perf_counter()
-            svc.store.r.ping()
+            svc.store.ping()
             t.setdefault("floor: Redis PING", []).append(time.perf_counter() - start)
         total = statistics.median(t["drain + inline delivery"][100:])
         for label, xs in t.items():

@@ -168,4 +168,4 @@ def ping(key: str, sent_at: float) -> None:
     """Records when it ran (benchmark round trips and health probes)."""
     import time
 
-    service().store.r.rpush(key, f"{sent_at}:{time.time()}")
+    service().store.push_mark(key, f"{sent_at}:{time.time()}")

@@ -76,7 +76,7 @@ def _cmd_show(a: argparse.Namespace) -> int:
     from worker.conversation.inspect import inspect_state
 
     store = _store()
-    snap = store.head(a.conversation_id)
+    snap = store.read_state(a.conversation_id)
     trace = [msgpack.unpackb(t, raw=False) for t in store.trace(a.conversation_id, 50)]
     view = {"conversation_id": a.conversation_id, "version": snap.version,
             "mailbox_depth": store.inbox_depth(a.conversation_id),
@@ -87,7 +87,7 @@ def _cmd_show(a: argparse.Namespace) -> int:
                              for t in trace if t.get("reply")][-5:],
             "delivered": [{"id": rid, "provider_ids": ids} for rid, ids in store.delivered(a.conversation_id)][-5:],
             "statuses": store.statuses(a.conversation_id)[-5:],
-            "state": inspect_state(snap.state)}
+            "state": inspect_state(snap.blob)}
     _print(view)
     return 0
 

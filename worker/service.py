@@ -134,7 +134,7 @@ class ConversationService:
             log.warning("lease lost; another worker owns the conversation", extra={"conversation_id": cid})
             return applied
         except BaseException:
-            self.store.release(cid, token, force=True)
+            self.store.release(cid, token)
             raise
         if run.replied:
             self._deliver_after_drain(cid, run.delivery)
@@ -262,7 +262,7 @@ class ConversationService:
         entry = {"at": time.time(), "id": env.message_id, "kind": env.kind, **trace}
         return self.store.commit(
             cid, token, expected_version=version, input_id=env.message_id, new_state=new_state, reply=reply,
-            trace=msgpack.packb(entry, use_bin_type=True), dead=None, lease_ms=self.config.lease_ms, advance=True,
+            trace=msgpack.packb(entry, use_bin_type=True), dead=None, lease_ms=self.config.lease_ms,
             claim_delivery_ms=self.config.lease_ms if claim_delivery else 0,
         )
 
@@ -277,7 +277,7 @@ class ConversationService:
         entry = {"at": time.time(), "id": input_id, "dead": reason, "detail": detail[:500]}
         return self.store.commit(cid, token, expected_version=version, input_id=input_id, new_state=None,
                                  reply=None, trace=msgpack.packb(entry, use_bin_type=True), dead=dead.to_bytes(),
-                                 lease_ms=self.config.lease_ms, advance=True)
+                                 lease_ms=self.config.lease_ms)
 
     def _text(self, text: str | None) -> str | None:
         return text
@@ -294,10 +294,10 @@ class ConversationService:
             return False
         queued = False
         try:
-            snap = self.store.head(cid)
-            if not snap.state or not self.chat.needs_compaction(snap.state):
+            snap = self.store.read_state(cid)
+            if not snap.blob or not self.chat.needs_compaction(snap.blob):
                 return False
-            report = self.chat.compact_with_report(snap.state)
+            report = self.chat.compact_with_report(snap.blob)
             if not report.changed:
                 metrics.COMPACTIONS.labels("failed" if report.errors else "noop").inc()
                 return False
@@ -353,7 +353,7 @@ class ConversationService:
                 sent += n
             return sent
         except BaseException:
-            self.store.release_delivery(cid, token, force=True)
+            self.store.release_delivery(cid, token)
             raise
 
     def _send_record(self, cid: str, token: int, record: ReplyRecord, start: int,

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 import msgpack
 
 from tests.e2e.conftest import Cluster
+from tests.support.store_kit import raw as raw_client
 from tests.support.workers import WorkerProcess, wait_until
 
 WINDOW_LOG = "resending a part whose send outcome is unknown"
@@ -170,9 +171,9 @@ def run_scenario(cluster: Cluster, load: Load,
         out.stranded += stuck
         if stuck:
             k = store.keys(cid)
-            out.notes.append(f"stranded {cid}: pending={store.r.zscore(store.g.pending, cid)} "
-                             f"lease={store.r.pttl(k.lease)} dlease={store.r.pttl(k.dlease)} hold={store.r.pttl(k.hold)} "
-                             f"sent={store.r.hgetall(k.sent)} inbox={store.inbox_depth(cid)} outbox={store.outbox_depth(cid)}")
+            out.notes.append(f"stranded {cid}: pending={raw_client(store).zscore(store.g.pending, cid)} "
+                             f"lease={raw_client(store).pttl(k.lease)} dlease={raw_client(store).pttl(k.dlease)} hold={raw_client(store).pttl(k.hold)} "
+                             f"sent={raw_client(store).hgetall(k.sent)} inbox={store.inbox_depth(cid)} outbox={store.outbox_depth(cid)}")
         expected = [f"ack:{text}" for mid, kind, text in accepted[cid] if kind == "message" and mid not in dead_ids]
         got = sent_by[cid]
         out.replies += len(got)

@@ -19,6 +19,7 @@ import redis
 
 from tests.chaos.harness import Load, Outcome, run_scenario
 from tests.e2e.conftest import Cluster
+from tests.support.store_kit import raw
 
 pytestmark = pytest.mark.e2e
 
@@ -188,9 +189,9 @@ def test_compaction_racing_with_new_turns(cluster: Cluster) -> None:
     # A compaction still being computed when the mailboxes emptied lands a moment later: wait for it.
     from tests.support.workers import wait_until
 
-    assert wait_until(lambda: not any(store.r.exists(store.keys(c).compacting) or store.inbox_depth(c) for c in cids),
+    assert wait_until(lambda: not any(raw(store).exists(store.keys(c).compacting) or store.inbox_depth(c) for c in cids),
                       30, interval=0.1)
-    compactions = sum(decode_state(store.head(c).state).meta.compactions for c in cids)
+    compactions = sum(decode_state(store.read_state(c).blob).meta.compactions for c in cids)
     splices = [t for c in cids for t in (msgpack.unpackb(x, raw=False) for x in store.trace(c, 10_000)) if "splice" in t]
     raced = [t for t in splices if t["splice"] and t["kept_new"]]
     print(f"[chaos] compaction-race: {compactions} compactions, {len(splices)} splices, {len(raced)} raced")

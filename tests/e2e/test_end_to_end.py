@@ -48,10 +48,10 @@ def test_many_conversations_in_order_once_each(cluster: Cluster, pool: str) -> N
     assert wait_until(lambda: all(store.inbox_depth(c) == 0 for c in conversations), 30)
 
     def compacted() -> bool:  # the splice lands a moment after the replies (it is queued behind the turn)
-        return decode_state(store.head(conversations[0]).state).meta.compactions >= 1
+        return decode_state(store.read_state(conversations[0]).blob).meta.compactions >= 1
 
-    assert wait_until(compacted, 30), decode_state(store.head(conversations[0]).state).meta
-    st = decode_state(store.head(conversations[0]).state)
+    assert wait_until(compacted, 30), decode_state(store.read_state(conversations[0]).blob).meta
+    st = decode_state(store.read_state(conversations[0]).blob)
     visible = " ".join(m.content for m in st.messages + st.pinned)
     assert "tagged Harrogate Theatre" in visible
     assert all(w.alive() for w in cluster.workers)

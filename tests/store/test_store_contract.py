@@ -8,6 +8,7 @@ import time
 import pytest
 import redis
 
+from tests.support.store_kit import StoreKit, raw
 from worker.errors import InboxFullError, InvalidConversationIdError, StaleLeaseError, StoreUnavailableError
 from worker.store.keys import ConversationKeys, validate_conversation_id
 from worker.store.redis_store import ConversationStore, StoreLimits
@@ -20,7 +21,7 @@ def accept(store: ConversationStore, cid: str, i: int | str) -> None:
 
 
 def apply_one(store: ConversationStore, cid: str, token: int, *, state: bytes | None = b"s", reply: bytes | None = None):  # type: ignore[no-untyped-def]
-    snap = store.head(cid)
+    snap = StoreKit(store).head(cid)
     assert snap.input_id is not None
     return store.commit(cid, token, expected_version=snap.version, input_id=snap.input_id, new_state=state,
                         reply=reply, trace=b"t:" + snap.input_id.encode())
@@ -69,9 +70,9 @@ def test_accept_dedupes_by_message_id(store: ConversationStore) -> None:
     assert store.inbox(CID) == [("wamid.1", b"hello")]
 
 
-def test_duplicates_stay_ignored_after_the_input_was_applied(store: ConversationStore) -> None:
+def test_duplicates_stay_ignored_after_the_input_was_applied(store: ConversationStore, kit: StoreKit) -> None:
     store.accept(CID, b"x", "wamid.1")
-    lease = store.acquire(CID, 10_000)
+    lease = kit.acquire(CID, 10_000)
     assert lease
     apply_one(store, CID, lease.token)
     assert store.accept(CID, b"x", "wamid.1").duplicate
@@ -103,8 +104,8 @@ def test_inbox_is_bounded(store: ConversationStore) -> None:
     assert store.inbox_depth(CID) == 50
 
 
-def test_dedupe_memory_is_bounded(store: ConversationStore, client: redis.Redis) -> None:
-    lease = store.acquire(CID, 10_000)
+def test_dedupe_memory_is_bounded(store: ConversationStore, client: redis.Redis, kit: StoreKit) -> None:
+    lease = kit.acquire(CID, 10_000)
     assert lease
     for i in range(150):
         accept(store, CID, i)
@@ -114,116 +115,117 @@ def test_dedupe_memory_is_bounded(store: ConversationStore, client: redis.Redis)
 
 # --- lease and fencing --------------------------------------------------------------------------------
 
-def test_one_lease_at_a_time(store: ConversationStore) -> None:
-    a = store.acquire(CID, 10_000)
+def test_one_lease_at_a_time(store: ConversationStore, kit: StoreKit) -> None:
+    a = kit.acquire(CID, 10_000)
     assert a is not None
-    assert store.acquire(CID, 10_000) is None
-    assert store.release(CID, a.token) is False
-    b = store.acquire(CID, 10_000)
+    assert kit.acquire(CID, 10_000) is None
+    assert kit.release_unless_more(CID, a.token) is False
+    b = kit.acquire(CID, 10_000)
     assert b is not None and b.token > a.token
 
 
-def test_stale_worker_cannot_commit_after_takeover(store: ConversationStore) -> None:
+def test_stale_worker_cannot_commit_after_takeover(store: ConversationStore, kit: StoreKit) -> None:
     accept(store, CID, 1)
-    a = store.acquire(CID, 50)
+    a = kit.acquire(CID, 50)
     assert a
-    snap = store.head(CID)
+    snap = kit.head(CID)
     time.sleep(0.12)  # a's lease runs out (a GC pause, SIGSTOP, a slow model)
-    b = store.acquire(CID, 10_000)
+    b = kit.acquire(CID, 10_000)
     assert b
     with pytest.raises(StaleLeaseError):
         store.commit(CID, a.token, expected_version=snap.version, input_id="id-1", new_state=b"stale",
                      reply=b"stale reply")
-    assert store.head(CID).state is None and store.outbox_depth(CID) == 0 and store.inbox_depth(CID) == 1
+    assert kit.head(CID).state is None and store.outbox_depth(CID) == 0 and store.inbox_depth(CID) == 1
     apply_one(store, CID, b.token, state=b"fresh")
-    assert store.head(CID).state == b"fresh"
+    assert kit.head(CID).state == b"fresh"
 
 
-def test_expired_lease_nobody_took_may_still_commit(store: ConversationStore) -> None:
+def test_expired_lease_nobody_took_may_still_commit(store: ConversationStore, kit: StoreKit) -> None:
     accept(store, CID, 1)
-    a = store.acquire(CID, 30)
+    a = kit.acquire(CID, 30)
     assert a
     time.sleep(0.08)
     apply_one(store, CID, a.token, state=b"ok")
-    assert store.head(CID).state == b"ok"
+    assert kit.head(CID).state == b"ok"
 
 
-def test_version_and_head_checks(store: ConversationStore) -> None:
+def test_version_and_head_checks(store: ConversationStore, kit: StoreKit) -> None:
     accept(store, CID, 1)
     accept(store, CID, 2)
-    a = store.acquire(CID, 10_000)
+    a = kit.acquire(CID, 10_000)
     assert a
     with pytest.raises(StaleLeaseError):
         store.commit(CID, a.token, expected_version=7, input_id="id-1", new_state=b"x")
     with pytest.raises(StaleLeaseError):
         store.commit(CID, a.token, expected_version=0, input_id="id-2", new_state=b"x")
-    assert store.inbox_depth(CID) == 2 and store.head(CID).version == 0
+    assert store.inbox_depth(CID) == 2 and kit.head(CID).version == 0
 
 
-def test_commit_is_all_or_nothing(store: ConversationStore) -> None:
+def test_commit_is_all_or_nothing(store: ConversationStore, kit: StoreKit) -> None:
     accept(store, CID, 1)
-    a = store.acquire(CID, 10_000)
+    a = kit.acquire(CID, 10_000)
     assert a
     result = apply_one(store, CID, a.token, state=b"state-1", reply=b"reply-1")
     assert result.version == 1 and result.depth == 0
-    snap = store.head(CID)
+    snap = kit.head(CID)
     assert (snap.input, snap.state, snap.version) == (None, b"state-1", 1)
     assert store.outbox(CID) == [("id-1", b"reply-1")]
     assert store.trace(CID) == [b"t:id-1"]
 
 
-def test_state_clear_and_keep(store: ConversationStore) -> None:
+def test_state_clear_and_keep(store: ConversationStore, kit: StoreKit) -> None:
     for i in range(3):
         accept(store, CID, i)
-    a = store.acquire(CID, 10_000)
+    a = kit.acquire(CID, 10_000)
     assert a
     apply_one(store, CID, a.token, state=b"s1")
     apply_one(store, CID, a.token, state=None)
-    assert store.head(CID).state == b"s1"
+    assert kit.head(CID).state == b"s1"
     apply_one(store, CID, a.token, state=b"")
-    assert store.head(CID).state is None and store.head(CID).version == 3
+    assert kit.head(CID).state is None and kit.head(CID).version == 3
 
 
-def test_release_with_new_work_keeps_draining(store: ConversationStore) -> None:
+def test_release_with_new_work_keeps_draining(store: ConversationStore, kit: StoreKit) -> None:
     """The lost wake-up: a producer pushes while the drainer is finishing and sees the lease taken."""
-    a = store.acquire(CID, 10_000)
+    a = kit.acquire(CID, 10_000)
     assert a
     accept(store, CID, 1)  # its wake-up task finds the lease held and exits
-    assert store.release(CID, a.token) is True  # so the drainer must go on
+    assert kit.release_unless_more(CID, a.token) is True  # so the drainer must go on
     apply_one(store, CID, a.token)
-    assert store.release(CID, a.token) is False
-    assert store.acquire(CID, 10_000) is not None
+    assert kit.release_unless_more(CID, a.token) is False
+    assert kit.acquire(CID, 10_000) is not None
 
 
-def test_forced_release(store: ConversationStore) -> None:
+def test_forced_release(store: ConversationStore, kit: StoreKit) -> None:
     accept(store, CID, 1)
-    a = store.acquire(CID, 10_000)
+    a = kit.acquire(CID, 10_000)
     assert a
-    assert store.release(CID, a.token, force=True) is False
-    assert store.acquire(CID, 10_000) is not None
+    store.release(CID, a.token)  # gives the lease up although an input waits (the caller re-wakes)
+    assert not raw(store).exists(store.keys(CID).lease) and store.inbox_depth(CID) == 1
+    assert kit.acquire(CID, 10_000) is not None
 
 
-def test_attempts_are_counted_under_the_lease(store: ConversationStore) -> None:
+def test_attempts_are_counted_under_the_lease(store: ConversationStore, kit: StoreKit) -> None:
     accept(store, CID, 1)
-    a = store.acquire(CID, 10_000)
+    a = kit.acquire(CID, 10_000)
     assert a
-    assert store.note_attempt(CID, a.token, "id-1") == 1
-    assert store.note_attempt(CID, a.token, "id-1") == 2
-    store.release(CID, a.token, force=True)
-    b = store.acquire(CID, 10_000)
+    assert kit.note_attempt(CID, a.token, "id-1") == 1
+    assert kit.note_attempt(CID, a.token, "id-1") == 2
+    store.release(CID, a.token)
+    b = kit.acquire(CID, 10_000)
     assert b
     with pytest.raises(StaleLeaseError):
-        store.note_attempt(CID, a.token, "id-1")
-    assert store.note_attempt(CID, b.token, "id-1") == 3
+        kit.note_attempt(CID, a.token, "id-1")
+    assert kit.note_attempt(CID, b.token, "id-1") == 3
     apply_one(store, CID, b.token)
     accept(store, CID, 2)
-    assert store.note_attempt(CID, b.token, "id-2") == 1
+    assert kit.note_attempt(CID, b.token, "id-2") == 1
 
 
 # --- trace, dead letters, quarantine -----------------------------------------------------------------
 
-def test_trace_is_capped(store: ConversationStore) -> None:
-    a = store.acquire(CID, 10_000)
+def test_trace_is_capped(store: ConversationStore, kit: StoreKit) -> None:
+    a = kit.acquire(CID, 10_000)
     assert a
     for i in range(12):
         accept(store, CID, i)
@@ -231,11 +233,11 @@ def test_trace_is_capped(store: ConversationStore) -> None:
     assert store.trace(CID, 100) == [f"t:id-{i}".encode() for i in range(7, 12)]
 
 
-def test_dead_letters_and_replay(store: ConversationStore) -> None:
+def test_dead_letters_and_replay(store: ConversationStore, kit: StoreKit) -> None:
     accept(store, CID, 1)
-    a = store.acquire(CID, 10_000)
+    a = kit.acquire(CID, 10_000)
     assert a
-    snap = store.head(CID)
+    snap = kit.head(CID)
     store.commit(CID, a.token, expected_version=snap.version, input_id="id-1", new_state=None, dead=b"dead-1")
     assert store.dead_letters(CID) == [b"dead-1"]
     assert CID in store.dead_index()
@@ -245,13 +247,13 @@ def test_dead_letters_and_replay(store: ConversationStore) -> None:
     assert CID not in store.dead_index()
 
 
-def test_quarantine_is_capped_and_clears_the_state(store: ConversationStore) -> None:
-    a = store.acquire(CID, 10_000)
+def test_quarantine_is_capped_and_clears_the_state(store: ConversationStore, kit: StoreKit) -> None:
+    a = kit.acquire(CID, 10_000)
     assert a
     for i in range(5):
-        v = store.put_state(CID, expected_version=store.head(CID).version, new_state=f"bad-{i}".encode())
+        v = kit.put_state(CID, expected_version=kit.head(CID).version, new_state=f"bad-{i}".encode())
         v = store.quarantine(CID, a.token, f"bad-{i}".encode(), "corrupt", expected_version=v)
-        assert store.head(CID).state is None and store.head(CID).version == v
+        assert kit.head(CID).state is None and kit.head(CID).version == v
     assert len(store.quarantined(CID)) == 3
 
 
@@ -259,7 +261,7 @@ def test_quarantine_is_capped_and_clears_the_state(store: ConversationStore) -> 
 
 def queue_reply(store: ConversationStore, cid: str, i: int) -> None:
     accept(store, cid, i)
-    lease = store.acquire(cid, 10_000) or pytest.fail("lease")
+    lease = StoreKit(store).acquire(cid, 10_000) or pytest.fail("lease")
     apply_one(store, cid, lease.token, reply=f"reply-{i}".encode())
     store.release(cid, lease.token)
 
@@ -278,7 +280,7 @@ def test_delivery_progress_and_crash_window(store: ConversationStore) -> None:
     assert store.sent_last_claim_next(CID, t2, "id-1", "wamid.B", 10_000) is None
     assert store.outbox_depth(CID) == 0
     assert store.delivered(CID) == [("id-1", ["wamid.A", "wamid.B"])]
-    assert not store.r.exists(store.keys(CID).dlease)
+    assert not raw(store).exists(store.keys(CID).dlease)
 
 
 def test_delivery_fencing_and_dead_reply(store: ConversationStore) -> None:
@@ -301,7 +303,7 @@ def test_delivery_fencing_and_dead_reply(store: ConversationStore) -> None:
 
 def test_begin_delivery_claims_the_head_and_the_last_sent_mark_claims_the_next(store: ConversationStore) -> None:
     assert store.begin_delivery(CID, 10_000) == (None, None)  # nothing waits: no lease taken
-    assert not store.r.exists(store.keys(CID).dlease)
+    assert not raw(store).exists(store.keys(CID).dlease)
     queue_reply(store, CID, 1)
     queue_reply(store, CID, 2)
     t, head = store.begin_delivery(CID, 10_000)
@@ -309,13 +311,13 @@ def test_begin_delivery_claims_the_head_and_the_last_sent_mark_claims_the_next(s
         (b"reply-1", "id-1", 0, False)
     assert store.begin_delivery(CID, 10_000) == (None, None)  # one deliverer at a time
     # The claim marked part 0 in flight: a worker dying now is seen by the next one as a crash in the window.
-    assert store.r.hget(store.keys(CID).sent, "inflight") == b"id-1:0"
+    assert raw(store).hget(store.keys(CID).sent, "inflight") == b"id-1:0"
     nxt = store.sent_last_claim_next(CID, t, "id-1", "wamid.A", 10_000)
     assert nxt is not None and (nxt.record, nxt.part, nxt.crashed_in_window) == (b"reply-2", 0, False)
     assert store.delivered(CID) == [("id-1", ["wamid.A"])]
     # Empty after the last reply: the lease is given up in the same script.
     assert store.sent_last_claim_next(CID, t, "id-2", "wamid.B", 10_000) is None
-    assert not store.r.exists(store.keys(CID).dlease) and store.outbox_depth(CID) == 0
+    assert not raw(store).exists(store.keys(CID).dlease) and store.outbox_depth(CID) == 0
     with pytest.raises(StaleLeaseError):  # a new deliverer's token fences the old one out
         queue_reply(store, CID, 3)
         t2, _ = store.begin_delivery(CID, 10_000)
@@ -331,15 +333,15 @@ def test_the_commit_that_ends_a_drain_can_start_the_delivery(store: Conversation
     b = store.begin(CID, 10_000)
     assert b.status == "ok" and b.snapshot is not None
     first = store.commit(CID, b.token, expected_version=b.snapshot.version, input_id="id-1", new_state=b"s",
-                         reply=b"reply-1", advance=True, claim_delivery_ms=10_000)
+                         reply=b"reply-1", claim_delivery_ms=10_000)
     assert first.next is not None and first.delivery is None  # input 2 waits: the drain goes on, no claim yet
-    assert not store.r.exists(store.keys(CID).dlease)
+    assert not raw(store).exists(store.keys(CID).dlease)
     last = store.commit(CID, b.token, expected_version=first.version, input_id="id-2", new_state=b"s",
-                        reply=b"reply-2", advance=True, claim_delivery_ms=10_000)
+                        reply=b"reply-2", claim_delivery_ms=10_000)
     assert last.released and last.delivery is not None
     t, head = last.delivery
     assert (head.record, head.reply_id, head.part, head.crashed_in_window) == (b"reply-1", "id-1", 0, False)
-    assert store.r.hget(store.keys(CID).sent, "inflight") == b"id-1:0"  # in flight before the send, as always
+    assert raw(store).hget(store.keys(CID).sent, "inflight") == b"id-1:0"  # in flight before the send, as always
     assert store.begin_delivery(CID, 10_000) == (None, None)  # the lease is taken
     nxt = store.sent_last_claim_next(CID, t, "id-1", "wamid.A", 10_000)  # the token is a real delivery token
     assert nxt is not None and nxt.reply_id == "id-2"
@@ -352,7 +354,7 @@ def test_the_commit_that_ends_a_drain_can_start_the_delivery(store: Conversation
     b4 = store.begin(CID, 10_000)
     assert b4.snapshot is not None
     done = store.commit(CID, b4.token, expected_version=b4.snapshot.version, input_id="id-4", new_state=b"s",
-                        reply=b"reply-4", advance=True, claim_delivery_ms=10_000)
+                        reply=b"reply-4", claim_delivery_ms=10_000)
     assert done.released and done.delivery is None
     # Without claim_delivery_ms nothing changes for the delivery side.
     assert store.sent_last_claim_next(CID, other, "id-3", "w3", 10_000) is not None
@@ -384,31 +386,31 @@ def test_no_reply_is_left_without_a_deliverer(store: ConversationStore) -> None:
 
 # --- sweeper, delete, TTL, outages ----------------------------------------------------------------------
 
-def test_stranded_finds_abandoned_work_and_forgets_empty_conversations(store: ConversationStore) -> None:
+def test_stranded_finds_abandoned_work_and_forgets_empty_conversations(store: ConversationStore, kit: StoreKit) -> None:
     accept(store, "c1", 1)  # nobody drains it
     accept(store, "c2", 1)
-    lease = store.acquire("c2", 10_000)  # being drained
+    lease = kit.acquire("c2", 10_000)  # being drained
     assert lease
     accept(store, "c3", 1)
-    l3 = store.acquire("c3", 10_000)
+    l3 = kit.acquire("c3", 10_000)
     assert l3
     apply_one(store, "c3", l3.token)
     store.release("c3", l3.token)  # done: nothing left
     found = store.stranded(100, older_than_ms=0)
     assert found == ["c1"]
-    assert store.r.zscore(store.g.pending, "c3") is None
-    assert store.r.zscore(store.g.pending, "c2") is not None
+    assert raw(store).zscore(store.g.pending, "c3") is None
+    assert raw(store).zscore(store.g.pending, "c2") is not None
 
 
-def test_tokens_from_an_earlier_life_of_a_conversation_never_match_again(store: ConversationStore) -> None:
+def test_tokens_from_an_earlier_life_of_a_conversation_never_match_again(store: ConversationStore, kit: StoreKit) -> None:
     """After a delete (or the idle TTL) the fence starts again from the clock, not from 1: a worker stalled since
     the conversation's earlier life cannot have its old token accepted by the new one."""
     accept(store, CID, 1)
-    old = store.acquire(CID, 10_000)
+    old = kit.acquire(CID, 10_000)
     assert old and old.token > 10**15  # microseconds since the epoch, then counted up
     store.delete(CID)
     accept(store, CID, 2)
-    new = store.acquire(CID, 10_000)
+    new = kit.acquire(CID, 10_000)
     assert new and new.token > old.token
     with pytest.raises(StaleLeaseError):
         apply_one(store, CID, old.token)
@@ -425,7 +427,7 @@ def test_delete_removes_every_key(store: ConversationStore, client: redis.Redis,
     store.delete(CID)
     left = [k.decode() for k in client.scan_iter(match=f"{prefix}:*")]
     assert all("{other}" in k or k.endswith(("pending",)) for k in left), left
-    assert store.r.zscore(store.g.pending, CID) is None
+    assert raw(store).zscore(store.g.pending, CID) is None
 
 
 def test_idle_ttl(client: redis.Redis, prefix: str) -> None:
@@ -433,13 +435,14 @@ def test_idle_ttl(client: redis.Redis, prefix: str) -> None:
     s.accept(CID, b"x", "1")
     assert 0 < client.pttl(s.keys(CID).inbox) <= 60_000
     assert client.pttl(s.g.pending) == -1  # the sweeper's index spans conversations: it never expires
-    lease = s.acquire(CID, 10_000)
+    s.accept(CID, b"y", "2")  # still waiting after the commit, so the lease stays (with its own expiry)
+    lease = StoreKit(s).acquire(CID, 10_000)
     assert lease
     s.commit(CID, lease.token, expected_version=0, input_id="1", new_state=b"s", reply=b"r", lease_ms=10_000)
     k = s.keys(CID)
     assert 0 < client.pttl(k.state) <= 60_000
     assert 0 < client.pttl(k.outbox) <= 60_000
-    assert client.pttl(k.lease) <= 10_000  # the lease keeps its own expiry
+    assert 0 < client.pttl(k.lease) <= 10_000  # the lease keeps its own expiry
     s.delete(CID)
 
 
@@ -450,3 +453,110 @@ def test_redis_down_is_a_typed_retryable_error() -> None:
     with pytest.raises(StoreUnavailableError) as info:
         dead.accept(CID, b"x", "1")
     assert info.value.retryable
+
+
+# --- heartbeat, delivery failures, lease-free state read ------------------------------------------------
+
+def test_renew_lease_keeps_a_running_turn(store: ConversationStore) -> None:
+    accept(store, CID, 1)
+    a = store.begin(CID, 50)
+    assert a.status == "ok"
+    assert store.renew_lease(CID, a.token, 10_000)
+    assert 50 < raw(store).pttl(store.keys(CID).lease) <= 10_000
+    assert store.begin(CID, 10_000).status == "busy"  # the heartbeat keeps others out
+
+
+def test_renew_lease_after_expiry_is_safe_while_nobody_took_a_newer_token(store: ConversationStore) -> None:
+    accept(store, CID, 1)
+    a = store.begin(CID, 30)
+    time.sleep(0.08)  # a long model call outlived the lease, but nobody took the conversation
+    assert store.renew_lease(CID, a.token, 10_000)
+    assert raw(store).get(store.keys(CID).lease) == str(a.token).encode()
+    assert store.begin(CID, 10_000).status == "busy"
+
+
+def test_renew_lease_changes_nothing_for_a_fenced_out_worker(store: ConversationStore) -> None:
+    accept(store, CID, 1)
+    a = store.begin(CID, 30)
+    time.sleep(0.08)
+    b = store.begin(CID, 10_000)  # the worker was presumed dead: another took over
+    assert b.status == "ok" and b.token > a.token
+    before = raw(store).pttl(store.keys(CID).lease)
+    assert store.renew_lease(CID, a.token, 60_000) is False
+    assert raw(store).get(store.keys(CID).lease) == str(b.token).encode()
+    assert raw(store).pttl(store.keys(CID).lease) <= before
+    assert b.snapshot is not None
+    store.commit(CID, b.token, expected_version=b.snapshot.version, input_id="id-1", new_state=b"b")
+
+
+def test_delivery_failures_are_counted_per_reply_across_deliverers(store: ConversationStore) -> None:
+    queue_reply(store, CID, 1)
+    queue_reply(store, CID, 2)
+    t, head = store.begin_delivery(CID, 30)
+    assert t and head is not None and head.reply_id == "id-1"
+    assert store.note_delivery_failure(CID, t, "id-1") == 1
+    store.clear_inflight(CID, t)
+    store.release_delivery(CID, t)  # the task retries later, or the sweeper, or the next turn's inline delivery
+    t2, head = store.begin_delivery(CID, 10_000)
+    assert t2 and t2 != t and head is not None and head.reply_id == "id-1"
+    assert store.note_delivery_failure(CID, t2, "id-1") == 2  # the count survived the new deliverer
+    with pytest.raises(StaleLeaseError):
+        store.note_delivery_failure(CID, t, "id-1")  # the old token is fenced out
+    nxt = store.sent_last_claim_next(CID, t2, "id-1", "wamid.A", 10_000)
+    assert nxt is not None and nxt.reply_id == "id-2"
+    assert store.note_delivery_failure(CID, t2, "id-2") == 1  # a new reply starts again
+    store.dead_letter_reply(CID, t2, "id-2", b"dead reply")
+    assert not raw(store).hexists(store.keys(CID).sent, "failures")  # gone with the reply
+
+
+def test_delivery_failures_of_a_reply_that_left_the_head_are_refused(store: ConversationStore) -> None:
+    queue_reply(store, CID, 1)
+    queue_reply(store, CID, 2)
+    t, _ = store.begin_delivery(CID, 10_000)
+    assert t
+    assert store.sent_last_claim_next(CID, t, "id-1", "wamid.A", 10_000) is not None
+    with pytest.raises(StaleLeaseError):
+        store.note_delivery_failure(CID, t, "id-1")
+    assert store.note_delivery_failure(CID, t, "id-2") == 1
+
+
+def test_a_new_head_reply_starts_with_no_failures_even_if_progress_was_left(store: ConversationStore) -> None:
+    """Progress left by another reply (a replayed dead letter, a deleted head) must not be charged to the head."""
+    queue_reply(store, CID, 1)
+    raw(store).hset(store.keys(CID).sent, mapping={"reply_id": "gone", "part": 3, "failures": 7})
+    t, head = store.begin_delivery(CID, 10_000)
+    assert t and head is not None and head.part == 0 and not head.crashed_in_window
+    assert store.note_delivery_failure(CID, t, "id-1") == 1
+
+
+def test_read_state_needs_no_lease(store: ConversationStore) -> None:
+    assert (store.read_state(CID).blob, store.read_state(CID).version) == (None, 0)
+    accept(store, CID, 1)
+    b = store.begin(CID, 10_000)
+    assert b.snapshot is not None
+    store.commit(CID, b.token, expected_version=0, input_id="id-1", new_state=b"state-1")
+    assert (store.read_state(CID).blob, store.read_state(CID).version) == (b"state-1", 1)
+    assert not raw(store).exists(store.keys(CID).lease)  # read while nobody holds the conversation
+
+
+def test_commit_hands_back_the_next_input_with_the_state_in_every_mode(store: ConversationStore) -> None:
+    for i in range(4):
+        accept(store, CID, i)
+    b = store.begin(CID, 10_000)
+    assert b.snapshot is not None and b.attempts == 1
+    r1 = store.commit(CID, b.token, expected_version=0, input_id="id-0", new_state=b"set")
+    assert r1.next is not None and (r1.next.input_id, r1.next.state, r1.next_attempts) == ("id-1", b"set", 1)
+    r2 = store.commit(CID, b.token, expected_version=r1.version, input_id="id-1", new_state=None)
+    assert r2.next is not None and r2.next.state == b"set"  # kept: read back in the same script
+    r3 = store.commit(CID, b.token, expected_version=r2.version, input_id="id-2", new_state=b"")
+    assert r3.next is not None and r3.next.state is None and r3.depth == 1
+    r4 = store.commit(CID, b.token, expected_version=r3.version, input_id="id-3", new_state=b"x")
+    assert r4.released and r4.next is None and r4.delivery is None
+    assert not raw(store).exists(store.keys(CID).lease)
+
+
+def test_stranded_drops_members_that_are_not_conversation_ids(store: ConversationStore) -> None:
+    raw(store).zadd(store.g.pending, {"not a valid id*": 1})
+    accept(store, "c1", 1)
+    assert store.stranded(100, older_than_ms=0) == ["c1"]
+    assert raw(store).zscore(store.g.pending, "not a valid id*") is None

@@ -1,8 +1,10 @@
 """Model-based test of the mailbox protocol (invariants 1-4), on every backend.
 
 Hypothesis draws a schedule: a producer and two simulated workers interleave accept (and webhook resubmits),
-wake-up tasks (run at once, later, or twice: Celery is at-least-once), begin/acquire, head, commit (with and
-without ``advance``, applied or dead-lettered), release, forced release, lease expiry and worker death.
+wake-up tasks (run at once, later, or twice: Celery is at-least-once), begin/acquire, head, commit (its next
+input taken, or dropped and read again with ``head``; applied or dead-lettered), the release that keeps draining
+when inputs arrived, the error release, lease expiry and worker death. The finer steps (acquire, head, that
+release) come from :mod:`tests.support.store_kit`; production drains with begin and commit.
 
 The state blob is the list of applied input ids, so after every action the store is checked against the model:
 
@@ -28,6 +30,7 @@ import hypothesis.strategies as st
 import redis
 from hypothesis import HealthCheck, given, settings
 
+from tests.support.store_kit import StoreKit
 from worker.errors import StaleLeaseError
 from worker.store.redis_store import ConversationStore, Snapshot, StoreLimits
 
@@ -53,6 +56,7 @@ def applied_ids(state: bytes | None) -> list[str]:
 class Simulation:
     client: redis.Redis
     store: ConversationStore
+    kit: StoreKit
     workers: list[Worker] = field(default_factory=lambda: [Worker(), Worker()])
     accepted: list[str] = field(default_factory=list)
     processed: list[str] = field(default_factory=list)  # applied or dead-lettered, in commit order
@@ -88,7 +92,7 @@ class Simulation:
             if b.status == "ok":
                 worker.token, worker.snap = b.token, b.snapshot
         else:
-            lease = self.store.acquire(CID, LEASE_MS)
+            lease = self.kit.acquire(CID, LEASE_MS)
             if lease is not None:
                 worker.token = lease.token
         if worker.token is not None:
@@ -118,13 +122,13 @@ class Simulation:
         if worker.snap is not None:
             self.commit(w, dead=dead, advance=advance)
         elif worker.pc == "read":
-            snap = self.store.head(CID)
+            snap = self.kit.head(CID)
             if snap.input is not None:
                 worker.snap = snap
             else:
                 worker.pc = "release"
         else:
-            more = self.store.release(CID, worker.token)
+            more = self.kit.release_unless_more(CID, worker.token)
             if more:
                 assert self.store.inbox_depth(CID) > 0 and worker.token == self.issued
                 worker.pc = "read"
@@ -141,7 +145,7 @@ class Simulation:
             result = self.store.commit(
                 CID, worker.token, expected_version=snap.version, input_id=input_id, new_state=new_state,
                 reply=None if dead else f"reply to {input_id}".encode(), trace=input_id.encode(),
-                dead=f"dead {input_id}".encode() if dead else None, lease_ms=LEASE_MS, advance=advance)
+                dead=f"dead {input_id}".encode() if dead else None, lease_ms=LEASE_MS)
         except StaleLeaseError:
             assert self.observed() == before, "a refused commit changed something"
             worker.idle()  # a fenced-out worker drops the input: someone else owns the conversation now
@@ -150,7 +154,7 @@ class Simulation:
         assert input_id == self.accepted[len(self.processed)], "an input was applied out of order or twice"
         self.processed.append(input_id)
         (self.dead if dead else self.applied).append(input_id)
-        if not advance:
+        if not advance:  # drop the input handed back (if any) and read the head again
             worker.snap, worker.pc = None, "read"
         elif result.released:
             assert self.store.inbox_depth(CID) == 0
@@ -165,7 +169,7 @@ class Simulation:
         """An error mid-turn: release regardless; the caller re-enqueues a wake-up."""
         worker = self.workers[w]
         if worker.token is not None:
-            self.store.release(CID, worker.token, force=True)
+            self.store.release(CID, worker.token)
             worker.idle()
             self.wakeups.append(False)
 
@@ -182,7 +186,7 @@ class Simulation:
     # --- checks ------------------------------------------------------------------------------------
 
     def observed(self) -> tuple[list[str], list[str], list[str], list[bytes], int]:
-        snap = self.store.head(CID)
+        snap = self.kit.head(CID)
         return ([i for i, _ in self.store.inbox(CID)], applied_ids(snap.state),
                 [i for i, _ in self.store.outbox(CID)], self.store.dead_letters(CID), snap.version)
 
@@ -231,7 +235,7 @@ def run(client: redis.Redis, schedule: list[tuple[str, int, bool, bool, int]], f
     prefix = f"test{uuid.uuid4().hex[:12]}"
     store = ConversationStore(client, prefix=prefix, limits=StoreLimits(max_inbox=1000, dead_max=1000,
                                                                         trace_max=1000))
-    sim = Simulation(client, store)
+    sim = Simulation(client, store, StoreKit(store))
     try:
         for action, w, flag_a, flag_b, n in schedule:
             if action in FAULTS and not faults:

@@ -34,9 +34,9 @@ def test_turns_events_compaction_and_delivery_on_a_cluster(cluster: LocalCluster
     h.run()
     for cid in cids:
         assert [t for r, t, _ in h.channel.sent if r == cid] == [f"ack:{cid} q{n}" for n in range(6)]
-        st = decode_state(h.store.head(cid).state)
+        st = decode_state(h.store.read_state(cid).blob)
         assert st.summary == "summary" and st.meta.turns == 6
     nodes = {cluster.client().keyslot(f"parley:{{{cid}}}:state") // 5462 for cid in cids}
     assert len(nodes) == 3
     h.client.delete(cids[0])
-    assert h.store.head(cids[0]).state is None
+    assert h.store.read_state(cids[0]).blob is None

@@ -46,7 +46,7 @@ def test_an_envelope_naming_another_conversation_is_not_applied_there() -> None:
     h.store.accept(CID, other.to_bytes(), "x1")  # pushed into CID's mailbox by a confused producer
     h.woken.append(("drain", CID))
     h.run()
-    assert h.store.head("victim").state is None
+    assert h.store.read_state("victim").blob is None
     assert decode_dead_letter(h.store.dead_letters(CID)[0]).reason == "malformed"
 
 

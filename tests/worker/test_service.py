@@ -5,6 +5,7 @@ from __future__ import annotations
 import msgpack
 import pytest
 
+from tests.support.store_kit import StoreKit, raw
 from tests.worker.conftest import make_harness
 from worker import KeepLastExchanges, ScriptedModel, Summarize
 from worker.conversation.state import decode_state
@@ -31,7 +32,7 @@ def test_turns_and_events_apply_in_order_and_replies_are_delivered() -> None:
         h.client.send_message(CID, f"question {i}", message_id=f"wamid.{i}")
     h.run()
     assert [t for _, t, _ in h.channel.sent] == [f"ack:question {i}" for i in range(5)]
-    st = decode_state(h.store.head(CID).state)
+    st = decode_state(h.store.read_state(CID).blob)
     assert [m.role for m in st.messages][:2] == ["event", "user"]
     assert st.meta.turns == 5 and st.meta.events == 1
     first = h.model.requests[0]
@@ -96,12 +97,12 @@ def test_model_errors_retry_then_dead_letter_and_the_conversation_continues() ->
         with pytest.raises(RetryLater) as info:
             h.run()
         assert info.value.countdown >= 3.0  # Retry-After is a floor; backoff with jitter may add to it
-        assert h.store.held(CID)  # wake-ups until the retry is due return at once
+        assert StoreKit(h.store).held(CID)  # wake-ups until the retry is due return at once
         calls = len(model.requests)
         h.client.send_event(CID, f"meanwhile {len(model.requests)}")
         h.run()
         assert len(model.requests) == calls  # no extra retry chain was started by the new input's wake-up
-        h.store.r.delete(h.store.keys(CID).hold)  # time passes: the scheduled retry fires
+        raw(h.store).delete(h.store.keys(CID).hold)  # time passes: the scheduled retry fires
         h.woken.append(("drain", CID))
     h.run()
     assert [t for _, t, _ in h.channel.sent] == ["recovered"]
@@ -117,12 +118,13 @@ def test_poison_input_is_dead_lettered_after_k_attempts() -> None:
     h = make_harness(config=ServiceConfig(max_attempts=3))
     h.client.send_message(CID, "poison", message_id="p1")
     h.client.send_message(CID, "fine", message_id="m2")
-    lease = h.store.acquire(CID, 10)
+    kit = StoreKit(h.store)
+    lease = kit.acquire(CID, 10)
     assert lease
     # Three workers died while applying p1 (the attempt counter rises before the model is called).
     for _ in range(3):
-        h.store.note_attempt(CID, lease.token, "p1")
-    h.store.release(CID, lease.token, force=True)
+        kit.note_attempt(CID, lease.token, "p1")
+    h.store.release(CID, lease.token)
     h.run()
     dead = [decode_dead_letter(d) for d in h.store.dead_letters(CID)]
     assert [(d.id, d.reason) for d in dead] == [("p1", "too_many_attempts")]
@@ -131,7 +133,7 @@ def test_poison_input_is_dead_lettered_after_k_attempts() -> None:
 
 def test_corrupt_state_is_quarantined_and_the_turn_continues() -> None:
     h = make_harness()
-    h.store.put_state(CID, expected_version=0, new_state=b"PLY\x01\x00garbage")
+    StoreKit(h.store).put_state(CID, expected_version=0, new_state=b"PLY\x01\x00garbage")
     h.client.send_message(CID, "hello", message_id="m1")
     h.run()
     assert [t for _, t, _ in h.channel.sent] == ["ack:hello"]
@@ -224,7 +226,7 @@ def test_follow_up_compaction_is_spliced_and_keeps_inputs_that_arrived_meanwhile
     h.client.send_event(CID, "tagged Bettys")
     assert h.service.compact(CID)
     h.run()
-    st = decode_state(h.store.head(CID).state)
+    st = decode_state(h.store.read_state(CID).blob)
     assert st.summary == "summary of the early game"
     assert [m.content for m in st.messages if m.role in ("user", "event")][-2:] == ["q5", "tagged Bettys"]
     trace = [msgpack.unpackb(t) for t in h.store.trace(CID, 100)]
@@ -239,12 +241,12 @@ def test_failed_compaction_changes_nothing() -> None:
     for i in range(4):
         h.client.send_message(CID, f"q{i}", message_id=f"m{i}")
     h.run()
-    before = h.store.head(CID)
+    before = h.store.read_state(CID)
     assert h.service.compact(CID) is False
     h.run()
-    after = h.store.head(CID)
-    assert (after.state, after.version) == (before.state, before.version)
-    assert not h.store.r.exists(h.store.keys(CID).compacting)
+    after = h.store.read_state(CID)
+    assert (after.blob, after.version) == (before.blob, before.version)
+    assert not raw(h.store).exists(h.store.keys(CID).compacting)
 
 
 def test_envelope_round_trip() -> None:
@@ -263,7 +265,7 @@ def test_the_drain_delivers_its_last_reply_inline_and_wakes_delivery_for_earlier
     h.woken.clear()
     h.service.drain(CID)
     assert [t for _, t, _ in h.channel.sent] == ["ack:one"] and h.woken == []  # no Celery hop for the reply
-    assert h.store.outbox_depth(CID) == 0 and h.store.r.exists(h.store.keys(CID).dlease) == 0
+    assert h.store.outbox_depth(CID) == 0 and raw(h.store).exists(h.store.keys(CID).dlease) == 0
     for i in range(3):
         h.client.send_message(CID, f"burst {i}", message_id=f"b{i}")
     h.woken.clear()
@@ -287,5 +289,5 @@ def test_the_commit_that_ends_the_drain_starts_the_inline_delivery(monkeypatch: 
     monkeypatch.setattr(h.store, "begin_delivery", not_needed)
     h.service.drain(CID)
     assert [t for _, t, _ in h.channel.sent] == ["ack:one"]
-    assert h.store.outbox_depth(CID) == 0 and h.store.r.exists(h.store.keys(CID).dlease) == 0
+    assert h.store.outbox_depth(CID) == 0 and raw(h.store).exists(h.store.keys(CID).dlease) == 0
     assert h.store.delivered(CID)[0][0] == "m1"

@@ -1,5 +1,8 @@
 """The Lua scripts. Each touches only the keys of one conversation (one hash tag), so each runs atomically
-on a standalone Redis and on a Cluster. Return codes: a negative first element is a refusal."""
+on a standalone Redis and on a Cluster. One script per job; each has one wrapper in :mod:`worker.store.scripts`
+that names its arguments and parses its result. Every script returns an array of one fixed shape (fields that do
+not apply are padded with ``false`` or 0), so the parser never guesses from the length. A negative first element
+is a refusal: -1 the fence moved, -2 the state version moved, -3 the entry is no longer at the head."""
 
 HEAD_ID = """
 local function head_id(entry)
@@ -57,24 +60,14 @@ end
 return {1, n + 1}
 """
 
-# KEYS: lease, fence   ARGV: lease_ms
-ACQUIRE = NEXT_TOKEN + """
-if redis.call('EXISTS', KEYS[1]) == 1 then
-  return 0
-end
-local t = next_token(KEYS[2])
-redis.call('SET', KEYS[1], t, 'PX', ARGV[1])
-return t
-"""
-
 # KEYS: hold, inbox, lease, fence, state, attempts   ARGV: lease_ms
-# One round trip to start draining: {-2} held for a retry, {0} nothing waiting, {-1} another worker holds the
-# lease; else take the lease and return {token, head entry, blob, version, attempts at the head}.
+# One round trip to start draining: -2 held for a retry, 0 nothing waiting, -1 another worker holds the
+# lease; else take the lease. -> {token or code, head entry, blob, version, attempts at the head}
 BEGIN = HEAD_ID + NEXT_TOKEN + """
-if redis.call('EXISTS', KEYS[1]) == 1 then return {-2} end
+if redis.call('EXISTS', KEYS[1]) == 1 then return {-2, false, false, 0, 0} end
 local head = redis.call('LINDEX', KEYS[2], 0)
-if not head then return {0} end
-if redis.call('EXISTS', KEYS[3]) == 1 then return {-1} end
+if not head then return {0, false, false, 0, 0} end
+if redis.call('EXISTS', KEYS[3]) == 1 then return {-1, false, false, 0, 0} end
 local t = next_token(KEYS[4])
 redis.call('SET', KEYS[3], t, 'PX', ARGV[1])
 local s = redis.call('HMGET', KEYS[5], 'blob', 'version')
@@ -82,17 +75,14 @@ local a = redis.call('HINCRBY', KEYS[6], head_id(head), 1)
 return {t, head, s[1], s[2] or '0', a}
 """
 
-# KEYS: inbox, state   -> {head entry or false, blob or false, version}
-HEAD = """
-local head = redis.call('LINDEX', KEYS[1], 0)
-local s = redis.call('HMGET', KEYS[2], 'blob', 'version')
-return {head, s[1], s[2] or '0'}
-"""
 
-# KEYS: fence, attempts   ARGV: token, field, delta
-NOTE_ATTEMPT = """
-if redis.call('GET', KEYS[1]) ~= ARGV[1] then return -1 end
-return redis.call('HINCRBY', KEYS[2], ARGV[2], tonumber(ARGV[3]))
+# The ``sent`` hash describes one reply, the outbox head: when the head changed (a new reply), the progress
+# left from another reply is dropped, so the per-reply failure count starts again at 0.
+SENT_FOR = """
+local function sent_for(sent, rid)
+  local cur = redis.call('HGET', sent, 'reply_id')
+  if cur and cur ~= rid then redis.call('DEL', sent) end
+end
 """
 
 
@@ -100,14 +90,16 @@ return redis.call('HINCRBY', KEYS[2], ARGV[2], tonumber(ARGV[3]))
 # (so it may already have reached the user), and the in-flight mark for the part about to be sent, written
 # before the send. When the outbox is empty the delivery lease is given up in the same script, so a reply
 # committed meanwhile cannot be left without a deliverer (the delivery side of the lost wake-up).
-CLAIM = HEAD_ID + """
+# -> {1, head entry, part, crashed} or {0, false, 0, 0}
+CLAIM = HEAD_ID + SENT_FOR + """
 local function claim(outbox, sent, dlease, token, lease_ms)
   local head = redis.call('LINDEX', outbox, 0)
   if not head then
     if redis.call('GET', dlease) == token then redis.call('DEL', dlease) end
-    return {0}
+    return {0, false, 0, 0}
   end
   local rid = head_id(head)
+  sent_for(sent, rid)
   local p = redis.call('HMGET', sent, 'reply_id', 'part', 'inflight')
   local part = 0
   if p[1] == rid and p[2] then part = tonumber(p[2]) end
@@ -120,12 +112,12 @@ end
 """
 
 # Starting a delivery: take the delivery lease with a fresh fencing token and claim the outbox head. Returns
-# {-1} when another worker delivers, {0} when nothing waits, else {token, head entry, part, crashed}. Shared by
+# {-1, ...} when another worker delivers, {0, ...} when nothing waits, else {token, head entry, part, crashed}. Shared by
 # BEGIN_DELIVERY and by the commit that ends a drain, so both start a delivery the same way.
 START_DELIVERY = CLAIM + NEXT_TOKEN + """
 local function start_delivery(dlease, dfence, outbox, sent, lease_ms)
-  if redis.call('EXISTS', dlease) == 1 then return {-1} end
-  if redis.call('LLEN', outbox) == 0 then return {0} end
+  if redis.call('EXISTS', dlease) == 1 then return {-1, false, 0, 0} end
+  if redis.call('LLEN', outbox) == 0 then return {0, false, 0, 0} end
   local t = next_token(dfence)
   local c = claim(outbox, sent, dlease, t, lease_ms)
   return {t, c[2], c[3], c[4]}
@@ -135,15 +127,18 @@ end
 # KEYS: fence, state, inbox, attempts, outbox, trace, dead, lease, dlease, dfence, sent, then every key when an
 #       idle TTL is set
 # ARGV: token, expected_version, input_id, state_mode (keep|set|clear), blob, reply_entry, trace_entry,
-#       dead_entry, lease_ms, trace_max, dead_max, ttl_ms, advance ('1'), claim_ms ('' or the delivery lease)
-# With advance and claim_ms, a commit that empties the mailbox also starts the delivery when nobody delivers:
-# it takes the delivery lease and claims the outbox head as BEGIN_DELIVERY does, and returns
-# {version, 0, 1, token, head entry, part, crashed}, saving the deliverer that round trip.
+#       dead_entry, lease_ms, trace_max, dead_max, ttl_ms, claim_ms ('' or the delivery lease)
+# -> {version or code, depth or current version, released, next entry, attempts at next, kept blob,
+#     delivery token, delivery head entry, part, crashed}
+# The commit hands back the next input (counting an attempt at it), or gives the lease up when there is none:
+# atomic with the pop, so a producer's push either lands before (and is returned) or finds no lease.
+# With claim_ms, a commit that empties the mailbox also starts the delivery when nobody delivers: it takes the
+# delivery lease and claims the outbox head as BEGIN_DELIVERY does, saving the deliverer that round trip.
 COMMIT = START_DELIVERY + """
-if redis.call('GET', KEYS[1]) ~= ARGV[1] then return {-1, 0} end
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return {-1, 0, 0, false, 0, false, 0, false, 0, 0} end
 local v = tonumber(redis.call('HGET', KEYS[2], 'version') or '0')
-if v ~= tonumber(ARGV[2]) then return {-2, v} end
-if head_id(redis.call('LINDEX', KEYS[3], 0)) ~= ARGV[3] then return {-3, v} end
+if v ~= tonumber(ARGV[2]) then return {-2, v, 0, false, 0, false, 0, false, 0, 0} end
+if head_id(redis.call('LINDEX', KEYS[3], 0)) ~= ARGV[3] then return {-3, v, 0, false, 0, false, 0, false, 0, 0} end
 local mode = ARGV[4]
 if mode == 'set' then
   redis.call('HSET', KEYS[2], 'blob', ARGV[5])
@@ -167,37 +162,47 @@ if ttl > 0 then
   for i = 12, #KEYS do redis.call('PEXPIRE', KEYS[i], ttl) end
 end
 local depth = redis.call('LLEN', KEYS[3])
-if ARGV[13] == '1' then
-  -- Advance: hand back the next input (counting an attempt at it), or give the lease up when there is none.
-  -- Atomic with the pop, so a producer's push either lands before (and is returned) or finds no lease.
-  if depth == 0 then
-    redis.call('DEL', KEYS[8])
-    if ARGV[14] ~= '' then
-      local d = start_delivery(KEYS[9], KEYS[10], KEYS[5], KEYS[11], ARGV[14])
-      if #d > 1 then return {v + 1, 0, 1, d[1], d[2], d[3], d[4]} end  -- else: busy, or nothing to send
-    end
-    return {v + 1, 0, 1}
+if depth == 0 then
+  redis.call('DEL', KEYS[8])
+  if ARGV[13] ~= '' then
+    local d = start_delivery(KEYS[9], KEYS[10], KEYS[5], KEYS[11], ARGV[13])
+    if tonumber(d[1]) > 0 then return {v + 1, 0, 1, false, 0, false, d[1], d[2], d[3], d[4]} end  -- else: busy, or nothing to send
   end
-  redis.call('SET', KEYS[8], ARGV[1], 'PX', ARGV[9])
-  local nxt = redis.call('LINDEX', KEYS[3], 0)
-  local a = redis.call('HINCRBY', KEYS[4], head_id(nxt), 1)
-  if mode == 'keep' then
-    return {v + 1, depth, 0, nxt, a, redis.call('HGET', KEYS[2], 'blob')}
-  end
-  return {v + 1, depth, 0, nxt, a}
+  return {v + 1, 0, 1, false, 0, false, 0, false, 0, 0}
 end
 redis.call('SET', KEYS[8], ARGV[1], 'PX', ARGV[9])
-return {v + 1, depth}
+local nxt = redis.call('LINDEX', KEYS[3], 0)
+local a = redis.call('HINCRBY', KEYS[4], head_id(nxt), 1)
+-- The blob goes back only when the caller does not already have it (mode keep): states can be large.
+local blob = false
+if mode == 'keep' then blob = redis.call('HGET', KEYS[2], 'blob') end
+return {v + 1, depth, 0, nxt, a, blob, 0, false, 0, 0}
 """
 
-# KEYS: fence, lease, list (inbox or outbox)   ARGV: token, force
-# Returns 1 ("keep draining") when work arrived while we were finishing: the producer who pushed it saw
-# our lease and did not start a drain, so giving up the lease now would strand it.
+# KEYS: fence, lease   ARGV: token
+# Give the lease up (after an error, or by a drain that ends without a commit); the caller re-wakes if needed.
 RELEASE = """
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
-if ARGV[2] ~= '1' and redis.call('LLEN', KEYS[3]) > 0 then return 1 end
-if redis.call('GET', KEYS[2]) == ARGV[1] then redis.call('DEL', KEYS[2]) end
+if redis.call('GET', KEYS[2]) == ARGV[1] then redis.call('DEL', KEYS[2]) return 1 end
 return 0
+"""
+
+# KEYS: fence, lease   ARGV: token, lease_ms
+# The heartbeat of a running turn: while the fence still holds our token nobody took a newer one, so (re)setting
+# the lease is safe even after it expired. -> 1 renewed, 0 another worker took the conversation (nothing changed)
+RENEW_LEASE = """
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+redis.call('SET', KEYS[2], ARGV[1], 'PX', ARGV[2])
+return 1
+"""
+
+# KEYS: fence, attempts   ARGV: token, input_id
+# A clean, retryable failure: the attempt counted at the head is given back (it did not crash the worker) and
+# counted as a retry instead. -> retries so far, or -1 when the fence moved
+NOTE_RETRY = """
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return -1 end
+redis.call('HINCRBY', KEYS[2], ARGV[2], -1)
+return redis.call('HINCRBY', KEYS[2], ARGV[2] .. ':retries', 1)
 """
 
 # KEYS: fence, state, quarantine   ARGV: token, expected_version, record, max
@@ -212,18 +217,10 @@ redis.call('HSET', KEYS[2], 'version', v + 1)
 return {v + 1, 0}
 """
 
-# KEYS: state   ARGV: expected_version, mode, blob
-PUT_STATE = """
-local v = tonumber(redis.call('HGET', KEYS[1], 'version') or '0')
-if v ~= tonumber(ARGV[1]) then return {-2, v} end
-if ARGV[2] == 'set' then redis.call('HSET', KEYS[1], 'blob', ARGV[3]) else redis.call('HDEL', KEYS[1], 'blob') end
-redis.call('HSET', KEYS[1], 'version', v + 1)
-return {v + 1, 0}
-"""
-
 # KEYS: dfence, sent   ARGV: token, reply_id, part
-MARK_INFLIGHT = """
+MARK_INFLIGHT = SENT_FOR + """
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return -1 end
+sent_for(KEYS[2], ARGV[2])
 redis.call('HSET', KEYS[2], 'reply_id', ARGV[2], 'part', ARGV[3], 'inflight', ARGV[2] .. ':' .. ARGV[3])
 return 1
 """
@@ -246,9 +243,10 @@ end
 
 # KEYS: dfence, outbox, sent, dlease   ARGV: token, reply_id, part, provider_id, lease_ms
 # A part that is not the reply's last was sent (the last one goes through SENT_LAST_CLAIM_NEXT).
-MARK_SENT = HEAD_ID + IDS_WITH + """
+MARK_SENT = HEAD_ID + SENT_FOR + IDS_WITH + """
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return -1 end
 if head_id(redis.call('LINDEX', KEYS[2], 0)) ~= ARGV[2] then return -3 end
+sent_for(KEYS[3], ARGV[2])
 local ids = ids_with(KEYS[3], ARGV[2], ARGV[4])
 redis.call('HSET', KEYS[3], 'reply_id', ARGV[2], 'part', tonumber(ARGV[3]) + 1, 'ids', ids)
 redis.call('HDEL', KEYS[3], 'inflight')
@@ -266,7 +264,7 @@ return start_delivery(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[1])
 # KEYS: dfence, outbox, sent, dlease   ARGV: token, lease_ms
 # Claim the next reply, or give the delivery lease up when the outbox is empty.
 CLAIM_NEXT = CLAIM + """
-if redis.call('GET', KEYS[1]) ~= ARGV[1] then return {-1} end
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return {-1, false, 0, 0} end
 return claim(KEYS[2], KEYS[3], KEYS[4], ARGV[1], ARGV[2])
 """
 
@@ -275,8 +273,8 @@ return claim(KEYS[2], KEYS[3], KEYS[4], ARGV[1], ARGV[2])
 # The last part of a reply was sent: record it, drop the reply from the outbox and claim the next one (or give
 # the lease up), in one round trip.
 SENT_LAST_CLAIM_NEXT = CLAIM + IDS_WITH + """
-if redis.call('GET', KEYS[1]) ~= ARGV[1] then return {-1} end
-if head_id(redis.call('LINDEX', KEYS[2], 0)) ~= ARGV[2] then return {-3} end
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return {-1, false, 0, 0} end
+if head_id(redis.call('LINDEX', KEYS[2], 0)) ~= ARGV[2] then return {-3, false, 0, 0} end
 local ids = ids_with(KEYS[3], ARGV[2], ARGV[3])
 redis.call('LPOP', KEYS[2])
 redis.call('DEL', KEYS[3])
@@ -294,6 +292,18 @@ redis.call('DEL', KEYS[3])
 redis.call('RPUSH', KEYS[4], ARGV[3])
 redis.call('LTRIM', KEYS[4], -tonumber(ARGV[4]), -1)
 return 1
+"""
+
+# KEYS: dfence, outbox, sent   ARGV: token, reply_id
+# One failed (retryable) send of the outbox head: counted in the head's progress hash, so the count survives
+# task restarts, the inline delivery, later turns and the sweeper, and goes with the reply when it is sent or
+# dead-lettered. -> failures so far for that reply; -1 the fence moved; -3 the reply is no longer the head
+NOTE_DELIVERY_FAILURE = HEAD_ID + SENT_FOR + """
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return -1 end
+if head_id(redis.call('LINDEX', KEYS[2], 0)) ~= ARGV[2] then return -3 end
+sent_for(KEYS[3], ARGV[2])
+redis.call('HSET', KEYS[3], 'reply_id', ARGV[2])
+return redis.call('HINCRBY', KEYS[3], 'failures', 1)
 """
 
 # KEYS: dead, target list   ARGV: index, expected entry, new entry

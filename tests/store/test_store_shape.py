@@ -1,0 +1,73 @@
+"""The store's shape: the protocols the service depends on, and the Lua scripts' one-shape results."""
+
+from __future__ import annotations
+
+import inspect
+
+import fakeredis
+import pytest
+
+from tests.support.store_kit import StoreKit, raw
+from worker.store import lua
+from worker.store.protocol import DeliveryStore, DrainStore, Store, SweeperStore
+from worker.store.redis_store import ConversationStore
+from worker.store.scripts import Scripts
+
+CID = "447700900123"
+
+
+@pytest.fixture
+def store() -> ConversationStore:
+    return ConversationStore(fakeredis.FakeRedis(server=fakeredis.FakeServer()), prefix="shape")
+
+
+@pytest.mark.parametrize("protocol", [Store, DrainStore, DeliveryStore, SweeperStore])
+def test_the_redis_store_satisfies_the_protocols(store: ConversationStore, protocol: type) -> None:
+    assert isinstance(store, protocol)
+    for name, member in vars(protocol).items():
+        if callable(member) and not name.startswith("_"):
+            assert inspect.signature(getattr(ConversationStore, name)) == inspect.signature(member), name
+
+
+def test_the_raw_client_is_private(store: ConversationStore) -> None:
+    assert not hasattr(store, "r")
+
+
+def test_every_script_wrapper_takes_named_arguments_only() -> None:
+    for name, fn in inspect.getmembers(Scripts, inspect.isfunction):
+        if name.startswith("_"):
+            continue
+        params = list(inspect.signature(fn).parameters.values())[1:]
+        assert params and all(p.kind is p.KEYWORD_ONLY for p in params), name
+
+
+def test_commit_answers_in_one_shape_on_every_path(store: ConversationStore) -> None:
+    """Refused, handed the next input, released, released with a delivery started: ten fields each time."""
+    commit = raw(store).register_script(lua.COMMIT)
+    k = store.keys(CID)
+    keys = [k.fence, k.state, k.inbox, k.attempts, k.outbox, k.trace, k.dead, k.lease, k.dlease, k.dfence, k.sent]
+
+    def run(token: int, version: int, input_id: str, claim: str = "") -> list[object]:
+        return list(commit(keys=keys, args=[token, version, input_id, "set", b"s", f"{input_id}\nr".encode(), b"",
+                                           b"", 10_000, 10, 10, 0, claim]))
+
+    for i in range(2):
+        store.accept(CID, b"x", f"id-{i}")
+    lease = StoreKit(store).acquire(CID, 10_000)
+    assert lease
+    shapes = [run(lease.token + 1, 0, "id-0"), run(lease.token, 0, "id-0"), run(lease.token, 1, "id-1", "10000")]
+    assert shapes[0][0] == -1 and shapes[1][2] == 0 and shapes[2][2] == 1 and shapes[2][6]
+    store.accept(CID, b"x", "id-2")
+    shapes.append(run(lease.token, 2, "id-2"))  # released, nothing claimed (a deliverer holds the lease)
+    assert all(len(s) == 10 for s in shapes), shapes
+
+
+def test_claims_answer_in_one_shape(store: ConversationStore) -> None:
+    k = store.keys(CID)
+    begin = raw(store).register_script(lua.BEGIN_DELIVERY)
+    claim_next = raw(store).register_script(lua.CLAIM_NEXT)
+    assert len(begin(keys=[k.dlease, k.dfence, k.outbox, k.sent], args=[10_000])) == 4  # nothing to send
+    assert len(claim_next(keys=[k.dfence, k.outbox, k.sent, k.dlease], args=[1, 10_000])) == 4  # fenced out
+    raw(store).rpush(k.outbox, b"r1\nreply")
+    assert len(begin(keys=[k.dlease, k.dfence, k.outbox, k.sent], args=[10_000])) == 4  # claimed
+    assert len(begin(keys=[k.dlease, k.dfence, k.outbox, k.sent], args=[10_000])) == 4  # busy

@@ -1,0 +1,132 @@
+"""The admin side of the store: what the sweeper, the CLI, health checks and webhooks call (reads for
+inspection, dead-letter replay, delivery statuses, delete)."""
+
+from __future__ import annotations
+
+import time
+
+from worker.errors import InvalidConversationIdError
+from worker.store.base import StoreBase, join_entry, split_entry, store_errors
+
+
+class AdminStore(StoreBase):
+    """Sweeping, inspecting and repairing conversations."""
+
+    @store_errors
+    def stranded(self, limit: int = 1000, older_than_ms: int = 5000) -> list[str]:
+        """Conversations with waiting inputs or replies and nobody working on them. Conversations with nothing
+        left are dropped from the ``pending`` set (unless a producer touched them since we looked)."""
+        cutoff = self._now_ms() - older_than_ms
+        rows = self._r.zrangebyscore(self.g.pending, "-inf", cutoff, start=0, num=limit, withscores=True)
+        out: list[str] = []
+        for member, score in rows:
+            cid = member.decode("utf-8", "replace")
+            try:
+                k = self.keys(cid)
+            except InvalidConversationIdError:  # written by something else: it can never be drained
+                self._r.zrem(self.g.pending, member)
+                continue
+            pipe = self._r.pipeline(transaction=False)
+            pipe.llen(k.inbox)
+            pipe.llen(k.outbox)
+            pipe.exists(k.lease)
+            pipe.exists(k.dlease)
+            pipe.exists(k.hold)
+            inbox, outbox, lease, dlease, hold = pipe.execute()
+            if (inbox and not lease and not hold) or (outbox and not dlease):
+                out.append(cid)
+            elif not inbox and not outbox:
+                self._scripts.zrem_if_score(zset=self.g.pending, member=member, score=score)
+        return out
+
+    @store_errors
+    def try_lock(self, name: str, ttl_ms: int) -> bool:
+        return bool(self._r.set(self.g.lock(name), b"1", nx=True, px=ttl_ms))
+
+    @store_errors
+    def ping(self) -> bool:
+        return bool(self._r.ping())
+
+    @store_errors
+    def push_mark(self, key: str, mark: str) -> None:
+        """Append ``mark`` to the list at ``key`` (outside every conversation): the ``parley.ping`` task's record
+        of when it ran, read by benchmarks and health probes."""
+        self._r.rpush(key, mark)
+
+    @store_errors
+    def inbox_depth(self, cid: str) -> int:
+        return int(self._r.llen(self.keys(cid).inbox))
+
+    @store_errors
+    def outbox_depth(self, cid: str) -> int:
+        return int(self._r.llen(self.keys(cid).outbox))
+
+    @store_errors
+    def inbox(self, cid: str) -> list[tuple[str, bytes]]:
+        return [split_entry(e) for e in self._r.lrange(self.keys(cid).inbox, 0, -1)]
+
+    @store_errors
+    def outbox(self, cid: str) -> list[tuple[str, bytes]]:
+        return [split_entry(e) for e in self._r.lrange(self.keys(cid).outbox, 0, -1)]
+
+    @store_errors
+    def trace(self, cid: str, limit: int = 100) -> list[bytes]:
+        return list(self._r.lrange(self.keys(cid).trace, -limit, -1))
+
+    @store_errors
+    def quarantined(self, cid: str) -> list[bytes]:
+        return list(self._r.lrange(self.keys(cid).quarantine, 0, -1))
+
+    @store_errors
+    def dead_letters(self, cid: str) -> list[bytes]:
+        return list(self._r.lrange(self.keys(cid).dead, 0, -1))
+
+    @store_errors
+    def dead_index(self) -> list[str]:
+        return [m.decode() for m in self._r.zrange(self.g.dead_index, 0, -1)]
+
+    @store_errors
+    def replay_dead(self, cid: str, index: int, *, target: str, entry_id: str, payload: bytes) -> bool:
+        """Move dead letter ``index`` back to the end of the mailbox (``target="inbox"``) or the outbox.
+        ``entry_id``/``payload`` are what to queue (decoded from the dead letter by the caller)."""
+        k = self.keys(cid)
+        current = self._r.lindex(k.dead, index)
+        if current is None:
+            return False
+        ok = self._scripts.replay(dead=k.dead, target=k.inbox if target == "inbox" else k.outbox, index=index,
+                                  expected=current, entry=join_entry(entry_id, payload))
+        if ok:
+            self._r.zadd(self.g.pending, {cid: self._now_ms()})
+            if not self._r.llen(k.dead):
+                self._r.zrem(self.g.dead_index, cid)
+        return ok
+
+    @store_errors
+    def record_status(self, cid: str, provider_id: str, status: str, detail: str = "") -> None:
+        """Record a delivery status webhook (sent, delivered, read, failed) for the conversation."""
+        k = self.keys(cid)
+        pipe = self._r.pipeline(transaction=False)
+        pipe.rpush(k.statuses, f"{provider_id}\t{status}\t{int(time.time())}\t{detail}".encode())
+        pipe.ltrim(k.statuses, -self.limits.statuses_max, -1)
+        pipe.execute()
+
+    @store_errors
+    def statuses(self, cid: str) -> list[str]:
+        return [e.decode() for e in self._r.lrange(self.keys(cid).statuses, 0, -1)]
+
+    @store_errors
+    def delivered(self, cid: str) -> list[tuple[str, list[str]]]:
+        """Delivered replies (oldest first) with the provider's message ids of their parts."""
+        out = []
+        for e in self._r.lrange(self.keys(cid).delivered, 0, -1):
+            rid, _, ids = e.decode().partition("\t")
+            out.append((rid, ids.split(",") if ids else []))
+        return out
+
+    @store_errors
+    def delete(self, cid: str) -> None:
+        """Delete every key of the conversation and forget it in the global indexes."""
+        k = self.keys(cid)
+        self._r.delete(*k.all())
+        self._r.zrem(self.g.pending, cid)
+        self._r.zrem(self.g.dead_index, cid)

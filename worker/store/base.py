@@ -1,0 +1,161 @@
+"""What every part of the store shares: the limits, the public result types, the entry codec, the error mapping
+and :class:`StoreBase` (the client, key builders and the one :class:`~worker.store.scripts.Scripts` object)."""
+
+from __future__ import annotations
+
+import functools
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import redis.exceptions as rexc
+
+from worker.errors import StoreError, StoreUnavailableError
+from worker.store.keys import ConversationKeys, GlobalKeys, validate_conversation_id
+from worker.store.scripts import ClaimReply, Scripts
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class StoreLimits:
+    """Bounds on everything that could grow."""
+
+    max_inbox: int = 1000
+    dedupe_max_ids: int = 10_000
+    dedupe_ms: int = 4 * 86_400_000
+    trace_max: int = 2000
+    dead_max: int = 1000
+    quarantine_max: int = 20
+    delivered_max: int = 200
+    statuses_max: int = 200
+    idle_ttl_ms: int = 0
+
+
+@dataclass(frozen=True)
+class AcceptResult:
+    accepted: bool
+    duplicate: bool
+    depth: int
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """The head of the mailbox and the state, read together under the lease."""
+
+    input: bytes | None
+    input_id: str | None
+    state: bytes | None
+    version: int
+
+
+@dataclass(frozen=True)
+class StateRead:
+    """The state read without a lease (compaction, inspection): it may be outdated as soon as it is read."""
+
+    blob: bytes | None
+    version: int
+
+
+@dataclass(frozen=True)
+class OutboxHead:
+    """The outbox head claimed for a send: the reply and the part to send next (already marked in flight).
+    ``crashed_in_window`` is true when that part was left in flight by an earlier deliverer that never marked it
+    sent: a worker died between the send and the mark (or just before the send), so the part may already have
+    reached the user."""
+
+    record: bytes
+    reply_id: str
+    part: int
+    crashed_in_window: bool
+
+
+@dataclass(frozen=True)
+class CommitResult:
+    """``version`` and ``depth`` after the commit: ``released`` when the mailbox was empty and the lease was given
+    up, else the next input (``next``) with the attempts counted at it."""
+
+    version: int
+    depth: int
+    released: bool = False
+    next: Snapshot | None = None
+    next_attempts: int = 0
+    delivery: tuple[int, OutboxHead] | None = None  # with ``claim_delivery_ms``: the delivery token and claimed head
+
+
+@dataclass(frozen=True)
+class Begin:
+    """The start of a drain: ``status`` is ``ok`` (the lease is ours: ``token``, the head input and the state in
+    ``snapshot``, ``attempts`` at the head), ``empty``, ``busy`` (another worker holds the lease) or ``held``
+    (a failing input waits for its scheduled retry)."""
+
+    status: str
+    token: int = 0
+    snapshot: Snapshot | None = None
+    attempts: int = 0
+
+
+def split_entry(entry: bytes) -> tuple[str, bytes]:
+    """``<id>\\n<payload>`` -> (id, payload)."""
+    nl = entry.find(b"\n")
+    if nl < 0:
+        return entry.decode("utf-8", "replace"), b""
+    return entry[:nl].decode("utf-8", "replace"), entry[nl + 1:]
+
+
+def join_entry(entry_id: str, payload: bytes) -> bytes:
+    if "\n" in entry_id:
+        raise StoreError("entry ids must not contain newlines")
+    return entry_id.encode() + b"\n" + payload
+
+
+def claimed(reply: ClaimReply) -> OutboxHead:
+    rid, payload = split_entry(reply.entry or b"")
+    return OutboxHead(payload, rid, reply.part, reply.crashed)
+
+
+def store_errors(fn: Callable[..., T]) -> Callable[..., T]:
+    """Map redis-py's errors to the project's: an outage is retryable, a refused command is not."""
+
+    @functools.wraps(fn)
+    def inner(*args: Any, **kwargs: Any) -> T:
+        try:
+            return fn(*args, **kwargs)
+        except (rexc.ConnectionError, rexc.TimeoutError, rexc.BusyLoadingError, rexc.TryAgainError,
+                rexc.ClusterDownError) as exc:
+            raise StoreUnavailableError(f"Redis unavailable: {type(exc).__name__}: {exc}") from exc
+        except rexc.ResponseError as exc:
+            if "LOADING" in str(exc) or "MASTERDOWN" in str(exc) or "READONLY" in str(exc):
+                raise StoreUnavailableError(f"Redis unavailable: {exc}") from exc
+            raise StoreError(f"Redis refused a command: {exc}") from exc
+    return inner
+
+
+class StoreBase:
+    """The client, prefix, limits, key builders and scripts that the mailbox, outbox and admin parts share.
+
+    ``client`` is a redis-py client (``redis.Redis``, ``redis.cluster.RedisCluster``, or fakeredis for tests)
+    that returns bytes (no ``decode_responses``).
+    """
+
+    def __init__(self, client: Any, prefix: str = "parley", limits: StoreLimits | None = None) -> None:
+        self._r = client
+        self.prefix = prefix
+        self.limits = limits or StoreLimits()
+        self.g = GlobalKeys(prefix)
+        self._cluster = hasattr(client, "get_nodes")  # a Cluster client sends a pipeline's commands per node
+        self._scripts = Scripts(client)
+
+    def keys(self, cid: str) -> ConversationKeys:
+        return ConversationKeys(self.prefix, validate_conversation_id(cid))
+
+    def _ttl_keys(self, k: ConversationKeys) -> list[str]:
+        if self.limits.idle_ttl_ms <= 0:
+            return []
+        return [getattr(k, n) for n in ("state", "inbox", "seen", "fence", "attempts", "outbox", "sent", "dfence",
+                                   "delivered", "trace", "quarantine", "dead", "statuses")]
+
+    @staticmethod
+    def _now_ms() -> int:
+        return int(time.time() * 1000)

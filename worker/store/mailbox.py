@@ -1,0 +1,155 @@
+"""The mailbox side of the store: what producers and the drain call (accept, begin, commit, release, retries,
+holds, quarantine, the compaction flag and the lease-free state read)."""
+
+from __future__ import annotations
+
+import time
+
+import msgpack
+
+from worker.errors import InboxFullError, StaleLeaseError
+from worker.store.base import (
+    AcceptResult,
+    Begin,
+    CommitResult,
+    Snapshot,
+    StateRead,
+    StoreBase,
+    claimed,
+    join_entry,
+    split_entry,
+    store_errors,
+)
+from worker.store.scripts import CommitReply
+
+
+class MailboxStore(StoreBase):
+    """Inputs in, state and replies out, one fenced lease holder at a time."""
+
+    @store_errors
+    def accept(self, cid: str, envelope: bytes, input_id: str, *, max_inbox: int | None = None) -> AcceptResult:
+        """Append an input to the mailbox unless its id was accepted before.
+
+        Raises :class:`~worker.errors.InboxFullError` when the mailbox holds ``max_inbox`` inputs.
+        """
+        k = self.keys(cid)
+        now = self._now_ms()
+        limit = max_inbox or self.limits.max_inbox
+        # The sweeper must know of any conversation that might have work, so the pending mark comes first: in
+        # the same script on a standalone Redis (one round trip), before it on a Cluster (another slot).
+        if self._cluster:
+            self._r.zadd(self.g.pending, {cid: now})
+        res = self._scripts.accept(
+            k=k, pending=None if self._cluster else self.g.pending, ttl_keys=self._ttl_keys(k), input_id=input_id,
+            entry=join_entry(input_id, envelope), now_ms=now, max_inbox=limit, dedupe_max=self.limits.dedupe_max_ids,
+            dedupe_ms=self.limits.dedupe_ms, ttl_ms=self.limits.idle_ttl_ms)
+        if res.code < 0:
+            raise InboxFullError(f"conversation {cid} has {res.depth} inputs waiting; the limit is {limit}")
+        return AcceptResult(accepted=res.code == 1, duplicate=res.code == 0, depth=res.depth)
+
+    @store_errors
+    def begin(self, cid: str, lease_ms: int) -> Begin:
+        """Start draining in one round trip: check the hold, the mailbox and the lease; take the lease; read
+        the head input and the state; count an attempt at the head."""
+        res = self._scripts.begin(k=self.keys(cid), lease_ms=lease_ms)
+        if res.code <= 0:
+            return Begin({0: "empty", -1: "busy", -2: "held"}[res.code])
+        input_id, payload = split_entry(res.entry or b"")
+        return Begin("ok", res.code, Snapshot(payload, input_id, res.blob, res.version), res.attempts)
+
+    @store_errors
+    def note_retry(self, cid: str, token: int, input_id: str) -> int:
+        """Record a clean, retryable failure of ``input_id`` (the model was unavailable): the attempt is given
+        back (it did not crash the worker) and counted as a retry instead; returns the retries so far."""
+        n = self._scripts.note_retry(k=self.keys(cid), token=token, input_id=input_id)
+        if n < 0:
+            raise StaleLeaseError(f"lease on {cid} was taken over")
+        return n
+
+    @store_errors
+    def commit(self, cid: str, token: int, *, expected_version: int, input_id: str, new_state: bytes | None,
+               reply: bytes | None = None, trace: bytes | None = None, dead: bytes | None = None,
+               lease_ms: int = 180_000, claim_delivery_ms: int = 0) -> CommitResult:
+        """Apply one input atomically: write the state (``None`` keeps it, ``b""`` clears it), remove the input
+        from the mailbox, queue the reply (under the input's id), append the trace entry or the dead letter.
+
+        The result carries the next input (attempt counted, lease renewed), or ``released`` when the mailbox is
+        empty and the lease was given up in the same step (so no producer's wake-up can be lost). With
+        ``claim_delivery_ms``, a released commit also takes the delivery lease and claims the outbox head when
+        nobody delivers (``delivery``: what :meth:`begin_delivery` would return, one round trip fewer).
+
+        Raises :class:`~worker.errors.StaleLeaseError` and changes nothing when another worker took the
+        conversation over, the state version moved, or the input is no longer at the head of the mailbox.
+        """
+        k = self.keys(cid)
+        mode = "keep" if new_state is None else ("clear" if new_state == b"" else "set")
+        if dead:
+            # Index first: a crash after the commit must not leave a dead letter ops cannot find. A refused
+            # commit leaves an index entry with nothing behind it, which `parley dead` shows as empty.
+            self._r.zadd(self.g.dead_index, {cid: self._now_ms()})
+        res = self._scripts.commit(
+            k=k, ttl_keys=self._ttl_keys(k), token=token, expected_version=expected_version, input_id=input_id,
+            mode=mode, blob=new_state or b"", reply_entry=join_entry(input_id, reply) if reply is not None else b"",
+            trace_entry=trace or b"", dead_entry=dead or b"", lease_ms=lease_ms, trace_max=self.limits.trace_max,
+            dead_max=self.limits.dead_max, ttl_ms=self.limits.idle_ttl_ms, claim_ms=claim_delivery_ms)
+        return self._commit_result(cid, input_id, new_state, res)
+
+    @staticmethod
+    def _commit_result(cid: str, input_id: str, new_state: bytes | None, res: CommitReply) -> CommitResult:
+        if res.code == -1:
+            raise StaleLeaseError(f"lease on {cid} was taken over; commit refused")
+        if res.code == -2:
+            raise StaleLeaseError(f"state of {cid} moved to version {res.extra}; commit refused")
+        if res.code == -3:
+            raise StaleLeaseError(f"input {input_id} of {cid} is no longer at the head of the mailbox")
+        if res.released:
+            d = res.delivery
+            delivery = (d.code, claimed(d)) if d.code > 0 else None
+            return CommitResult(version=res.code, depth=0, released=True, delivery=delivery)
+        next_id, payload = split_entry(res.next_entry or b"")
+        after = res.kept_blob if new_state is None else (new_state or None)
+        return CommitResult(version=res.code, depth=res.extra, next=Snapshot(payload, next_id, after, res.code),
+                            next_attempts=res.next_attempts)
+
+    @store_errors
+    def release(self, cid: str, token: int) -> None:
+        """Give the lease up (after an error; the caller re-wakes). A no-op when ``token`` is no longer ours."""
+        k = self.keys(cid)
+        self._scripts.release(fence=k.fence, lease=k.lease, token=token)
+
+    @store_errors
+    def renew_lease(self, cid: str, token: int, lease_ms: int) -> bool:
+        """The heartbeat of a running turn: ``True`` when the fence still holds ``token`` (the lease is set again
+        to expire in ``lease_ms``, even if it had run out: nobody took a newer token); ``False``, changing
+        nothing, when another worker took the conversation over."""
+        return self._scripts.renew_lease(k=self.keys(cid), token=token, lease_ms=lease_ms)
+
+    @store_errors
+    def quarantine(self, cid: str, token: int, blob: bytes, reason: str, *, expected_version: int) -> int:
+        """Set an unusable state blob aside (capped list) and clear the state; returns the new version."""
+        record = msgpack.packb({"at": time.time(), "reason": reason, "blob": blob}, use_bin_type=True)
+        res = self._scripts.quarantine(k=self.keys(cid), token=token, expected_version=expected_version,
+                                       record=record, max_kept=self.limits.quarantine_max)
+        if res.code < 0:
+            raise StaleLeaseError(f"lease or state of {cid} moved; quarantine refused")
+        return res.code
+
+    @store_errors
+    def read_state(self, cid: str) -> StateRead:
+        """The current state, read without a lease (compaction computes off to the side and splices in order)."""
+        blob, version = self._r.hmget(self.keys(cid).state, ["blob", "version"])
+        return StateRead(blob, int(version or 0))
+
+    @store_errors
+    def hold(self, cid: str, ms: int) -> None:
+        """Hold the conversation: drains before ``ms`` from now return at once (the retry that set it is
+        already scheduled), so wake-ups from new inputs do not start extra retries of a failing input."""
+        self._r.set(self.keys(cid).hold, b"1", px=max(1, int(ms)))
+
+    @store_errors
+    def try_mark_compacting(self, cid: str, ttl_ms: int) -> bool:
+        return bool(self._r.set(self.keys(cid).compacting, b"1", nx=True, px=ttl_ms))
+
+    @store_errors
+    def clear_compacting(self, cid: str) -> None:
+        self._r.delete(self.keys(cid).compacting)

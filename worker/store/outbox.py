@@ -1,0 +1,90 @@
+"""The outbox side of the store: what delivery calls. One deliverer per conversation at a time, fenced by the
+delivery token; every send is marked in flight before it and sent after it, so a crash in between is seen."""
+
+from __future__ import annotations
+
+from worker.errors import StaleLeaseError
+from worker.store.base import OutboxHead, StoreBase, claimed, store_errors
+from worker.store.scripts import ClaimReply
+
+
+class OutboxStore(StoreBase):
+    """Replies out, part by part, in order."""
+
+    @store_errors
+    def begin_delivery(self, cid: str, lease_ms: int) -> tuple[int | None, OutboxHead | None]:
+        """Take the delivery lease and claim the outbox head in one round trip.
+
+        Returns ``(None, None)`` when another worker delivers or nothing waits; else the token and the claimed
+        head: its next part is marked in flight, so call the channel next (see :meth:`claim_next`)."""
+        res = self._scripts.begin_delivery(k=self.keys(cid), lease_ms=lease_ms)
+        if res.code <= 0:
+            return None, None
+        return res.code, claimed(res)
+
+    @store_errors
+    def claim_next(self, cid: str, token: int, lease_ms: int) -> OutboxHead | None:
+        """Claim the outbox head (marking its next part in flight), or give the delivery lease up, atomically,
+        when the outbox is empty (then returns None)."""
+        return self._claim_result(cid, self._scripts.claim_next(k=self.keys(cid), token=token, lease_ms=lease_ms))
+
+    @store_errors
+    def sent_last_claim_next(self, cid: str, token: int, reply_id: str, provider_id: str,
+                             lease_ms: int) -> OutboxHead | None:
+        """Record the last part of the head reply as sent, drop the reply from the outbox, and claim the next one
+        (or give the lease up when none is left), in one round trip."""
+        res = self._scripts.sent_last_claim_next(k=self.keys(cid), token=token, reply_id=reply_id,
+                                                 provider_id=provider_id, delivered_max=self.limits.delivered_max,
+                                                 lease_ms=lease_ms)
+        return self._claim_result(cid, res)
+
+    @staticmethod
+    def _claim_result(cid: str, res: ClaimReply) -> OutboxHead | None:
+        if res.code < 0:
+            raise StaleLeaseError(f"delivery lease on {cid} was taken over")
+        return claimed(res) if res.code == 1 else None
+
+    @store_errors
+    def mark_inflight(self, cid: str, token: int, reply_id: str, part: int) -> None:
+        if self._scripts.mark_inflight(k=self.keys(cid), token=token, reply_id=reply_id, part=part) < 0:
+            raise StaleLeaseError(f"delivery lease on {cid} was taken over")
+
+    @store_errors
+    def clear_inflight(self, cid: str, token: int) -> None:
+        self._scripts.clear_inflight(k=self.keys(cid), token=token)
+
+    @store_errors
+    def mark_sent(self, cid: str, token: int, reply_id: str, part: int, provider_id: str,
+                  lease_ms: int = 180_000) -> None:
+        """Record a sent part that is not the reply's last (and its provider message id); the last one goes
+        through :meth:`sent_last_claim_next`, which also takes the reply out of the outbox."""
+        if self._scripts.mark_sent(k=self.keys(cid), token=token, reply_id=reply_id, part=part,
+                                   provider_id=provider_id, lease_ms=lease_ms) < 0:
+            raise StaleLeaseError(f"delivery of {reply_id} on {cid} was taken over")
+
+    @store_errors
+    def note_delivery_failure(self, cid: str, token: int, reply_id: str) -> int:
+        """Count one failed (retryable) send of the outbox head ``reply_id``; returns the failures counted so far
+        for that reply. The count lives with the reply's progress in Redis, so the retry limit holds across task
+        restarts, the inline delivery, later turns and the sweeper, and starts again for the next reply.
+
+        Raises :class:`~worker.errors.StaleLeaseError` when the delivery fence moved (or the reply left the head).
+        """
+        n = self._scripts.note_delivery_failure(k=self.keys(cid), token=token, reply_id=reply_id)
+        if n < 0:
+            raise StaleLeaseError(f"delivery of {reply_id} on {cid} was taken over")
+        return n
+
+    @store_errors
+    def dead_letter_reply(self, cid: str, token: int, reply_id: str, dead: bytes) -> None:
+        """Move the outbox head to the dead letters (``dead`` is the record to keep)."""
+        self._r.zadd(self.g.dead_index, {cid: self._now_ms()})  # index first, as in commit
+        if self._scripts.dead_reply(k=self.keys(cid), token=token, reply_id=reply_id, dead_entry=dead,
+                                    dead_max=self.limits.dead_max) < 0:
+            raise StaleLeaseError(f"delivery of {reply_id} on {cid} was taken over")
+
+    @store_errors
+    def release_delivery(self, cid: str, token: int) -> None:
+        """Give the delivery lease up (after an error; the caller re-wakes). A no-op when it is no longer ours."""
+        k = self.keys(cid)
+        self._scripts.release(fence=k.dfence, lease=k.dlease, token=token)

@@ -1,0 +1,173 @@
+"""One Python wrapper per Lua script of :mod:`worker.store.lua`.
+
+The wrappers are the only place that knows a script's KEYS order, ARGV order and result layout: callers pass
+named arguments and get a typed result back, so adding an argument cannot silently shift the others, and a result
+is parsed by position in one fixed shape rather than guessed from its length.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from worker.store import lua
+from worker.store.keys import ConversationKeys
+
+
+def _opt(value: Any) -> bytes | None:
+    return None if value is None else bytes(value)
+
+
+@dataclass(frozen=True)
+class AcceptReply:
+    """ACCEPT: ``code`` 1 accepted, 0 a duplicate id, -1 the mailbox is full; ``depth`` after it."""
+
+    code: int
+    depth: int
+
+
+@dataclass(frozen=True)
+class BeginReply:
+    """BEGIN: ``code`` is the new lease token (> 0), 0 nothing waits, -1 busy, -2 held; then the head entry, the
+    state blob and version, and the attempts counted at the head."""
+
+    code: int
+    entry: bytes | None
+    blob: bytes | None
+    version: int
+    attempts: int
+
+
+@dataclass(frozen=True)
+class ClaimReply:
+    """A claim of the outbox head: ``code`` 1 (or a delivery token, when the claim started a delivery) with the
+    head entry, its next part and whether that part was left in flight; 0 nothing to send; negative refused."""
+
+    code: int
+    entry: bytes | None
+    part: int
+    crashed: bool
+
+    @classmethod
+    def parse(cls, res: list[Any]) -> ClaimReply:
+        return cls(int(res[0]), _opt(res[1]), int(res[2] or 0), int(res[3] or 0) == 1)
+
+
+@dataclass(frozen=True)
+class CommitReply:
+    """COMMIT: ``code`` is the new version (or a refusal), ``extra`` the depth left (or the current version on a
+    refusal); then either ``released`` (with the delivery the commit started, if any) or the next input."""
+
+    code: int
+    extra: int
+    released: bool
+    next_entry: bytes | None
+    next_attempts: int
+    kept_blob: bytes | None
+    delivery: ClaimReply
+
+
+@dataclass(frozen=True)
+class VersionReply:
+    """QUARANTINE: ``code`` is the new version or a refusal, ``version`` the version found on a refusal."""
+
+    code: int
+    version: int
+
+
+class Scripts:
+    """The registered scripts of one client, shared by every part of the store."""
+
+    def __init__(self, client: Any) -> None:
+        s = client.register_script
+        self._accept, self._begin, self._commit = s(lua.ACCEPT), s(lua.BEGIN), s(lua.COMMIT)
+        self._release, self._renew, self._retry = s(lua.RELEASE), s(lua.RENEW_LEASE), s(lua.NOTE_RETRY)
+        self._quarantine = s(lua.QUARANTINE)
+        self._mark_inflight, self._clear_inflight = s(lua.MARK_INFLIGHT), s(lua.CLEAR_INFLIGHT)
+        self._mark_sent, self._dead_reply = s(lua.MARK_SENT), s(lua.DEAD_REPLY)
+        self._begin_delivery, self._claim_next = s(lua.BEGIN_DELIVERY), s(lua.CLAIM_NEXT)
+        self._sent_last = s(lua.SENT_LAST_CLAIM_NEXT)
+        self._failure = s(lua.NOTE_DELIVERY_FAILURE)
+        self._replay, self._zrem_if = s(lua.REPLAY), s(lua.ZREM_IF_SCORE)
+
+    # --- mailbox -----------------------------------------------------------------------------------
+
+    def accept(self, *, k: ConversationKeys, pending: str | None, ttl_keys: list[str], input_id: str,
+               entry: bytes, now_ms: int, max_inbox: int, dedupe_max: int, dedupe_ms: int, ttl_ms: int) -> AcceptReply:
+        """``pending`` is the sweeper's zset when it may be touched in the same script (not on a Cluster)."""
+        keys = [k.inbox, k.seen, *([pending] if pending else []), *ttl_keys]
+        code, depth = self._accept(keys=keys, args=[input_id, entry, now_ms, max_inbox, dedupe_max, dedupe_ms,
+                                                    ttl_ms, k.cid if pending else ""])
+        return AcceptReply(int(code), int(depth))
+
+    def begin(self, *, k: ConversationKeys, lease_ms: int) -> BeginReply:
+        res = self._begin(keys=[k.hold, k.inbox, k.lease, k.fence, k.state, k.attempts], args=[lease_ms])
+        return BeginReply(int(res[0]), _opt(res[1]), _opt(res[2]), int(res[3] or 0), int(res[4] or 0))
+
+    def commit(self, *, k: ConversationKeys, ttl_keys: list[str], token: int, expected_version: int, input_id: str,
+               mode: str, blob: bytes, reply_entry: bytes, trace_entry: bytes, dead_entry: bytes, lease_ms: int,
+               trace_max: int, dead_max: int, ttl_ms: int, claim_ms: int) -> CommitReply:
+        res = self._commit(
+            keys=[k.fence, k.state, k.inbox, k.attempts, k.outbox, k.trace, k.dead, k.lease, k.dlease, k.dfence,
+                  k.sent, *ttl_keys],
+            args=[token, expected_version, input_id, mode, blob, reply_entry, trace_entry, dead_entry, lease_ms,
+                  trace_max, dead_max, ttl_ms, str(claim_ms) if claim_ms > 0 else ""])
+        return CommitReply(int(res[0]), int(res[1]), int(res[2]) == 1, _opt(res[3]), int(res[4] or 0),
+                           _opt(res[5]), ClaimReply.parse(res[6:10]))
+
+    def release(self, *, fence: str, lease: str, token: int) -> bool:
+        """Used for both leases: (fence, lease) or (dfence, dlease). True when the lease was ours and is gone."""
+        return int(self._release(keys=[fence, lease], args=[token])) == 1
+
+    def renew_lease(self, *, k: ConversationKeys, token: int, lease_ms: int) -> bool:
+        return int(self._renew(keys=[k.fence, k.lease], args=[token, lease_ms])) == 1
+
+    def note_retry(self, *, k: ConversationKeys, token: int, input_id: str) -> int:
+        """The retries counted so far, or -1 when the fence moved."""
+        return int(self._retry(keys=[k.fence, k.attempts], args=[token, input_id]))
+
+    def quarantine(self, *, k: ConversationKeys, token: int, expected_version: int, record: bytes,
+                   max_kept: int) -> VersionReply:
+        code, version = self._quarantine(keys=[k.fence, k.state, k.quarantine],
+                                         args=[token, expected_version, record, max_kept])
+        return VersionReply(int(code), int(version))
+
+    # --- outbox ------------------------------------------------------------------------------------
+
+    def begin_delivery(self, *, k: ConversationKeys, lease_ms: int) -> ClaimReply:
+        return ClaimReply.parse(self._begin_delivery(keys=[k.dlease, k.dfence, k.outbox, k.sent], args=[lease_ms]))
+
+    def claim_next(self, *, k: ConversationKeys, token: int, lease_ms: int) -> ClaimReply:
+        return ClaimReply.parse(self._claim_next(keys=[k.dfence, k.outbox, k.sent, k.dlease], args=[token, lease_ms]))
+
+    def sent_last_claim_next(self, *, k: ConversationKeys, token: int, reply_id: str, provider_id: str,
+                             delivered_max: int, lease_ms: int) -> ClaimReply:
+        return ClaimReply.parse(self._sent_last(keys=[k.dfence, k.outbox, k.sent, k.delivered, k.dlease],
+                                                args=[token, reply_id, provider_id, delivered_max, lease_ms]))
+
+    def mark_inflight(self, *, k: ConversationKeys, token: int, reply_id: str, part: int) -> int:
+        return int(self._mark_inflight(keys=[k.dfence, k.sent], args=[token, reply_id, part]))
+
+    def clear_inflight(self, *, k: ConversationKeys, token: int) -> int:
+        return int(self._clear_inflight(keys=[k.dfence, k.sent], args=[token]))
+
+    def mark_sent(self, *, k: ConversationKeys, token: int, reply_id: str, part: int, provider_id: str,
+                  lease_ms: int) -> int:
+        return int(self._mark_sent(keys=[k.dfence, k.outbox, k.sent, k.dlease],
+                                   args=[token, reply_id, part, provider_id, lease_ms]))
+
+    def dead_reply(self, *, k: ConversationKeys, token: int, reply_id: str, dead_entry: bytes, dead_max: int) -> int:
+        return int(self._dead_reply(keys=[k.dfence, k.outbox, k.sent, k.dead],
+                                    args=[token, reply_id, dead_entry, dead_max]))
+
+    def note_delivery_failure(self, *, k: ConversationKeys, token: int, reply_id: str) -> int:
+        """The failures counted for ``reply_id``, or -1 (fence moved) / -3 (no longer the head)."""
+        return int(self._failure(keys=[k.dfence, k.outbox, k.sent], args=[token, reply_id]))
+
+    # --- admin -------------------------------------------------------------------------------------
+
+    def replay(self, *, dead: str, target: str, index: int, expected: bytes, entry: bytes) -> bool:
+        return int(self._replay(keys=[dead, target], args=[index, expected, entry])) == 1
+
+    def zrem_if_score(self, *, zset: str, member: bytes, score: float) -> bool:
+        return int(self._zrem_if(keys=[zset], args=[member, repr(score)])) == 1
