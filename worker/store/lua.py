@@ -312,3 +312,29 @@ local s = redis.call('ZSCORE', KEYS[1], ARGV[1])
 if s and tonumber(s) == tonumber(ARGV[2]) then return redis.call('ZREM', KEYS[1], ARGV[1]) end
 return 0
 """
+
+
+# ----- BEGIN service-helper block (issue 12): the lease heartbeat and per-reply delivery failures. -----------------
+# Appended by the service helper so its branch runs; the store helper's version of the same spec replaces it.
+
+# KEYS: fence, lease (or dfence, dlease)   ARGV: token, lease_ms
+# The heartbeat of a running turn or delivery: 1 and the lease (re)set to the token while the fence still holds
+# it (safe even after the lease expired: nobody took a newer token), else 0 and nothing changes.
+RENEW_LEASE = """
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+redis.call('SET', KEYS[2], ARGV[1], 'PX', ARGV[2])
+return 1
+"""
+
+# KEYS: dfence, sent   ARGV: token, reply_id
+# One failed (retryable) send of the outbox head reply, counted in its progress hash (deleted with the hash when
+# the reply is sent or dead-lettered; restarted when the count belongs to another reply). -1 when the delivery
+# fence moved, else the failures counted for this reply.
+NOTE_DELIVERY_FAILURE = """
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return -1 end
+if redis.call('HGET', KEYS[2], 'failures_of') ~= ARGV[2] then
+  redis.call('HSET', KEYS[2], 'failures_of', ARGV[2], 'failures', 0)
+end
+return redis.call('HINCRBY', KEYS[2], 'failures', 1)
+"""
+# ----- END service-helper block --------------------------------------------------------------------------------------

@@ -552,6 +552,62 @@ class ConversationStore:
         yield pipe
         pipe.execute()
 
+    # ----- BEGIN service-helper block (issue 12); the store helper's version of the same spec replaces it. --------
+
+    @functools.cached_property
+    def _renew_lease_script(self) -> Any:
+        return self.r.register_script(lua.RENEW_LEASE)
+
+    @functools.cached_property
+    def _note_delivery_failure_script(self) -> Any:
+        return self.r.register_script(lua.NOTE_DELIVERY_FAILURE)
+
+    @_wrap
+    def renew_lease(self, cid: str, token: int, lease_ms: int) -> bool:
+        """The heartbeat of a running turn: ``True`` and the lease (re)set to ``token`` for ``lease_ms`` while the
+        fence still holds ``token``; ``False``, changing nothing, when another worker took a newer token."""
+        k = self.keys(cid)
+        return int(self._renew_lease_script(keys=[k.fence, k.lease], args=[token, lease_ms])) == 1
+
+    @_wrap
+    def renew_delivery_lease(self, cid: str, token: int, lease_ms: int) -> bool:
+        """:meth:`renew_lease` for the delivery lease (the same script over ``dfence`` and ``dlease``)."""
+        k = self.keys(cid)
+        return int(self._renew_lease_script(keys=[k.dfence, k.dlease], args=[token, lease_ms])) == 1
+
+    @_wrap
+    def note_delivery_failure(self, cid: str, token: int, reply_id: str) -> int:
+        """Count one failed (retryable) send of the outbox head reply ``reply_id``; returns the failures counted
+        for that reply so far. Raises :class:`~worker.errors.StaleLeaseError` when the delivery fence moved."""
+        k = self.keys(cid)
+        n = int(self._note_delivery_failure_script(keys=[k.dfence, k.sent], args=[token, reply_id]))
+        if n < 0:
+            raise StaleLeaseError(f"delivery lease on {cid} was taken over")
+        return n
+
+    @_wrap
+    def read_state(self, cid: str) -> StateRead:
+        """The current state, read without a lease."""
+        blob, version = self.r.hmget(self.keys(cid).state, "blob", "version")
+        return StateRead(blob, int(version or 0))
+
+    @_wrap
+    def record_ping(self, key: str, value: str) -> None:
+        """Append ``value`` to the list ``key`` (benchmark round trips and health probes)."""
+        self.r.rpush(key, value)
+
+    # ----- END service-helper block --------------------------------------------------------------------------------
+
 
 def from_url(url: str, **kwargs: Any) -> redis.Redis:
     return redis.Redis.from_url(url, **kwargs)
+
+
+# ----- BEGIN service-helper block (issue 12) ------------------------------------------------------------------------
+@dataclass(frozen=True)
+class StateRead:
+    """A conversation's state read without a lease: the blob (``None`` when there is none) and its version."""
+
+    blob: bytes | None
+    version: int
+# ----- END service-helper block ---------------------------------------------------------------------------------------
