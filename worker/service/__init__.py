@@ -13,19 +13,24 @@ keeps the leases of both alive while they work, and :mod:`worker.service.config`
 
 from __future__ import annotations
 
+import logging
 import time
 
 from worker import metrics
 from worker.conversation.chat import Chat
 from worker.delivery.channel import Channel
 from worker.envelopes import Envelope
+from worker.errors import DeliveryError, StoreError
 from worker.service.config import RetryLater, ServiceConfig, Wake, observe_round_trip
 from worker.service.delivery import Deliverer
-from worker.service.drain import Claimed, Drainer
+from worker.service.drain import Claimed, Drained, Drainer
 from worker.service.heartbeat import Heartbeat
 from worker.store.redis_store import ConversationStore
 
-__all__ = ["ConversationService", "Deliverer", "Drainer", "Heartbeat", "RetryLater", "ServiceConfig", "Wake"]
+__all__ = ["ConversationService", "Deliverer", "Drained", "Drainer", "Heartbeat", "RetryLater", "ServiceConfig",
+           "Wake"]
+
+log = logging.getLogger("parley.service")
 
 
 class ConversationService:
@@ -42,11 +47,15 @@ class ConversationService:
             chat.observer = observe_round_trip
         self.heartbeat = heartbeat or Heartbeat(self.config.lease_ms / 3000, self.config.max_hold_ms / 1000)
         self.deliverer = Deliverer(store, channel, self.config, self.heartbeat)
-        self.drainer = Drainer(store, chat, wake, self.config, self.heartbeat, self.deliverer.deliver)
+        self.drainer = Drainer(store, chat, wake, self.config, self.heartbeat)
 
     def drain(self, cid: str) -> int:
-        """Apply every input waiting for ``cid``, in order (see :meth:`Drainer.drain`)."""
-        return self.drainer.drain(cid)
+        """Apply every input waiting for ``cid``, in order (see :meth:`Drainer.drain`), then deliver the reply the
+        drain ended with; returns how many inputs were applied."""
+        drained = self.drainer.drain(cid)
+        if drained.replied:
+            self._deliver_after_drain(cid, drained.delivery)
+        return drained.applied
 
     def deliver(self, cid: str, *, claimed: Claimed | None = None) -> int:
         """Send every reply waiting in ``cid``'s outbox, in order (see :meth:`Deliverer.deliver`)."""
@@ -79,3 +88,31 @@ class ConversationService:
         finally:
             if not queued:
                 self.store.clear_compacting(cid)
+
+    def _deliver_after_drain(self, cid: str, claimed: Claimed | None) -> None:
+        """Deliver the replies this drain committed, in this task (one Celery hop fewer per turn), or ask for a
+        deliver task when ``deliver_inline`` is off. A failure never fails the drain, which has committed: it
+        becomes a scheduled delivery (and the sweeper is the net under that)."""
+        if not self.config.deliver_inline:
+            self.wake("deliver", cid)
+            return
+        try:
+            self.deliverer.deliver(cid, claimed)
+            return
+        except RetryLater as exc:
+            self._wake_delivery(cid, exc.countdown)
+            return
+        except (StoreError, DeliveryError) as exc:  # Redis trouble, a lost delivery lease, a channel error
+            log.warning("inline delivery failed; handing it to a deliver task",
+                        extra={"conversation_id": cid, "error": f"{type(exc).__name__}: {exc}"})
+        except Exception:
+            metrics.UNEXPECTED_ERRORS.labels("inline_delivery").inc()
+            log.exception("inline delivery hit an unexpected error; handing it to a deliver task",
+                          extra={"conversation_id": cid})
+        self._wake_delivery(cid, 1.0)
+
+    def _wake_delivery(self, cid: str, countdown: float) -> None:
+        try:
+            self.wake("deliver", cid, countdown=countdown)
+        except Exception:  # the broker is down: nothing is lost, the reply waits in the outbox
+            log.exception("could not schedule delivery; the sweeper will", extra={"conversation_id": cid})

@@ -14,7 +14,6 @@ from __future__ import annotations
 import logging
 import random
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,15 +23,7 @@ from worker import metrics
 from worker.conversation.chat import Chat, TurnResult
 from worker.delivery.split import split_message
 from worker.envelopes import DeadLetter, Envelope, ReplyRecord, decode_envelope
-from worker.errors import (
-    DeliveryError,
-    EnvelopeError,
-    InputError,
-    ModelError,
-    ModelResponseError,
-    StaleLeaseError,
-    StoreError,
-)
+from worker.errors import EnvelopeError, InputError, ModelError, ModelResponseError, StaleLeaseError
 from worker.service.config import RetryLater, ServiceConfig, Wake
 from worker.service.heartbeat import Beat, Heartbeat
 from worker.store.redis_store import CommitResult, ConversationStore, OutboxHead, Snapshot
@@ -41,6 +32,16 @@ log = logging.getLogger("parley.service")
 
 Claimed = tuple[int, OutboxHead]
 """A delivery already started: the delivery token and the claimed outbox head."""
+
+
+@dataclass(frozen=True)
+class Drained:
+    """What a drain did: inputs applied, whether its last commit queued a reply (to deliver now), and the
+    delivery that commit started, if it did."""
+
+    applied: int
+    replied: bool = False
+    delivery: Claimed | None = None
 
 
 @dataclass
@@ -56,19 +57,18 @@ class _Run:
 
 
 class Drainer:
-    """Applies a conversation's inputs under its lease, then delivers the last reply (inline, or by a wake-up)."""
+    """Applies a conversation's inputs under its lease."""
 
     def __init__(self, store: ConversationStore, chat: Chat, wake: Wake, config: ServiceConfig,
-                 heartbeat: Heartbeat, deliver: Callable[[str, Claimed | None], int]) -> None:
+                 heartbeat: Heartbeat) -> None:
         self.store = store
         self.chat = chat
         self.wake = wake
         self.config = config
         self.heartbeat = heartbeat
-        self._deliver = deliver
 
-    def drain(self, cid: str) -> int:
-        """Apply every input waiting for ``cid``, in order; returns how many were applied.
+    def drain(self, cid: str) -> Drained:
+        """Apply every input waiting for ``cid``, in order.
 
         Returns 0 at once when another worker holds the conversation (it will see our input: the commit that
         empties the mailbox also gives the lease up, atomically), when nothing waits, or when the head input
@@ -77,7 +77,7 @@ class Drainer:
         """
         begin = self.store.begin(cid, self.config.lease_ms)
         if begin.status != "ok" or begin.snapshot is None:
-            return 0
+            return Drained(0)
         token, lease_ms = begin.token, self.config.lease_ms
         run = _Run(cid, token, self.heartbeat.start(lambda: self.store.renew_lease(cid, token, lease_ms), "drain"))
         try:
@@ -91,44 +91,14 @@ class Drainer:
         except StaleLeaseError:
             metrics.STALE_COMMITS.inc()
             log.warning("lease lost; another worker owns the conversation", extra={"conversation_id": cid})
-            return run.applied
+            return Drained(run.applied)
         except BaseException:
             self.heartbeat.stop(run.beat)  # before giving the lease up: no renewal may land after the release
             self.store.release(cid, token, force=True)
             raise
         finally:
             self.heartbeat.stop(run.beat)
-        if run.replied:
-            self._deliver_after_drain(cid, run.delivery)
-        return run.applied
-
-    def _deliver_after_drain(self, cid: str, claimed: Claimed | None) -> None:
-        """Deliver the replies this drain committed, in this task (one Celery hop fewer per turn), or ask for a
-        deliver task when ``deliver_inline`` is off. A failure never fails the drain, which has committed: it
-        becomes a scheduled delivery (and the sweeper is the net under that)."""
-        if not self.config.deliver_inline:
-            self.wake("deliver", cid)
-            return
-        try:
-            self._deliver(cid, claimed)
-            return
-        except RetryLater as exc:
-            self._wake_delivery(cid, exc.countdown)
-            return
-        except (StoreError, DeliveryError) as exc:  # Redis trouble, a lost delivery lease, a channel error
-            log.warning("inline delivery failed; handing it to a deliver task",
-                        extra={"conversation_id": cid, "error": f"{type(exc).__name__}: {exc}"})
-        except Exception:
-            metrics.UNEXPECTED_ERRORS.labels("inline_delivery").inc()
-            log.exception("inline delivery hit an unexpected error; handing it to a deliver task",
-                          extra={"conversation_id": cid})
-        self._wake_delivery(cid, 1.0)
-
-    def _wake_delivery(self, cid: str, countdown: float) -> None:
-        try:
-            self.wake("deliver", cid, countdown=countdown)
-        except Exception:  # the broker is down: nothing is lost, the reply waits in the outbox
-            log.exception("could not schedule delivery; the sweeper will", extra={"conversation_id": cid})
+        return Drained(run.applied, run.replied, run.delivery)
 
     def _apply(self, run: _Run, snap: Snapshot, attempts: int) -> CommitResult:
         raw, input_id = snap.input or b"", snap.input_id or ""
