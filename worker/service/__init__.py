@@ -97,7 +97,7 @@ class ConversationService:
             self.wake("deliver", cid)
             return
         try:
-            self.deliverer.deliver(cid, claimed)
+            self.deliver(cid, claimed=claimed)
             return
         except RetryLater as exc:
             self._wake_delivery(cid, exc.countdown)
