@@ -121,7 +121,8 @@ class Settings(BaseSettings):
                                                   description="App secret for X-Hub-Signature-256 on webhooks.")
     whatsapp_verify_token: SecretStr | None = Field(None, validation_alias=_std("WHATSAPP_VERIFY_TOKEN"),
                                                     description="Token for the webhook verification handshake.")
-    delivery_max_attempts: int = Field(8, description="Attempts to deliver a reply on throttling/5xx before dead-letter.")
+    delivery_max_attempts: int = Field(8, description="Failed sends of one reply (throttling, 5xx) before it is "
+                                       "dead-lettered; counted in Redis with the reply, whichever worker sends it.")
     delivery_part_interval: float = Field(0.0, description="Seconds between the parts of one split reply.")
     deliver_inline: bool = Field(True, description="Deliver a drain's last reply in the drain task itself (one "
                                  "Celery hop fewer per turn); false hands every reply to a parley.deliver task.")
