@@ -1,7 +1,7 @@
 """The lease heartbeat: a turn or a send longer than the lease keeps its lease, a stalled worker loses it.
 
 The lease is short (a dead worker's conversations must be taken over soon); a worker alive and busy renews it.
-These tests shrink the lease to a few hundred milliseconds so that "longer than the lease" is quick.
+These tests shrink the lease to 0.6 s so that "longer than the lease" is quick.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from worker.delivery.channel import RecordingChannel
 from worker.service import ConversationService, Heartbeat, ServiceConfig
 
 CID = "447700900321"
-LEASE_MS = 300
+LEASE_MS = 600
 
 
 def _slow(seconds: float, started: threading.Event | None = None):  # type: ignore[no-untyped-def]
@@ -49,13 +49,13 @@ def _in_thread(fn, *args):  # type: ignore[no-untyped-def]
 
 def test_a_turn_longer_than_the_lease_keeps_its_lease_and_commits() -> None:
     started = threading.Event()
-    h = make_harness(ScriptedModel(default=_slow(1.2, started)), config=ServiceConfig(lease_ms=LEASE_MS))
+    h = make_harness(ScriptedModel(default=_slow(1.6, started)), config=ServiceConfig(lease_ms=LEASE_MS))
     h.client.send_message(CID, "slow one", message_id="m1")
     stale = metrics.STALE_COMMITS._value.get()
     first, out = _in_thread(h.service.drain, CID)
     assert started.wait(5)
     other = _second_worker(h.service)
-    for _ in range(8):  # well past the lease, another worker is turned away: the lease is still held
+    for _ in range(12):  # well past the lease, another worker is turned away: the lease is still held
         time.sleep(0.1)
         assert other.drain(CID) == 0
     first.join(10)
@@ -68,7 +68,7 @@ def test_a_turn_longer_than_the_lease_keeps_its_lease_and_commits() -> None:
 def test_a_stalled_worker_without_heartbeat_loses_the_lease_and_its_commit_is_refused() -> None:
     started = threading.Event()
     stalled = Heartbeat(LEASE_MS / 3000, 600, autostart=False)  # a frozen process: its heartbeat never runs
-    h = make_harness(ScriptedModel([_slow(1.0, started)], default=_slow(0, None)),
+    h = make_harness(ScriptedModel([_slow(1.6, started)], default=_slow(0, None)),
                      config=ServiceConfig(lease_ms=LEASE_MS))
     worker_a = _second_worker(h.service, heartbeat=stalled)
     h.client.send_message(CID, "first", message_id="m1")
@@ -90,7 +90,7 @@ def test_a_send_longer_than_the_delivery_lease_is_not_resent_by_another_worker()
     class SlowChannel(RecordingChannel):
         def send_text(self, recipient: str, text: str, *, reply_to: str | None = None) -> str:
             sending.set()
-            time.sleep(1.0)
+            time.sleep(1.6)
             return super().send_text(recipient, text, reply_to=reply_to)
 
     h = make_harness(channel=SlowChannel(), config=ServiceConfig(lease_ms=LEASE_MS, deliver_inline=False))
@@ -100,7 +100,7 @@ def test_a_send_longer_than_the_delivery_lease_is_not_resent_by_another_worker()
     first, out = _in_thread(h.service.deliver, CID)
     assert sending.wait(5)
     other = _second_worker(h.service)
-    for _ in range(6):  # past the lease: the send in flight is neither taken over nor resent
+    for _ in range(10):  # past the lease: the send in flight is neither taken over nor resent
         time.sleep(0.1)
         assert other.deliver(CID) == 0
     first.join(10)
