@@ -1,8 +1,8 @@
 """The tasks: thin wrappers that call the service and turn its exceptions into retries.
 
-Every task takes only a conversation id (plus a delivery attempt count): the inputs themselves live in
-the conversation's mailbox in Redis, so a duplicated or reordered Celery message cannot apply anything
-twice or out of order — it only wakes a drainer up.
+Every task takes only a conversation id: the inputs themselves live in the conversation's mailbox in Redis
+(and a reply's failed sends are counted there too), so a duplicated or reordered Celery message cannot apply
+anything twice or out of order — it only wakes a drainer up.
 """
 
 from __future__ import annotations
@@ -17,7 +17,8 @@ from celery import signals
 from celery.concurrency.prefork import TaskPool as PreforkPool
 
 from tasks import app
-from worker.errors import StoreUnavailableError
+from worker import metrics
+from worker.errors import ParleyError, StoreUnavailableError
 from worker.service import ConversationService, RetryLater
 from worker.settings import get_settings
 
@@ -27,12 +28,9 @@ _service: ConversationService | None = None
 _lock = threading.Lock()
 
 
-def wake(kind: str, cid: str, *, countdown: float = 0.0, attempt: int = 0) -> None:
+def wake(kind: str, cid: str, *, countdown: float = 0.0) -> None:
     """Ask for follow-up work on a conversation (sent as a Celery task)."""
-    if kind == "deliver":
-        deliver.apply_async(args=[cid, attempt] if attempt else [cid], countdown=countdown or None)
-        return
-    task = {"drain": drain, "compact": compact}[kind]
+    task = {"drain": drain, "deliver": deliver, "compact": compact}[kind]
     task.apply_async(args=[cid], countdown=countdown or None)
 
 
@@ -51,10 +49,9 @@ def service() -> ConversationService:
 def _warm_up() -> None:
     """Build the service before the first task and move everything alive now out of the collector's sight.
 
-    Without it the first turn of a process paid ~150 ms of imports and set-up, and every full collection
-    walked the ~hundreds of thousands of long-lived objects that Celery, pydantic and the providers leave
-    behind: a 45-85 ms stall of every turn in flight, once every few hundred turns (measured with
-    bench/worker_bench.py part 2; gone with the freeze)."""
+    Otherwise the first turn of a process pays for the imports and set-up, and every full collection walks
+    the many long-lived objects that Celery, pydantic and the providers leave behind, stalling every turn in
+    flight (bench/README.md has the figures)."""
     try:
         service()
     except Exception:  # Redis may be down at start-up: the first task builds it instead
@@ -82,11 +79,15 @@ def drain(self: Any, conversation_id: str) -> int:
 
 @app.task(name="parley.deliver", bind=True, max_retries=None, acks_late=True)
 def deliver(self: Any, conversation_id: str, attempt: int = 0) -> int:
-    """Send the waiting replies of one conversation, in order."""
+    """Send the waiting replies of one conversation, in order.
+
+    ``attempt`` is ignored: the failures of a reply are counted in Redis. It stays so that messages queued
+    by an earlier version still run."""
+    del attempt
     try:
-        return service().deliver(conversation_id, attempt)
+        return service().deliver(conversation_id)
     except RetryLater as exc:
-        raise self.retry(args=[conversation_id, attempt + 1], countdown=exc.countdown) from None
+        raise self.retry(args=[conversation_id], countdown=exc.countdown) from None
     except StoreUnavailableError:
         if self.request.retries >= 20:
             raise
@@ -97,11 +98,18 @@ def deliver(self: Any, conversation_id: str, attempt: int = 0) -> int:
 def compact(self: Any, conversation_id: str) -> bool:
     """Compute a compaction off to the side and queue it for splicing. A failure changes nothing."""
     try:
-        return service().compact(conversation_id)
+        return service().queue_compaction(conversation_id)
     except StoreUnavailableError:
         raise self.retry(countdown=_backoff(self.request.retries)) from None
+    except ParleyError as exc:  # Redis refused, or a state or model failure the compactor did not absorb
+        metrics.COMPACTIONS.labels("failed").inc()
+        log.warning("compaction failed; the state is unchanged",
+                    extra={"conversation_id": conversation_id, "error": f"{type(exc).__name__}: {exc}"})
+        return False
     except Exception:
-        log.exception("compaction failed; the state is unchanged", extra={"conversation_id": conversation_id})
+        metrics.UNEXPECTED_ERRORS.labels("compaction").inc()
+        log.exception("compaction hit an unexpected error; the state is unchanged",
+                      extra={"conversation_id": conversation_id})
         return False
 
 
@@ -111,7 +119,9 @@ def sweep(limit: int = 1000) -> int:
     svc = service()
     settings = get_settings()
     woken = 0
-    for cid in svc.store.stranded(limit, int(settings.sweep_interval * 2000)):
+    # Idle for a sweep interval: a conversation woken just now has its drain on the way (no duplicate for it),
+    # and one whose worker died is found one lease plus one or two intervals after the death.
+    for cid in svc.store.stranded(limit, int(settings.sweep_interval * 1000)):
         drain.apply_async(args=[cid])
         deliver.apply_async(args=[cid])
         woken += 1

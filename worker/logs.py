@@ -1,7 +1,7 @@
 """Logging: stdlib logging, JSON lines when ``PARLEY_LOG_JSON`` is set.
 
 Fields passed with ``extra=`` (conversation_id, message_id, ...) are part of every JSON line. Message text
-is never logged unless ``PARLEY_LOG_MESSAGE_TEXT`` is set.
+is never logged (the conversation's trace in Redis keeps it).
 """
 
 from __future__ import annotations

@@ -25,3 +25,6 @@ DUPLICATE_WINDOW = Counter("parley_duplicate_send_window_total",
                            "Reply parts resent because a crash hit between the send and the sent mark.")
 STALE_COMMITS = Counter("parley_stale_commits_total", "Commits refused by the fencing check.")
 MAILBOX_DEPTH = Gauge("parley_mailbox_depth", "Inputs waiting in the mailbox seen at the last commit.")
+UNEXPECTED_ERRORS = Counter("parley_unexpected_errors_total",
+                            "Errors no code path expects (bugs), by where they surfaced; each is logged with its stack.",
+                            ["where"])

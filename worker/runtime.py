@@ -115,16 +115,18 @@ def build_channel(settings: Settings) -> Channel:
 
 
 def service_config(settings: Settings) -> ServiceConfig:
+    """The service's knobs from the settings; a turn may run as long as a task may (the heartbeat's bound)."""
     return ServiceConfig(
         system_prompt=settings.system_prompt,
         lease_ms=int(settings.lease_seconds * 1000),
+        max_hold_ms=int(settings.task_time_limit * 1000),
         max_attempts=settings.max_attempts,
         max_model_retries=settings.max_model_retries,
+        max_bad_response_retries=settings.max_bad_response_retries,
         max_retry_delay=settings.max_retry_delay,
         delivery_max_attempts=settings.delivery_max_attempts,
         delivery_part_interval=settings.delivery_part_interval,
         deliver_inline=settings.deliver_inline,
-        log_text=settings.log_message_text,
     )
 
 

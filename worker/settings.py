@@ -78,12 +78,17 @@ class Settings(BaseSettings):
                                                  "parley_pinned_dropped_total).")
 
     # --- the worker ---
-    lease_seconds: float = Field(180.0, description="How long a worker owns a conversation without committing.")
+    lease_seconds: float = Field(10.0, description="How long a conversation (or its delivery) stays owned by a "
+                                 "worker that stopped renewing it. A running turn renews it every third of this, "
+                                 "so it bounds how soon a dead worker's conversations are taken over.")
     max_inbox: int = Field(1000, description="Most pending inputs per conversation; more are refused.")
     max_attempts: int = Field(5, description="Attempts at one input that end in a crash before it is dead-lettered "
                                              "(poison input).")
     max_model_retries: int = Field(30, description="Retries of one input while the model is unavailable (backoff up "
                                                    "to a minute) before it is dead-lettered.")
+    max_bad_response_retries: int = Field(3, description="Retries of one input whose model answer could not be read "
+                                          "(a malformed body) before it is dead-lettered, counted with its other "
+                                          "model retries.")
     dedupe_max_ids: int = Field(10_000, description="Message ids remembered per conversation for dedupe.")
     dedupe_seconds: float = Field(4 * 86400.0, description="How long message ids are remembered (WhatsApp retries "
                                                              "for about 36 hours).")
@@ -106,7 +111,9 @@ class Settings(BaseSettings):
     task_events: bool = Field(False, description="Send Celery task events (for Flower and `celery events`); each "
                               "task then costs three more broker publishes. Parley's Prometheus metrics do not "
                               "need them. `celery worker -E` turns them on too.")
-    sweep_interval: float = Field(15.0, description="How often the sweeper looks for stranded conversations.")
+    sweep_interval: float = Field(5.0, description="How often the sweeper looks for stranded conversations (waiting "
+                                  "inputs or replies whose worker's lease ran out), in seconds; it wakes those idle "
+                                  "this long or more.")
 
     # --- delivery ---
     whatsapp_api_base_url: str = Field("https://graph.facebook.com/v21.0",
@@ -120,7 +127,8 @@ class Settings(BaseSettings):
                                                   description="App secret for X-Hub-Signature-256 on webhooks.")
     whatsapp_verify_token: SecretStr | None = Field(None, validation_alias=_std("WHATSAPP_VERIFY_TOKEN"),
                                                     description="Token for the webhook verification handshake.")
-    delivery_max_attempts: int = Field(8, description="Attempts to deliver a reply on throttling/5xx before dead-letter.")
+    delivery_max_attempts: int = Field(8, description="Failed sends of one reply (throttling, 5xx) before it is "
+                                       "dead-lettered; counted in Redis with the reply, whichever worker sends it.")
     delivery_part_interval: float = Field(0.0, description="Seconds between the parts of one split reply.")
     deliver_inline: bool = Field(True, description="Deliver a drain's last reply in the drain task itself (one "
                                  "Celery hop fewer per turn); false hands every reply to a parley.deliver task.")
@@ -129,7 +137,6 @@ class Settings(BaseSettings):
     # --- observability ---
     log_json: bool = Field(False, description="Log JSON lines instead of text.")
     log_level: str = Field("INFO", description="Log level.")
-    log_message_text: bool = Field(False, description="Include message text in logs (privacy: off by default).")
     metrics_port: int | None = Field(None, description="Serve Prometheus metrics on this port in each worker.")
 
     @field_validator("reset_phrases", mode="before")

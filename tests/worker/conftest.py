@@ -13,6 +13,9 @@ from worker.delivery.channel import RecordingChannel
 from worker.service import ConversationService, ServiceConfig
 from worker.store.redis_store import ConversationStore, StoreLimits
 
+# The service method each wake-up kind runs (what tasks/conversation.py's tasks call).
+_ENTRY = {"drain": "drain", "deliver": "deliver", "compact": "queue_compaction"}
+
 
 @dataclass
 class Harness:
@@ -25,7 +28,7 @@ class Harness:
     service: ConversationService
     client: ConversationClient
     woken: list[tuple[str, str]] = field(default_factory=list)
-    scheduled: list[tuple[str, str, float, int]] = field(default_factory=list)  # every wake: kind, id, countdown, attempt
+    scheduled: list[tuple[str, str, float]] = field(default_factory=list)  # every wake: kind, id, countdown
 
     def run(self, max_steps: int = 10_000, *, defer: tuple[str, ...] = ()) -> list[tuple[str, str]]:
         """Run queued wake-ups until none is left; kinds in ``defer`` are set aside and returned."""
@@ -36,7 +39,7 @@ class Harness:
             if kind in defer:
                 deferred.append((kind, cid))
                 continue
-            getattr(self.service, kind)(cid)
+            getattr(self.service, _ENTRY[kind])(cid)
             steps += 1
         return deferred
 
@@ -49,11 +52,11 @@ def make_harness(model: ScriptedModel | None = None, *, compactor: object = None
     chat = Chat(model=model, compactor=compactor, auto_compact=False, **chat_kw)  # type: ignore[arg-type]
     ch = channel or RecordingChannel()
     woken: list[tuple[str, str]] = []
-    scheduled: list[tuple[str, str, float, int]] = []
+    scheduled: list[tuple[str, str, float]] = []
 
-    def wake(kind: str, cid: str, *, countdown: float = 0.0, attempt: int = 0) -> None:
+    def wake(kind: str, cid: str, *, countdown: float = 0.0) -> None:
         woken.append((kind, cid))
-        scheduled.append((kind, cid, countdown, attempt))
+        scheduled.append((kind, cid, countdown))
 
     svc = ConversationService(store, chat, ch, wake, config or ServiceConfig(system_prompt="You are a test."))
     client = ConversationClient(store, lambda cid: woken.append(("drain", cid)))

@@ -177,12 +177,12 @@ def test_throttled_delivery_retries_and_permanent_failure_is_dead_lettered() -> 
     ch = FlakyChannel([DeliveryRetryableError("throttled", code=130429, retry_after=2.0)])
     h = make_harness(channel=ch)
     h.client.send_message(CID, "one", message_id="m1")
-    # The drain delivers inline; throttled, it schedules a deliver task after the Retry-After, as attempt 1.
+    # The drain delivers inline; throttled, it schedules a deliver task after the Retry-After.
     assert h.run(defer=("deliver",)) == [("deliver", CID)]
-    assert h.scheduled[-1] == ("deliver", CID, 2.0, 1) and ch.sent == []
+    assert h.scheduled[-1] == ("deliver", CID, 2.0) and ch.sent == []
     ch.failures.append(DeliveryRetryableError("throttled", code=130429, retry_after=3.0))
     with pytest.raises(RetryLater) as info:  # the deliver task itself raises, and Celery retries it
-        h.service.deliver(CID, 1)
+        h.service.deliver(CID)
     assert info.value.countdown == 3.0
     h.woken.append(("deliver", CID))
     h.run()
@@ -224,7 +224,7 @@ def test_follow_up_compaction_is_spliced_and_keeps_inputs_that_arrived_meanwhile
     # The compaction runs while two more inputs are waiting.
     h.client.send_message(CID, "q5", message_id="m5")
     h.client.send_event(CID, "tagged Bettys")
-    assert h.service.compact(CID)
+    assert h.service.queue_compaction(CID)
     h.run()
     st = decode_state(h.store.read_state(CID).blob)
     assert st.summary == "summary of the early game"
@@ -242,7 +242,7 @@ def test_failed_compaction_changes_nothing() -> None:
         h.client.send_message(CID, f"q{i}", message_id=f"m{i}")
     h.run()
     before = h.store.read_state(CID)
-    assert h.service.compact(CID) is False
+    assert h.service.queue_compaction(CID) is False
     h.run()
     after = h.store.read_state(CID)
     assert (after.blob, after.version) == (before.blob, before.version)

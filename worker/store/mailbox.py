@@ -122,7 +122,8 @@ class MailboxStore(StoreBase):
         """The heartbeat of a running turn: ``True`` when the fence still holds ``token`` (the lease is set again
         to expire in ``lease_ms``, even if it had run out: nobody took a newer token); ``False``, changing
         nothing, when another worker took the conversation over."""
-        return self._scripts.renew_lease(k=self.keys(cid), token=token, lease_ms=lease_ms)
+        k = self.keys(cid)
+        return self._scripts.renew_lease(fence=k.fence, lease=k.lease, token=token, lease_ms=lease_ms)
 
     @store_errors
     def quarantine(self, cid: str, token: int, blob: bytes, reason: str, *, expected_version: int) -> int:

@@ -63,6 +63,13 @@ class OutboxStore(StoreBase):
             raise StaleLeaseError(f"delivery of {reply_id} on {cid} was taken over")
 
     @store_errors
+    def renew_delivery_lease(self, cid: str, token: int, lease_ms: int) -> bool:
+        """The heartbeat of a running delivery (a slow send, a throttled channel): as
+        :meth:`~worker.store.mailbox.MailboxStore.renew_lease`, for the delivery lease."""
+        k = self.keys(cid)
+        return self._scripts.renew_lease(fence=k.dfence, lease=k.dlease, token=token, lease_ms=lease_ms)
+
+    @store_errors
     def note_delivery_failure(self, cid: str, token: int, reply_id: str) -> int:
         """Count one failed (retryable) send of the outbox head ``reply_id``; returns the failures counted so far
         for that reply. The count lives with the reply's progress in Redis, so the retry limit holds across task

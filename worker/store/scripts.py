@@ -119,8 +119,9 @@ class Scripts:
         """Used for both leases: (fence, lease) or (dfence, dlease). True when the lease was ours and is gone."""
         return int(self._release(keys=[fence, lease], args=[token])) == 1
 
-    def renew_lease(self, *, k: ConversationKeys, token: int, lease_ms: int) -> bool:
-        return int(self._renew(keys=[k.fence, k.lease], args=[token, lease_ms])) == 1
+    def renew_lease(self, *, fence: str, lease: str, token: int, lease_ms: int) -> bool:
+        """Shared by the drain lease (fence, lease) and the delivery lease (dfence, dlease)."""
+        return int(self._renew(keys=[fence, lease], args=[token, lease_ms])) == 1
 
     def note_retry(self, *, k: ConversationKeys, token: int, input_id: str) -> int:
         """The retries counted so far, or -1 when the fence moved."""

@@ -1,0 +1,57 @@
+"""Takeover at the default settings: a worker SIGKILLed in the middle of a slow turn strands its conversation
+for about a lease and a sweep, not minutes; while it was alive, its heartbeat kept the conversation its own."""
+
+from __future__ import annotations
+
+import signal
+import threading
+import time
+
+import pytest
+
+from tests.e2e.conftest import Cluster
+from tests.support.workers import wait_until
+from worker.settings import Settings
+
+pytestmark = pytest.mark.e2e
+
+CID = "447700900666"
+TAKEOVER_LIMIT = 30.0  # seconds from the kill to the answer: lease + sweep interval + one 3 s model call + slack
+
+
+@pytest.mark.parametrize("pool", ["threads", "gevent", "prefork"])
+def test_a_killed_workers_conversation_is_taken_over_at_the_default_settings(cluster: Cluster, pool: str) -> None:
+    for name in ("PARLEY_LEASE_SECONDS", "PARLEY_SWEEP_INTERVAL", "PARLEY_LLM_TIMEOUT"):
+        cluster.env.pop(name)  # the shipped defaults, not the suite's short lease
+    defaults = Settings()
+    assert defaults.lease_seconds <= 10 and defaults.sweep_interval <= 5
+    first_call, killed = threading.Event(), threading.Event()
+
+    def hang_the_first_call(_: object) -> None:  # the busy worker's turn is in flight until it dies
+        if not first_call.is_set():
+            first_call.set()
+            killed.wait(120)
+
+    cluster.llm.on_request = hang_the_first_call
+    cluster.llm.delay = 3.0
+    busy = cluster.start_worker("busy", pool=pool, concurrency=2)
+    client = cluster.client()
+    client.send_message(CID, "are you there?", message_id="m1")
+    client.send_message(CID, "and now?", message_id="m2")
+    assert wait_until(first_call.is_set, 60), busy.log()
+    started = time.monotonic()
+    spare = cluster.start_worker("spare", pool=pool, concurrency=2)
+    assert wait_until(lambda: "ready" in spare.log(), 60), spare.log()
+    # Past the lease, with a spare worker sweeping: the heartbeat keeps the slow turn's conversation its own.
+    time.sleep(max(0.0, started + 1.5 * defaults.lease_seconds - time.monotonic()))
+    assert len(cluster.llm.requests) == 1, "another worker took over a live worker's turn"
+    busy.kill(signal.SIGKILL)
+    killed_at = time.monotonic()
+    killed.set()
+    assert wait_until(lambda: len(cluster.whatsapp.texts_for(CID)) >= 1, TAKEOVER_LIMIT), spare.log()
+    took = time.monotonic() - killed_at
+    assert took <= TAKEOVER_LIMIT, took
+    assert wait_until(lambda: len(cluster.whatsapp.texts_for(CID)) >= 2, 20), spare.log()
+    time.sleep(1.0)
+    assert cluster.whatsapp.texts_for(CID) == ["ack:are you there?", "ack:and now?"]
+    print(f"{pool}: answered {took:.1f} s after the SIGKILL")

@@ -1,0 +1,153 @@
+"""The lease heartbeat: a turn or a send longer than the lease keeps its lease, a stalled worker loses it.
+
+The lease is short (a dead worker's conversations must be taken over soon); a worker alive and busy renews it.
+These tests shrink the lease to 0.6 s so that "longer than the lease" is quick.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from tests.support.store_kit import raw
+from tests.worker.conftest import make_harness
+from worker import ScriptedModel, metrics
+from worker.conversation.model import ModelRequest
+from worker.delivery.channel import RecordingChannel
+from worker.service import ConversationService, Heartbeat, ServiceConfig
+
+CID = "447700900321"
+LEASE_MS = 600
+
+
+def _slow(seconds: float, started: threading.Event | None = None):  # type: ignore[no-untyped-def]
+    def answer(req: ModelRequest) -> str:
+        if started is not None:
+            started.set()
+        time.sleep(seconds)
+        return "ack:" + req.messages[-1].content
+    return answer
+
+
+def _second_worker(first: ConversationService, heartbeat: Heartbeat | None = None) -> ConversationService:
+    """Another worker process over the same Redis: its own service, its own heartbeat."""
+    return ConversationService(first.store, first.chat, first.channel, first.wake, first.config, heartbeat=heartbeat)
+
+
+def _in_thread(fn, *args):  # type: ignore[no-untyped-def]
+    out: dict[str, object] = {}
+
+    def run() -> None:
+        try:
+            out["result"] = fn(*args)
+        except BaseException as exc:
+            out["error"] = exc
+
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    return t, out
+
+
+def test_a_turn_longer_than_the_lease_keeps_its_lease_and_commits() -> None:
+    started = threading.Event()
+    h = make_harness(ScriptedModel(default=_slow(1.6, started)), config=ServiceConfig(lease_ms=LEASE_MS))
+    h.client.send_message(CID, "slow one", message_id="m1")
+    stale = metrics.STALE_COMMITS._value.get()
+    first, out = _in_thread(h.service.drain, CID)
+    assert started.wait(5)
+    other = _second_worker(h.service)
+    for _ in range(12):  # well past the lease, another worker is turned away: the lease is still held
+        time.sleep(0.1)
+        assert other.drain(CID) == 0
+    first.join(10)
+    assert out == {"result": 1}
+    assert len(h.model.requests) == 1 and metrics.STALE_COMMITS._value.get() == stale
+    assert [t for _, t, _ in h.channel.sent] == ["ack:slow one"]
+    assert not raw(h.store).exists(h.store.keys(CID).lease)  # given up at the end, not kept alive by a late beat
+
+
+def test_a_stalled_worker_without_heartbeat_loses_the_lease_and_its_commit_is_refused() -> None:
+    started = threading.Event()
+    stalled = Heartbeat(LEASE_MS / 3000, 600, autostart=False)  # a frozen process: its heartbeat never runs
+    h = make_harness(ScriptedModel([_slow(1.6, started)], default=_slow(0, None)),
+                     config=ServiceConfig(lease_ms=LEASE_MS))
+    worker_a = _second_worker(h.service, heartbeat=stalled)
+    h.client.send_message(CID, "first", message_id="m1")
+    stale = metrics.STALE_COMMITS._value.get()
+    a, out = _in_thread(worker_a.drain, CID)
+    assert started.wait(5)
+    time.sleep(LEASE_MS / 1000 + 0.1)
+    assert h.service.drain(CID) == 1  # the lease ran out: another worker takes the input over and commits it
+    a.join(10)
+    assert out == {"result": 0}  # the stalled worker's commit was refused by the fence
+    assert metrics.STALE_COMMITS._value.get() == stale + 1
+    assert [t for _, t, _ in h.channel.sent] == ["ack:first"]
+    assert h.store.inbox_depth(CID) == 0 and len(h.store.delivered(CID)) == 1
+
+
+def test_a_send_longer_than_the_delivery_lease_is_not_resent_by_another_worker() -> None:
+    sending = threading.Event()
+
+    class SlowChannel(RecordingChannel):
+        def send_text(self, recipient: str, text: str, *, reply_to: str | None = None) -> str:
+            sending.set()
+            time.sleep(1.6)
+            return super().send_text(recipient, text, reply_to=reply_to)
+
+    h = make_harness(channel=SlowChannel(), config=ServiceConfig(lease_ms=LEASE_MS, deliver_inline=False))
+    h.client.send_message(CID, "hello", message_id="m1")
+    h.service.drain(CID)
+    duplicates = metrics.DUPLICATE_WINDOW._value.get()
+    first, out = _in_thread(h.service.deliver, CID)
+    assert sending.wait(5)
+    other = _second_worker(h.service)
+    for _ in range(10):  # past the lease: the send in flight is neither taken over nor resent
+        time.sleep(0.1)
+        assert other.deliver(CID) == 0
+    first.join(10)
+    assert out == {"result": 1}
+    assert [t for _, t, _ in h.channel.sent] == ["ack:hello"]
+    assert metrics.DUPLICATE_WINDOW._value.get() == duplicates
+    assert not raw(h.store).exists(h.store.keys(CID).dlease)
+
+
+def test_a_beat_landing_after_the_lease_was_given_up_does_not_take_it_back(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """The heartbeat may renew between the drain's last commit (which gives the lease up) and the drain's end;
+    renewing then would take the lease back and hide the conversation from the next drain and the sweeper for
+    a whole lease period."""
+    hb = Heartbeat(LEASE_MS / 3000, 600, autostart=False)
+    h = make_harness(config=ServiceConfig(lease_ms=LEASE_MS))
+    svc = _second_worker(h.service, heartbeat=hb)
+    real_stop = hb.stop
+    renewed: list[bool] = []
+
+    def tick_then_stop(beat):  # type: ignore[no-untyped-def]
+        renewed.append(beat.beat(time.monotonic(), 600))  # a tick in that window
+        real_stop(beat)
+
+    monkeypatch.setattr(hb, "stop", tick_then_stop)
+    h.client.send_message(CID, "hi", message_id="m1")
+    assert svc.drain(CID) == 1
+    assert renewed and not any(renewed)
+    assert not raw(h.store).exists(h.store.keys(CID).lease)
+    h.client.send_message(CID, "next", message_id="m2")
+    assert svc.drain(CID) == 1  # nobody holds the conversation
+
+
+def test_renewal_stops_when_another_worker_took_the_lease_and_after_max_hold() -> None:
+    calls: list[str] = []
+
+    def renew(name: str, still_ours: bool):  # type: ignore[no-untyped-def]
+        def call() -> bool:
+            calls.append(name)
+            return still_ours
+        return call
+
+    hb = Heartbeat(0.0, 0.2, autostart=False)
+    taken = hb.start(renew("taken", False), "drain")
+    kept = hb.start(renew("kept", True), "drain")
+    assert hb.tick() == 1 and sorted(calls) == ["kept", "taken"]
+    assert taken.active is False and kept.active is True
+    assert hb.tick() == 1 and sorted(calls) == ["kept", "kept", "taken"]  # the refused one is renewed no more
+    time.sleep(0.25)  # no commit for longer than max_hold: a stuck turn lets its lease run out
+    assert hb.tick() == 0 and len(calls) == 3 and kept.active is False

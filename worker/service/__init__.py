@@ -1,0 +1,118 @@
+"""Applying inputs and delivering replies: the worker's logic, free of Celery.
+
+Tasks in :mod:`tasks` are thin: they build a :class:`ConversationService` once per process and call
+:meth:`~ConversationService.drain`, :meth:`~ConversationService.deliver` or
+:meth:`~ConversationService.queue_compaction`, mapping the exceptions to Celery retries. ``wake`` is how the
+service asks for follow-up work (``wake("drain" | "deliver" | "compact", conversation_id)``); the tasks module
+sends Celery tasks for it.
+
+The parts: :class:`~worker.service.drain.Drainer` applies inputs (its module says where each guarantee comes
+from), :class:`~worker.service.delivery.Deliverer` sends replies, :class:`~worker.service.heartbeat.Heartbeat`
+keeps the leases of both alive while they work, and :mod:`worker.service.config` holds what they share.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from worker import metrics
+from worker.conversation.chat import Chat
+from worker.delivery.channel import Channel
+from worker.envelopes import Envelope
+from worker.errors import DeliveryError, StoreError
+from worker.service.config import RetryLater, ServiceConfig, Wake, observe_round_trip
+from worker.service.delivery import Deliverer
+from worker.service.drain import Claimed, Drained, Drainer
+from worker.service.heartbeat import Heartbeat
+from worker.store.protocol import Store
+
+__all__ = ["ConversationService", "Deliverer", "Drained", "Drainer", "Heartbeat", "RetryLater", "ServiceConfig",
+           "Wake"]
+
+log = logging.getLogger("parley.service")
+
+
+class ConversationService:
+    """The worker's logic over a store, a chat and a delivery channel: the entry the tasks call."""
+
+    def __init__(self, store: Store, chat: Chat, channel: Channel, wake: Wake,
+                 config: ServiceConfig | None = None, *, heartbeat: Heartbeat | None = None) -> None:
+        self.store = store
+        self.chat = chat
+        self.channel = channel
+        self.wake = wake
+        self.config = config or ServiceConfig()
+        if chat.observer is None:
+            chat.observer = observe_round_trip
+        self.heartbeat = heartbeat or Heartbeat(self.config.lease_ms / 3000, self.config.max_hold_ms / 1000)
+        self.deliverer = Deliverer(store, channel, self.config, self.heartbeat)
+        self.drainer = Drainer(store, chat, wake, self.config, self.heartbeat)
+
+    def drain(self, cid: str) -> int:
+        """Apply every input waiting for ``cid``, in order (see :meth:`Drainer.drain`), then deliver the reply the
+        drain ended with; returns how many inputs were applied."""
+        drained = self.drainer.drain(cid)
+        if drained.replied:
+            self._deliver_after_drain(cid, drained.delivery)
+        return drained.applied
+
+    def deliver(self, cid: str, *, claimed: Claimed | None = None) -> int:
+        """Send every reply waiting in ``cid``'s outbox, in order (see :meth:`Deliverer.deliver`)."""
+        return self.deliverer.deliver(cid, claimed)
+
+    def queue_compaction(self, cid: str) -> bool:
+        """Compute a compaction off to the side and queue it as a splice input; returns whether one was queued.
+
+        Never blocks a turn: the expensive part (the summariser) runs without the lease; the splice is
+        applied in order by the drainer, keeping whatever arrived meanwhile. A failure changes nothing.
+        """
+        if not self.store.try_mark_compacting(cid, self.config.compaction_flag_ms):
+            return False
+        queued = False
+        try:
+            current = self.store.read_state(cid)
+            if not current.blob or not self.chat.needs_compaction(current.blob):
+                return False
+            report = self.chat.compact_with_report(current.blob)
+            if not report.changed:
+                metrics.COMPACTIONS.labels("failed" if report.errors else "noop").inc()
+                return False
+            metrics.COMPACTION_SAVED.inc(max(0, report.tokens_before - report.tokens_after))
+            env = Envelope(kind="splice", conversation_id=cid, message_id=f"compact-{time.time_ns()}",
+                           state=report.state)
+            self.store.accept(cid, env.to_bytes(), env.message_id, max_inbox=1 << 30)
+            queued = True
+            self.wake("drain", cid)
+            return True
+        finally:
+            if not queued:
+                self.store.clear_compacting(cid)
+
+    def _deliver_after_drain(self, cid: str, claimed: Claimed | None) -> None:
+        """Deliver the replies this drain committed, in this task (one Celery hop fewer per turn), or ask for a
+        deliver task when ``deliver_inline`` is off. A failure never fails the drain, which has committed: it
+        becomes a scheduled delivery (and the sweeper is the net under that)."""
+        if not self.config.deliver_inline:
+            self.wake("deliver", cid)
+            return
+        try:
+            self.deliver(cid, claimed=claimed)
+            return
+        except RetryLater as exc:
+            self._wake_delivery(cid, exc.countdown)
+            return
+        except (StoreError, DeliveryError) as exc:  # Redis trouble, a lost delivery lease, a channel error
+            log.warning("inline delivery failed; handing it to a deliver task",
+                        extra={"conversation_id": cid, "error": f"{type(exc).__name__}: {exc}"})
+        except Exception:
+            metrics.UNEXPECTED_ERRORS.labels("inline_delivery").inc()
+            log.exception("inline delivery hit an unexpected error; handing it to a deliver task",
+                          extra={"conversation_id": cid})
+        self._wake_delivery(cid, 1.0)
+
+    def _wake_delivery(self, cid: str, countdown: float) -> None:
+        try:
+            self.wake("deliver", cid, countdown=countdown)
+        except Exception:  # the broker is down: nothing is lost, the reply waits in the outbox
+            log.exception("could not schedule delivery; the sweeper will", extra={"conversation_id": cid})

@@ -1,0 +1,58 @@
+"""What the drainer and the deliverer share: the knobs, the wake-up protocol, the retry signal, the metrics
+observer of model round trips."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+from worker import metrics
+from worker.conversation.chat import RoundTrip
+
+
+class Wake(Protocol):
+    """How the service asks for follow-up work: ``wake("drain" | "deliver" | "compact", conversation_id)``,
+    optionally after ``countdown`` seconds."""
+
+    def __call__(self, kind: str, cid: str, *, countdown: float = 0.0) -> None: ...
+
+
+@dataclass(frozen=True)
+class ServiceConfig:
+    """The knobs of the service (built from :class:`worker.settings.Settings`).
+
+    ``lease_ms`` is how long a conversation (or its delivery) stays owned by a worker that stopped renewing it:
+    a running turn renews it every ``lease_ms / 3`` (see :mod:`worker.service.heartbeat`), so it can be short
+    and a dead worker's conversations are taken over soon. ``max_hold_ms`` bounds the time between two commits
+    that the heartbeat covers: a turn stuck past it loses the conversation, and the fence refuses its commit.
+    """
+
+    system_prompt: str | None = None
+    lease_ms: int = 10_000
+    max_hold_ms: int = 600_000
+    max_attempts: int = 5
+    max_model_retries: int = 30
+    max_bad_response_retries: int = 3
+    max_retry_delay: float = 60.0
+    delivery_max_attempts: int = 8
+    delivery_part_interval: float = 0.0
+    compaction_flag_ms: int = 300_000
+    deliver_inline: bool = True
+    trace_reply_chars: int = 4000
+
+
+class RetryLater(Exception):
+    """Raised when work must be retried later (model or channel unavailable); ``countdown`` in seconds."""
+
+    def __init__(self, reason: str, countdown: float) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.countdown = countdown
+
+
+def observe_round_trip(rt: RoundTrip) -> None:
+    """Record one model round trip in the metrics (the chat's observer)."""
+    metrics.LLM_SECONDS.labels(rt.purpose).observe(rt.seconds)
+    if rt.usage is not None:
+        metrics.TOKENS.labels("in").inc(rt.usage.prompt_tokens)
+        metrics.TOKENS.labels("out").inc(rt.usage.completion_tokens)

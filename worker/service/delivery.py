@@ -1,0 +1,147 @@
+"""Delivering replies: the deliverer takes a conversation's delivery lease and sends its outbox, in order.
+
+Reply once: delivery marks a part in flight before the HTTP call and sent right after it; a crash between the
+two is detected on the next attempt, counted, and the part is resent. Failed sends of a reply are counted in
+Redis with the reply (not in task arguments), so the retry limit holds whichever task, turn or sweep resumes it.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import partial
+
+from worker import metrics
+from worker.delivery.channel import Channel
+from worker.envelopes import DeadLetter, ReplyRecord, decode_reply
+from worker.errors import DeliveryPermanentError, DeliveryRetryableError, EnvelopeError
+from worker.service.config import RetryLater, ServiceConfig
+from worker.service.heartbeat import Beat, Heartbeat
+from worker.store.base import OutboxHead
+from worker.store.protocol import DeliveryStore
+
+log = logging.getLogger("parley.service")
+
+
+@dataclass
+class _Run:
+    """One deliver call: the conversation and its delivery lease."""
+
+    cid: str
+    token: int
+    beat: Beat
+
+
+class Deliverer:
+    """Sends a conversation's waiting replies part by part, in order, through the channel."""
+
+    def __init__(self, store: DeliveryStore, channel: Channel, config: ServiceConfig,
+                 heartbeat: Heartbeat) -> None:
+        self.store = store
+        self.channel = channel
+        self.config = config
+        self.heartbeat = heartbeat
+
+    def deliver(self, cid: str, claimed: tuple[int, OutboxHead] | None = None) -> int:
+        """Send every reply waiting in ``cid``'s outbox, part by part, in order; returns parts sent.
+
+        Raises :class:`RetryLater` on throttling or channel failure (once a reply has failed
+        ``delivery_max_attempts`` times it is dead-lettered instead). Permanent errors dead-letter the reply at
+        once and go on. Redis round trips: one to start (lease and claim), one before each further part (the
+        in-flight mark) and one after each reply (sent mark, plus the claim of the next reply or the release of
+        the lease). ``claimed`` is a start already made (the token and claimed head from the commit that ended
+        a drain): then there is no round trip to start.
+        """
+        head: OutboxHead | None
+        if claimed is not None:
+            token, head = claimed
+        else:
+            maybe_token, head = self.store.begin_delivery(cid, self.config.lease_ms)
+            if maybe_token is None:
+                return 0
+            token = maybe_token
+        lease_ms = self.config.lease_ms
+        run = _Run(cid, token, self.heartbeat.start(lambda: self.store.renew_delivery_lease(cid, token, lease_ms),
+                                                    "delivery"))
+        sent = 0
+        try:
+            while head is not None:
+                n, head = self._deliver_head(run, head)
+                sent += n
+            return sent
+        except BaseException:
+            self.heartbeat.stop(run.beat)  # before giving the lease up: no renewal may land after the release
+            self.store.release_delivery(cid, token)
+            raise
+        finally:
+            self.heartbeat.stop(run.beat)
+
+    def _deliver_head(self, run: _Run, head: OutboxHead) -> tuple[int, OutboxHead | None]:
+        """Send the claimed head reply from its next part; returns the parts sent and the next claimed head."""
+        try:
+            record = decode_reply(head.record)
+            if head.part >= len(record.parts):
+                raise EnvelopeError(f"reply has {len(record.parts)} part(s); nothing left at part {head.part}")
+        except EnvelopeError as exc:
+            dead = DeadLetter(what="reply", id=head.reply_id, reason="malformed", detail=str(exc),
+                              payload=head.record)
+            self.store.dead_letter_reply(run.cid, run.token, head.reply_id, dead.to_bytes())
+            return 0, self._claim(run, partial(self.store.claim_next, run.cid, run.token, self.config.lease_ms))
+        if head.crashed_in_window:
+            metrics.DUPLICATE_WINDOW.inc()
+            log.warning("resending a part whose send outcome is unknown (crash in the send window)",
+                        extra={"conversation_id": run.cid, "message_id": record.reply_id, "part": head.part})
+        return self._send_record(run, record, head.part)
+
+    def _send_record(self, run: _Run, record: ReplyRecord, start: int) -> tuple[int, OutboxHead | None]:
+        """Send ``record`` from part ``start`` (already claimed: marked in flight); returns the parts sent and
+        the next claimed head (None when the outbox is empty and the lease was given up)."""
+        cid, token, lease_ms = run.cid, run.token, self.config.lease_ms
+        last = len(record.parts) - 1
+        for part in range(start, len(record.parts)):
+            if part > start:
+                if self.config.delivery_part_interval:
+                    time.sleep(self.config.delivery_part_interval)
+                self.store.mark_inflight(cid, token, record.reply_id, part)
+            try:
+                wamid = self.channel.send_text(record.recipient, record.parts[part],
+                                               reply_to=record.reply_to if part == 0 else None)
+            except DeliveryRetryableError as exc:
+                self.store.clear_inflight(cid, token)
+                metrics.DELIVERIES.labels("retry").inc()
+                failures = self.store.note_delivery_failure(cid, token, record.reply_id)
+                if failures < self.config.delivery_max_attempts:
+                    raise RetryLater(f"channel unavailable: {exc}",
+                                     exc.retry_after or min(300.0, 2.0 ** failures)) from exc
+                self._dead_reply(run, record, f"gave up after {failures} attempts: {exc}", exc.code)
+                return part - start, self._claim(run, partial(self.store.claim_next, cid, token, lease_ms))
+            except DeliveryPermanentError as exc:
+                self.store.clear_inflight(cid, token)
+                self._dead_reply(run, record, str(exc), exc.code)
+                return part - start, self._claim(run, partial(self.store.claim_next, cid, token, lease_ms))
+            metrics.DELIVERIES.labels("sent").inc()
+            if part == last:
+                return part - start + 1, self._claim(
+                    run, partial(self.store.sent_last_claim_next, cid, token, record.reply_id, wamid, lease_ms))
+            self.store.mark_sent(cid, token, record.reply_id, part, wamid, lease_ms)
+        raise AssertionError("unreachable: the last part returns")  # pragma: no cover
+
+    @staticmethod
+    def _claim(run: _Run, claim: Callable[[], OutboxHead | None]) -> OutboxHead | None:
+        """Claim the next head, or give the delivery lease up when the outbox is empty (then stop renewing it)."""
+        with run.beat.committing():
+            head = claim()
+            if head is None:
+                run.beat.end()
+        return head
+
+    def _dead_reply(self, run: _Run, record: ReplyRecord, reason: str, code: int | None) -> None:
+        log.error("reply dead-lettered", extra={"conversation_id": run.cid, "message_id": record.reply_id,
+                                                "reason": reason, "code": code})
+        metrics.DELIVERIES.labels("dead").inc()
+        metrics.DEAD_LETTERS.labels("reply", str(code or "delivery")).inc()
+        dead = DeadLetter(what="reply", id=record.reply_id, reason=f"delivery_failed:{code or 'unknown'}",
+                          detail=reason[:2000], payload=record.to_bytes())
+        self.store.dead_letter_reply(run.cid, run.token, record.reply_id, dead.to_bytes())

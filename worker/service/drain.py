@@ -1,0 +1,260 @@
+"""Applying inputs: the drainer takes a conversation's lease and applies its mailbox, in order.
+
+The guarantees, and where they come from:
+
+- Order and single writer: a per-conversation lease with a fencing token (``store.begin``), kept alive by the
+  heartbeat while a turn runs; inputs are taken from the head of the mailbox one at a time.
+- Effect once: the commit script removes the input, records its id as applied and writes the state and the
+  reply in one step, refusing a stale token. A redelivered task finds the lease held or the input gone.
+- Nothing lost: an input leaves the mailbox only by a commit that applied it or dead-lettered it.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import msgpack
+
+from worker import metrics
+from worker.conversation.chat import Chat, TurnResult
+from worker.delivery.split import split_message
+from worker.envelopes import DeadLetter, Envelope, ReplyRecord, decode_envelope
+from worker.errors import EnvelopeError, InputError, ModelError, ModelResponseError, StaleLeaseError
+from worker.service.config import RetryLater, ServiceConfig, Wake
+from worker.service.heartbeat import Beat, Heartbeat
+from worker.store.base import CommitResult, OutboxHead, Snapshot
+from worker.store.protocol import DrainStore
+
+log = logging.getLogger("parley.service")
+
+Claimed = tuple[int, OutboxHead]
+"""A delivery already started: the delivery token and the claimed outbox head."""
+
+
+@dataclass(frozen=True)
+class Drained:
+    """What a drain did: inputs applied, whether its last commit queued a reply (to deliver now), and the
+    delivery that commit started, if it did."""
+
+    applied: int
+    replied: bool = False
+    delivery: Claimed | None = None
+
+
+@dataclass
+class _Run:
+    """One drain call: the conversation, its lease and what the drain did (the drainer is shared by threads)."""
+
+    cid: str
+    token: int
+    beat: Beat
+    applied: int = 0
+    replied: bool = False
+    delivery: Claimed | None = None  # the delivery the last commit started, if it did
+
+
+class Drainer:
+    """Applies a conversation's inputs under its lease."""
+
+    def __init__(self, store: DrainStore, chat: Chat, wake: Wake, config: ServiceConfig,
+                 heartbeat: Heartbeat) -> None:
+        self.store = store
+        self.chat = chat
+        self.wake = wake
+        self.config = config
+        self.heartbeat = heartbeat
+
+    def drain(self, cid: str) -> Drained:
+        """Apply every input waiting for ``cid``, in order.
+
+        Returns 0 at once when another worker holds the conversation (it will see our input: the commit that
+        empties the mailbox also gives the lease up, atomically), when nothing waits, or when the head input
+        waits for a scheduled retry. Raises :class:`RetryLater` when the model is unavailable; the input stays
+        at the head of the mailbox and the lease is given up so the retry (or the sweeper) resumes it.
+        """
+        begin = self.store.begin(cid, self.config.lease_ms)
+        if begin.status != "ok" or begin.snapshot is None:
+            return Drained(0)
+        token, lease_ms = begin.token, self.config.lease_ms
+        run = _Run(cid, token, self.heartbeat.start(lambda: self.store.renew_lease(cid, token, lease_ms), "drain"))
+        try:
+            snap: Snapshot | None = begin.snapshot
+            attempts = begin.attempts
+            while snap is not None:
+                result = self._apply(run, snap, attempts)
+                run.applied += 1
+                metrics.MAILBOX_DEPTH.set(result.depth)
+                snap, attempts = result.next, result.next_attempts  # None: the mailbox was empty, the lease given up
+        except StaleLeaseError:
+            metrics.STALE_COMMITS.inc()
+            log.warning("lease lost; another worker owns the conversation", extra={"conversation_id": cid})
+            return Drained(run.applied)
+        except BaseException:
+            self.heartbeat.stop(run.beat)  # before giving the lease up: no renewal may land after the release
+            self.store.release(cid, token)
+            raise
+        finally:
+            self.heartbeat.stop(run.beat)
+        return Drained(run.applied, run.replied, run.delivery)
+
+    def _apply(self, run: _Run, snap: Snapshot, attempts: int) -> CommitResult:
+        raw, input_id = snap.input or b"", snap.input_id or ""
+        try:
+            env = decode_envelope(raw)
+            if env.message_id != input_id or env.conversation_id != run.cid:
+                raise EnvelopeError("envelope does not belong to this mailbox entry")
+        except EnvelopeError as exc:
+            return self._dead_input(run, snap, "malformed", "malformed", str(exc), attempts)
+        if attempts > self.config.max_attempts:
+            return self._dead_input(run, snap, env.kind, "too_many_attempts",
+                                    f"gave up after {attempts - 1} attempts that crashed the worker", attempts - 1)
+        try:
+            return self._apply_envelope(run, env, snap)
+        except InputError as exc:
+            return self._dead_input(run, snap, env.kind, "invalid_input", str(exc), attempts)
+        except ModelError as exc:
+            return self._model_failed(run, env, snap, attempts, exc)
+
+    def _apply_envelope(self, run: _Run, env: Envelope, snap: Snapshot) -> CommitResult:
+        state, version = snap.state, snap.version
+        if env.kind == "message":
+            return self._turn(run, env, state, version)
+        if env.kind == "event":
+            result = self.chat.apply_event(state, env.text or "", pinned=env.pinned)
+            state, version = self._quarantine_if(run, state, version, result.state_problem)
+            done = self._commit(run, version, env, result.state, None, {"event": env.text})
+            metrics.INPUTS.labels("event", "applied").inc()
+            _count_pinned_dropped(result.pinned_dropped)
+            if result.needs_compaction:
+                self.wake("compact", run.cid)
+            return done
+        if env.kind == "reset":
+            done = self._commit(run, version, env, b"", None, {"reset": True})
+            metrics.INPUTS.labels("reset", "applied").inc()
+            return done
+        return self._splice(run, env, state, version)
+
+    def _model_failed(self, run: _Run, env: Envelope, snap: Snapshot, attempts: int,
+                      exc: ModelError) -> CommitResult:
+        """Retry a retryable model failure later (the input stays at the head), up to its budget; past it, or
+        for a permanent failure, dead-letter the input so the inputs behind it proceed.
+
+        An answer Parley cannot read (:class:`ModelResponseError`) gets a small budget of its own
+        (``max_bad_response_retries``, counted with the input's other model retries): a provider that sends
+        garbage rarely mends within the minutes an outage may last, and the player's next messages wait.
+        """
+        reason = "model_rejected"
+        if exc.retryable:
+            bad_response = isinstance(exc, ModelResponseError)
+            # Not a crash: give the attempt back and count a retry against its own, larger budget.
+            retries = self.store.note_retry(run.cid, run.token, env.message_id)
+            limit = self.config.max_bad_response_retries if bad_response else self.config.max_model_retries
+            if retries <= limit:
+                log.warning("model unavailable; will retry", extra={"conversation_id": run.cid, "kind": env.kind,
+                                                                    "message_id": env.message_id, "retry": retries,
+                                                                    "error": str(exc)})
+                metrics.INPUTS.labels(env.kind, "retry").inc()
+                backoff = min(self.config.max_retry_delay, 2.0 ** min(retries, 10))
+                countdown = max(getattr(exc, "retry_after", None) or 0.0, backoff * (0.5 + random.random() / 2))
+                # Expire a little before the scheduled retry fires, so the retry is never turned away.
+                self.store.hold(run.cid, int(countdown * 1000) - 250)
+                raise RetryLater(f"model unavailable: {exc}", countdown) from exc
+            reason = "model_bad_response" if bad_response else "model_unavailable"
+        return self._dead_input(run, snap, env.kind, reason, str(exc), attempts)
+
+    def _turn(self, run: _Run, env: Envelope, state: bytes | None, version: int) -> CommitResult:
+        started = time.perf_counter()
+        result: TurnResult = self.chat.run_turn(state, system=env.system or self.config.system_prompt,
+                                                user=env.text or "")
+        state, version = self._quarantine_if(run, state, version, result.state_problem)
+        record = ReplyRecord(
+            reply_id=env.message_id,
+            conversation_id=run.cid,
+            recipient=env.recipient or run.cid,
+            parts=split_message(result.reply),
+            reply_to=env.reply_to,
+        )
+        trace = {"user": env.text, "reply": result.reply[: self.config.trace_reply_chars],
+                 "finish": result.finish_reason, "model_calls": result.model_calls, "tool_calls": result.tool_calls,
+                 "prompt_tokens": result.usage.prompt_tokens if result.usage else None,
+                 "reset": result.reset, "parts": len(record.parts)}
+        # Inline delivery starts in the commit that ends the drain (if it does): one round trip fewer per reply.
+        done = self._commit(run, version, env, result.state, record.to_bytes(), trace,
+                            claim_delivery=self.config.deliver_inline)
+        metrics.TURN_SECONDS.observe(time.perf_counter() - started)
+        metrics.INPUTS.labels("message", "applied").inc()
+        _count_pinned_dropped(result.pinned_dropped)
+        log.info("turn applied", extra={"conversation_id": run.cid, "message_id": env.message_id, "kind": env.kind,
+                                        "parts": len(record.parts), "finish": result.finish_reason})
+        if done.next is None:
+            run.replied = True  # the drain ends here: deliver in this task once it has
+            run.delivery = done.delivery
+        else:
+            self.wake("deliver", run.cid)  # more inputs wait: deliver alongside, without holding the next turn up
+        if result.needs_compaction:
+            self.wake("compact", run.cid)
+        return done
+
+    def _splice(self, run: _Run, env: Envelope, state: bytes | None, version: int) -> CommitResult:
+        result = self.chat.splice(state, env.state or b"")
+        new_state = result.state if result.applied else None
+        done = self._commit(run, version, env, new_state, None,
+                            {"splice": result.applied, "reason": result.reason, "kept_new": result.kept_new_messages})
+        self.store.clear_compacting(run.cid)
+        metrics.COMPACTIONS.labels("spliced" if result.applied else "stale").inc()
+        if result.applied:  # a stale splice changed nothing, so it dropped nothing
+            _count_pinned_dropped(result.pinned_dropped)
+        return done
+
+    def _quarantine_if(self, run: _Run, state: bytes | None, version: int, problem: Any) -> tuple[bytes | None, int]:
+        if problem is None or not state:
+            return state, version
+        log.warning("unusable state quarantined; starting fresh",
+                    extra={"conversation_id": run.cid, "reason": problem.reason, "detail": problem.detail})
+        metrics.QUARANTINED.labels(problem.reason).inc()
+        version = self.store.quarantine(run.cid, run.token, state, f"{problem.reason}: {problem.detail}",
+                                        expected_version=version)
+        return None, version
+
+    def _commit(self, run: _Run, version: int, env: Envelope, new_state: bytes | None, reply: bytes | None,
+                trace: dict[str, Any], *, claim_delivery: bool = False) -> CommitResult:
+        entry = {"at": time.time(), "id": env.message_id, "kind": env.kind, **trace}
+        return self._store_commit(run, version, env.message_id, new_state=new_state, reply=reply,
+                                  trace=msgpack.packb(entry, use_bin_type=True), dead=None,
+                                  claim_delivery_ms=self.config.lease_ms if claim_delivery else 0)
+
+    def _dead_input(self, run: _Run, snap: Snapshot, kind: str, reason: str, detail: str,
+                    attempts: int) -> CommitResult:
+        """Dead-letter the head input; ``kind`` is the envelope's, or ``malformed`` when it did not decode."""
+        input_id = snap.input_id or ""
+        log.error("input dead-lettered", extra={"conversation_id": run.cid, "message_id": input_id, "reason": reason,
+                                                "detail": detail})
+        metrics.DEAD_LETTERS.labels("input", reason).inc()
+        metrics.INPUTS.labels(kind, "dead").inc()
+        dead = DeadLetter(what="input", id=input_id, reason=reason, detail=detail[:2000], payload=snap.input or b"",
+                          attempts=attempts)
+        entry = {"at": time.time(), "id": input_id, "dead": reason, "detail": detail[:500]}
+        return self._store_commit(run, snap.version, input_id, new_state=None, reply=None,
+                                  trace=msgpack.packb(entry, use_bin_type=True), dead=dead.to_bytes())
+
+    def _store_commit(self, run: _Run, version: int, input_id: str, *, new_state: bytes | None,
+                      reply: bytes | None, trace: bytes, dead: bytes | None, claim_delivery_ms: int = 0) -> CommitResult:
+        """The commit, with the heartbeat held off while it runs and stopped when it gave the lease up."""
+        with run.beat.committing():
+            done = self.store.commit(run.cid, run.token, expected_version=version, input_id=input_id,
+                                     new_state=new_state, reply=reply, trace=trace, dead=dead,
+                                     lease_ms=self.config.lease_ms, claim_delivery_ms=claim_delivery_ms)
+            if done.next is None:
+                run.beat.end()
+        return done
+
+
+def _count_pinned_dropped(n: int) -> None:
+    """Count pinned items a committed state lost to the pinned cap (``Chat.max_pinned``) or the size bound:
+    the README promises pinned events survive compaction, so each time they do not must be visible."""
+    if n:
+        metrics.PINNED_DROPPED.inc(n)

@@ -1,0 +1,138 @@
+"""The lease heartbeat: keeps the leases of the turns and deliveries in progress alive.
+
+A lease must be short, so that a dead worker's conversations are taken over soon, and yet outlast a turn that
+waits on a slow model. So the lease stays short and one thread per process renews every lease in use, about
+three times per lease period. A worker that dies takes its heartbeat with it; a worker that stalls (a frozen
+VM, a SIGSTOP, a blocked gevent hub) stalls its heartbeat too, so its lease runs out, another worker takes a
+newer token and the fence refuses the stalled worker's commit. A turn stuck for longer than ``max_hold``
+without committing stops being renewed: it loses the conversation the same way.
+
+The thread is an ordinary :class:`threading.Thread`; under the gevent pool Celery has patched ``threading``, so
+it is a greenlet. Under prefork each child starts its own on first use (threads do not survive a fork).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
+from worker import metrics
+from worker.errors import StoreError
+
+log = logging.getLogger("parley.heartbeat")
+
+Renew = Callable[[], bool]
+"""Renews one lease; ``False`` when another worker took a newer token (then renewing stops)."""
+
+
+class Beat:
+    """One lease kept alive by a :class:`Heartbeat`.
+
+    A renewal landing after the lease was given up would take it back for a whole lease period, hiding the
+    conversation from the next drain and from the sweeper. So every store call that may give the lease up runs
+    inside :meth:`committing`, which no renewal overlaps, and :meth:`end` is called once it has.
+    """
+
+    def __init__(self, renew: Renew, what: str, now: float) -> None:
+        self.renew = renew
+        self.what = what
+        self.renewed = now
+        self.since = now  # the start, or the last commit: the stuck-turn clock
+        self.active = True
+        self._lock = threading.RLock()
+
+    @contextmanager
+    def committing(self) -> Iterator[None]:
+        """Run a store call that commits (and may give the lease up) with no renewal in parallel."""
+        with self._lock:
+            yield
+            self.since = time.monotonic()
+
+    def end(self) -> None:
+        """Renew no more (waits for a renewal in progress)."""
+        with self._lock:
+            self.active = False
+
+    def beat(self, now: float, max_hold: float) -> bool:
+        """Renew the lease once; returns whether to keep renewing it."""
+        with self._lock:
+            if not self.active:
+                return False
+            if now - self.since > max_hold:
+                log.warning("no commit for too long; letting the lease run out", extra={"what": self.what})
+                self.active = False
+                return False
+            try:
+                self.active = self.renew()
+            except StoreError as exc:  # Redis trouble: try again at the next tick, the lease has slack for it
+                log.warning("lease renewal failed", extra={"what": self.what, "error": f"{type(exc).__name__}: {exc}"})
+                return True
+            self.renewed = now
+            return self.active
+
+
+class Heartbeat:
+    """Renews the leases registered with :meth:`start` every ``interval`` seconds, from one thread per process.
+
+    The thread starts with the first lease and stops after ``idle_exit`` seconds without any. With
+    ``autostart`` off no thread runs: whoever holds the heartbeat calls :meth:`tick` (tests drive time so).
+    """
+
+    def __init__(self, interval: float, max_hold: float, *, idle_exit: float = 60.0, autostart: bool = True) -> None:
+        self.interval = interval
+        self.max_hold = max_hold
+        self.idle_exit = idle_exit
+        self.autostart = autostart
+        self._beats: set[Beat] = set()
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+
+    def start(self, renew: Renew, what: str) -> Beat:
+        """Keep a lease alive until :meth:`stop` (or until ``renew`` says another worker took it)."""
+        beat = Beat(renew, what, time.monotonic())
+        with self._lock:
+            self._beats.add(beat)
+            if self.autostart and (self._thread is None or not self._thread.is_alive()):
+                self._thread = threading.Thread(target=self._run, name="parley-heartbeat", daemon=True)
+                self._thread.start()
+        return beat
+
+    def stop(self, beat: Beat) -> None:
+        """Stop renewing ``beat``'s lease (it may then be given up safely)."""
+        beat.end()
+        with self._lock:
+            self._beats.discard(beat)
+
+    def tick(self) -> int:
+        """Renew every lease last renewed ``interval`` ago or more; returns how many were renewed."""
+        now = time.monotonic()
+        with self._lock:
+            due = [b for b in self._beats if now - b.renewed >= self.interval]
+        renewed = 0
+        for beat in due:
+            if beat.beat(now, self.max_hold):
+                renewed += 1
+            else:
+                with self._lock:
+                    self._beats.discard(beat)
+        return renewed
+
+    def _run(self) -> None:
+        idle_since = time.monotonic()
+        while True:
+            # Ticks at a third of the interval: a lease is renewed at most 4/3 intervals after the last time.
+            time.sleep(self.interval / 3)
+            try:
+                self.tick()
+            except Exception:  # the heartbeat must outlive a bug in one renewal, and say so
+                metrics.UNEXPECTED_ERRORS.labels("heartbeat").inc()
+                log.exception("heartbeat tick failed")
+            with self._lock:
+                if self._beats:
+                    idle_since = time.monotonic()
+                elif time.monotonic() - idle_since > self.idle_exit:
+                    self._thread = None
+                    return
