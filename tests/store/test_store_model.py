@@ -278,3 +278,9 @@ def test_the_model_catches_a_lost_wake_up(client: redis.Redis) -> None:
     run(client, [("accept, wake now", 0, False, False, 0), ("step", 0, False, False, 0),
                  ("step", 0, False, False, 0), ("step", 0, False, False, 0),
                  ("accept, wake now", 0, False, False, 0), ("step", 0, False, False, 0)])
+    # The same race once a commit has given the lease up: a late wake-up takes the lease over an empty mailbox
+    # (worker 1), the producer's next wake-up finds it taken and exits, and worker 1 must not just let go.
+    run(client, [("accept", 0, False, False, 0), ("accept, wake now", 0, False, False, 0),
+                 *[("step", 0, False, False, 0)] * 4, ("wake-up", 1, False, False, 0),
+                 ("step", 0, False, False, 0), ("step", 0, False, False, 0), ("step", 1, False, False, 0),
+                 ("accept, wake now", 0, False, False, 0), ("step", 1, False, False, 0)])
