@@ -63,20 +63,14 @@ class Deliverer:
                 return 0
             token = maybe_token
         lease_ms = self.config.lease_ms
-        run = _Run(cid, token, self.heartbeat.start(lambda: self.store.renew_delivery_lease(cid, token, lease_ms),
-                                                    "delivery"))
         sent = 0
-        try:
+        with self.heartbeat.holding(lambda: self.store.renew_delivery_lease(cid, token, lease_ms),
+                                    lambda: self.store.release_delivery(cid, token), "delivery") as beat:
+            run = _Run(cid, token, beat)
             while head is not None:
                 n, head = self._deliver_head(run, head)
                 sent += n
-            return sent
-        except BaseException:
-            self.heartbeat.stop(run.beat)  # before giving the lease up: no renewal may land after the release
-            self.store.release_delivery(cid, token)
-            raise
-        finally:
-            self.heartbeat.stop(run.beat)
+        return sent
 
     def _deliver_head(self, run: _Run, head: OutboxHead) -> tuple[int, OutboxHead | None]:
         """Send the claimed head reply from its next part; returns the parts sent and the next claimed head."""

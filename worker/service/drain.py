@@ -80,25 +80,23 @@ class Drainer:
         if begin.status != "ok" or begin.snapshot is None:
             return Drained(0)
         token, lease_ms = begin.token, self.config.lease_ms
-        run = _Run(cid, token, self.heartbeat.start(lambda: self.store.renew_lease(cid, token, lease_ms), "drain"))
+        snap: Snapshot | None = begin.snapshot
+        attempts = begin.attempts
+        run: _Run | None = None
         try:
-            snap: Snapshot | None = begin.snapshot
-            attempts = begin.attempts
-            while snap is not None:
-                result = self._apply(run, snap, attempts)
-                run.applied += 1
-                metrics.MAILBOX_DEPTH.set(result.depth)
-                snap, attempts = result.next, result.next_attempts  # None: the mailbox was empty, the lease given up
-        except StaleLeaseError:
+            with self.heartbeat.holding(lambda: self.store.renew_lease(cid, token, lease_ms),
+                                        lambda: self.store.release(cid, token), "drain") as beat:
+                run = _Run(cid, token, beat)
+                while snap is not None:
+                    result = self._apply(run, snap, attempts)
+                    run.applied += 1
+                    metrics.MAILBOX_DEPTH.set(result.depth)
+                    snap, attempts = result.next, result.next_attempts  # None: the mailbox emptied, lease given up
+        except StaleLeaseError:  # the release above was a no-op: the fence is no longer ours
             metrics.STALE_COMMITS.inc()
             log.warning("lease lost; another worker owns the conversation", extra={"conversation_id": cid})
-            return Drained(run.applied)
-        except BaseException:
-            self.heartbeat.stop(run.beat)  # before giving the lease up: no renewal may land after the release
-            self.store.release(cid, token)
-            raise
-        finally:
-            self.heartbeat.stop(run.beat)
+            return Drained(run.applied if run else 0)
+        assert run is not None  # the body ran
         return Drained(run.applied, run.replied, run.delivery)
 
     def _apply(self, run: _Run, snap: Snapshot, attempts: int) -> CommitResult:

@@ -100,6 +100,21 @@ class Heartbeat:
                 self._thread.start()
         return beat
 
+    @contextmanager
+    def holding(self, renew: Renew, release: Callable[[], None], what: str) -> Iterator[Beat]:
+        """Keep a lease alive while the body runs. On an error the beat stops first and the lease is given up
+        after it (``release``), so no renewal can land after the release and take the lease back; the error goes
+        on. The body ends the beat itself when its last commit gave the lease up (see :class:`Beat`)."""
+        beat = self.start(renew, what)
+        try:
+            yield beat
+        except BaseException:
+            self.stop(beat)
+            release()
+            raise
+        finally:
+            self.stop(beat)
+
     def stop(self, beat: Beat) -> None:
         """Stop renewing ``beat``'s lease (it may then be given up safely)."""
         beat.end()
