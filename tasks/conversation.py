@@ -119,9 +119,11 @@ def sweep(limit: int = 1000) -> int:
     svc = service()
     settings = get_settings()
     woken = 0
-    # Idle for a sweep interval: a conversation woken just now has its drain on the way (no duplicate for it),
-    # and one whose worker died is found one lease plus one or two intervals after the death.
-    for cid in svc.store.stranded(limit, int(settings.sweep_interval * 1000)):
+    # A conversation whose worker died (an attempt counted, a reply claimed, no lease) is found one lease plus one
+    # or two intervals after the death. Work with no such evidence is most likely waiting behind a backlog of
+    # wake-ups: it is woken again only after six intervals, so a backlog is not doubled by the sweeper.
+    interval_ms = int(settings.sweep_interval * 1000)
+    for cid in svc.store.stranded(limit, interval_ms, backlog_ms=6 * interval_ms):
         drain.apply_async(args=[cid])
         deliver.apply_async(args=[cid])
         woken += 1

@@ -560,3 +560,25 @@ def test_stranded_drops_members_that_are_not_conversation_ids(store: Conversatio
     accept(store, "c1", 1)
     assert store.stranded(100, older_than_ms=0) == ["c1"]
     assert raw(store).zscore(store.g.pending, "not a valid id*") is None
+
+
+def test_stranded_lists_a_dead_workers_conversation_soon_and_a_queued_one_only_after_the_backlog_age(
+        store: ConversationStore, kit: StoreKit) -> None:
+    """A queued conversation (no attempt counted, nothing in flight) looks stranded too; waking it again while the
+    workers are behind a backlog would double the queue, so only evidence of a dead worker gets the short age."""
+    accept(store, "queued", 1)  # its wake-up waits in the broker's queue
+    accept(store, "died", 1)
+    lease = kit.acquire("died", 10_000)
+    assert lease
+    kit.note_attempt("died", lease.token, "died-1")  # what begin does at the head
+    raw(store).delete(store.keys("died").lease)  # the worker died; its lease ran out
+    queue_reply(store, "sending", 1)
+    token, head = store.begin_delivery("sending", 10_000)  # the claim marks the part in flight
+    assert token and head
+    raw(store).delete(store.keys("sending").dlease)  # the deliverer died mid-send
+    raw(store).zadd(store.g.pending, {"sending": 1})
+    queued_at = raw(store).zscore(store.g.pending, "queued")
+    assert sorted(store.stranded(100, older_than_ms=0, backlog_ms=60_000)) == ["died", "sending"]
+    assert raw(store).zscore(store.g.pending, "queued") == queued_at  # not listed, not touched
+    assert raw(store).zscore(store.g.pending, "sending") > 1  # listed: re-stamped, woken once per age
+    assert sorted(store.stranded(100, older_than_ms=0, backlog_ms=0)) == ["died", "queued", "sending"]

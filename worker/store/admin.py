@@ -13,11 +13,23 @@ class AdminStore(StoreBase):
     """Sweeping, inspecting and repairing conversations."""
 
     @store_errors
-    def stranded(self, limit: int = 1000, older_than_ms: int = 5000) -> list[str]:
+    def stranded(self, limit: int = 1000, older_than_ms: int = 5000, backlog_ms: int | None = None) -> list[str]:
         """Conversations with waiting inputs or replies and nobody working on them. Conversations with nothing
-        left are dropped from the ``pending`` set (unless a producer touched them since we looked)."""
-        cutoff = self._now_ms() - older_than_ms
-        rows = self._r.zrangebyscore(self.g.pending, "-inf", cutoff, start=0, num=limit, withscores=True)
+        left are dropped from the ``pending`` set (unless a producer touched them since we looked).
+
+        Two ages, because two very different things look alike here. A worker that died mid-turn or mid-send left
+        evidence: an attempt counted at the mailbox head (``begin`` counts it; the commit clears it) or a part
+        marked in flight (claimed before the send, cleared after it or when the send is to be retried later, so a
+        delivery backing off from throttling is not woken early). Those are listed once idle ``older_than_ms``: soon, so a dead
+        worker's players wait seconds, not minutes. Work with no such evidence is most likely queued behind a
+        backlog of wake-ups, and waking it again would add tasks exactly when the workers are already behind; it
+        is listed only once idle ``backlog_ms`` (default: ``older_than_ms``), the net for a lost wake-up. Every
+        conversation listed is re-stamped, so a backlog that outlasts the cutoff wakes it once per cutoff, not on
+        every sweep."""
+        now = self._now_ms()
+        backlog_cutoff = now - (older_than_ms if backlog_ms is None else max(backlog_ms, older_than_ms))
+        rows = self._r.zrangebyscore(self.g.pending, "-inf", now - older_than_ms, start=0, num=limit,
+                                     withscores=True)
         out: list[str] = []
         for member, score in rows:
             cid = member.decode("utf-8", "replace")
@@ -32,11 +44,19 @@ class AdminStore(StoreBase):
             pipe.exists(k.lease)
             pipe.exists(k.dlease)
             pipe.exists(k.hold)
-            inbox, outbox, lease, dlease, hold = pipe.execute()
-            if (inbox and not lease and not hold) or (outbox and not dlease):
-                out.append(cid)
-            elif not inbox and not outbox:
+            pipe.hlen(k.attempts)
+            pipe.hexists(k.sent, "inflight")
+            inbox, outbox, lease, dlease, hold, attempted, claimed = pipe.execute()
+            if not inbox and not outbox:
                 self._scripts.zrem_if_score(zset=self.g.pending, member=member, score=score)
+                continue
+            inputs_wait = bool(inbox) and not lease and not hold
+            replies_wait = bool(outbox) and not dlease
+            abandoned = (inputs_wait and attempted) or (replies_wait and claimed)
+            if abandoned or ((inputs_wait or replies_wait) and score <= backlog_cutoff):
+                out.append(cid)
+        if out:
+            self._r.zadd(self.g.pending, dict.fromkeys(out, now), xx=True)
         return out
 
     @store_errors
