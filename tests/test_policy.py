@@ -127,3 +127,34 @@ def test_the_usage_counter_ignores_tiny_prompts_and_bounds_odd_ones() -> None:
     assert c.samples == 0 and c.chars_per_token == 4.0
     c.calibrate(ModelRequest(system=None, messages=[Message(role="user", content="x" * 1000)]), Usage(prompt_tokens=5))
     assert c.chars_per_token == 12.0  # clamped
+
+
+def test_the_model_options_flow_from_settings_to_the_wire() -> None:
+    """PARLEY_ANTHROPIC_THINKING_BUDGET / PARLEY_ANTHROPIC_PROMPT_CACHE and the OpenAI family's token field,
+    built by the runtime and seen by a loopback server speaking the providers' protocols."""
+    from tests.llm.servers import ScriptedServer, anthropic_blocks, openai_text
+    from tests.llm.validation import check_anthropic, check_openai
+    from worker.runtime import build_model_from_settings
+
+    server = ScriptedServer()
+    try:
+        server.default = anthropic_blocks({"type": "text", "text": "ok"})
+        req = ModelRequest(system="Be brief.", messages=[Message(role="user", content="q")])
+        s = Settings(_env_file=None, llm_provider="anthropic", anthropic_api_key="ak", anthropic_base_url=server.url,
+                     anthropic_thinking_budget=1500, llm_max_tokens=400)
+        build_model_from_settings(s).complete(req)
+        body = server.requests[-1]
+        check_anthropic(body)
+        assert body["thinking"] == {"type": "enabled", "budget_tokens": 1500} and body["max_tokens"] == 1900
+        assert body["system"][0]["cache_control"] == {"type": "ephemeral"}
+        off = s.model_copy(update={"anthropic_prompt_cache": False, "anthropic_thinking_budget": 0})
+        build_model_from_settings(off).complete(req)
+        assert server.requests[-1]["system"] == "Be brief." and "thinking" not in server.requests[-1]
+        server.default = openai_text("ok")
+        gpt5 = Settings(_env_file=None, llm_provider="openai", llm_model="gpt-5-mini", openai_api_key="sk",
+                        openai_base_url=server.url + "/v1")
+        build_model_from_settings(gpt5).complete(req)
+        check_openai(server.requests[-1])
+        assert server.requests[-1]["max_completion_tokens"] == 1024 and "max_tokens" not in server.requests[-1]
+    finally:
+        server.stop()
