@@ -56,6 +56,12 @@ def test_an_unknown_step_is_refused_naming_the_allowed_ones(monkeypatch: pytest.
         Settings(_env_file=None)
 
 
+def test_keep_last_needs_at_least_one_exchange() -> None:
+    with pytest.raises(ConfigurationError, match="KEEP_LAST"):
+        build_compactor(Settings(_env_file=None, compaction=["keep_last"], compaction_keep_last=0),
+                        Named("openai", "gpt-4o"))
+
+
 def test_the_budget_leaves_the_answer_room_in_the_context_window() -> None:
     s = Settings(_env_file=None, context_window=4000, llm_max_tokens=1024)
     assert compaction_budget(s, "openai", "gpt-4o") == 4000 - 1024 - 200

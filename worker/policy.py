@@ -117,6 +117,8 @@ def build_compactor(settings: Settings, model: Model, *, budget: int | None = No
         elif name == "summarize":
             steps.append(Summarize(model, keep_last=settings.compaction_keep_last, trigger_tokens=int(budget * 0.8)))
         elif name == "keep_last":
+            if settings.compaction_keep_last < 1:
+                raise ConfigurationError("the keep_last compaction step needs PARLEY_COMPACTION_KEEP_LAST >= 1")
             steps.append(KeepLastExchanges(settings.compaction_keep_last))
         elif name == "budget":
             steps.append(TokenBudget(budget, target))

@@ -86,7 +86,7 @@ class Settings(BaseSettings):
                             "tiktoken for OpenAI models, usage for the others.")
     compaction_summarize: bool = Field(True, description="Fold old exchanges into a rolling LLM summary (when "
                                        "PARLEY_COMPACTION is unset).")
-    compaction_keep_last: int = Field(6, ge=1, description="Exchanges kept verbatim when summarising, and by the "
+    compaction_keep_last: int = Field(6, description="Exchanges kept verbatim when summarising, and by the "
                                       "keep_last step.")
     compress_tool_outputs_after: int = Field(3, description="Keep this many recent tool outputs whole; compress older.")
     idle_gap_seconds: float | None = Field(None, description="A turn after this much silence starts a fresh "
