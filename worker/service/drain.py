@@ -12,7 +12,6 @@ The guarantees, and where they come from:
 from __future__ import annotations
 
 import logging
-import random
 import time
 from dataclasses import dataclass, replace
 from typing import Any
@@ -32,9 +31,9 @@ from worker.errors import (
     ModelResponseError,
     StaleLeaseError,
 )
-from worker.service.config import RetryLater, ServiceConfig, Wake
+from worker.service.config import ServiceConfig, Wake
 from worker.service.heartbeat import Beat, Heartbeat
-from worker.service.recovery import compact_for_context, hold_for_auth, usage_trace
+from worker.service.recovery import compact_for_context, hold_for_auth, retry_later, usage_trace
 from worker.store.base import CommitResult, OutboxHead, Snapshot
 from worker.store.protocol import DrainStore
 
@@ -171,11 +170,8 @@ class Drainer:
                                                                     "message_id": env.message_id, "retry": retries,
                                                                     "error": str(exc)})
                 metrics.INPUTS.labels(env.kind, "retry").inc()
-                backoff = min(self.config.max_retry_delay, 2.0 ** min(retries, 10))
-                countdown = max(getattr(exc, "retry_after", None) or 0.0, backoff * (0.5 + random.random() / 2))
-                # Expire a little before the scheduled retry fires, so the retry is never turned away.
-                self.store.hold(run.cid, int(countdown * 1000) - 250)
-                raise RetryLater(f"model unavailable: {exc}", countdown) from exc
+                retry_later(self.store, self.config, run.cid, retries, f"model unavailable: {exc}",
+                            getattr(exc, "retry_after", None))
             reason = "model_bad_response" if bad_response else "model_unavailable"
         return self._dead_input(run, snap, env.kind, reason, str(exc), attempts)
 

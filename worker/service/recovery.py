@@ -74,11 +74,18 @@ def hold_for_auth(store: DrainStore, config: ServiceConfig, cid: str, token: int
     metrics.PROVIDER_AUTH_FAILURES.inc()
     metrics.INPUTS.labels(env.kind, "held").inc()
     AUTH_ALARM.report(exc)
+    retry_later(store, config, cid, retries, f"provider rejected the API key: {exc}")
+
+
+def retry_later(store: DrainStore, config: ServiceConfig, cid: str, retries: int, reason: str,
+                retry_after: float | None = None) -> NoReturn:
+    """Hold the conversation and raise :class:`RetryLater` after an exponential backoff with jitter (up to
+    ``max_retry_delay``), or the provider's ``Retry-After`` when that is longer."""
     backoff = min(config.max_retry_delay, 2.0 ** min(retries, 10))
-    countdown = backoff * (0.5 + random.random() / 2)
+    countdown = max(retry_after or 0.0, backoff * (0.5 + random.random() / 2))
     # Expire a little before the scheduled retry fires, so the retry is never turned away.
     store.hold(cid, int(countdown * 1000) - 250)
-    raise RetryLater(f"provider rejected the API key: {exc}", countdown) from exc
+    raise RetryLater(reason, countdown)
 
 
 def compact_for_context(chat: Chat, state: bytes | None) -> bytes | None:
