@@ -138,15 +138,20 @@ class CircuitOpenError(ModelUnavailableError):
 
 
 class ModelRequestError(ModelError):
-    """Raised when a provider rejects the request itself (400, 403, 404); the same request will fail again."""
+    """Raised when a provider rejects the request itself (400, 404); the same request will fail again."""
 
 
 class AuthenticationError(ModelRequestError):
-    """Raised when a provider rejects the API key (401)."""
+    """Raised when a provider rejects the API key (401) or refuses it access (403).
+
+    The same call fails again until someone fixes the key, but the players' messages are not at fault: the
+    worker holds every conversation, as in an outage, instead of dead-lettering their inputs
+    (``parley_provider_auth_failing`` is 1 meanwhile)."""
 
 
 class ContextLengthError(ModelRequestError):
-    """Raised when the prompt is longer than the model's context window."""
+    """Raised when the prompt is longer than the model's context window (OpenAI ``context_length_exceeded``,
+    Anthropic "prompt is too long"). The worker compacts the conversation and retries the turn once."""
 
 
 class ModelResponseError(ModelError):

@@ -13,7 +13,17 @@ TURN_SECONDS = Histogram("parley_turn_seconds", "Time to apply one chat turn (LL
                          buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 120))
 LLM_SECONDS = Histogram("parley_llm_seconds", "Time of one model round trip.", ["purpose"],
                         buckets=(0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60))
-TOKENS = Counter("parley_tokens_total", "Tokens reported by the provider.", ["direction"])
+TOKENS = Counter("parley_tokens_total", "Tokens reported by the provider, by kind: in (all prompt tokens), out, "
+                 "cached (prompt tokens read from the provider's cache, part of in), cache_write (prompt tokens "
+                 "written to Anthropic's cache, part of in).", ["direction"])
+PROVIDER_AUTH_FAILING = Gauge("parley_provider_auth_failing",
+                              "1 while the provider rejects the API key (401/403): every conversation is held until "
+                              "it is fixed; 0 again after the next call it accepts.")
+PROVIDER_AUTH_FAILURES = Counter("parley_provider_auth_failures_total",
+                                 "Model calls the provider refused for the API key (401/403).")
+CONTEXT_OVERFLOWS = Counter("parley_context_overflows_total",
+                            "Turns the provider refused as longer than the context window, by outcome: recovered "
+                            "(compacted and retried) or dead (still too long).", ["outcome"])
 COMPACTIONS = Counter("parley_compactions_total", "Compactions, by outcome.", ["outcome"])
 PINNED_DROPPED = Counter("parley_pinned_dropped_total",
                          "Pinned items dropped because the PARLEY_MAX_PINNED cap or the state size limit bit.")

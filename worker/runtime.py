@@ -10,9 +10,11 @@ from typing import Any
 
 import redis
 
+from worker import policy
 from worker.conversation.chat import Chat
-from worker.conversation.compaction import Compactor, Compose, CompressToolExchanges, Summarize, TokenBudget
+from worker.conversation.compaction import Compactor
 from worker.conversation.model import Model
+from worker.conversation.tokens import CalibratingModel, UsageCalibratedCounter
 from worker.delivery.channel import Channel, ConsoleChannel, WebhookChannel
 from worker.service import ConversationService, ServiceConfig, Wake
 from worker.settings import Settings
@@ -60,33 +62,39 @@ def build_model_from_settings(settings: Settings) -> Model:
         "breaker_reset": settings.llm_breaker_reset,
     }
     if provider == "openai":
+        # max_completion_tokens vs max_tokens is chosen by the model's family in the provider.
         key = settings.openai_api_key.get_secret_value() if settings.openai_api_key else None
         return build_model("openai", model=settings.llm_model or DEFAULT_MODELS["openai"],
                            base_url=settings.openai_base_url, api_key=key, **options)
     if provider == "anthropic":
         key = settings.anthropic_api_key.get_secret_value() if settings.anthropic_api_key else None
         return build_model("anthropic", model=settings.llm_model or DEFAULT_MODELS["anthropic"],
-                           base_url=settings.anthropic_base_url, api_key=key, **options)
+                           base_url=settings.anthropic_base_url, api_key=key,
+                           prompt_cache=settings.anthropic_prompt_cache,
+                           thinking_budget=settings.anthropic_thinking_budget, **options)
     options.pop("breaker_threshold")
     options.pop("breaker_reset")
     return build_model("local", model=settings.llm_model or DEFAULT_MODELS["local"], **options)
 
 
 def build_compactor(settings: Settings, model: Model) -> Compactor:
-    """Compress old tool outputs, fold old exchanges into a rolling summary, and keep a hard token budget."""
-    steps: list[Compactor] = [CompressToolExchanges(keep_recent=settings.compress_tool_outputs_after)]
-    if settings.compaction_summarize:
-        steps.append(Summarize(model, keep_last=settings.compaction_keep_last,
-                               trigger_tokens=int(settings.compaction_max_tokens * 0.8)))
-    steps.append(TokenBudget(settings.compaction_max_tokens, settings.compaction_target_tokens))
-    return Compose(*steps)
+    """The compactor chain the settings choose (see :func:`worker.policy.build_compactor`)."""
+    return policy.build_compactor(settings, model)
 
 
 def build_chat(settings: Settings, model: Model | None = None, *, tools: Any = ()) -> Chat:
+    """The chat the worker runs: the model, the memory policy of the settings (counter, compactor chain, a
+    budget that leaves the answer room in the context window), and the tools.
+
+    With the ``usage`` counter, the model is wrapped so that every reported usage calibrates the counter."""
     model = model or build_model_from_settings(settings)
+    counter = policy.build_counter(settings, model.provider, model.model_name)
+    if isinstance(counter, UsageCalibratedCounter):
+        model = CalibratingModel(model, counter)
     return Chat(
         model=model,
         compactor=build_compactor(settings, model),
+        counter=counter,
         tools=tools,
         max_tool_iterations=settings.max_tool_iterations,
         auto_compact=False,  # the worker compacts in a follow-up task

@@ -13,6 +13,8 @@ from typing import Annotated, Literal
 from pydantic import AliasChoices, Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+CompactionStep = Literal["tools", "summarize", "keep_last", "budget"]
+
 
 def _std(name: str) -> AliasChoices:
     return AliasChoices(name, f"PARLEY_{name}")
@@ -53,7 +55,17 @@ class Settings(BaseSettings):
     llm_breaker_reset: float = Field(30.0, description="Seconds the breaker stays open before one probe call.")
     max_retry_delay: float = Field(60.0, description="Longest wait between retries of an input while the model is "
                                                      "unavailable.")
-    llm_max_tokens: int = Field(1024, description="Most tokens the model may write in one answer.")
+    llm_max_tokens: int = Field(1024, description="Most tokens the model may write in one answer (sent as "
+                                "max_completion_tokens to OpenAI o-series and gpt-5 models, which refuse max_tokens).")
+    context_window: int | None = Field(None, gt=0, description="Tokens the model reads and writes in one call. "
+                                       "Default by model family (gpt-4o 128k, gpt-4.1 1M, gpt-5 400k, o-series and "
+                                       "Claude 200k, the local model 4k, others 8k). The compaction budget is kept "
+                                       "below it minus the answer's room (max tokens plus the thinking budget).")
+    anthropic_prompt_cache: bool = Field(True, description="Mark the stable prefix (system prompt with summary and "
+                                         "pinned items, older history) with Anthropic cache_control breakpoints, so "
+                                         "repeated prefixes are read from the cache.")
+    anthropic_thinking_budget: int = Field(0, ge=0, description="Tokens Claude may think before answering (extended "
+                                           "thinking, at least 1024); 0 = off. Added to the answer's max tokens.")
     system_prompt: str = Field("You are a friendly, concise game assistant chatting over WhatsApp.",
                                description="Default system prompt; a turn may carry its own.")
     max_tool_iterations: int = Field(10, description="Most rounds of tool calls in one turn.")
@@ -61,8 +73,21 @@ class Settings(BaseSettings):
     # --- the conversation ---
     compaction_max_tokens: int = Field(6000, description="Compact when the prompt is over this many tokens.")
     compaction_target_tokens: int | None = Field(None, description="Trim to this many tokens (default 70% of the max).")
-    compaction_summarize: bool = Field(True, description="Fold old exchanges into a rolling LLM summary.")
-    compaction_keep_last: int = Field(6, description="Exchanges kept verbatim when summarising.")
+    # NoDecode: a comma list, as a person writes it ("tools,summarize,budget"), not JSON.
+    compaction: Annotated[list[CompactionStep] | None, NoDecode] = Field(
+        None, description="The compactor chain, in order, as a comma list of: tools (compress old tool outputs), "
+                          "summarize (rolling LLM summary), keep_last (keep the last PARLEY_COMPACTION_KEEP_LAST "
+                          "exchanges), budget (drop the oldest exchanges over PARLEY_COMPACTION_MAX_TOKENS). "
+                          "Unset: tools,summarize,budget (summarize only with PARLEY_COMPACTION_SUMMARIZE).")
+    token_counter: Literal["auto", "tiktoken", "estimate", "usage"] = Field(
+        "auto", description="How prompts are counted for compaction: tiktoken (exact, offline; o200k_base for "
+                            "gpt-4o/4.1/5 and o-series, cl100k_base for older), estimate (4 characters a token), "
+                            "usage (the estimate calibrated by the prompt tokens the provider reports). auto: "
+                            "tiktoken for OpenAI models, usage for the others.")
+    compaction_summarize: bool = Field(True, description="Fold old exchanges into a rolling LLM summary (when "
+                                       "PARLEY_COMPACTION is unset).")
+    compaction_keep_last: int = Field(6, description="Exchanges kept verbatim when summarising, and by the "
+                                      "keep_last step.")
     compress_tool_outputs_after: int = Field(3, description="Keep this many recent tool outputs whole; compress older.")
     idle_gap_seconds: float | None = Field(None, description="A turn after this much silence starts a fresh "
                                                              "conversation. Off when unset.")
@@ -138,6 +163,16 @@ class Settings(BaseSettings):
     log_json: bool = Field(False, description="Log JSON lines instead of text.")
     log_level: str = Field("INFO", description="Log level.")
     metrics_port: int | None = Field(None, description="Serve Prometheus metrics on this port in each worker.")
+
+    @field_validator("compaction", mode="before")
+    @classmethod
+    def _split_steps(cls, v: object) -> object:
+        """``tools, summarize ,budget`` -> ``["tools", "summarize", "budget"]``; empty means the default chain.
+        An unknown step name is refused by the ``Literal`` check, naming the allowed ones."""
+        if not isinstance(v, str):
+            return v
+        steps = [p.strip().lower() for p in v.split(",") if p.strip()]
+        return steps or None
 
     @field_validator("reset_phrases", mode="before")
     @classmethod

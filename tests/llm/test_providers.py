@@ -134,7 +134,8 @@ def test_anthropic_tool_loop_alternation_and_thinking_blocks(server: ScriptedSer
     for body in server.requests:
         check_anthropic(body)
     first, second = server.requests
-    assert first["system"] == "You are a guide." and first["max_tokens"] == 1024
+    assert first["system"] == [{"type": "text", "text": "You are a guide.", "cache_control": {"type": "ephemeral"}}]
+    assert first["max_tokens"] == 1024 and "thinking" not in first
     assert [m["role"] for m in first["messages"]] == ["user"]  # event and question merged at request time
     assert len(first["messages"][0]["content"]) == 2
     assert [m["role"] for m in second["messages"]] == ["user", "assistant", "user"]
@@ -236,7 +237,7 @@ def test_long_retry_after_is_not_slept_in_process(server: ScriptedServer) -> Non
 @pytest.mark.parametrize(("status", "message", "kind", "exc"), [
     (400, "bad param", "invalid_request_error", ModelRequestError),
     (401, "bad key", "invalid_api_key", AuthenticationError),
-    (403, "forbidden", "permission_error", ModelRequestError),
+    (403, "forbidden", "permission_error", AuthenticationError),
     (404, "no such model", "not_found_error", ModelRequestError),
     (400, "This model's maximum context length is 128000 tokens", "context_length_exceeded", ContextLengthError),
 ])

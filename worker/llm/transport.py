@@ -138,7 +138,7 @@ def _error_for_status(provider: str, status: int, body: Any, text: str, headers:
     if ("context_length" in low or "maximum context length" in low or "prompt is too long" in low
             or "context window" in low):
         return ContextLengthError(full, provider=provider, status=status)
-    if status == 401:
+    if status in (401, 403):  # a rejected key, or one without access to the model: no retry mends it
         return AuthenticationError(full, provider=provider, status=status)
     if status == 429 or status == 529 or "overloaded" in low or "rate_limit" in low:
         return RateLimitedError(full, provider=provider, status=status, retry_after=retry_after)

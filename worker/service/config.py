@@ -51,8 +51,12 @@ class RetryLater(Exception):
 
 
 def observe_round_trip(rt: RoundTrip) -> None:
-    """Record one model round trip in the metrics (the chat's observer)."""
+    """Record one model round trip in the metrics (the chat's observer). A call that came back means the
+    provider accepts the key again, so the auth alarm is cleared."""
     metrics.LLM_SECONDS.labels(rt.purpose).observe(rt.seconds)
+    metrics.PROVIDER_AUTH_FAILING.set(0)
     if rt.usage is not None:
         metrics.TOKENS.labels("in").inc(rt.usage.prompt_tokens)
         metrics.TOKENS.labels("out").inc(rt.usage.completion_tokens)
+        metrics.TOKENS.labels("cached").inc(rt.usage.cached_tokens)
+        metrics.TOKENS.labels("cache_write").inc(rt.usage.cache_creation_tokens)

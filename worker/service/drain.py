@@ -12,9 +12,8 @@ The guarantees, and where they come from:
 from __future__ import annotations
 
 import logging
-import random
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import msgpack
@@ -23,9 +22,18 @@ from worker import metrics
 from worker.conversation.chat import Chat, TurnResult
 from worker.delivery.split import split_message
 from worker.envelopes import DeadLetter, Envelope, ReplyRecord, decode_envelope
-from worker.errors import EnvelopeError, InputError, ModelError, ModelResponseError, StaleLeaseError
-from worker.service.config import RetryLater, ServiceConfig, Wake
+from worker.errors import (
+    AuthenticationError,
+    ContextLengthError,
+    EnvelopeError,
+    InputError,
+    ModelError,
+    ModelResponseError,
+    StaleLeaseError,
+)
+from worker.service.config import ServiceConfig, Wake
 from worker.service.heartbeat import Beat, Heartbeat
+from worker.service.recovery import compact_for_context, hold_for_auth, retry_later, usage_trace
 from worker.store.base import CommitResult, OutboxHead, Snapshot
 from worker.store.protocol import DrainStore
 
@@ -114,6 +122,8 @@ class Drainer:
             return self._apply_envelope(run, env, snap)
         except InputError as exc:
             return self._dead_input(run, snap, env.kind, "invalid_input", str(exc), attempts)
+        except ContextLengthError as exc:
+            return self._context_too_long(run, env, snap, attempts, exc)
         except ModelError as exc:
             return self._model_failed(run, env, snap, attempts, exc)
 
@@ -145,6 +155,8 @@ class Drainer:
         (``max_bad_response_retries``, counted with the input's other model retries): a provider that sends
         garbage rarely mends within the minutes an outage may last, and the player's next messages wait.
         """
+        if isinstance(exc, AuthenticationError):
+            hold_for_auth(self.store, self.config, run.cid, run.token, env, exc)
         reason = "model_rejected"
         if exc.retryable:
             bad_response = isinstance(exc, ModelResponseError)
@@ -156,13 +168,37 @@ class Drainer:
                                                                     "message_id": env.message_id, "retry": retries,
                                                                     "error": str(exc)})
                 metrics.INPUTS.labels(env.kind, "retry").inc()
-                backoff = min(self.config.max_retry_delay, 2.0 ** min(retries, 10))
-                countdown = max(getattr(exc, "retry_after", None) or 0.0, backoff * (0.5 + random.random() / 2))
-                # Expire a little before the scheduled retry fires, so the retry is never turned away.
-                self.store.hold(run.cid, int(countdown * 1000) - 250)
-                raise RetryLater(f"model unavailable: {exc}", countdown) from exc
+                retry_later(self.store, self.config, run.cid, retries, f"model unavailable: {exc}",
+                            getattr(exc, "retry_after", None))
             reason = "model_bad_response" if bad_response else "model_unavailable"
         return self._dead_input(run, snap, env.kind, reason, str(exc), attempts)
+
+    def _context_too_long(self, run: _Run, env: Envelope, snap: Snapshot, attempts: int,
+                          exc: ContextLengthError) -> CommitResult:
+        """The prompt was longer than the model takes: compact the conversation now, under the lease (the
+        configured chain; if none of its triggers fired, drop the oldest exchanges down to half the prompt),
+        and run the turn once more on the compacted state, which the turn's commit then saves. Still too
+        long, or nothing left to drop: dead-letter the input with the reason, so the inputs behind it go on.
+        Any other model failure of the retry is handled as usual (the retry later starts over)."""
+        compacted = compact_for_context(self.chat, snap.state)
+        if compacted is None:
+            metrics.CONTEXT_OVERFLOWS.labels("dead").inc()
+            return self._dead_input(run, snap, env.kind, "context_length",
+                                    f"{exc} (nothing left to compact)", attempts)
+        log.warning("prompt longer than the model's context window; compacted, retrying the turn once",
+                    extra={"conversation_id": run.cid, "message_id": env.message_id, "error": str(exc)})
+        try:
+            done = self._apply_envelope(run, env, replace(snap, state=compacted))
+        except ContextLengthError as again:
+            metrics.CONTEXT_OVERFLOWS.labels("dead").inc()
+            return self._dead_input(run, snap, env.kind, "context_length",
+                                    f"still too long after compaction: {again}", attempts)
+        except InputError as bad:
+            return self._dead_input(run, snap, env.kind, "invalid_input", str(bad), attempts)
+        except ModelError as other:
+            return self._model_failed(run, env, snap, attempts, other)
+        metrics.CONTEXT_OVERFLOWS.labels("recovered").inc()
+        return done
 
     def _turn(self, run: _Run, env: Envelope, state: bytes | None, version: int) -> CommitResult:
         started = time.perf_counter()
@@ -178,7 +214,7 @@ class Drainer:
         )
         trace = {"user": env.text, "reply": result.reply[: self.config.trace_reply_chars],
                  "finish": result.finish_reason, "model_calls": result.model_calls, "tool_calls": result.tool_calls,
-                 "prompt_tokens": result.usage.prompt_tokens if result.usage else None,
+                 **usage_trace(result.usage),
                  "reset": result.reset, "parts": len(record.parts)}
         # Inline delivery starts in the commit that ends the drain (if it does): one round trip fewer per reply.
         done = self._commit(run, version, env, result.state, record.to_bytes(), trace,

@@ -1,0 +1,113 @@
+"""What the drainer does about the model failures that are neither an outage nor the player's fault.
+
+- A rejected API key (401/403) holds every conversation as an outage would, with no end and no dead letter: the
+  players' messages wait until someone fixes the key (:func:`hold_for_auth`, :class:`AuthAlarm`).
+- A prompt longer than the model's context window gets the conversation compacted under the lease and the turn
+  retried once (:func:`compact_for_context`; the drainer's ``_context_too_long`` drives it).
+
+Also :func:`usage_trace`, the usage part of a turn's trace entry (cached prompt tokens included).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import random
+import threading
+import time
+from collections.abc import Callable
+from typing import NoReturn
+
+from worker import metrics
+from worker.conversation.chat import Chat
+from worker.conversation.compaction import TokenBudget
+from worker.conversation.model import Usage
+from worker.envelopes import Envelope
+from worker.errors import AuthenticationError
+from worker.service.config import RetryLater, ServiceConfig
+from worker.store.protocol import DrainStore
+
+log = logging.getLogger("parley.service")
+
+
+class AuthAlarm:
+    """Says that the provider refuses the API key once per ``every`` seconds per process, however many turns
+    hit it: with every conversation held, a line per turn would bury the one that matters."""
+
+    def __init__(self, every: float = 60.0, clock: Callable[[], float] = time.monotonic) -> None:
+        self.every = every
+        self.clock = clock
+        self.last: float | None = None
+        self.suppressed = 0
+        self._lock = threading.Lock()
+
+    def report(self, exc: AuthenticationError) -> bool:
+        """Log ``exc`` unless it was logged less than ``every`` seconds ago; returns whether it logged."""
+        with self._lock:
+            now = self.clock()
+            if self.last is not None and now - self.last < self.every:
+                self.suppressed += 1
+                return False
+            self.last, suppressed, self.suppressed = now, self.suppressed, 0
+        log.error("the model provider rejects the API key (%s %s): every conversation is held, nothing is "
+                  "dead-lettered, until the key is fixed (OPENAI_API_KEY / ANTHROPIC_API_KEY); "
+                  "%d more refusals since the last report", exc.provider, exc.status, suppressed,
+                  extra={"provider": exc.provider, "status": exc.status, "error": exc.message})
+        return True
+
+
+AUTH_ALARM = AuthAlarm()
+"""The process's alarm (one log line a minute, whichever conversation hit the refusal)."""
+
+
+def hold_for_auth(store: DrainStore, config: ServiceConfig, cid: str, token: int, env: Envelope,
+                  exc: AuthenticationError) -> NoReturn:
+    """The provider refused the API key: hold the conversation and raise :class:`RetryLater`, as in an outage,
+    but without an end: the players' messages are not at fault, and they wait until someone fixes the key.
+
+    The attempt is given back (it did not crash the worker) and counted with the input's retries, which sets
+    the backoff (up to ``max_retry_delay``); the input is never dead-lettered for it.
+    ``parley_provider_auth_failing`` is 1 until a model call succeeds again (:func:`observe_round_trip`
+    clears it), and the log says so once a minute per process, not once per turn."""
+    retries = store.note_retry(cid, token, env.message_id)
+    metrics.PROVIDER_AUTH_FAILING.set(1)
+    metrics.PROVIDER_AUTH_FAILURES.inc()
+    metrics.INPUTS.labels(env.kind, "held").inc()
+    AUTH_ALARM.report(exc)
+    retry_later(store, config, cid, retries, f"provider rejected the API key: {exc}")
+
+
+def retry_later(store: DrainStore, config: ServiceConfig, cid: str, retries: int, reason: str,
+                retry_after: float | None = None) -> NoReturn:
+    """Hold the conversation and raise :class:`RetryLater` after an exponential backoff with jitter (up to
+    ``max_retry_delay``), or the provider's ``Retry-After`` when that is longer."""
+    backoff = min(config.max_retry_delay, 2.0 ** min(retries, 10))
+    countdown = max(retry_after or 0.0, backoff * (0.5 + random.random() / 2))
+    # Expire a little before the scheduled retry fires, so the retry is never turned away.
+    store.hold(cid, int(countdown * 1000) - 250)
+    raise RetryLater(reason, countdown)
+
+
+def compact_for_context(chat: Chat, state: bytes | None) -> bytes | None:
+    """The state compacted for a retry after a context-length error, or ``None`` when nothing could be dropped.
+
+    First the configured chain (only its due steps, as the follow-up task would); when none of its triggers
+    fired, its budget is above what this model takes (a wrong ``PARLEY_CONTEXT_WINDOW``, or a prompt the
+    counts underestimate), so the oldest exchanges are dropped down to half the prompt."""
+    if not state:
+        return None
+    report = chat.compact_with_report(state)
+    if report.changed:
+        return report.state
+    half = max(1, report.tokens_before // 2)
+    forced = dataclasses.replace(chat, compactor=TokenBudget(half, half)).compact_with_report(state)
+    return forced.state if forced.changed else None
+
+
+def usage_trace(usage: Usage | None) -> dict[str, int | None]:
+    """The usage fields of a turn's trace entry (the last round trip's, as the provider reported it): prompt
+    tokens, of which read from the provider's cache and written to it, and the answer's tokens."""
+    if usage is None:
+        return {"prompt_tokens": None}
+    return {"prompt_tokens": usage.prompt_tokens, "completion_tokens": usage.completion_tokens,
+            "cached_tokens": usage.cached_tokens, "cache_write_tokens": usage.cache_creation_tokens}
