@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 import msgpack
@@ -23,17 +23,16 @@ from worker.conversation.chat import Chat, TurnResult
 from worker.delivery.split import split_message
 from worker.envelopes import DeadLetter, Envelope, ReplyRecord, decode_envelope
 from worker.errors import (
-    AuthenticationError,
     ContextLengthError,
     EnvelopeError,
     InputError,
     ModelError,
-    ModelResponseError,
     StaleLeaseError,
 )
 from worker.service.config import ServiceConfig, Wake
 from worker.service.heartbeat import Beat, Heartbeat
-from worker.service.recovery import compact_for_context, hold_for_auth, retry_later, usage_trace
+from worker.service.model_failures import ModelFailures
+from worker.service.recovery import usage_trace
 from worker.store.base import CommitResult, OutboxHead, Snapshot
 from worker.store.protocol import DrainStore
 
@@ -65,7 +64,7 @@ class _Run:
     delivery: Claimed | None = None  # the delivery the last commit started, if it did
 
 
-class Drainer:
+class Drainer(ModelFailures[_Run]):
     """Applies a conversation's inputs under its lease."""
 
     def __init__(self, store: DrainStore, chat: Chat, wake: Wake, config: ServiceConfig,
@@ -145,60 +144,6 @@ class Drainer:
             metrics.INPUTS.labels("reset", "applied").inc()
             return done
         return self._splice(run, env, state, version)
-
-    def _model_failed(self, run: _Run, env: Envelope, snap: Snapshot, attempts: int,
-                      exc: ModelError) -> CommitResult:
-        """Retry a retryable model failure later (the input stays at the head), up to its budget; past it, or
-        for a permanent failure, dead-letter the input so the inputs behind it proceed.
-
-        An answer Parley cannot read (:class:`ModelResponseError`) gets a small budget of its own
-        (``max_bad_response_retries``, counted with the input's other model retries): a provider that sends
-        garbage rarely mends within the minutes an outage may last, and the player's next messages wait.
-        """
-        if isinstance(exc, AuthenticationError):
-            hold_for_auth(self.store, self.config, run.cid, run.token, env, exc)
-        reason = "model_rejected"
-        if exc.retryable:
-            bad_response = isinstance(exc, ModelResponseError)
-            # Not a crash: give the attempt back and count a retry against its own, larger budget.
-            retries = self.store.note_retry(run.cid, run.token, env.message_id)
-            limit = self.config.max_bad_response_retries if bad_response else self.config.max_model_retries
-            if retries <= limit:
-                log.warning("model unavailable; will retry", extra={"conversation_id": run.cid, "kind": env.kind,
-                                                                    "message_id": env.message_id, "retry": retries,
-                                                                    "error": str(exc)})
-                metrics.INPUTS.labels(env.kind, "retry").inc()
-                retry_later(self.store, self.config, run.cid, retries, f"model unavailable: {exc}",
-                            getattr(exc, "retry_after", None))
-            reason = "model_bad_response" if bad_response else "model_unavailable"
-        return self._dead_input(run, snap, env.kind, reason, str(exc), attempts)
-
-    def _context_too_long(self, run: _Run, env: Envelope, snap: Snapshot, attempts: int,
-                          exc: ContextLengthError) -> CommitResult:
-        """The prompt was longer than the model takes: compact the conversation now, under the lease (the
-        configured chain; if none of its triggers fired, drop the oldest exchanges down to half the prompt),
-        and run the turn once more on the compacted state, which the turn's commit then saves. Still too
-        long, or nothing left to drop: dead-letter the input with the reason, so the inputs behind it go on.
-        Any other model failure of the retry is handled as usual (the retry later starts over)."""
-        compacted = compact_for_context(self.chat, snap.state)
-        if compacted is None:
-            metrics.CONTEXT_OVERFLOWS.labels("dead").inc()
-            return self._dead_input(run, snap, env.kind, "context_length",
-                                    f"{exc} (nothing left to compact)", attempts)
-        log.warning("prompt longer than the model's context window; compacted, retrying the turn once",
-                    extra={"conversation_id": run.cid, "message_id": env.message_id, "error": str(exc)})
-        try:
-            done = self._apply_envelope(run, env, replace(snap, state=compacted))
-        except ContextLengthError as again:
-            metrics.CONTEXT_OVERFLOWS.labels("dead").inc()
-            return self._dead_input(run, snap, env.kind, "context_length",
-                                    f"still too long after compaction: {again}", attempts)
-        except InputError as bad:
-            return self._dead_input(run, snap, env.kind, "invalid_input", str(bad), attempts)
-        except ModelError as other:
-            return self._model_failed(run, env, snap, attempts, other)
-        metrics.CONTEXT_OVERFLOWS.labels("recovered").inc()
-        return done
 
     def _turn(self, run: _Run, env: Envelope, state: bytes | None, version: int) -> CommitResult:
         started = time.perf_counter()
