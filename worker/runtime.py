@@ -6,6 +6,7 @@ Shared by the Celery tasks, the producer client, the CLI and the demo, so that a
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import redis
@@ -13,6 +14,7 @@ import redis
 from worker.conversation.chat import Chat
 from worker.conversation.compaction import Compactor, Compose, CompressToolExchanges, Summarize, TokenBudget
 from worker.conversation.model import Model
+from worker.conversation.tools import Tool
 from worker.delivery.channel import Channel, ConsoleChannel, WebhookChannel
 from worker.service import ConversationService, ServiceConfig, Wake
 from worker.settings import Settings
@@ -82,12 +84,15 @@ def build_compactor(settings: Settings, model: Model) -> Compactor:
     return Compose(*steps)
 
 
-def build_chat(settings: Settings, model: Model | None = None, *, tools: Any = ()) -> Chat:
+def build_chat(settings: Settings, model: Model | None = None, *, tools: Any = (),
+               tool_source: Callable[[], Sequence[Tool]] | None = None) -> Chat:
     model = model or build_model_from_settings(settings)
     return Chat(
         model=model,
         compactor=build_compactor(settings, model),
         tools=tools,
+        tool_source=tool_source,
+        tool_timeout=settings.tool_timeout,
         max_tool_iterations=settings.max_tool_iterations,
         auto_compact=False,  # the worker compacts in a follow-up task
         idle_gap_seconds=settings.idle_gap_seconds,
@@ -131,10 +136,17 @@ def service_config(settings: Settings) -> ServiceConfig:
 
 
 def build_service(settings: Settings, wake: Wake, *, model: Model | None = None, channel: Channel | None = None,
-                  tools: Any = ()) -> ConversationService:
+                  tools: Any = None) -> ConversationService:
+    """``tools=None`` (the worker's case) loads the deployment's tools from the settings (worker.tools)."""
+    source = None
+    if tools is None:
+        from worker.tools import load_tools
+
+        loaded = load_tools(settings)
+        tools, source = loaded.fixed, (loaded.mcp.tools if loaded.mcp is not None else None)
     return ConversationService(
         build_store(settings),
-        build_chat(settings, model, tools=tools),
+        build_chat(settings, model, tools=tools, tool_source=source),
         channel or build_channel(settings),
         wake,
         service_config(settings),
