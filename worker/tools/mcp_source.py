@@ -21,9 +21,10 @@ from collections.abc import Coroutine, Sequence
 from datetime import timedelta
 from typing import Any, TypeVar
 
+import httpx
 import mcp.types as mt
 from mcp import ClientSession
-from mcp.client.streamable_http import streamablehttp_client
+from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import McpError
 
 from worker.conversation.tools import Tool
@@ -96,7 +97,9 @@ class McpServer:
 
     async def _session_once(self) -> None:
         assert self._wake is not None
-        async with streamablehttp_client(self.url, headers=self.headers, timeout=self.call_timeout) as (r, w, _), \
+        # The read timeout stays long: the GET stream that carries notifications is idle most of the time.
+        http = httpx.AsyncClient(headers=self.headers, timeout=httpx.Timeout(self.call_timeout, read=300))
+        async with http, streamable_http_client(self.url, http_client=http) as (r, w, _), \
                 ClientSession(r, w, message_handler=self._on_message) as session:
             await session.initialize()
             await self._list(session)
