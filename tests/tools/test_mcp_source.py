@@ -109,3 +109,25 @@ def test_a_server_down_at_start_does_not_fail_the_start() -> None:
         assert _turn_tools(lt) == {}
     finally:
         lt.close()
+
+
+def test_a_servers_unusable_or_clashing_tools_are_left_out_not_fatal() -> None:
+    import mcp.types as mt
+
+    from worker.tools.mcp_source import EventLoopThread, McpServer, McpSource
+
+    bridge = EventLoopThread()
+    try:
+        servers = [McpServer(f"http://127.0.0.1:9/{i}", headers={}, bridge=bridge, call_timeout=1, refresh_seconds=60)
+                   for i in (1, 2)]
+        servers[0].listed = [mt.Tool(name="scalar", inputSchema={"type": "string"}),
+                             mt.Tool(name="bad name!", inputSchema={"type": "object"}),
+                             mt.Tool(name="look", inputSchema={"type": "object"}),
+                             mt.Tool(name="ok", inputSchema={})]
+        servers[1].listed = [mt.Tool(name="ok", inputSchema={"type": "object"})]
+        for s in servers:
+            s.up = True
+        tools = McpSource(servers, taken=["look"]).tools()
+        assert [(t.name, t.parameters) for t in tools] == [("ok", {"type": "object"})]
+    finally:
+        bridge.stop()

@@ -163,11 +163,16 @@ class McpServer:
         for t in self.listed:
             if t.name in taken or not _NAME.match(t.name):
                 continue
-            taken.add(t.name)
             schema = dict(t.inputSchema or {})
             schema.setdefault("type", "object")
-            out.append(Tool(name=t.name, description=t.description or t.name, parameters=schema,
-                            handler=_Handler(self, t.name), timeout=self.call_timeout + 2.0))
+            try:
+                tool = Tool(name=t.name, description=t.description or t.name, parameters=schema,
+                            handler=_Handler(self, t.name), timeout=self.call_timeout + 2.0)
+            except ToolError as exc:  # a server's odd tool must not fail every turn: leave it out
+                log.warning("MCP server %s: tool %r left out: %s", self.url, t.name, exc)
+                continue
+            taken.add(t.name)
+            out.append(tool)
         return out
 
 
