@@ -1,10 +1,12 @@
 """An MCP server (the official SDK's FastMCP, streamable HTTP) for the tests: ``python -m
 tests.support.mcp_game_server PORT``. ``weather`` answers; ``unlock`` adds the ``secret_door`` tool and tells
-the client its tool list changed; ``nap`` sleeps (for timeouts)."""
+the client its tool list changed; ``nap`` sleeps (for timeouts); ``whoami`` echoes
+the request's ``_meta``."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 import socket
 import subprocess
 import sys
@@ -31,6 +33,12 @@ def build(port: int) -> FastMCP:
         server.add_tool(secret_door)
         await ctx.session.send_tool_list_changed()
         return "unlocked"
+
+    @server.tool()
+    def whoami(ctx: Context) -> str:  # type: ignore[type-arg]
+        """The request's _meta, as JSON."""
+        meta = ctx.request_context.meta
+        return json.dumps(meta.model_dump(exclude_none=True) if meta is not None else {}, sort_keys=True)
 
     @server.tool()
     async def nap(seconds: float) -> str:

@@ -14,7 +14,7 @@ from worker.conversation import Chat, Reply, ScriptedModel, Tool, turn_context
 from worker.conversation.messages import ToolCall
 from worker.conversation.tools import run_tool
 from worker.settings import Settings
-from worker.tools import LoadedTools, load_tools
+from worker.tools import LoadedTools, idempotency_key, load_tools
 
 
 def _until(check: Callable[[], bool], timeout: float = 10.0) -> bool:
@@ -58,9 +58,16 @@ def _call(tools: dict[str, Tool], name: str, **args: object) -> tuple[str, bool]
 
 def test_tools_are_listed_at_start_and_called(loaded: LoadedTools) -> None:
     tools = _turn_tools(loaded)
-    assert set(tools) == {"weather", "unlock", "nap"}
+    assert set(tools) == {"weather", "unlock", "nap", "whoami"}
     assert tools["weather"].parameters["properties"]["city"]["type"] == "string"
     assert _call(tools, "weather", city="Oslo") == ("storm over Oslo", False)
+
+
+def test_a_call_carries_its_ids_and_idempotency_key_in_meta(loaded: LoadedTools) -> None:
+    text, error = _call(_turn_tools(loaded), "whoami")
+    assert not error
+    assert json.loads(text) == {"parley/call_id": "call_1", "parley/conversation_id": "c", "parley/input_id": "i",
+                                "parley/idempotency_key": idempotency_key("c", "i", "call_1")}
 
 
 def test_a_list_changed_notification_refreshes_the_tools(loaded: LoadedTools) -> None:

@@ -27,9 +27,10 @@ from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import McpError
 
-from worker.conversation.tools import Tool
+from worker.conversation.tools import Tool, current_call
 from worker.errors import ToolError
 from worker.metrics import MCP_UNAVAILABLE, TOOL_CALLS
+from worker.tools.http_source import idempotency_key
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -136,7 +137,8 @@ class McpServer:
         session = self._session
         if session is None or not self.up:
             raise ToolError(f"the MCP server for tool {name!r} is unavailable")
-        coro = session.call_tool(name, arguments, read_timeout_seconds=timedelta(seconds=self.call_timeout))
+        coro = session.call_tool(name, arguments, read_timeout_seconds=timedelta(seconds=self.call_timeout),
+                                 meta=call_meta())
         try:
             result = self.bridge.run(coro, self.call_timeout + 1.0)
         except Exception as exc:
@@ -174,6 +176,15 @@ class McpServer:
             taken.add(t.name)
             out.append(tool)
         return out
+
+
+def call_meta() -> dict[str, str]:
+    """The call's ids and idempotency key in the request's ``_meta`` (MCP has no header for it): the same key
+    an HTTP tool would send, so a server can apply a side effect once across a retried turn."""
+    call = current_call()
+    return {"parley/conversation_id": call.conversation_id, "parley/input_id": call.input_id,
+            "parley/call_id": call.call_id,
+            "parley/idempotency_key": idempotency_key(call.conversation_id, call.input_id, call.call_id)}
 
 
 class _Handler:
