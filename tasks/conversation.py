@@ -146,6 +146,20 @@ def _sweeper_loop(stop: threading.Event) -> None:
 _stop = threading.Event()
 
 
+@signals.worker_init.connect
+def _check_tools(**_: Any) -> None:
+    """A bad tool configuration (manifest, PARLEY_TOOLS, entry points) stops the worker at start, before any
+    turn runs; a signal handler's ordinary exception would only be logged, hence SystemExit."""
+    from worker.errors import ConfigurationError
+    from worker.tools import fixed_tools
+
+    try:
+        fixed_tools(get_settings())
+    except ConfigurationError as exc:
+        log.critical("invalid tool configuration: %s", exc)
+        raise SystemExit(1) from exc
+
+
 @signals.worker_process_init.connect
 def _warm_up_pool_process(**_: Any) -> None:  # prefork: each child builds its own, after the fork
     _warm_up()

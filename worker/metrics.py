@@ -38,3 +38,8 @@ MAILBOX_DEPTH = Gauge("parley_mailbox_depth", "Inputs waiting in the mailbox see
 UNEXPECTED_ERRORS = Counter("parley_unexpected_errors_total",
                             "Errors no code path expects (bugs), by where they surfaced; each is logged with its stack.",
                             ["where"])
+TOOL_CALLS = Counter("parley_tool_calls_total", "Calls of deployment tools (HTTP and MCP), by source and outcome.",
+                     ["source", "outcome"])
+MCP_UNAVAILABLE = Counter("parley_mcp_server_unavailable_total",
+                          "Turns that ran without an MCP server's tools because the server was down, by server.",
+                          ["server"])

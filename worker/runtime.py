@@ -6,6 +6,7 @@ Shared by the Celery tasks, the producer client, the CLI and the demo, so that a
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import redis
@@ -15,6 +16,7 @@ from worker.conversation.chat import Chat
 from worker.conversation.compaction import Compactor
 from worker.conversation.model import Model
 from worker.conversation.tokens import CalibratingModel, UsageCalibratedCounter
+from worker.conversation.tools import Tool
 from worker.delivery.channel import Channel, ConsoleChannel, WebhookChannel
 from worker.service import ConversationService, ServiceConfig, Wake
 from worker.settings import Settings
@@ -82,9 +84,11 @@ def build_compactor(settings: Settings, model: Model) -> Compactor:
     return policy.build_compactor(settings, model)
 
 
-def build_chat(settings: Settings, model: Model | None = None, *, tools: Any = ()) -> Chat:
+def build_chat(settings: Settings, model: Model | None = None, *, tools: Any = (),
+               tool_source: Callable[[], Sequence[Tool]] | None = None) -> Chat:
     """The chat the worker runs: the model, the memory policy of the settings (counter, compactor chain, a
-    budget that leaves the answer room in the context window), and the tools.
+    budget that leaves the answer room in the context window), the fixed tools, and ``tool_source`` for tools
+    offered turn by turn (MCP servers, which may come and go).
 
     With the ``usage`` counter, the model is wrapped so that every reported usage calibrates the counter."""
     model = model or build_model_from_settings(settings)
@@ -96,6 +100,8 @@ def build_chat(settings: Settings, model: Model | None = None, *, tools: Any = (
         compactor=build_compactor(settings, model),
         counter=counter,
         tools=tools,
+        tool_source=tool_source,
+        tool_timeout=settings.tool_timeout,
         max_tool_iterations=settings.max_tool_iterations,
         auto_compact=False,  # the worker compacts in a follow-up task
         idle_gap_seconds=settings.idle_gap_seconds,
@@ -139,10 +145,17 @@ def service_config(settings: Settings) -> ServiceConfig:
 
 
 def build_service(settings: Settings, wake: Wake, *, model: Model | None = None, channel: Channel | None = None,
-                  tools: Any = ()) -> ConversationService:
+                  tools: Any = None) -> ConversationService:
+    """``tools=None`` (the worker's case) loads the deployment's tools from the settings (worker.tools)."""
+    source = None
+    if tools is None:
+        from worker.tools import load_tools
+
+        loaded = load_tools(settings)
+        tools, source = loaded.fixed, (loaded.mcp.tools if loaded.mcp is not None else None)
     return ConversationService(
         build_store(settings),
-        build_chat(settings, model, tools=tools),
+        build_chat(settings, model, tools=tools, tool_source=source),
         channel or build_channel(settings),
         wake,
         service_config(settings),

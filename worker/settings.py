@@ -70,6 +70,19 @@ class Settings(BaseSettings):
                                description="Default system prompt; a turn may carry its own.")
     max_tool_iterations: int = Field(10, description="Most rounds of tool calls in one turn.")
 
+    # --- the game's tools ---
+    tools: str | None = Field(None, description="Python tools: `package.module:attribute`, a list of Tools or a "
+                              "factory called with the settings. Packages' `parley.tools` entry points are "
+                              "loaded too.")
+    tools_file: str | None = Field(None, description="Manifest (YAML or JSON) of HTTP tools and MCP servers; "
+                                   "README \"Giving the model the game's tools\".")
+    mcp_servers: str | None = Field(None, description="MCP servers (streamable HTTP), comma-separated URLs; "
+                                    "added to the manifest's.")
+    tool_timeout: float = Field(30.0, description="Seconds a tool call may take unless its manifest entry says "
+                                "otherwise; a slower call becomes an error result the model reads.")
+    mcp_refresh_seconds: float = Field(60.0, description="Re-list an MCP server's tools this often even without "
+                                       "a tools/list_changed notification, and retry a server that was down.")
+
     # --- the conversation ---
     compaction_max_tokens: int = Field(6000, description="Compact when the prompt is over this many tokens.")
     compaction_target_tokens: int | None = Field(None, description="Trim to this many tokens (default 70% of the max).")

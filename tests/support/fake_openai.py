@@ -24,6 +24,9 @@ class FakeOpenAI:
         self.summary_delay = 0.0
         self.fault: Any = None  # callable(body) -> (status, payload, headers) | None, consulted on every request
         self.on_request: Any = None  # callable(body) -> None, e.g. to kill the worker that asked
+        # callable(body) -> [(tool name, arguments)] | None: the tools to call for a user text no tool has
+        # answered yet; once the results are in, the answer is "ack:<text> | <result> | <result> ..."
+        self.plan_tools: Any = None
         self.in_flight = 0
         self.max_in_flight = 0
         self.http = LoopbackServer(lambda path, headers, body: self.answer(body))
@@ -71,11 +74,18 @@ class FakeOpenAI:
             finally:
                 with self.lock:
                     self.in_flight -= 1
+            calls = self._tool_calls(body, messages)
+            if calls:
+                return 200, _completion(body, {"role": "assistant", "content": None, "tool_calls": calls},
+                                        "tool_calls", messages), {}
             users = [m for m in messages if m.get("role") == "user"]
             last = users[-1].get("content", "") if users else ""
             if isinstance(last, list):
                 last = " ".join(str(p.get("text", "")) for p in last if isinstance(p, dict))
             text = f"ack:{last}"
+            results = _tool_results_since_last_user(messages)
+            if results:
+                text += " | " + " | ".join(results)
         prompt = sum(len(str(m.get("content", ""))) for m in messages) // 4 + 10
         return 200, {
             "id": "chatcmpl-test", "object": "chat.completion", "created": int(time.time()), "model": body.get("model"),
@@ -84,3 +94,28 @@ class FakeOpenAI:
             "usage": {"prompt_tokens": prompt, "completion_tokens": len(text) // 4 + 1,
                       "total_tokens": prompt + len(text) // 4 + 1},
         }, {}
+
+    def _tool_calls(self, body: dict[str, Any], messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """The tool calls ``plan_tools`` asks for, when the last message is the user's (no results yet)."""
+        if self.plan_tools is None or not messages or messages[-1].get("role") != "user":
+            return []
+        offered = {t["function"]["name"] for t in body.get("tools") or []}
+        plan = self.plan_tools(body) or []
+        with self.lock:
+            base = len(self.requests)
+        return [{"id": f"call_{base}_{i}", "type": "function",
+                 "function": {"name": name, "arguments": json.dumps(args)}}
+                for i, (name, args) in enumerate(plan) if name in offered]
+
+
+def _tool_results_since_last_user(messages: list[dict[str, Any]]) -> list[str]:
+    last_user = max((i for i, m in enumerate(messages) if m.get("role") == "user"), default=-1)
+    return [str(m.get("content", "")) for m in messages[last_user + 1:] if m.get("role") == "tool"]
+
+
+def _completion(body: dict[str, Any], message: dict[str, Any], finish: str,
+                messages: list[dict[str, Any]]) -> dict[str, Any]:
+    prompt = sum(len(str(m.get("content", ""))) for m in messages) // 4 + 10
+    return {"id": "chatcmpl-test", "object": "chat.completion", "created": int(time.time()),
+            "model": body.get("model"), "choices": [{"index": 0, "finish_reason": finish, "message": message}],
+            "usage": {"prompt_tokens": prompt, "completion_tokens": 10, "total_tokens": prompt + 10}}

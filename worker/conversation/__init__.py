@@ -21,12 +21,12 @@ from worker.conversation.observe import complete_observed
 from worker.conversation.scripted import Reply, ScriptedModel
 from worker.conversation.state import ConversationState, decode_state, encode_state, load_state
 from worker.conversation.tokens import EstimateCounter, TiktokenCounter, TokenCounter
-from worker.conversation.tools import Tool
+from worker.conversation.tools import Tool, ToolCallContext, current_call, turn_context
 
 __all__ = [
     "Chat", "CompactionFailed", "CompactionReport", "Compactor", "Compose", "CompressToolExchanges",
     "ConversationState", "EstimateCounter", "EventResult", "KeepLastExchanges", "Message", "Model",
     "ModelRequest", "ModelResponse", "Reply", "RoundTrip", "ScriptedModel", "SpliceResult", "Summarize",
-    "TiktokenCounter", "TokenBudget", "TokenCounter", "Tool", "ToolCall", "ToolSpec", "TurnResult", "Usage",
-    "complete_observed", "decode_state", "encode_state", "inspect_state", "load_state",
+    "TiktokenCounter", "TokenBudget", "TokenCounter", "Tool", "ToolCall", "ToolCallContext", "ToolSpec", "TurnResult", "Usage",
+    "complete_observed", "current_call", "decode_state", "encode_state", "inspect_state", "load_state", "turn_context",
 ]

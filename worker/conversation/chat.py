@@ -98,6 +98,9 @@ class Chat:
     model: Model
     compactor: Compactor | None = None
     tools: Sequence[Tool] = ()
+    # Called at the start of every turn for the tools whose set changes at run time (an MCP server's, gone
+    # while the server is down); added to ``tools`` for that turn only.
+    tool_source: Callable[[], Sequence[Tool]] | None = None
     max_tool_iterations: int = 10
     counter: TokenCounter = field(default_factory=EstimateCounter)
     auto_compact: bool = True
@@ -205,13 +208,16 @@ class Chat:
         return self._finish_turn(out, loaded.problem, reset)
 
     def _tool_loop(self, system: str | None, extra: Sequence[str]) -> ToolLoop:
+        tools = self._tools if self.tool_source is None else check_tools([*self._tools.values(),
+                                                                          *self.tool_source()])
+
         def request_for(st: ConversationState, tool_choice: ToolChoice) -> ModelRequest:
             history, _ = repair_history(st.messages)
             return ModelRequest(system=render_preamble(system, st, extra), messages=history,
-                                tools=[t.spec for t in self._tools.values()], max_tokens=self.max_tokens,
+                                tools=[t.spec for t in tools.values()], max_tokens=self.max_tokens,
                                 temperature=self.temperature, tool_choice=tool_choice)
 
-        return ToolLoop(call=self._call, request_for=request_for, tools=self._tools,
+        return ToolLoop(call=self._call, request_for=request_for, tools=tools,
                         max_tool_iterations=self.max_tool_iterations, fallback_reply=self.fallback_reply,
                         tool_timeout=self.tool_timeout, max_tool_result_chars=self.max_tool_result_chars)
 

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import contextvars
 import json
 import re
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -14,6 +16,42 @@ from worker.conversation.model import ToolSpec
 from worker.errors import ToolError
 
 _NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCallContext:
+    """Which call a handler is serving: tools that act on a game engine need the conversation, the input and
+    the call, e.g. to derive an idempotency key that is the same on every retry of the same call."""
+
+    conversation_id: str
+    input_id: str
+    call_id: str
+
+
+# The service sets the turn's ids around ``Chat.run_turn``; :func:`run_tool` adds the call id around each
+# handler. Context variables, because a handler is called as ``handler(**arguments)`` and must not see the
+# ids of another thread's (or greenlet's) turn.
+_TURN: contextvars.ContextVar[tuple[str, str] | None] = contextvars.ContextVar("parley_tool_turn", default=None)
+_CALL: contextvars.ContextVar[ToolCallContext | None] = contextvars.ContextVar("parley_tool_call", default=None)
+
+
+@contextmanager
+def turn_context(conversation_id: str, input_id: str) -> Iterator[None]:
+    """Make ``conversation_id`` and ``input_id`` visible to the tool handlers this block runs."""
+    token = _TURN.set((conversation_id, input_id))
+    try:
+        yield
+    finally:
+        _TURN.reset(token)
+
+
+def current_call() -> ToolCallContext:
+    """The call the running handler serves. Outside a turn (a library caller that set no turn context) the
+    conversation and input ids are empty strings; outside a handler it raises :class:`ToolError`."""
+    call = _CALL.get()
+    if call is None:
+        raise ToolError("current_call() is only available inside a tool handler")
+    return call
 
 
 @dataclass(frozen=True)
@@ -83,8 +121,11 @@ def run_tool(
         return result(f"Error: the arguments are not a JSON object ({exc}).", True)
 
     outcome: dict[str, Any] = {}
+    conversation_id, input_id = _TURN.get() or ("", "")
+    context = contextvars.copy_context()  # a new thread starts with an empty context otherwise
 
     def target() -> None:
+        _CALL.set(ToolCallContext(conversation_id, input_id, call.id))
         try:
             outcome["value"] = _encode_result(tool.handler(**args))
         except BaseException as exc:  # the model reads the failure; the worker keeps running
@@ -92,7 +133,7 @@ def run_tool(
 
     timeout = tool.timeout if tool.timeout is not None else default_timeout
     # A daemon thread, because a Python thread cannot be killed: a hung handler is abandoned, not waited for.
-    thread = threading.Thread(target=target, name=f"tool-{call.name}", daemon=True)
+    thread = threading.Thread(target=context.run, args=(target,), name=f"tool-{call.name}", daemon=True)
     thread.start()
     thread.join(timeout)
     if thread.is_alive():

@@ -20,6 +20,7 @@ import msgpack
 
 from worker import metrics
 from worker.conversation.chat import Chat, TurnResult
+from worker.conversation.tools import turn_context
 from worker.delivery.split import split_message
 from worker.envelopes import DeadLetter, Envelope, ReplyRecord, decode_envelope
 from worker.errors import (
@@ -147,8 +148,9 @@ class Drainer(ModelFailures[_Run]):
 
     def _turn(self, run: _Run, env: Envelope, state: bytes | None, version: int) -> CommitResult:
         started = time.perf_counter()
-        result: TurnResult = self.chat.run_turn(state, system=env.system or self.config.system_prompt,
-                                                user=env.text or "")
+        with turn_context(run.cid, env.message_id):  # tool handlers read the ids (worker.conversation.tools)
+            result: TurnResult = self.chat.run_turn(state, system=env.system or self.config.system_prompt,
+                                                    user=env.text or "")
         state, version = self._quarantine_if(run, state, version, result.state_problem)
         record = ReplyRecord(
             reply_id=env.message_id,

@@ -1,0 +1,77 @@
+"""The tools a deployment gives the model, from settings alone (DESIGN.md, "Tools a deployment gives the model").
+
+An edge package, not part of the pure core: it imports the game's Python tools, reads the HTTP manifest and keeps
+MCP sessions open. :func:`load_tools` runs once per worker process when the service is built; everything wrong with
+the configuration fails there, as a :class:`~worker.errors.ConfigurationError`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from worker.conversation.tools import Tool, check_tools
+from worker.errors import ConfigurationError, ToolError
+from worker.tools.http_source import http_tools, idempotency_key
+from worker.tools.manifest import McpServerSpec, expand_headers, load_manifest
+from worker.tools.mcp_source import EventLoopThread, McpServer, McpSource
+from worker.tools.python_source import load_entry_points, load_reference
+
+__all__ = ["LoadedTools", "fixed_tools", "idempotency_key", "load_tools"]
+
+# How long the worker's start waits for each MCP server's first tool listing.
+MCP_START_WAIT = 10.0
+
+
+@dataclass
+class LoadedTools:
+    """``fixed``: tools whose set never changes; ``mcp``: the per-turn source of the MCP servers' tools."""
+
+    fixed: list[Tool] = field(default_factory=list)
+    mcp: McpSource | None = None
+
+    def close(self) -> None:
+        if self.mcp is not None:
+            self.mcp.stop()
+
+
+def fixed_tools(settings: Any) -> tuple[list[Tool], list[McpServerSpec]]:
+    """The tools whose set never changes (Python, then the manifest's HTTP tools) and the MCP servers to open;
+    no connection is made, so the worker's main process can check the configuration before it forks."""
+    fixed: list[Tool] = []
+    if settings.tools:
+        fixed.extend(load_reference(settings.tools, settings))
+    fixed.extend(load_entry_points(settings))
+    servers: list[McpServerSpec] = []
+    if settings.tools_file:
+        manifest = load_manifest(settings.tools_file)
+        fixed.extend(http_tools(manifest.tools, where=f"PARLEY_TOOLS_FILE {settings.tools_file}",
+                                default_timeout=settings.tool_timeout))
+        servers.extend(manifest.mcp_servers)
+    for url in (settings.mcp_servers or "").split(","):
+        if url.strip():
+            if not url.strip().startswith(("http://", "https://")):
+                raise ConfigurationError(f"PARLEY_MCP_SERVERS: {url.strip()!r} is not an http(s) URL")
+            servers.append(McpServerSpec(url=url.strip()))
+    for s in servers:
+        expand_headers(s.headers, f"PARLEY_TOOLS_FILE {settings.tools_file}: mcp_servers ({s.url})")
+    try:
+        check_tools(fixed)
+    except ToolError as exc:
+        raise ConfigurationError(f"tools: {exc}") from exc
+    return fixed, servers
+
+
+def load_tools(settings: Any, *, mcp_start_wait: float = MCP_START_WAIT) -> LoadedTools:
+    """:func:`fixed_tools`, and the MCP servers' sessions opened on this process's event-loop thread (waiting up
+    to ``mcp_start_wait`` s for each first listing). An MCP tool whose name is taken is left out."""
+    fixed, servers = fixed_tools(settings)
+    if not servers:
+        return LoadedTools(fixed)
+    bridge = EventLoopThread()
+    source = McpSource([McpServer(s.url, headers=expand_headers(s.headers, f"mcp_servers ({s.url})"),
+                                  bridge=bridge, call_timeout=settings.tool_timeout,
+                                  refresh_seconds=settings.mcp_refresh_seconds) for s in servers],
+                       taken=[t.name for t in fixed])
+    source.start(mcp_start_wait)
+    return LoadedTools(fixed, source)

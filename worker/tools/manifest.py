@@ -1,0 +1,98 @@
+"""The tool manifest (``PARLEY_TOOLS_FILE``): HTTP tools and MCP servers, in YAML or JSON, validated at worker start.
+
+The contract is DESIGN.md's "Tools a deployment gives the model". A bad manifest fails the worker's start with a
+:class:`~worker.errors.ConfigurationError` naming the file and the field, so a typo never reaches a player's turn.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from worker.errors import ConfigurationError
+
+_VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+
+
+class HttpToolSpec(BaseModel):
+    """One HTTP tool: the model sees ``name``, ``description`` and ``parameters``; a call POSTs to ``url``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(pattern=r"^[A-Za-z0-9_-]{1,64}$")
+    description: str = Field(min_length=1)
+    parameters: dict[str, Any]
+    url: str = Field(pattern=r"^https?://")
+    timeout: float | None = Field(None, gt=0)
+    headers: dict[str, str] = Field(default_factory=dict)
+    idempotent: bool = False
+
+    @field_validator("parameters")
+    @classmethod
+    def _object_schema(cls, v: dict[str, Any]) -> dict[str, Any]:
+        if v.get("type") != "object":
+            raise ValueError("must be a JSON schema with type 'object'")
+        return v
+
+
+class McpServerSpec(BaseModel):
+    """One MCP server over the streamable HTTP transport."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    url: str = Field(pattern=r"^https?://")
+    headers: dict[str, str] = Field(default_factory=dict)
+
+
+class Manifest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    tools: list[HttpToolSpec] = Field(default_factory=list)
+    mcp_servers: list[McpServerSpec] = Field(default_factory=list)
+
+
+def expand_headers(headers: dict[str, str], where: str, env: dict[str, str] | None = None) -> dict[str, str]:
+    """``${VAR}`` in a header value is read from the environment; an unset variable is a configuration error
+    (a missing token would otherwise be sent as an empty one and fail every call)."""
+    env = dict(os.environ) if env is None else env
+    out: dict[str, str] = {}
+    for key, value in headers.items():
+        def sub(m: re.Match[str], key: str = key) -> str:
+            if m.group(1) not in env:
+                raise ConfigurationError(f"{where}: header {key!r} uses ${{{m.group(1)}}}, which is not set")
+            return env[m.group(1)]
+
+        out[key] = _VAR.sub(sub, value)
+    return out
+
+
+def load_manifest(path: str | Path) -> Manifest:
+    """Read and validate a manifest; YAML unless the file ends in ``.json`` (JSON is YAML too, but its errors
+    read better from the JSON parser)."""
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigurationError(f"PARLEY_TOOLS_FILE {p}: cannot read it ({exc.strerror or exc})") from exc
+    try:
+        data = json.loads(text) if p.suffix.lower() == ".json" else yaml.safe_load(text)
+    except (ValueError, yaml.YAMLError) as exc:
+        raise ConfigurationError(f"PARLEY_TOOLS_FILE {p}: not valid {'JSON' if p.suffix == '.json' else 'YAML'}: "
+                                 f"{exc}") from exc
+    try:
+        manifest = Manifest.model_validate(data if data is not None else {})
+    except ValidationError as exc:
+        problems = "; ".join(f"{'.'.join(str(x) for x in e['loc']) or '(top level)'}: {e['msg']}"
+                             for e in exc.errors())
+        raise ConfigurationError(f"PARLEY_TOOLS_FILE {p}: {problems}") from exc
+    names = [t.name for t in manifest.tools]
+    dupes = sorted({n for n in names if names.count(n) > 1})
+    if dupes:
+        raise ConfigurationError(f"PARLEY_TOOLS_FILE {p}: tools: duplicate name(s) {', '.join(dupes)}")
+    return manifest
