@@ -8,6 +8,12 @@ import time
 from worker.errors import InvalidConversationIdError
 from worker.store.base import StoreBase, join_entry, split_entry, store_errors
 
+# What the sweeper reads of each candidate conversation, in this order (see ``stranded``).
+_PROBES: tuple[tuple[str, ...], ...] = (
+    ("llen", "inbox"), ("llen", "outbox"), ("exists", "lease"), ("exists", "dlease"), ("exists", "hold"),
+    ("hlen", "attempts"), ("hexists", "sent", "inflight"),
+)
+
 
 class AdminStore(StoreBase):
     """Sweeping, inspecting and repairing conversations."""
@@ -30,7 +36,8 @@ class AdminStore(StoreBase):
         backlog_cutoff = now - (older_than_ms if backlog_ms is None else max(backlog_ms, older_than_ms))
         rows = self._r.zrangebyscore(self.g.pending, "-inf", now - older_than_ms, start=0, num=limit,
                                      withscores=True)
-        out: list[str] = []
+        candidates: list[tuple[bytes, float, str]] = []
+        pipe = self._r.pipeline(transaction=False)  # one round trip for the whole batch, not one per conversation
         for member, score in rows:
             cid = member.decode("utf-8", "replace")
             try:
@@ -38,15 +45,14 @@ class AdminStore(StoreBase):
             except InvalidConversationIdError:  # written by something else: it can never be drained
                 self._r.zrem(self.g.pending, member)
                 continue
-            pipe = self._r.pipeline(transaction=False)
-            pipe.llen(k.inbox)
-            pipe.llen(k.outbox)
-            pipe.exists(k.lease)
-            pipe.exists(k.dlease)
-            pipe.exists(k.hold)
-            pipe.hlen(k.attempts)
-            pipe.hexists(k.sent, "inflight")
-            inbox, outbox, lease, dlease, hold, attempted, claimed = pipe.execute()
+            candidates.append((member, score, cid))
+            for command, key, *field in _PROBES:
+                getattr(pipe, command)(getattr(k, key), *field)
+        replies = pipe.execute() if candidates else []
+        out: list[str] = []
+        width = len(_PROBES)
+        for i, (member, score, cid) in enumerate(candidates):
+            inbox, outbox, lease, dlease, hold, attempted, claimed = replies[i * width:(i + 1) * width]
             if not inbox and not outbox:
                 self._scripts.zrem_if_score(zset=self.g.pending, member=member, score=score)
                 continue
