@@ -26,6 +26,7 @@ from worker.envelopes import DeadLetter, Envelope, ReplyRecord, decode_envelope
 from worker.errors import EnvelopeError, InputError, ModelError, ModelResponseError, StaleLeaseError
 from worker.service.config import RetryLater, ServiceConfig, Wake
 from worker.service.heartbeat import Beat, Heartbeat
+from worker.service.journal import StoreJournal
 from worker.store.base import CommitResult, OutboxHead, Snapshot
 from worker.store.protocol import DrainStore
 
@@ -168,8 +169,10 @@ class Drainer:
 
     def _turn(self, run: _Run, env: Envelope, state: bytes | None, version: int) -> CommitResult:
         started = time.perf_counter()
+        # The journal makes a retried turn reuse the model rounds and tool results a crashed run recorded.
+        journal = StoreJournal(self.store, run.cid, env.message_id, run.token)
         result: TurnResult = self.chat.run_turn(state, system=env.system or self.config.system_prompt,
-                                                user=env.text or "")
+                                                user=env.text or "", journal=journal)
         state, version = self._quarantine_if(run, state, version, result.state_problem)
         record = ReplyRecord(
             reply_id=env.message_id,
@@ -180,6 +183,7 @@ class Drainer:
         )
         trace = {"user": env.text, "reply": result.reply[: self.config.trace_reply_chars],
                  "finish": result.finish_reason, "model_calls": result.model_calls, "tool_calls": result.tool_calls,
+                 "replayed": [result.replayed_rounds, result.replayed_results],
                  "prompt_tokens": result.usage.prompt_tokens if result.usage else None,
                  "reset": result.reset, "parts": len(record.parts)}
         # Inline delivery starts in the commit that ends the drain (if it does): one round trip fewer per reply.
