@@ -5,6 +5,7 @@ Shared by the Celery tasks, the producer client, the CLI and the demo, so that a
 
 from __future__ import annotations
 
+import importlib
 import sys
 from typing import Any
 
@@ -13,7 +14,9 @@ import redis
 from worker.conversation.chat import Chat
 from worker.conversation.compaction import Compactor, Compose, CompressToolExchanges, Summarize, TokenBudget
 from worker.conversation.model import Model
+from worker.conversation.tools import Tool
 from worker.delivery.channel import Channel, ConsoleChannel, WebhookChannel
+from worker.errors import ConfigurationError
 from worker.service import ConversationService, ServiceConfig, Wake
 from worker.settings import Settings
 from worker.store.redis_store import ConversationStore, StoreLimits
@@ -82,8 +85,37 @@ def build_compactor(settings: Settings, model: Model) -> Compactor:
     return Compose(*steps)
 
 
+def load_python_tools(settings: Settings) -> list[Tool]:
+    """The tools ``PARLEY_TOOLS`` names (``package.module:attribute``): a list of :class:`Tool`, or a factory called
+    with the settings that returns one. A game ships its tools as its own package; Parley's code does not change.
+
+    Raises :class:`~worker.errors.ConfigurationError`, saying which part is wrong, so a bad setting stops the
+    worker at start-up rather than leaving the model without the tools it was promised.
+    """
+    spec = settings.tools
+    if not spec:
+        return []
+    module_name, sep, attr = spec.partition(":")
+    if not sep or not module_name or not attr:
+        raise ConfigurationError(f"PARLEY_TOOLS={spec!r} must look like package.module:attribute")
+    try:
+        module = importlib.import_module(module_name)
+    except Exception as exc:  # ImportError, or the game module failing as it loads
+        raise ConfigurationError(f"PARLEY_TOOLS: cannot import {module_name!r}: {exc}") from exc
+    value = getattr(module, attr, None)
+    if value is None:
+        raise ConfigurationError(f"PARLEY_TOOLS: {module_name!r} has no attribute {attr!r}")
+    if callable(value) and not isinstance(value, Tool):
+        value = value(settings)
+    tools = list(value) if isinstance(value, list | tuple) else None
+    if tools is None or not all(isinstance(t, Tool) for t in tools):
+        raise ConfigurationError(f"PARLEY_TOOLS: {spec} must be (or return) a list of worker.Tool")
+    return tools
+
+
 def build_chat(settings: Settings, model: Model | None = None, *, tools: Any = ()) -> Chat:
     model = model or build_model_from_settings(settings)
+    tools = tools or load_python_tools(settings)
     return Chat(
         model=model,
         compactor=build_compactor(settings, model),

@@ -57,6 +57,8 @@ class Settings(BaseSettings):
     system_prompt: str = Field("You are a friendly, concise game assistant chatting over WhatsApp.",
                                description="Default system prompt; a turn may carry its own.")
     max_tool_iterations: int = Field(10, description="Most rounds of tool calls in one turn.")
+    tools: str | None = Field(None, description="Python tools the model may call: `package.module:attribute`, a list "
+                              "of `Tool`s or a factory called with the settings.")
 
     # --- the conversation ---
     compaction_max_tokens: int = Field(6000, description="Compact when the prompt is over this many tokens.")
