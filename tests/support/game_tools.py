@@ -20,7 +20,8 @@ _PARAMS = {"type": "object", "properties": {"item": {"type": "string"}, "nonce":
 
 
 def _give_item(item: str, nonce: str) -> Any:
-    r = httpx.post(os.environ["PARLEY_TEST_GAME_URL"] + "/give", json={"item": item, "nonce": nonce}, timeout=10)
+    r = httpx.post(os.environ["PARLEY_TEST_GAME_URL"] + "/give", json={"item": item, "nonce": nonce}, timeout=10,
+                   headers={"X-Worker-Pid": str(os.getpid())})  # so the test kills the worker that made the call
     r.raise_for_status()
     return r.json()
 
