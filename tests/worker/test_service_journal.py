@@ -79,3 +79,40 @@ def test_a_worker_fenced_out_mid_turn_stops_and_the_next_repeats_the_call_with_t
     call_id = msgpack.unpackb(round0)["m"]["tc"][0][0]
     assert [m.tool_call_id for m in model.requests[-1].messages if m.role == "tool"] == [call_id]  # ... same id
     assert [t for _, t, _ in h.channel.sent] == ["final: done 1"]
+
+
+def _counter(name: str, **labels: str) -> float:
+    from prometheus_client import REGISTRY
+
+    return REGISTRY.get_sample_value(name, labels) or 0.0
+
+
+def test_a_damaged_journal_entry_is_skipped_with_a_metric_and_the_turn_goes_on_live() -> None:
+    calls: list[int] = []
+    tool = Tool("act", "Act.", {"type": "object", "properties": {"n": {"type": "integer"}}},
+                lambda n: calls.append(n) or "ok")
+    model = ScriptedModel([Reply(tool_calls=(("act", {"n": 1}),)), _final], default=None)
+    h = make_harness(model, tools=[tool])
+    h.client.send_message(CID, "act", message_id="m1")
+    token = h.store.begin(CID, 10_000).token
+    h.store.record_step(CID, token, "m1", step=0, entry=b"\xc1 not msgpack")
+    h.store.release(CID, token)
+    before = _counter("parley_journal_unrecorded_total", reason="damaged")
+    assert h.service.drain(CID) == 1
+    assert _counter("parley_journal_unrecorded_total", reason="damaged") == before + 1
+    assert calls == [1] and [t for _, t, _ in h.channel.sent] == ["final: ok"]
+
+
+def test_a_full_journal_keeps_the_turn_going_and_counts_what_it_could_not_record() -> None:
+    from worker.store.redis_store import ConversationStore, StoreLimits
+
+    tool = Tool("act", "Act.", {"type": "object", "properties": {"n": {"type": "integer"}}}, lambda n: f"did {n}")
+    model = ScriptedModel([Reply(tool_calls=(("act", {"n": 1}), ("act", {"n": 2}))), _final], default=None)
+    h = make_harness(model, tools=[tool])
+    small = ConversationStore(h.store._r, prefix=h.store.prefix, limits=StoreLimits(journal_max=2))
+    h.service.drainer.store = small
+    h.client.send_message(CID, "act", message_id="m1")
+    before = _counter("parley_journal_unrecorded_total", reason="full")
+    assert h.service.drain(CID) == 1
+    assert _counter("parley_journal_unrecorded_total", reason="full") == before + 1  # the second result
+    assert [t for _, t, _ in h.channel.sent] == ["final: did 1 | did 2"]
