@@ -19,6 +19,16 @@ from typing import Any
 from tests.support.loopback import LoopbackServer
 
 
+def _quiet(server: LoopbackServer) -> LoopbackServer:
+    """Killed workers leave answers with nobody to read them: do not print each broken pipe."""
+
+    def handle_error(request: Any, client_address: Any) -> None:
+        return None
+
+    server.server.handle_error = handle_error  # type: ignore[method-assign]
+    return server
+
+
 @dataclass
 class Call:
     """One request the engine received: the identity (``nonce``), the item, the worker pid, when it arrived and
@@ -43,7 +53,7 @@ class GameEngine:
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def __post_init__(self) -> None:
-        self.http = LoopbackServer(self._answer)
+        self.http = _quiet(LoopbackServer(self._answer))
 
     @property
     def url(self) -> str:
@@ -86,7 +96,7 @@ class ToolCallingModel:
         self.tool_delay, self.final_delay = tool_delay, final_delay
         self.rounds: dict[str, int] = {}  # tool rounds asked, per user text
         self.lock = threading.Lock()
-        self.http = LoopbackServer(lambda path, headers, body: self.answer(body))
+        self.http = _quiet(LoopbackServer(lambda path, headers, body: self.answer(body)))
 
     @property
     def base_url(self) -> str:
