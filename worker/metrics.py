@@ -34,6 +34,11 @@ DELIVERIES = Counter("parley_deliveries_total", "Reply parts sent, by outcome.",
 DUPLICATE_WINDOW = Counter("parley_duplicate_send_window_total",
                            "Reply parts resent because a crash hit between the send and the sent mark.")
 STALE_COMMITS = Counter("parley_stale_commits_total", "Commits refused by the fencing check.")
+JOURNAL_REPLAYS = Counter("parley_journal_replays_total",
+                          "Turns resumed from their journal (a retried turn reusing recorded model rounds or tool results).")
+JOURNAL_UNRECORDED = Counter("parley_journal_unrecorded_total",
+                             "Turn journal entries not kept (full) or not usable (damaged): those steps may run twice.",
+                             ["reason"])
 MAILBOX_DEPTH = Gauge("parley_mailbox_depth", "Inputs waiting in the mailbox seen at the last commit.")
 UNEXPECTED_ERRORS = Counter("parley_unexpected_errors_total",
                             "Errors no code path expects (bugs), by where they surfaced; each is logged with its stack.",

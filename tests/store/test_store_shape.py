@@ -45,7 +45,8 @@ def test_commit_answers_in_one_shape_on_every_path(store: ConversationStore) -> 
     """Refused, handed the next input, released, released with a delivery started: ten fields each time."""
     commit = raw(store).register_script(lua.COMMIT)
     k = store.keys(CID)
-    keys = [k.fence, k.state, k.inbox, k.attempts, k.outbox, k.trace, k.dead, k.lease, k.dlease, k.dfence, k.sent]
+    keys = [k.fence, k.state, k.inbox, k.attempts, k.outbox, k.trace, k.dead, k.lease, k.dlease, k.dfence, k.sent,
+            k.journal]
 
     def run(token: int, version: int, input_id: str, claim: str = "") -> list[object]:
         return list(commit(keys=keys, args=[token, version, input_id, "set", b"s", f"{input_id}\nr".encode(), b"",
@@ -60,6 +61,21 @@ def test_commit_answers_in_one_shape_on_every_path(store: ConversationStore) -> 
     store.accept(CID, b"x", "id-2")
     shapes.append(run(lease.token, 2, "id-2"))  # released, nothing claimed (a deliverer holds the lease)
     assert all(len(s) == 10 for s in shapes), shapes
+
+
+def test_record_step_answers_in_one_shape(store: ConversationStore) -> None:
+    """Fenced out, not the head, recorded, full: two fields each time."""
+    record = raw(store).register_script(lua.RECORD_STEP)
+    k = store.keys(CID)
+    store.accept(CID, b"x", "id-0")
+    token = store.begin(CID, 10_000).token
+
+    def run(tok: int, input_id: str, field: str) -> list[object]:
+        return list(record(keys=[k.fence, k.inbox, k.journal], args=[tok, input_id, field, b"e", 1, 0]))
+
+    shapes = [run(token + 1, "id-0", "a"), run(token, "id-9", "a"), run(token, "id-0", "a"), run(token, "id-0", "b")]
+    assert [s[0] for s in shapes] == [-1, -3, 1, -4]
+    assert all(len(s) == 2 for s in shapes), shapes
 
 
 def test_claims_answer_in_one_shape(store: ConversationStore) -> None:

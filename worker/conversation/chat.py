@@ -25,6 +25,7 @@ from worker.conversation import messages as msgs
 from worker.conversation.bounded import Encoded, encode_bounded
 from worker.conversation.compaction import Compactor, StepsOutcome, apply_compactor
 from worker.conversation.history import repair_history
+from worker.conversation.journal import NoJournal, TurnJournal
 from worker.conversation.loop import LoopOutcome, ToolChoice, ToolLoop
 from worker.conversation.messages import Message
 from worker.conversation.model import Model, ModelRequest, ModelResponse
@@ -171,6 +172,7 @@ class Chat:
         user: str,
         messages: Sequence[Message | dict[str, Any]] = (),
         lifecycle: bool = True,
+        journal: TurnJournal | None = None,
     ) -> TurnResult:
         """Run one user turn through the chat loop.
 
@@ -188,6 +190,9 @@ class Chat:
         Raises :class:`~worker.errors.InvalidMessageError` or :class:`~worker.errors.OversizeInputError`
         for bad input and :class:`~worker.errors.ModelError` when the model fails; in both cases nothing
         was changed (the caller still holds the old state).
+
+        ``journal`` (default: none) makes a retried turn replay what an earlier, crashed run of the same turn
+        recorded instead of calling the model and the tools again (see :mod:`worker.conversation.journal`).
         """
         _check_text("user text", user, self.max_input_chars)
         extra_preamble, added = _split_leading_system(messages, self.max_input_chars)
@@ -202,12 +207,12 @@ class Chat:
         if reset == "phrase":
             return TurnResult(reply=self.reset_reply, state=self._encode(st).blob, reset=reset,
                               state_problem=loaded.problem)
-        out = self._tool_loop(system, extra_preamble).run(st.append(*added, msgs.user(user)))
+        out = self._tool_loop(system, extra_preamble, journal or NoJournal()).run(st.append(*added, msgs.user(user)))
         out.state = replace(out.state, meta=replace(out.state.meta, turns=out.state.meta.turns + 1,
                                                     last_activity=now))
         return self._finish_turn(out, loaded.problem, reset)
 
-    def _tool_loop(self, system: str | None, extra: Sequence[str]) -> ToolLoop:
+    def _tool_loop(self, system: str | None, extra: Sequence[str], journal: TurnJournal) -> ToolLoop:
         tools = self._tools if self.tool_source is None else check_tools([*self._tools.values(),
                                                                           *self.tool_source()])
 
@@ -219,7 +224,8 @@ class Chat:
 
         return ToolLoop(call=self._call, request_for=request_for, tools=tools,
                         max_tool_iterations=self.max_tool_iterations, fallback_reply=self.fallback_reply,
-                        tool_timeout=self.tool_timeout, max_tool_result_chars=self.max_tool_result_chars)
+                        tool_timeout=self.tool_timeout, max_tool_result_chars=self.max_tool_result_chars,
+                        journal=journal)
 
     def _call(self, request: ModelRequest) -> ModelResponse:
         return complete_observed(self.model, request, self.observer)
@@ -231,6 +237,7 @@ class Chat:
                           truncated=out.truncated, filtered=out.filtered, tool_limit_hit=out.tool_limit_hit,
                           state_problem=problem, reset=reset, needs_compaction=needs, usage=st.last_usage,
                           model_calls=out.model_calls, tool_calls=out.tool_calls,
+                          replayed_rounds=out.replayed_rounds, replayed_results=out.replayed_results,
                           pinned_dropped=encoded.pinned_dropped)
 
     # --- events, compaction, splicing --------------------------------------------------------------

@@ -1,16 +1,19 @@
 """The tool loop of one turn: call the model, run the tools it asks for, repeat until it answers in text.
 
 :class:`~worker.conversation.chat.Chat` builds one :class:`ToolLoop` per turn; the loop itself knows
-nothing of observers, lifecycle or compaction.
+nothing of observers, lifecycle or compaction. With a :class:`~worker.conversation.journal.TurnJournal` the loop
+records each model round that asked for tools and each tool result before the model sees it, and a retried turn
+replays what was recorded instead of calling the model or the tools again (see :mod:`worker.conversation.journal`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from typing import Literal
 
-from worker.conversation.messages import Message
+from worker.conversation.journal import NoJournal, TurnJournal
+from worker.conversation.messages import Message, ToolCall
 from worker.conversation.model import FinishReason, ModelRequest, ModelResponse
 from worker.conversation.state import ConversationState
 from worker.conversation.tools import Tool, run_tool
@@ -30,6 +33,8 @@ class LoopOutcome:
     truncated: bool = False
     filtered: bool = False
     tool_limit_hit: bool = False
+    replayed_rounds: int = 0  # model rounds taken from the journal instead of calling the model
+    replayed_results: int = 0  # tool results taken from the journal instead of calling the tool
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,18 +48,19 @@ class ToolLoop:
     fallback_reply: str
     tool_timeout: float
     max_tool_result_chars: int
+    journal: TurnJournal = field(default_factory=NoJournal)
 
     def run(self, st: ConversationState) -> LoopOutcome:
         """Loop until the model answers in text; after ``max_tool_iterations`` rounds of tools, ask once
-        more with ``tool_choice="none"``."""
+        more with ``tool_choice="none"``. Recorded rounds are replayed first, then the loop goes on live."""
         out = LoopOutcome(reply="", state=st)
         rounds = 0
         tool_choice: ToolChoice = "auto"
+        replay, recorded = self.journal.recorded_rounds(), self.journal.recorded_results()
+        step = 0
         while True:
-            request = self.request_for(st, tool_choice)
             seen = st.last_seq
-            response = self.call(request)
-            out.model_calls += 1
+            response = self._respond(step, replay, st, tool_choice, out)
             out.finish_reason = response.finish_reason
             if response.usage is not None:
                 st = replace(st, last_usage=response.usage, seen_seq=seen)
@@ -63,16 +69,38 @@ class ToolLoop:
                 out.reply, out.state = final[0], st.append(final[1])
                 return out
             m = response.message
-            results = [
-                run_tool(self.tools, call, default_timeout=self.tool_timeout, max_chars=self.max_tool_result_chars)
-                for call in m.tool_calls
-            ]
-            out.tool_calls += len(results)
+            if step >= len(replay):
+                self.journal.record_round(step, response)  # before any of its tools runs
+            results = [self._result(step, call, recorded, out) for call in m.tool_calls]
             st = st.append(m, *results)
+            step += 1
             rounds += 1
             if rounds >= self.max_tool_iterations:
                 out.tool_limit_hit = True
                 tool_choice = "none"
+
+    def _respond(self, step: int, replay: Sequence[ModelResponse], st: ConversationState, tool_choice: ToolChoice,
+                 out: LoopOutcome) -> ModelResponse:
+        """The recorded round ``step`` when there is one (no model call), else a live model call."""
+        if step < len(replay):
+            out.replayed_rounds += 1
+            return replay[step]
+        response = self.call(self.request_for(st, tool_choice))
+        out.model_calls += 1
+        return response
+
+    def _result(self, step: int, call: ToolCall, recorded: Mapping[tuple[int, str], Message],
+                out: LoopOutcome) -> Message:
+        """The recorded result of ``call`` when there is one (the tool is not called again), else run the tool
+        and record its result before the model sees it."""
+        result = recorded.get((step, call.id))
+        if result is not None:
+            out.replayed_results += 1
+            return result
+        result = run_tool(self.tools, call, default_timeout=self.tool_timeout, max_chars=self.max_tool_result_chars)
+        out.tool_calls += 1
+        self.journal.record_result(step, result)
+        return result
 
     def _final(self, response: ModelResponse, tool_choice: ToolChoice,
                out: LoopOutcome) -> tuple[str, Message] | None:

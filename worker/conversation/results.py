@@ -30,6 +30,8 @@ class TurnResult:
     - ``reset``: ``"idle_gap"`` or ``"phrase"`` when the turn started a new conversation.
     - ``needs_compaction``: the compactor's trigger fires on the new state.
     - ``pinned_dropped``: pinned items dropped to keep the new state within its limits.
+    - ``model_calls`` / ``tool_calls``: the calls this run made; ``replayed_rounds`` / ``replayed_results``: the
+      model rounds and tool results a retried turn took from its journal instead (so were not made again).
     """
 
     reply: str
@@ -45,6 +47,8 @@ class TurnResult:
     model_calls: int = 0
     tool_calls: int = 0
     pinned_dropped: int = 0
+    replayed_rounds: int = 0
+    replayed_results: int = 0
 
 
 @dataclass(frozen=True, slots=True)

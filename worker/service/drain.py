@@ -32,6 +32,7 @@ from worker.errors import (
 )
 from worker.service.config import ServiceConfig, Wake
 from worker.service.heartbeat import Beat, Heartbeat
+from worker.service.journal import StoreJournal
 from worker.service.model_failures import ModelFailures
 from worker.service.recovery import usage_trace
 from worker.store.base import CommitResult, OutboxHead, Snapshot
@@ -148,9 +149,12 @@ class Drainer(ModelFailures[_Run]):
 
     def _turn(self, run: _Run, env: Envelope, state: bytes | None, version: int) -> CommitResult:
         started = time.perf_counter()
-        with turn_context(run.cid, env.message_id):  # tool handlers read the ids (worker.conversation.tools)
+        # The journal makes a retried turn reuse the model rounds and tool results a crashed run recorded; the
+        # call context gives tool handlers the ids (worker.conversation.tools).
+        journal = StoreJournal(self.store, run.cid, env.message_id, run.token)
+        with turn_context(run.cid, env.message_id):
             result: TurnResult = self.chat.run_turn(state, system=env.system or self.config.system_prompt,
-                                                    user=env.text or "")
+                                                    user=env.text or "", journal=journal)
         state, version = self._quarantine_if(run, state, version, result.state_problem)
         record = ReplyRecord(
             reply_id=env.message_id,
@@ -161,6 +165,7 @@ class Drainer(ModelFailures[_Run]):
         )
         trace = {"user": env.text, "reply": result.reply[: self.config.trace_reply_chars],
                  "finish": result.finish_reason, "model_calls": result.model_calls, "tool_calls": result.tool_calls,
+                 "replayed": [result.replayed_rounds, result.replayed_results],
                  **usage_trace(result.usage),
                  "reset": result.reset, "parts": len(record.parts)}
         # Inline delivery starts in the commit that ends the drain (if it does): one round trip fewer per reply.

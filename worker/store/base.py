@@ -30,6 +30,7 @@ class StoreLimits:
     quarantine_max: int = 20
     delivered_max: int = 200
     statuses_max: int = 200
+    journal_max: int = 512  # entries of one input's turn journal (model rounds + tool results)
     idle_ttl_ms: int = 0
 
 
@@ -82,6 +83,15 @@ class CommitResult:
     next: Snapshot | None = None
     next_attempts: int = 0
     delivery: tuple[int, OutboxHead] | None = None  # with ``claim_delivery_ms``: the delivery token and claimed head
+
+
+@dataclass(frozen=True)
+class JournalRead:
+    """One input's turn journal as stored: model rounds by step, tool results by (step, call id); encoded
+    entries (the core's :mod:`worker.conversation.journal` codecs read them)."""
+
+    rounds: dict[int, bytes]
+    results: dict[tuple[int, str], bytes]
 
 
 @dataclass(frozen=True)
@@ -154,7 +164,7 @@ class StoreBase:
         if self.limits.idle_ttl_ms <= 0:
             return []
         return [getattr(k, n) for n in ("state", "inbox", "seen", "fence", "attempts", "outbox", "sent", "dfence",
-                                   "delivered", "trace", "quarantine", "dead", "statuses")]
+                                   "delivered", "trace", "quarantine", "dead", "statuses", "journal")]
 
     @staticmethod
     def _now_ms() -> int:

@@ -24,6 +24,7 @@ Per conversation (``{prefix}:{{cid}}:<name>``):
 ``compacting``  string: set while a compaction is being computed (expires)
 ``hold``        string: set while the head input waits to be retried (expires when the retry is due)
 ``statuses``    list (capped): delivery status webhooks (sent, delivered, read, failed)
+``journal``     hash: the head input's turn journal (model rounds, tool results), deleted by its commit
 ==============  ==================================================================================
 
 Global (no hash tag; never touched inside a per-conversation script): ``{prefix}:pending`` (zset:
@@ -42,7 +43,8 @@ MAX_ID_LENGTH = 128
 _ID = re.compile(r"[A-Za-z0-9._@+=-]{1,128}")
 
 NAMES = ("state", "inbox", "seen", "fence", "lease", "attempts", "outbox", "sent", "dfence", "dlease",
-         "delivered", "trace", "quarantine", "dead", "compacting", "statuses", "hold")
+         "delivered", "trace", "quarantine", "dead", "compacting", "statuses", "hold",
+         "journal")
 
 
 def validate_conversation_id(cid: object) -> str:
@@ -89,6 +91,7 @@ class ConversationKeys:
     compacting: str = field(init=False)
     statuses: str = field(init=False)
     hold: str = field(init=False)
+    journal: str = field(init=False)
 
     def __post_init__(self) -> None:
         validate_conversation_id(self.cid)

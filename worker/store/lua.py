@@ -124,8 +124,8 @@ local function start_delivery(dlease, dfence, outbox, sent, lease_ms)
 end
 """
 
-# KEYS: fence, state, inbox, attempts, outbox, trace, dead, lease, dlease, dfence, sent, then every key when an
-#       idle TTL is set
+# KEYS: fence, state, inbox, attempts, outbox, trace, dead, lease, dlease, dfence, sent, journal, then every key
+#       when an idle TTL is set
 # ARGV: token, expected_version, input_id, state_mode (keep|set|clear), blob, reply_entry, trace_entry,
 #       dead_entry, lease_ms, trace_max, dead_max, ttl_ms, claim_ms ('' or the delivery lease)
 # -> {version or code, depth or current version, released, next entry, attempts at next, kept blob,
@@ -148,6 +148,7 @@ end
 redis.call('HSET', KEYS[2], 'version', v + 1)
 redis.call('LPOP', KEYS[3])
 redis.call('HDEL', KEYS[4], ARGV[3], ARGV[3] .. ':retries')
+redis.call('DEL', KEYS[12])  -- the input's turn journal: applied now, so nothing is left to replay
 if ARGV[6] ~= '' then redis.call('RPUSH', KEYS[5], ARGV[6]) end
 if ARGV[7] ~= '' then
   redis.call('RPUSH', KEYS[6], ARGV[7])
@@ -159,7 +160,7 @@ if ARGV[8] ~= '' then
 end
 local ttl = tonumber(ARGV[12])
 if ttl > 0 then
-  for i = 12, #KEYS do redis.call('PEXPIRE', KEYS[i], ttl) end
+  for i = 13, #KEYS do redis.call('PEXPIRE', KEYS[i], ttl) end
 end
 local depth = redis.call('LLEN', KEYS[3])
 if depth == 0 then
@@ -177,6 +178,21 @@ local a = redis.call('HINCRBY', KEYS[4], head_id(nxt), 1)
 local blob = false
 if mode == 'keep' then blob = redis.call('HGET', KEYS[2], 'blob') end
 return {v + 1, depth, 0, nxt, a, blob, 0, false, 0, 0}
+"""
+
+# KEYS: fence, inbox, journal   ARGV: token, input_id, field, entry, max_entries, ttl_ms
+# One entry of the head input's turn journal (a model round or a tool result), written under the fenced lease
+# before the model sees it. -> {1, entries} recorded; {-1, 0} the fence moved; {-3, 0} the input is no longer the
+# head (it was applied); {-4, entries} the journal is full (bounded: the entry is not kept, the turn goes on)
+RECORD_STEP = HEAD_ID + """
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return {-1, 0} end
+if head_id(redis.call('LINDEX', KEYS[2], 0)) ~= ARGV[2] then return {-3, 0} end
+local n = redis.call('HLEN', KEYS[3])
+if n >= tonumber(ARGV[5]) and redis.call('HEXISTS', KEYS[3], ARGV[3]) == 0 then return {-4, n} end
+redis.call('HSET', KEYS[3], ARGV[3], ARGV[4])
+local ttl = tonumber(ARGV[6])
+if ttl > 0 then redis.call('PEXPIRE', KEYS[3], ttl) end
+return {1, redis.call('HLEN', KEYS[3])}
 """
 
 # KEYS: fence, lease   ARGV: token

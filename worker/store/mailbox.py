@@ -12,6 +12,7 @@ from worker.store.base import (
     AcceptResult,
     Begin,
     CommitResult,
+    JournalRead,
     Snapshot,
     StateRead,
     StoreBase,
@@ -110,6 +111,47 @@ class MailboxStore(StoreBase):
         after = res.kept_blob if new_state is None else (new_state or None)
         return CommitResult(version=res.code, depth=res.extra, next=Snapshot(payload, next_id, after, res.code),
                             next_attempts=res.next_attempts)
+
+    @store_errors
+    def record_step(self, cid: str, token: int, input_id: str, *, step: int, entry: bytes,
+                    call_id: str | None = None) -> bool:
+        """Record one entry of ``input_id``'s turn journal under the lease: the model round ``step`` (``call_id``
+        ``None``) or the result of call ``call_id`` in that round. Returns ``False`` when the journal already
+        holds ``StoreLimits.journal_max`` entries (the entry is not kept: the journal stays bounded, and that
+        step would run again on a retry).
+
+        Raises :class:`~worker.errors.StaleLeaseError`, recording nothing, when another worker took the
+        conversation over or the input was already applied: the turn must stop before the model sees more.
+        """
+        if step < 0:
+            raise ValueError("step must be >= 0")
+        field = f"{input_id}\nr\n{step}" if call_id is None else f"{input_id}\nc\n{step}\n{call_id}"
+        res = self._scripts.record_step(k=self.keys(cid), token=token, input_id=input_id, field=field, entry=entry,
+                                        max_entries=self.limits.journal_max, ttl_ms=self.limits.idle_ttl_ms)
+        if res.code == -1:
+            raise StaleLeaseError(f"lease on {cid} was taken over; journal entry refused")
+        if res.code == -3:
+            raise StaleLeaseError(f"input {input_id} of {cid} is no longer at the head of the mailbox")
+        return res.code == 1
+
+    @store_errors
+    def read_journal(self, cid: str, input_id: str) -> JournalRead:
+        """``input_id``'s turn journal: what an earlier run of its turn recorded (empty for a first run)."""
+        rounds: dict[int, bytes] = {}
+        results: dict[tuple[int, str], bytes] = {}
+        prefix = input_id.encode() + b"\n"
+        for field, entry in self._r.hgetall(self.keys(cid).journal).items():
+            if not field.startswith(prefix):
+                continue  # another input's (cannot outlive its commit; skipped all the same)
+            kind, _, rest = field[len(prefix):].decode().partition("\n")
+            step, _, call_id = rest.partition("\n")
+            if not step.isdigit():
+                continue
+            if kind == "r":
+                rounds[int(step)] = bytes(entry)
+            elif kind == "c" and call_id:
+                results[(int(step), call_id)] = bytes(entry)
+        return JournalRead(rounds, results)
 
     @store_errors
     def release(self, cid: str, token: int) -> None:

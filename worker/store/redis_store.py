@@ -21,6 +21,7 @@ from worker.store.base import (
     AcceptResult,
     Begin,
     CommitResult,
+    JournalRead,
     OutboxHead,
     Snapshot,
     StateRead,
@@ -33,7 +34,7 @@ from worker.store.outbox import OutboxStore
 from worker.store.protocol import DeliveryStore, DrainStore, Store, SweeperStore
 
 __all__ = ["AcceptResult", "Begin", "CommitResult", "ConversationStore", "DeliveryStore", "DrainStore",
-           "OutboxHead", "Snapshot", "StateRead", "Store", "StoreLimits", "SweeperStore", "from_url", "join_entry",
+           "JournalRead", "OutboxHead", "Snapshot", "StateRead", "Store", "StoreLimits", "SweeperStore", "from_url", "join_entry",
            "split_entry"]
 
 

@@ -75,6 +75,15 @@ class VersionReply:
     version: int
 
 
+@dataclass(frozen=True)
+class RecordReply:
+    """RECORD_STEP: ``code`` 1 recorded, -1 the fence moved, -3 the input left the head, -4 the journal is full;
+    ``entries`` in the journal after it."""
+
+    code: int
+    entries: int
+
+
 class Scripts:
     """The registered scripts of one client, shared by every part of the store."""
 
@@ -89,6 +98,7 @@ class Scripts:
         self._sent_last = s(lua.SENT_LAST_CLAIM_NEXT)
         self._failure = s(lua.NOTE_DELIVERY_FAILURE)
         self._replay, self._zrem_if = s(lua.REPLAY), s(lua.ZREM_IF_SCORE)
+        self._record_step = s(lua.RECORD_STEP)
 
     # --- mailbox -----------------------------------------------------------------------------------
 
@@ -109,7 +119,7 @@ class Scripts:
                trace_max: int, dead_max: int, ttl_ms: int, claim_ms: int) -> CommitReply:
         res = self._commit(
             keys=[k.fence, k.state, k.inbox, k.attempts, k.outbox, k.trace, k.dead, k.lease, k.dlease, k.dfence,
-                  k.sent, *ttl_keys],
+                  k.sent, k.journal, *ttl_keys],
             args=[token, expected_version, input_id, mode, blob, reply_entry, trace_entry, dead_entry, lease_ms,
                   trace_max, dead_max, ttl_ms, str(claim_ms) if claim_ms > 0 else ""])
         return CommitReply(int(res[0]), int(res[1]), int(res[2]) == 1, _opt(res[3]), int(res[4] or 0),
@@ -132,6 +142,12 @@ class Scripts:
         code, version = self._quarantine(keys=[k.fence, k.state, k.quarantine],
                                          args=[token, expected_version, record, max_kept])
         return VersionReply(int(code), int(version))
+
+    def record_step(self, *, k: ConversationKeys, token: int, input_id: str, field: str, entry: bytes,
+                    max_entries: int, ttl_ms: int) -> RecordReply:
+        code, entries = self._record_step(keys=[k.fence, k.inbox, k.journal],
+                                          args=[token, input_id, field, entry, max_entries, ttl_ms])
+        return RecordReply(int(code), int(entries))
 
     # --- outbox ------------------------------------------------------------------------------------
 

@@ -1,0 +1,78 @@
+"""The worker's turn journal: the core's :class:`~worker.conversation.journal.TurnJournal` backed by the store.
+
+One :class:`StoreJournal` per turn, bound to the conversation, the input and the lease token: every entry is
+written by the store's fenced RECORD_STEP before the model sees it, so a worker that lost its lease stops
+(:class:`~worker.errors.StaleLeaseError`) instead of acting on. The commit that applies the input deletes the
+journal. An entry that does not decode is logged and treated as absent (from there the turn goes on live), so a
+damaged journal costs a repeated call at worst, never a stuck input.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+
+from worker import metrics
+from worker.conversation.journal import decode_result, decode_round, encode_result, encode_round
+from worker.conversation.messages import Message
+from worker.conversation.model import ModelResponse
+from worker.errors import StateDecodeError
+from worker.store.protocol import DrainStore
+
+log = logging.getLogger("parley.service")
+
+
+class StoreJournal:
+    """``input_id``'s journal in ``cid``, written under ``token``; read once, when the turn starts."""
+
+    def __init__(self, store: DrainStore, cid: str, input_id: str, token: int) -> None:
+        self.store, self.cid, self.input_id, self.token = store, cid, input_id, token
+        self._rounds: list[ModelResponse] | None = None
+        self._results: dict[tuple[int, str], Message] = {}
+
+    def _load(self) -> list[ModelResponse]:
+        if self._rounds is None:
+            read = self.store.read_journal(self.cid, self.input_id)
+            rounds: list[ModelResponse] = []
+            try:
+                while len(rounds) in read.rounds:  # contiguous from step 0: a gap ends the replay
+                    rounds.append(decode_round(read.rounds[len(rounds)]))
+            except StateDecodeError as exc:
+                self._damaged(f"round {len(rounds)}: {exc.detail}")
+            for key, entry in read.results.items():
+                try:
+                    self._results[key] = decode_result(entry)
+                except StateDecodeError as exc:
+                    self._damaged(f"result {key}: {exc.detail}")
+            self._rounds = rounds
+            if rounds or self._results:
+                metrics.JOURNAL_REPLAYS.inc()
+                log.info("turn resumed from its journal", extra={"conversation_id": self.cid,
+                                                                 "message_id": self.input_id, "rounds": len(rounds),
+                                                                 "results": len(self._results)})
+        return self._rounds
+
+    def _damaged(self, detail: str) -> None:
+        log.warning("journal entry unusable; going on live from there",
+                    extra={"conversation_id": self.cid, "message_id": self.input_id, "detail": detail})
+        metrics.JOURNAL_UNRECORDED.labels("damaged").inc()
+
+    def recorded_rounds(self) -> Sequence[ModelResponse]:
+        return self._load()
+
+    def recorded_results(self) -> Mapping[tuple[int, str], Message]:
+        self._load()
+        return self._results
+
+    def record_round(self, step: int, response: ModelResponse) -> None:
+        self._record(step, None, encode_round(response))
+
+    def record_result(self, step: int, result: Message) -> None:
+        self._record(step, result.tool_call_id, encode_result(result))
+
+    def _record(self, step: int, call_id: str | None, entry: bytes) -> None:
+        if not self.store.record_step(self.cid, self.token, self.input_id, step=step, call_id=call_id, entry=entry):
+            # Bounded: past the cap this step is not kept, so a retry would run it again. Visible, not fatal.
+            log.warning("turn journal full; step not recorded", extra={"conversation_id": self.cid,
+                                                                       "message_id": self.input_id, "step": step})
+            metrics.JOURNAL_UNRECORDED.labels("full").inc()
