@@ -6,23 +6,30 @@ of asking the model again, which would bring a new one); that identity arrived o
 the worker that made the call fell inside the call (its result was never recorded); the input was answered once
 (beyond the delivery window's own crash allowance), in order, with a reply quoting that identity's receipt.
 
+Run twice: with the side-effecting tool as a Python tool (identity: a ``nonce`` argument the model draws) and as
+an HTTP tool from a ``PARLEY_TOOLS_FILE`` manifest (identity: the ``Idempotency-Key`` header, which must also be
+``idempotency_key(conversation id, input id, call id)`` of the call the body names).
+
 ``PARLEY_CHAOS_SCALE`` scales the load (CI: 1).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import signal
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
 from tests.chaos.harness import WINDOW_LOG
 from tests.e2e.conftest import Cluster
 from tests.support.tool_kill_peers import Call, GameEngine, ToolCallingModel
-from tests.support.workers import wait_until
+from tests.support.workers import WorkerProcess, wait_until
+from worker.tools.http_source import idempotency_key
 
 pytestmark = pytest.mark.e2e
 
@@ -68,7 +75,7 @@ class Killer:
         cid, _, n = call.item.partition(" q")
         if self.store.inbox_depth(cid) == 0 or self.store.inbox(cid)[0][0] != f"{cid}-{n}":
             return None
-        return (0, f"call_{call.nonce}") in self.store.read_journal(cid, f"{cid}-{n}").results
+        return (0, call.call_id) in self.store.read_journal(cid, f"{cid}-{n}").results
 
     def _kill(self, pid: int, where: str) -> None:
         for w in self.cluster.workers:
@@ -86,17 +93,41 @@ class Killer:
 
 
 def test_workers_killed_between_tool_calls_and_commits_call_each_tool_once(cluster: Cluster) -> None:
+    _run(cluster, http_manifest=None)
+
+
+_GIVE_PARAMS = {"type": "object", "properties": {"item": {"type": "string"}, "nonce": {"type": "string"}},
+                "required": ["item", "nonce"]}
+
+
+def test_workers_killed_around_http_tool_calls_send_each_idempotency_key_once(cluster: Cluster,
+                                                                               tmp_path: Path) -> None:
+    _run(cluster, http_manifest=tmp_path / "tools.json")
+
+
+def _run(cluster: Cluster, *, http_manifest: Path | None) -> None:
     engine = GameEngine(delay=0.3).start()
     model = ToolCallingModel(tool_delay=0.05, final_delay=1.0).start()
     killer = Killer(cluster, chance=0.35)
     killer.engine = engine
     engine.on_call, engine.on_answered = killer.inside, killer.after
-    cluster.env.update(OPENAI_BASE_URL=model.base_url, PARLEY_TOOLS="tests.support.game_tools:tools",
-                       PARLEY_TEST_GAME_URL=engine.url,
+    engine.pid_of = lambda name: next((w.proc.pid for w in cluster.workers if w.name == name and w.proc), 0)
+    cluster.env.update(OPENAI_BASE_URL=model.base_url,
                        PARLEY_MAX_ATTEMPTS="20")  # a kill takes every turn of its worker: not poison inputs
+    if http_manifest is None:
+        cluster.env.update(PARLEY_TOOLS="tests.support.game_tools:tools", PARLEY_TEST_GAME_URL=engine.url)
+    else:
+        # The worker's name rides in a header (expanded from its own environment) so the test kills the right one.
+        http_manifest.write_text(json.dumps({"tools": [
+            {"name": "give_item", "description": "Give the player an item in the game.", "url": f"{engine.url}/give",
+             "parameters": _GIVE_PARAMS, "timeout": 10, "headers": {"X-Worker": "${PARLEY_TEST_WORKER}"}}]}))
+        cluster.env.update(PARLEY_TOOLS_FILE=str(http_manifest))
     try:
         for i in range(2):
-            cluster.start_worker(f"tools{i}", concurrency=8)
+            name = f"tools{i}"
+            cluster.workers.append(WorkerProcess(name, {**cluster.env, "PARLEY_TEST_WORKER": name},
+                                                 concurrency=8).start())
+        started = time.monotonic()
         client = cluster.client()
         cids = [f"4478{i:08d}" for i in range(max(2, int(4 * SCALE)))]
         inputs = max(2, int(3 * SCALE))
@@ -114,8 +145,9 @@ def test_workers_killed_between_tool_calls_and_commits_call_each_tool_once(clust
         assert settled, (f"kills={killer.kills} waiting={[store.inbox_depth(c) for c in cids]} "
                          f"replies={[len(cluster.whatsapp.texts_for(c)) for c in cids]} "
                          f"dead={[len(store.dead_letters(c)) for c in cids]}")
-        _check(cluster, engine, killer, sent, logs)
-        print(f"[chaos] tool-calls-once: inputs={sum(map(len, sent.values()))} engine_calls={len(engine.calls)} "
+        _check(cluster, engine, killer, sent, logs, http=http_manifest is not None)
+        print(f"[chaos] tool-calls-once ({'http manifest' if http_manifest else 'python'}): "
+              f"seconds={time.monotonic() - started:.1f} inputs={sum(map(len, sent.values()))} engine_calls={len(engine.calls)} "
               f"kills={len(killer.kills)} (inside={sum(1 for k in killer.kills if k[1] == 'inside')}) "
               f"model_tool_rounds={sum(model.rounds.values())}")
         assert len(killer.kills) >= 1, "no kill landed: the test proved nothing"
@@ -124,7 +156,8 @@ def test_workers_killed_between_tool_calls_and_commits_call_each_tool_once(clust
         model.stop()
 
 
-def _check(cluster: Cluster, engine: GameEngine, killer: Killer, sent: dict[str, list[str]], logs: str) -> None:
+def _check(cluster: Cluster, engine: GameEngine, killer: Killer, sent: dict[str, list[str]], logs: str, *,
+           http: bool = False) -> None:
     by_item = engine.by_item()
     window_hits = logs.count(WINDOW_LOG)
     duplicates = 0
@@ -138,6 +171,10 @@ def _check(cluster: Cluster, engine: GameEngine, killer: Killer, sent: dict[str,
             nonces = {c.nonce for c in calls}
             assert len(nonces) == 1, f"{text}: the engine saw {len(nonces)} identities; kills={killer.kills}"
             (nonce,) = nonces
+            if http:  # the key is the one the three ids derive, and every arrival named the same call
+                assert {(c.conversation_id, c.input_id, c.call_id) for c in calls} == {
+                    (cid, f"{cid}-{texts.index(text)}", calls[0].call_id)}, (text, calls)
+                assert nonce == idempotency_key(cid, f"{cid}-{texts.index(text)}", calls[0].call_id), (text, calls)
             if len(calls) > 1:
                 assert nonce in killer.unrecorded, (
                     f"{text}: called {len(calls)} times, but no kill fell inside the call; calls={calls} "

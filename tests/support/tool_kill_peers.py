@@ -1,6 +1,11 @@
 """Loopback peers for the tool-call tests: a game engine that counts every call per identity, and an OpenAI-style
 model that answers a user text with a tool call and a tool result with a reply that quotes it.
 
+The engine takes both callers: the Python tool's ``{"item", "nonce"}`` (identity: the ``nonce``, worker: the
+``X-Worker-Pid`` header) and a manifest HTTP tool's ``{"conversation_id", "input_id", "call_id", "arguments"}``
+(identity: the ``Idempotency-Key`` header, worker: the ``X-Worker`` header's name, turned into a pid by
+``GameEngine.pid_of``).
+
 The model draws a fresh call id and a fresh ``nonce`` argument on every call, as a real model does (its ids and
 arguments differ on every call), so a retried turn that asked the model again would reach the engine under a new
 identity; a turn that replays its journal reaches it under the recorded one.
@@ -31,14 +36,18 @@ def _quiet(server: LoopbackServer) -> LoopbackServer:
 
 @dataclass
 class Call:
-    """One request the engine received: the identity (``nonce``), the item, the worker pid, when it arrived and
-    when its answer was written (0 while in flight)."""
+    """One request the engine received: the identity (``nonce``: the argument, or an HTTP tool's Idempotency-Key),
+    the item, the worker pid, when it arrived and when its answer was written (0 while in flight); for an HTTP tool
+    also the ids its body carried."""
 
     nonce: str
     item: str
     pid: int
     arrived: float
     answered: float = 0.0
+    call_id: str = ""
+    conversation_id: str = ""
+    input_id: str = ""
 
 
 @dataclass
@@ -50,6 +59,7 @@ class GameEngine:
     calls: list[Call] = field(default_factory=list)
     on_call: Callable[[Call], None] | None = None
     on_answered: Callable[[Call], None] | None = None
+    pid_of: Callable[[str], int] | None = None  # an HTTP tool's X-Worker name -> that worker's pid now
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def __post_init__(self) -> None:
@@ -67,8 +77,15 @@ class GameEngine:
         self.http.stop()
 
     def _answer(self, path: str, headers: dict[str, str], body: Any) -> tuple[int, Any, dict[str, str]]:
-        call = Call(str(body.get("nonce")), str(body.get("item")), int(headers.get("x-worker-pid", "0")),
-                    time.monotonic())
+        if "arguments" in body:  # a manifest HTTP tool: the identity is the Idempotency-Key header
+            worker = headers.get("x-worker", "")
+            call = Call(headers.get("idempotency-key", ""), str(body["arguments"].get("item")),
+                        self.pid_of(worker) if self.pid_of is not None else 0, time.monotonic(),
+                        call_id=str(body.get("call_id")), conversation_id=str(body.get("conversation_id")),
+                        input_id=str(body.get("input_id")))
+        else:
+            call = Call(str(body.get("nonce")), str(body.get("item")), int(headers.get("x-worker-pid", "0")),
+                        time.monotonic(), call_id=f"call_{body.get('nonce')}")
         with self.lock:
             self.calls.append(call)
         if self.on_call is not None:
