@@ -4,6 +4,7 @@ delete and with the idle TTL."""
 
 from __future__ import annotations
 
+import pytest
 import redis
 
 from tests.support.store_kit import StoreKit
@@ -41,22 +42,16 @@ def test_a_fenced_out_worker_records_nothing(store: ConversationStore) -> None:
     store.release(CID, token)
     newer = store.begin(CID, 10_000).token
     assert newer > token
-    try:
+    with pytest.raises(StaleLeaseError):  # a stale token records nothing
         store.record_step(CID, token, "in-1", step=0, entry=b"stale")
-        raise AssertionError("a stale token recorded a journal entry")
-    except StaleLeaseError:
-        pass
     assert store.read_journal(CID, "in-1").rounds == {}
     assert store.record_step(CID, newer, "in-1", step=0, entry=b"fresh")
 
 
 def test_only_the_head_input_is_journaled(store: ConversationStore) -> None:
     token, _ = _begin(store, "in-1", "in-2")
-    try:
+    with pytest.raises(StaleLeaseError):  # an input behind the head is not journaled
         store.record_step(CID, token, "in-2", step=0, entry=b"not the head")
-        raise AssertionError("an input behind the head was journaled")
-    except StaleLeaseError:
-        pass
     assert store.read_journal(CID, "in-2").rounds == {}
 
 

@@ -7,10 +7,10 @@ import time
 from collections import Counter
 from typing import Any
 
-from tests.support.loopback import LoopbackServer
+from tests.support.loopback import LoopbackPeer, LoopbackServer
 
 
-class GameEngine:
+class GameEngine(LoopbackPeer):
     """``/look`` answers the player's room; ``/give`` (side-effecting) grants an item; ``/slow`` sleeps;
     ``/broken`` answers 500; ``/html`` answers a page that is not JSON; ``/refuse`` answers 404."""
 
@@ -20,17 +20,6 @@ class GameEngine:
         self.lock = threading.Lock()
         self.slow_seconds = slow_seconds
         self.http = LoopbackServer(self.answer)
-
-    @property
-    def url(self) -> str:
-        return self.http.url
-
-    def start(self) -> GameEngine:
-        self.http.start()
-        return self
-
-    def stop(self) -> None:
-        self.http.stop()
 
     def answer(self, path: str, headers: dict[str, str], body: Any) -> tuple[int, Any, dict[str, str]]:
         with self.lock:

@@ -6,7 +6,7 @@ import json
 import threading
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import Any, Self
 
 # answer(path, headers, body) -> (status, payload as dict or raw bytes, headers), or None to drop the connection
 Answer = Callable[[str, dict[str, str], Any], "tuple[int, Any, dict[str, str]] | None"]
@@ -59,3 +59,20 @@ class LoopbackServer:
     def stop(self) -> None:
         self.server.shutdown()
         self.server.server_close()
+
+
+class LoopbackPeer:
+    """A stand-in peer (game engine, model, WhatsApp) served by a :class:`LoopbackServer` in ``self.http``."""
+
+    http: LoopbackServer
+
+    @property
+    def url(self) -> str:
+        return self.http.url
+
+    def start(self) -> Self:
+        self.http.start()
+        return self
+
+    def stop(self) -> None:
+        self.http.stop()

@@ -21,7 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from tests.support.loopback import LoopbackServer
+from tests.support.loopback import LoopbackPeer, LoopbackServer
 
 
 def _quiet(server: LoopbackServer) -> LoopbackServer:
@@ -51,7 +51,7 @@ class Call:
 
 
 @dataclass
-class GameEngine:
+class GameEngine(LoopbackPeer):
     """``POST /give`` gives an item; answers ``{"receipt": "r-<nonce>", "item": ...}`` after ``delay`` seconds.
     ``on_call(call)`` runs on arrival, ``on_answered(call)`` after the answer is written (kill hooks)."""
 
@@ -64,17 +64,6 @@ class GameEngine:
 
     def __post_init__(self) -> None:
         self.http = _quiet(LoopbackServer(self._answer))
-
-    @property
-    def url(self) -> str:
-        return self.http.url
-
-    def start(self) -> GameEngine:
-        self.http.start()
-        return self
-
-    def stop(self) -> None:
-        self.http.stop()
 
     def _answer(self, path: str, headers: dict[str, str], body: Any) -> tuple[int, Any, dict[str, str]]:
         if "arguments" in body:  # a manifest HTTP tool: the identity is the Idempotency-Key header
@@ -104,7 +93,7 @@ class GameEngine:
         return out
 
 
-class ToolCallingModel:
+class ToolCallingModel(LoopbackPeer):
     """OpenAI Chat Completions on loopback: the last user text gets ``give_item(item=<text>, nonce=<fresh>)``
     after ``tool_delay``; once a tool result follows it, the reply is ``done:<text>:<result>`` after
     ``final_delay``."""
@@ -118,13 +107,6 @@ class ToolCallingModel:
     @property
     def base_url(self) -> str:
         return f"{self.http.url}/v1"
-
-    def start(self) -> ToolCallingModel:
-        self.http.start()
-        return self
-
-    def stop(self) -> None:
-        self.http.stop()
 
     def answer(self, body: dict[str, Any]) -> tuple[int, dict[str, Any], dict[str, str]]:
         messages = body.get("messages", [])

@@ -207,25 +207,10 @@ class Chat:
         if reset == "phrase":
             return TurnResult(reply=self.reset_reply, state=self._encode(st).blob, reset=reset,
                               state_problem=loaded.problem)
-        out = self._tool_loop(system, extra_preamble, journal or NoJournal()).run(st.append(*added, msgs.user(user)))
+        out = _tool_loop(self, system, extra_preamble, journal or NoJournal()).run(st.append(*added, msgs.user(user)))
         out.state = replace(out.state, meta=replace(out.state.meta, turns=out.state.meta.turns + 1,
                                                     last_activity=now))
         return self._finish_turn(out, loaded.problem, reset)
-
-    def _tool_loop(self, system: str | None, extra: Sequence[str], journal: TurnJournal) -> ToolLoop:
-        tools = self._tools if self.tool_source is None else check_tools([*self._tools.values(),
-                                                                          *self.tool_source()])
-
-        def request_for(st: ConversationState, tool_choice: ToolChoice) -> ModelRequest:
-            history, _ = repair_history(st.messages)
-            return ModelRequest(system=render_preamble(system, st, extra), messages=history,
-                                tools=[t.spec for t in tools.values()], max_tokens=self.max_tokens,
-                                temperature=self.temperature, tool_choice=tool_choice)
-
-        return ToolLoop(call=self._call, request_for=request_for, tools=tools,
-                        max_tool_iterations=self.max_tool_iterations, fallback_reply=self.fallback_reply,
-                        tool_timeout=self.tool_timeout, max_tool_result_chars=self.max_tool_result_chars,
-                        journal=journal)
 
     def _call(self, request: ModelRequest) -> ModelResponse:
         return complete_observed(self.model, request, self.observer)
@@ -290,3 +275,20 @@ class Chat:
 
     def _encode(self, st: ConversationState) -> Encoded:
         return encode_bounded(st, max_bytes=self.max_state_bytes, max_pinned=self.max_pinned)
+
+
+def _tool_loop(chat: Chat, system: str | None, extra: Sequence[str], journal: TurnJournal) -> ToolLoop:
+    """The tool loop of one turn: the chat's fixed tools plus, for this turn only, those its ``tool_source``
+    offers now; each request built from the state as the loop has it."""
+    tools = chat._tools if chat.tool_source is None else check_tools([*chat._tools.values(), *chat.tool_source()])
+
+    def request_for(st: ConversationState, tool_choice: ToolChoice) -> ModelRequest:
+        history, _ = repair_history(st.messages)
+        return ModelRequest(system=render_preamble(system, st, extra), messages=history,
+                            tools=[t.spec for t in tools.values()], max_tokens=chat.max_tokens,
+                            temperature=chat.temperature, tool_choice=tool_choice)
+
+    return ToolLoop(call=chat._call, request_for=request_for, tools=tools,
+                    max_tool_iterations=chat.max_tool_iterations, fallback_reply=chat.fallback_reply,
+                    tool_timeout=chat.tool_timeout, max_tool_result_chars=chat.max_tool_result_chars,
+                    journal=journal)
