@@ -8,14 +8,16 @@ the configuration fails there, as a :class:`~worker.errors.ConfigurationError`.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from worker.conversation.tools import Tool, check_tools
 from worker.errors import ConfigurationError, ToolError
 from worker.tools.http_source import http_tools, idempotency_key
 from worker.tools.manifest import McpServerSpec, expand_headers, load_manifest
-from worker.tools.mcp_source import EventLoopThread, McpServer, McpSource
 from worker.tools.python_source import load_entry_points, load_reference
+
+if TYPE_CHECKING:  # the MCP SDK takes about half a second to import: only deployments with MCP servers pay it
+    from worker.tools.mcp_source import McpSource
 
 __all__ = ["LoadedTools", "fixed_tools", "idempotency_key", "load_tools"]
 
@@ -68,6 +70,8 @@ def load_tools(settings: Any, *, mcp_start_wait: float = MCP_START_WAIT) -> Load
     fixed, servers = fixed_tools(settings)
     if not servers:
         return LoadedTools(fixed)
+    from worker.tools.mcp_source import EventLoopThread, McpServer, McpSource
+
     bridge = EventLoopThread()
     source = McpSource([McpServer(s.url, headers=expand_headers(s.headers, f"mcp_servers ({s.url})"),
                                   bridge=bridge, call_timeout=settings.tool_timeout,
