@@ -154,7 +154,7 @@ def request_chars(request: ModelRequest) -> int:
     return total
 
 
-class UsageCalibratedCounter(_CounterBase):
+class UsageCalibratedCounter(EstimateCounter):
     """The character estimate, calibrated by the prompt tokens the provider reports.
 
     For models whose tokenizer we do not ship (Claude, open models behind an OpenAI-compatible server), the
@@ -166,15 +166,12 @@ class UsageCalibratedCounter(_CounterBase):
 
     def __init__(self, chars_per_token: float = 4.0, *, weight: float = 0.2,
                  bounds: tuple[float, float] = (1.0, 12.0), min_chars: int = 200) -> None:
-        self.chars_per_token = chars_per_token
+        super().__init__(chars_per_token)
         self.weight = weight
         self.bounds = bounds
         self.min_chars = min_chars
         self.samples = 0
         self._lock = threading.Lock()
-
-    def count_text(self, text: str) -> int:
-        return math.ceil(len(text) / self.chars_per_token) if text else 0
 
     def calibrate(self, request: ModelRequest, usage: Usage) -> None:
         """Fold one round trip's reported prompt tokens into the ratio (short prompts are skipped: their
