@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from worker.envelopes import Envelope, build_envelope
+from worker.envelopes import Envelope, Media, build_envelope
 from worker.errors import OversizeInputError
 from worker.settings import Settings, get_settings
 from worker.store.keys import validate_conversation_id
@@ -81,13 +81,21 @@ class ConversationClient:
 
     def send_message(self, conversation_id: str, text: str, *, message_id: str | None = None,
                      reply_to: str | None = None, system: str | None = None,
-                     recipient: str | None = None) -> Submitted:
+                     recipient: str | None = None, media: Media | None = None) -> Submitted:
         """Queue a chat turn. ``message_id`` (e.g. WhatsApp's wamid) makes resubmission harmless;
         ``reply_to`` threads the reply; ``system`` replaces the configured system prompt for this turn;
-        ``recipient`` is where the reply goes (default: the conversation id)."""
-        return self._submit(self._envelope(kind="message", conversation_id=conversation_id, text=text,
+        ``recipient`` is where the reply goes (default: the conversation id). With ``media`` (a picture the
+        player sent) ``text`` is its caption and may be empty."""
+        return self._submit(self._envelope(kind="message", conversation_id=conversation_id, text=text or None,
                                            message_id=message_id, reply_to=reply_to, system=system,
-                                           recipient=recipient))
+                                           recipient=recipient, media=media))
+
+    def send_notice(self, conversation_id: str, text: str, *, message_id: str | None = None,
+                    reply_to: str | None = None, recipient: str | None = None) -> Submitted:
+        """Queue a fixed short answer (``text``), sent in order with the other replies without a model call and
+        without changing the state: what a player gets for a message Parley cannot read (a voice note, ...)."""
+        return self._submit(self._envelope(kind="notice", conversation_id=conversation_id, text=text,
+                                           message_id=message_id, reply_to=reply_to, recipient=recipient))
 
     def send_event(self, conversation_id: str, text: str, *, message_id: str | None = None,
                    pinned: bool = False) -> Submitted:

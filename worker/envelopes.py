@@ -22,7 +22,7 @@ ENVELOPE_VERSION = 1
 MAX_ENVELOPE_BYTES = 4 << 20
 MAX_ID_CHARS = 256
 
-Kind = Literal["message", "event", "reset", "splice"]
+Kind = Literal["message", "event", "reset", "splice", "notice"]
 
 
 def _new_id() -> str:
@@ -36,6 +36,16 @@ class _Wire(BaseModel):
         return msgpack.packb(self.model_dump(mode="python", exclude_none=True), use_bin_type=True)
 
 
+class Media(_Wire):
+    """A picture the player sent: the Cloud API media id (the bytes are fetched when the turn runs, never kept
+    in the mailbox or the state), its MIME type and SHA-256 as the webhook gave them."""
+
+    kind: Literal["image"] = "image"
+    id: str = Field(min_length=1, max_length=MAX_ID_CHARS)
+    mime_type: str | None = Field(None, max_length=200)
+    sha256: str | None = Field(None, max_length=200)
+
+
 class Envelope(_Wire):
     """One input for a conversation.
 
@@ -43,6 +53,10 @@ class Envelope(_Wire):
     envelope with the same id for the same conversation is ignored. ``system`` overrides the configured
     system prompt for this turn. ``reply_to`` threads the reply to an inbound WhatsApp message;
     ``recipient`` is where the reply goes (default: the conversation id).
+
+    A ``message`` may carry ``media`` (a picture); its ``text`` is then the caption and may be empty. A
+    ``notice`` is a fixed short answer (``text``) sent in order with the other replies, without a model call
+    and without changing the state: what the player gets for a message Parley cannot read.
     """
 
     v: int = ENVELOPE_VERSION
@@ -56,6 +70,7 @@ class Envelope(_Wire):
     recipient: str | None = Field(None, max_length=MAX_ID_CHARS)
     accepted_at: float = Field(default_factory=time.time)
     state: bytes | None = None  # splice: the compaction result
+    media: Media | None = None
 
     @field_validator("conversation_id")
     @classmethod
@@ -82,8 +97,12 @@ class Envelope(_Wire):
         return v
 
     def model_post_init(self, __context: Any) -> None:
-        if self.kind in ("message", "event") and not (self.text and self.text.strip()):
+        if self.kind == "message" and self.media is not None:
+            pass  # a picture without a caption
+        elif self.kind in ("message", "event", "notice") and not (self.text and self.text.strip()):
             raise ValueError(f"a {self.kind} needs non-empty text")
+        if self.media is not None and self.kind != "message":
+            raise ValueError("only a message carries media")
         if self.kind == "splice" and not self.state:
             raise ValueError("a splice needs the compacted state")
 

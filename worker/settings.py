@@ -153,6 +153,32 @@ class Settings(BaseSettings):
                                   "inputs or replies whose worker's lease ran out), in seconds; it wakes those idle "
                                   "this long or more.")
 
+    # --- players' bursts and media ---
+    burst_quiet_seconds: float = Field(1.5, ge=0, description="Chat messages of one conversation that arrive within "
+                                       "this quiet period are answered by one turn that sees each of them, in order "
+                                       "(the reply threads to the last). 0 = off: one turn and one reply per message.")
+    burst_max_wait_seconds: float = Field(8.0, ge=0, description="Longest a burst waits from its first message: a "
+                                          "player who keeps typing still gets answers.")
+    burst_max_messages: int = Field(20, ge=1, description="Most inputs one burst turn takes in.")
+    double_text: Literal["queue", "merge"] = Field("queue", description="Chat messages that arrive while the model "
+                                                   "answers: queue = answered in order by the next turn; merge = the "
+                                                   "stale answer is not sent and the turn runs again with them.")
+    double_text_max_merges: int = Field(2, ge=0, description="With merge: most re-runs of one turn; after that the "
+                                        "answer goes out.")
+    location_as: Literal["event", "turn"] = Field("event", description="A shared location pin becomes a game event "
+                                                  "(the model knows where the player is) or a chat turn (answered).")
+    media_max_bytes: int = Field(5 * 1024 * 1024, gt=0, description="Largest image fetched from the Cloud API for "
+                                 "the model; larger ones are refused and answered with unsupported_reply.")
+    unsupported_reply: str = Field("Sorry, I can only read text messages, locations and photos.",
+                                   description="Short answer to a voice note, video, document, sticker, contact, "
+                                               "unsupported or unknown message (and a photo the model cannot read "
+                                               "that has no caption).")
+    dead_letter_reply: str = Field("Sorry, something went wrong on my side and I couldn't answer that message. "
+                                   "Please try again.", description="Apology sent when a player's message is "
+                                   "dead-lettered (it stays replayable); empty = none.")
+    typing_indicator: bool = Field(True, description="Mark a player's messages read and show WhatsApp's typing "
+                                   "indicator while a burst waits and the model thinks (refreshed for slow turns).")
+
     # --- delivery ---
     whatsapp_api_base_url: str = Field("https://graph.facebook.com/v21.0",
                                        validation_alias=_std("WHATSAPP_API_BASE_URL"),
