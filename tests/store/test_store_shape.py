@@ -42,7 +42,7 @@ def test_every_script_wrapper_takes_named_arguments_only() -> None:
 
 
 def test_commit_answers_in_one_shape_on_every_path(store: ConversationStore) -> None:
-    """Refused, handed the next input, released, released with a delivery started: ten fields each time."""
+    """Refused, handed the next input, released, released with a delivery started: eleven fields each time."""
     commit = raw(store).register_script(lua.COMMIT)
     k = store.keys(CID)
     keys = [k.fence, k.state, k.inbox, k.attempts, k.outbox, k.trace, k.dead, k.lease, k.dlease, k.dfence, k.sent,
@@ -60,7 +60,7 @@ def test_commit_answers_in_one_shape_on_every_path(store: ConversationStore) -> 
     assert shapes[0][0] == -1 and shapes[1][2] == 0 and shapes[2][2] == 1 and shapes[2][6]
     store.accept(CID, b"x", "id-2")
     shapes.append(run(lease.token, 2, "id-2"))  # released, nothing claimed (a deliverer holds the lease)
-    assert all(len(s) == 10 for s in shapes), shapes
+    assert all(len(s) == 11 for s in shapes), shapes
 
 
 def test_record_step_answers_in_one_shape(store: ConversationStore) -> None:

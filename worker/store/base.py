@@ -49,6 +49,7 @@ class Snapshot:
     input_id: str | None
     state: bytes | None
     version: int
+    after: tuple[tuple[str, bytes], ...] = ()  # (id, envelope) of inputs after the head, when asked for (a burst)
 
 
 @dataclass(frozen=True)
@@ -92,6 +93,7 @@ class JournalRead:
 
     rounds: dict[int, bytes]
     results: dict[tuple[int, str], bytes]
+    burst: tuple[str, ...] | None = None  # the ids of the inputs the turn takes in, when it recorded them
 
 
 @dataclass(frozen=True)

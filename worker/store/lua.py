@@ -60,19 +60,35 @@ end
 return {1, n + 1}
 """
 
-# KEYS: hold, inbox, lease, fence, state, attempts   ARGV: lease_ms
-# One round trip to start draining: -2 held for a retry, 0 nothing waiting, -1 another worker holds the
-# lease; else take the lease. -> {token or code, head entry, blob, version, attempts at the head}
+# KEYS: hold, inbox, lease, fence, state, attempts   ARGV: lease_ms, peek
+# One round trip to start draining: -2 held for a retry (or a burst's quiet period), 0 nothing waiting, -1 another
+# worker holds the lease; else take the lease. -> {token or code, head entry, blob, version, attempts at the head,
+# the ``peek`` entries after the head (what a burst may take in; empty when peek is 0)}
 BEGIN = HEAD_ID + NEXT_TOKEN + """
-if redis.call('EXISTS', KEYS[1]) == 1 then return {-2, false, false, 0, 0} end
+if redis.call('EXISTS', KEYS[1]) == 1 then return {-2, false, false, 0, 0, {}} end
 local head = redis.call('LINDEX', KEYS[2], 0)
-if not head then return {0, false, false, 0, 0} end
-if redis.call('EXISTS', KEYS[3]) == 1 then return {-1, false, false, 0, 0} end
+if not head then return {0, false, false, 0, 0, {}} end
+if redis.call('EXISTS', KEYS[3]) == 1 then return {-1, false, false, 0, 0, {}} end
 local t = next_token(KEYS[4])
 redis.call('SET', KEYS[3], t, 'PX', ARGV[1])
 local s = redis.call('HMGET', KEYS[5], 'blob', 'version')
 local a = redis.call('HINCRBY', KEYS[6], head_id(head), 1)
-return {t, head, s[1], s[2] or '0', a}
+local after = {}
+local peek = tonumber(ARGV[2] or '0')
+if peek > 0 then after = redis.call('LRANGE', KEYS[2], 1, peek) end
+return {t, head, s[1], s[2] or '0', a, after}
+"""
+
+# KEYS: fence, lease, attempts, hold   ARGV: token, head id, hold_ms
+# A burst is still being typed: give the lease up without counting the attempt BEGIN counted at the head (waiting
+# is not a crash), and hold the conversation for the rest of the quiet period, so the wake-ups of the burst's own
+# messages return at once; the caller schedules the wake-up that ends the hold. -> 1, or -1 when the fence moved
+DEFER = """
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return -1 end
+if tonumber(redis.call('HINCRBY', KEYS[3], ARGV[2], -1)) <= 0 then redis.call('HDEL', KEYS[3], ARGV[2]) end
+redis.call('SET', KEYS[4], '1', 'PX', ARGV[3])
+if redis.call('GET', KEYS[2]) == ARGV[1] then redis.call('DEL', KEYS[2]) end
+return 1
 """
 
 
@@ -127,18 +143,24 @@ end
 # KEYS: fence, state, inbox, attempts, outbox, trace, dead, lease, dlease, dfence, sent, journal, then every key
 #       when an idle TTL is set
 # ARGV: token, expected_version, input_id, state_mode (keep|set|clear), blob, reply_entry, trace_entry,
-#       dead_entry, lease_ms, trace_max, dead_max, ttl_ms, claim_ms ('' or the delivery lease)
+#       dead_entry, lease_ms, trace_max, dead_max, ttl_ms, claim_ms ('' or the delivery lease), peek, then the ids
+#       of the inputs after the head that the same turn applied (a burst), in mailbox order
 # -> {version or code, depth or current version, released, next entry, attempts at next, kept blob,
-#     delivery token, delivery head entry, part, crashed}
+#     delivery token, delivery head entry, part, crashed, the ``peek`` entries after the next one}
 # The commit hands back the next input (counting an attempt at it), or gives the lease up when there is none:
 # atomic with the pop, so a producer's push either lands before (and is returned) or finds no lease.
 # With claim_ms, a commit that empties the mailbox also starts the delivery when nobody delivers: it takes the
 # delivery lease and claims the outbox head as BEGIN_DELIVERY does, saving the deliverer that round trip.
 COMMIT = START_DELIVERY + """
-if redis.call('GET', KEYS[1]) ~= ARGV[1] then return {-1, 0, 0, false, 0, false, 0, false, 0, 0} end
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return {-1, 0, 0, false, 0, false, 0, false, 0, 0, {}} end
 local v = tonumber(redis.call('HGET', KEYS[2], 'version') or '0')
-if v ~= tonumber(ARGV[2]) then return {-2, v, 0, false, 0, false, 0, false, 0, 0} end
-if head_id(redis.call('LINDEX', KEYS[3], 0)) ~= ARGV[3] then return {-3, v, 0, false, 0, false, 0, false, 0, 0} end
+if v ~= tonumber(ARGV[2]) then return {-2, v, 0, false, 0, false, 0, false, 0, 0, {}} end
+if head_id(redis.call('LINDEX', KEYS[3], 0)) ~= ARGV[3] then return {-3, v, 0, false, 0, false, 0, false, 0, 0, {}} end
+local n = 1
+for i = 15, #ARGV do
+  if head_id(redis.call('LINDEX', KEYS[3], n)) ~= ARGV[i] then return {-3, v, 0, false, 0, false, 0, false, 0, 0, {}} end
+  n = n + 1
+end
 local mode = ARGV[4]
 if mode == 'set' then
   redis.call('HSET', KEYS[2], 'blob', ARGV[5])
@@ -146,8 +168,9 @@ elseif mode == 'clear' then
   redis.call('HDEL', KEYS[2], 'blob')
 end
 redis.call('HSET', KEYS[2], 'version', v + 1)
-redis.call('LPOP', KEYS[3])
+redis.call('LTRIM', KEYS[3], n, -1)
 redis.call('HDEL', KEYS[4], ARGV[3], ARGV[3] .. ':retries')
+for i = 15, #ARGV do redis.call('HDEL', KEYS[4], ARGV[i], ARGV[i] .. ':retries') end
 redis.call('DEL', KEYS[12])  -- the input's turn journal: applied now, so nothing is left to replay
 if ARGV[6] ~= '' then redis.call('RPUSH', KEYS[5], ARGV[6]) end
 if ARGV[7] ~= '' then
@@ -167,9 +190,9 @@ if depth == 0 then
   redis.call('DEL', KEYS[8])
   if ARGV[13] ~= '' then
     local d = start_delivery(KEYS[9], KEYS[10], KEYS[5], KEYS[11], ARGV[13])
-    if tonumber(d[1]) > 0 then return {v + 1, 0, 1, false, 0, false, d[1], d[2], d[3], d[4]} end  -- else: busy, or nothing to send
+    if tonumber(d[1]) > 0 then return {v + 1, 0, 1, false, 0, false, d[1], d[2], d[3], d[4], {}} end  -- else: busy, or nothing to send
   end
-  return {v + 1, 0, 1, false, 0, false, 0, false, 0, 0}
+  return {v + 1, 0, 1, false, 0, false, 0, false, 0, 0, {}}
 end
 redis.call('SET', KEYS[8], ARGV[1], 'PX', ARGV[9])
 local nxt = redis.call('LINDEX', KEYS[3], 0)
@@ -177,7 +200,10 @@ local a = redis.call('HINCRBY', KEYS[4], head_id(nxt), 1)
 -- The blob goes back only when the caller does not already have it (mode keep): states can be large.
 local blob = false
 if mode == 'keep' then blob = redis.call('HGET', KEYS[2], 'blob') end
-return {v + 1, depth, 0, nxt, a, blob, 0, false, 0, 0}
+local after = {}
+local peek = tonumber(ARGV[14] or '0')
+if peek > 0 then after = redis.call('LRANGE', KEYS[3], 1, peek) end
+return {v + 1, depth, 0, nxt, a, blob, 0, false, 0, 0, after}
 """
 
 # KEYS: fence, inbox, journal   ARGV: token, input_id, field, entry, max_entries, ttl_ms

@@ -4,6 +4,7 @@ holds, quarantine, the compaction flag and the lease-free state read)."""
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 
 import msgpack
 
@@ -12,7 +13,6 @@ from worker.store.base import (
     AcceptResult,
     Begin,
     CommitResult,
-    JournalRead,
     Snapshot,
     StateRead,
     StoreBase,
@@ -49,14 +49,27 @@ class MailboxStore(StoreBase):
         return AcceptResult(accepted=res.code == 1, duplicate=res.code == 0, depth=res.depth)
 
     @store_errors
-    def begin(self, cid: str, lease_ms: int) -> Begin:
+    def begin(self, cid: str, lease_ms: int, *, peek: int = 0) -> Begin:
         """Start draining in one round trip: check the hold, the mailbox and the lease; take the lease; read
-        the head input and the state; count an attempt at the head."""
-        res = self._scripts.begin(k=self.keys(cid), lease_ms=lease_ms)
+        the head input and the state; count an attempt at the head. With ``peek``, the snapshot also carries up
+        to that many inputs after the head (what a burst may take in)."""
+        res = self._scripts.begin(k=self.keys(cid), lease_ms=lease_ms, peek=peek)
         if res.code <= 0:
             return Begin({0: "empty", -1: "busy", -2: "held"}[res.code])
         input_id, payload = split_entry(res.entry or b"")
-        return Begin("ok", res.code, Snapshot(payload, input_id, res.blob, res.version), res.attempts)
+        return Begin("ok", res.code, Snapshot(payload, input_id, res.blob, res.version, _split_all(res.after)),
+                     res.attempts)
+
+    @store_errors
+    def defer(self, cid: str, token: int, input_id: str, hold_ms: int) -> None:
+        """Put the head input (a burst still being typed) off for ``hold_ms``: the lease is given up, the attempt
+        counted at the head is given back and the conversation is held, so drains return at once until then; the
+        caller schedules the wake-up that ends the hold.
+
+        Raises :class:`~worker.errors.StaleLeaseError`, changing nothing, when the lease is no longer ours.
+        """
+        if not self._scripts.defer(k=self.keys(cid), token=token, input_id=input_id, hold_ms=hold_ms):
+            raise StaleLeaseError(f"lease on {cid} was taken over; defer refused")
 
     @store_errors
     def note_retry(self, cid: str, token: int, input_id: str) -> int:
@@ -70,17 +83,19 @@ class MailboxStore(StoreBase):
     @store_errors
     def commit(self, cid: str, token: int, *, expected_version: int, input_id: str, new_state: bytes | None,
                reply: bytes | None = None, trace: bytes | None = None, dead: bytes | None = None,
-               lease_ms: int = 180_000, claim_delivery_ms: int = 0) -> CommitResult:
-        """Apply one input atomically: write the state (``None`` keeps it, ``b""`` clears it), remove the input
+               lease_ms: int = 180_000, claim_delivery_ms: int = 0, also: Sequence[str] = (),
+               peek: int = 0) -> CommitResult:
+        """Apply one input (or a burst: ``input_id`` and the ids in ``also`` after it) atomically: write the state (``None`` keeps it, ``b""`` clears it), remove the input
         from the mailbox, queue the reply (under the input's id), append the trace entry or the dead letter.
 
         The result carries the next input (attempt counted, lease renewed), or ``released`` when the mailbox is
         empty and the lease was given up in the same step (so no producer's wake-up can be lost). With
         ``claim_delivery_ms``, a released commit also takes the delivery lease and claims the outbox head when
-        nobody delivers (``delivery``: what :meth:`begin_delivery` would return, one round trip fewer).
+        nobody delivers (``delivery``: what :meth:`begin_delivery` would return, one round trip fewer). ``peek``
+        is as for :meth:`begin`, for the next input.
 
         Raises :class:`~worker.errors.StaleLeaseError` and changes nothing when another worker took the
-        conversation over, the state version moved, or the input is no longer at the head of the mailbox.
+        conversation over, the state version moved, or the inputs are no longer at the head of the mailbox.
         """
         k = self.keys(cid)
         mode = "keep" if new_state is None else ("clear" if new_state == b"" else "set")
@@ -92,7 +107,8 @@ class MailboxStore(StoreBase):
             k=k, ttl_keys=self._ttl_keys(k), token=token, expected_version=expected_version, input_id=input_id,
             mode=mode, blob=new_state or b"", reply_entry=join_entry(input_id, reply) if reply is not None else b"",
             trace_entry=trace or b"", dead_entry=dead or b"", lease_ms=lease_ms, trace_max=self.limits.trace_max,
-            dead_max=self.limits.dead_max, ttl_ms=self.limits.idle_ttl_ms, claim_ms=claim_delivery_ms)
+            dead_max=self.limits.dead_max, ttl_ms=self.limits.idle_ttl_ms, claim_ms=claim_delivery_ms, peek=peek,
+            also=also)
         return self._commit_result(cid, input_id, new_state, res)
 
     @staticmethod
@@ -109,49 +125,9 @@ class MailboxStore(StoreBase):
             return CommitResult(version=res.code, depth=0, released=True, delivery=delivery)
         next_id, payload = split_entry(res.next_entry or b"")
         after = res.kept_blob if new_state is None else (new_state or None)
-        return CommitResult(version=res.code, depth=res.extra, next=Snapshot(payload, next_id, after, res.code),
+        return CommitResult(version=res.code, depth=res.extra,
+                            next=Snapshot(payload, next_id, after, res.code, _split_all(res.after)),
                             next_attempts=res.next_attempts)
-
-    @store_errors
-    def record_step(self, cid: str, token: int, input_id: str, *, step: int, entry: bytes,
-                    call_id: str | None = None) -> bool:
-        """Record one entry of ``input_id``'s turn journal under the lease: the model round ``step`` (``call_id``
-        ``None``) or the result of call ``call_id`` in that round. Returns ``False`` when the journal already
-        holds ``StoreLimits.journal_max`` entries (the entry is not kept: the journal stays bounded, and that
-        step would run again on a retry).
-
-        Raises :class:`~worker.errors.StaleLeaseError`, recording nothing, when another worker took the
-        conversation over or the input was already applied: the turn must stop before the model sees more.
-        """
-        if step < 0:
-            raise ValueError("step must be >= 0")
-        field = f"{input_id}\nr\n{step}" if call_id is None else f"{input_id}\nc\n{step}\n{call_id}"
-        res = self._scripts.record_step(k=self.keys(cid), token=token, input_id=input_id, field=field, entry=entry,
-                                        max_entries=self.limits.journal_max, ttl_ms=self.limits.idle_ttl_ms)
-        if res.code == -1:
-            raise StaleLeaseError(f"lease on {cid} was taken over; journal entry refused")
-        if res.code == -3:
-            raise StaleLeaseError(f"input {input_id} of {cid} is no longer at the head of the mailbox")
-        return res.code == 1
-
-    @store_errors
-    def read_journal(self, cid: str, input_id: str) -> JournalRead:
-        """``input_id``'s turn journal: what an earlier run of its turn recorded (empty for a first run)."""
-        rounds: dict[int, bytes] = {}
-        results: dict[tuple[int, str], bytes] = {}
-        prefix = input_id.encode() + b"\n"
-        for field, entry in self._r.hgetall(self.keys(cid).journal).items():
-            if not field.startswith(prefix):
-                continue  # another input's (cannot outlive its commit; skipped all the same)
-            kind, _, rest = field[len(prefix):].decode().partition("\n")
-            step, _, call_id = rest.partition("\n")
-            if not step.isdigit():
-                continue
-            if kind == "r":
-                rounds[int(step)] = bytes(entry)
-            elif kind == "c" and call_id:
-                results[(int(step), call_id)] = bytes(entry)
-        return JournalRead(rounds, results)
 
     @store_errors
     def release(self, cid: str, token: int) -> None:
@@ -196,3 +172,7 @@ class MailboxStore(StoreBase):
     @store_errors
     def clear_compacting(self, cid: str) -> None:
         self._r.delete(self.keys(cid).compacting)
+
+
+def _split_all(entries: list[bytes]) -> tuple[tuple[str, bytes], ...]:
+    return tuple(split_entry(e) for e in entries)

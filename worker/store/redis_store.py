@@ -5,9 +5,10 @@ State and envelopes are opaque bytes here. Every multi-key change of one convers
 Redis Cluster; the only global keys (the sweeper's ``pending`` set and the dead-letter index) are updated by
 separate commands, ordered so that a crash between them strands nothing.
 
-:class:`ConversationStore` is the composition of three parts split by who calls them, over one shared base
+:class:`ConversationStore` is the composition of four parts split by who calls them, over one shared base
 (client, prefix, limits, scripts): :class:`~worker.store.mailbox.MailboxStore` (producers and the drain),
-:class:`~worker.store.outbox.OutboxStore` (delivery) and :class:`~worker.store.admin.AdminStore` (sweeper, CLI).
+:class:`~worker.store.journal.JournalStore` (the drain's turn journal), :class:`~worker.store.outbox.OutboxStore`
+(delivery) and :class:`~worker.store.admin.AdminStore` (sweeper, CLI).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from worker.store.base import (
     join_entry,
     split_entry,
 )
+from worker.store.journal import JournalStore
 from worker.store.mailbox import MailboxStore
 from worker.store.outbox import OutboxStore
 from worker.store.protocol import DeliveryStore, DrainStore, Store, SweeperStore
@@ -38,7 +40,7 @@ __all__ = ["AcceptResult", "Begin", "CommitResult", "ConversationStore", "Delive
            "split_entry"]
 
 
-class ConversationStore(MailboxStore, OutboxStore, AdminStore):
+class ConversationStore(MailboxStore, JournalStore, OutboxStore, AdminStore):
     """Conversation storage on Redis (standalone, Sentinel-managed or Cluster)."""
 
 

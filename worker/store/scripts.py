@@ -7,6 +7,7 @@ is parsed by position in one fixed shape rather than guessed from its length.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,13 +30,15 @@ class AcceptReply:
 @dataclass(frozen=True)
 class BeginReply:
     """BEGIN: ``code`` is the new lease token (> 0), 0 nothing waits, -1 busy, -2 held; then the head entry, the
-    state blob and version, and the attempts counted at the head."""
+    state blob and version, the attempts counted at the head and the entries after the head that were asked for
+    (``peek``)."""
 
     code: int
     entry: bytes | None
     blob: bytes | None
     version: int
     attempts: int
+    after: list[bytes]
 
 
 @dataclass(frozen=True)
@@ -65,6 +68,7 @@ class CommitReply:
     next_attempts: int
     kept_blob: bytes | None
     delivery: ClaimReply
+    after: list[bytes]  # the entries after the next input that were asked for (``peek``)
 
 
 @dataclass(frozen=True)
@@ -99,6 +103,7 @@ class Scripts:
         self._failure = s(lua.NOTE_DELIVERY_FAILURE)
         self._replay, self._zrem_if = s(lua.REPLAY), s(lua.ZREM_IF_SCORE)
         self._record_step = s(lua.RECORD_STEP)
+        self._defer = s(lua.DEFER)
 
     # --- mailbox -----------------------------------------------------------------------------------
 
@@ -110,20 +115,28 @@ class Scripts:
                                                     ttl_ms, k.cid if pending else ""])
         return AcceptReply(int(code), int(depth))
 
-    def begin(self, *, k: ConversationKeys, lease_ms: int) -> BeginReply:
-        res = self._begin(keys=[k.hold, k.inbox, k.lease, k.fence, k.state, k.attempts], args=[lease_ms])
-        return BeginReply(int(res[0]), _opt(res[1]), _opt(res[2]), int(res[3] or 0), int(res[4] or 0))
+    def begin(self, *, k: ConversationKeys, lease_ms: int, peek: int = 0) -> BeginReply:
+        res = self._begin(keys=[k.hold, k.inbox, k.lease, k.fence, k.state, k.attempts], args=[lease_ms, peek])
+        return BeginReply(int(res[0]), _opt(res[1]), _opt(res[2]), int(res[3] or 0), int(res[4] or 0),
+                          [bytes(e) for e in res[5] or ()])
 
     def commit(self, *, k: ConversationKeys, ttl_keys: list[str], token: int, expected_version: int, input_id: str,
                mode: str, blob: bytes, reply_entry: bytes, trace_entry: bytes, dead_entry: bytes, lease_ms: int,
-               trace_max: int, dead_max: int, ttl_ms: int, claim_ms: int) -> CommitReply:
+               trace_max: int, dead_max: int, ttl_ms: int, claim_ms: int, peek: int = 0,
+               also: Sequence[str] = ()) -> CommitReply:
+        """``also``: the ids of the inputs after the head that the same turn applied (a burst), in mailbox order."""
         res = self._commit(
             keys=[k.fence, k.state, k.inbox, k.attempts, k.outbox, k.trace, k.dead, k.lease, k.dlease, k.dfence,
                   k.sent, k.journal, *ttl_keys],
             args=[token, expected_version, input_id, mode, blob, reply_entry, trace_entry, dead_entry, lease_ms,
-                  trace_max, dead_max, ttl_ms, str(claim_ms) if claim_ms > 0 else ""])
+                  trace_max, dead_max, ttl_ms, str(claim_ms) if claim_ms > 0 else "", peek, *also])
         return CommitReply(int(res[0]), int(res[1]), int(res[2]) == 1, _opt(res[3]), int(res[4] or 0),
-                           _opt(res[5]), ClaimReply.parse(res[6:10]))
+                           _opt(res[5]), ClaimReply.parse(res[6:10]), [bytes(e) for e in res[10] or ()])
+
+    def defer(self, *, k: ConversationKeys, token: int, input_id: str, hold_ms: int) -> bool:
+        """False when the fence moved (nothing changed)."""
+        return int(self._defer(keys=[k.fence, k.lease, k.attempts, k.hold],
+                               args=[token, input_id, max(1, hold_ms)])) == 1
 
     def release(self, *, fence: str, lease: str, token: int) -> bool:
         """Used for both leases: (fence, lease) or (dfence, dlease). True when the lease was ours and is gone."""
