@@ -48,3 +48,14 @@ TOOL_CALLS = Counter("parley_tool_calls_total", "Calls of deployment tools (HTTP
 MCP_UNAVAILABLE = Counter("parley_mcp_server_unavailable_total",
                           "Turns that ran without an MCP server's tools because the server was down, by server.",
                           ["server"])
+BURST_INPUTS = Histogram("parley_burst_inputs", "Inputs (chat messages and the events among them) one chat turn "
+                         "took in: 1 without coalescing.", buckets=(1, 2, 3, 4, 5, 8, 12, 20, 50))
+BURST_DEFERRALS = Counter("parley_burst_deferrals_total",
+                          "Turns put off because the player was still typing (a scheduled wake-up, no worker waits).")
+DOUBLE_TEXT_MERGES = Counter("parley_double_text_merges_total",
+                             "Turns run again because chat messages arrived while the model answered (merge mode).")
+DISCARDED_MODEL_CALLS = Counter("parley_discarded_model_calls_total",
+                                "Model calls whose answer was thrown away by a double-text merge.")
+DISCARDED_TOKENS = Counter("parley_discarded_tokens_total",
+                           "Tokens (prompt and completion, as reported) of answers thrown away by a merge.")
+NOTICES = Counter("parley_notices_total", "Fixed short answers queued instead of a model turn, by why.", ["why"])

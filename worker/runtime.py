@@ -19,6 +19,7 @@ from worker.conversation.tokens import CalibratingModel, UsageCalibratedCounter
 from worker.conversation.tools import Tool
 from worker.delivery.channel import Channel, ConsoleChannel, WebhookChannel
 from worker.service import ConversationService, ServiceConfig, Wake
+from worker.service.burst import BurstPolicy
 from worker.settings import Settings
 from worker.store.redis_store import ConversationStore, StoreLimits
 
@@ -141,6 +142,11 @@ def service_config(settings: Settings) -> ServiceConfig:
         delivery_max_attempts=settings.delivery_max_attempts,
         delivery_part_interval=settings.delivery_part_interval,
         deliver_inline=settings.deliver_inline,
+        burst=BurstPolicy(quiet=settings.burst_quiet_seconds, max_wait=settings.burst_max_wait_seconds,
+                          max_messages=settings.burst_max_messages, merge=settings.double_text == "merge",
+                          max_merges=settings.double_text_max_merges),
+        dead_letter_reply=settings.dead_letter_reply,
+        unsupported_reply=settings.unsupported_reply,
     )
 
 

@@ -3,11 +3,12 @@ observer of model round trips."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from worker import metrics
 from worker.conversation.chat import RoundTrip
+from worker.service.burst import BurstPolicy
 
 
 class Wake(Protocol):
@@ -39,6 +40,9 @@ class ServiceConfig:
     compaction_flag_ms: int = 300_000
     deliver_inline: bool = True
     trace_reply_chars: int = 4000
+    burst: BurstPolicy = field(default_factory=BurstPolicy)
+    dead_letter_reply: str = ""  # the apology a player gets for a dead-lettered message; empty = none
+    unsupported_reply: str = "Sorry, I can only read text messages, locations and photos."
 
 
 class RetryLater(Exception):

@@ -13,14 +13,14 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import msgpack
 
 from worker import metrics
-from worker.conversation.chat import Chat, TurnResult
-from worker.conversation.tools import turn_context
+from worker.conversation.chat import Chat
 from worker.delivery.split import split_message
 from worker.envelopes import DeadLetter, Envelope, ReplyRecord, decode_envelope
 from worker.errors import (
@@ -30,11 +30,13 @@ from worker.errors import (
     ModelError,
     StaleLeaseError,
 )
+from worker.service import burst
+from worker.service.burst import Pending
 from worker.service.config import ServiceConfig, Wake
 from worker.service.heartbeat import Beat, Heartbeat
 from worker.service.journal import StoreJournal
 from worker.service.model_failures import ModelFailures
-from worker.service.recovery import usage_trace
+from worker.service.turn import TurnRunner
 from worker.store.base import CommitResult, OutboxHead, Snapshot
 from worker.store.protocol import DrainStore
 
@@ -82,10 +84,10 @@ class Drainer(ModelFailures[_Run]):
 
         Returns 0 at once when another worker holds the conversation (it will see our input: the commit that
         empties the mailbox also gives the lease up, atomically), when nothing waits, or when the head input
-        waits for a scheduled retry. Raises :class:`RetryLater` when the model is unavailable; the input stays
+        waits for a scheduled retry or for the rest of a burst's quiet period. Raises :class:`RetryLater` when the model is unavailable; the input stays
         at the head of the mailbox and the lease is given up so the retry (or the sweeper) resumes it.
         """
-        begin = self.store.begin(cid, self.config.lease_ms)
+        begin = self.store.begin(cid, self.config.lease_ms, peek=self.config.burst.peek)
         if begin.status != "ok" or begin.snapshot is None:
             return Drained(0)
         token, lease_ms = begin.token, self.config.lease_ms
@@ -98,7 +100,8 @@ class Drainer(ModelFailures[_Run]):
                 run = _Run(cid, token, beat)
                 while snap is not None:
                     result = self._apply(run, snap, attempts)
-                    run.applied += 1
+                    if result is None:  # a burst still being typed: put off, the lease given up
+                        break
                     metrics.MAILBOX_DEPTH.set(result.depth)
                     snap, attempts = result.next, result.next_attempts  # None: the mailbox emptied, lease given up
         except StaleLeaseError:  # the release above was a no-op: the fence is no longer ours
@@ -108,7 +111,7 @@ class Drainer(ModelFailures[_Run]):
         assert run is not None  # the body ran
         return Drained(run.applied, run.replied, run.delivery)
 
-    def _apply(self, run: _Run, snap: Snapshot, attempts: int) -> CommitResult:
+    def _apply(self, run: _Run, snap: Snapshot, attempts: int) -> CommitResult | None:
         raw, input_id = snap.input or b"", snap.input_id or ""
         try:
             env = decode_envelope(raw)
@@ -128,10 +131,12 @@ class Drainer(ModelFailures[_Run]):
         except ModelError as exc:
             return self._model_failed(run, env, snap, attempts, exc)
 
-    def _apply_envelope(self, run: _Run, env: Envelope, snap: Snapshot) -> CommitResult:
+    def _apply_envelope(self, run: _Run, env: Envelope, snap: Snapshot) -> CommitResult | None:
         state, version = snap.state, snap.version
         if env.kind == "message":
-            return self._turn(run, env, state, version)
+            return self._chat_turn(run, Pending(env.message_id, env), snap)
+        if env.kind == "notice":
+            return self._notice(run, env, version, env.text or "", "producer")
         if env.kind == "event":
             result = self.chat.apply_event(state, env.text or "", pinned=env.pinned)
             state, version = self._quarantine_if(run, state, version, result.state_problem)
@@ -147,43 +152,67 @@ class Drainer(ModelFailures[_Run]):
             return done
         return self._splice(run, env, state, version)
 
-    def _turn(self, run: _Run, env: Envelope, state: bytes | None, version: int) -> CommitResult:
-        started = time.perf_counter()
-        # The journal makes a retried turn reuse the model rounds and tool results a crashed run recorded; the
-        # call context gives tool handlers the ids (worker.conversation.tools).
-        journal = StoreJournal(self.store, run.cid, env.message_id, run.token)
-        with turn_context(run.cid, env.message_id):
-            result: TurnResult = self.chat.run_turn(state, system=env.system or self.config.system_prompt,
-                                                    user=env.text or "", journal=journal)
-        state, version = self._quarantine_if(run, state, version, result.state_problem)
-        record = ReplyRecord(
-            reply_id=env.message_id,
-            conversation_id=run.cid,
-            recipient=env.recipient or run.cid,
-            parts=split_message(result.reply),
-            reply_to=env.reply_to,
-        )
-        trace = {"user": env.text, "reply": result.reply[: self.config.trace_reply_chars],
-                 "finish": result.finish_reason, "model_calls": result.model_calls, "tool_calls": result.tool_calls,
-                 "replayed": [result.replayed_rounds, result.replayed_results],
-                 **usage_trace(result.usage),
-                 "reset": result.reset, "parts": len(record.parts)}
-        # Inline delivery starts in the commit that ends the drain (if it does): one round trip fewer per reply.
-        done = self._commit(run, version, env, result.state, record.to_bytes(), trace,
+    def _chat_turn(self, run: _Run, head: Pending, snap: Snapshot) -> CommitResult | None:
+        """A chat message at the head: the turn takes in the burst it starts, or is put off while the player is
+        still typing (``None``)."""
+        if self.config.burst.alone(head):
+            return self._notice(run, head.env, snap.version, self.config.unsupported_reply, "unreadable_media")
+        # The journal makes a retried turn reuse the inputs, model rounds and tool results a crashed run recorded.
+        journal = StoreJournal(self.store, run.cid, head.id, run.token)
+        inputs = self._burst_for(run, head, snap, journal)
+        if inputs is None:
+            return None
+        return TurnRunner(self, run, journal).run(inputs, snap)
+
+    def _burst_for(self, run: _Run, head: Pending, snap: Snapshot,
+                   journal: StoreJournal) -> tuple[Pending, ...] | None:
+        policy = self.config.burst
+        if policy.peek == 0:
+            return (head,)
+        after = burst.decode_after(snap.after, run.cid)
+        ids = journal.recorded_burst()
+        if ids is not None:
+            again = burst.recorded(head, after, ids)
+            if again is not None:
+                return again
+        if journal.has_entries():
+            return (head,)  # a crashed run of a lone message: replay it as it was
+        decision = burst.decide(head, after, policy, time.time(), complete=len(snap.after) < policy.peek)
+        if decision.wait > 0:
+            self._defer(run, head, decision)
+            return None
+        if len(decision.inputs) > 1:
+            journal.record_burst([p.id for p in decision.inputs])
+        return decision.inputs
+
+    def _defer(self, run: _Run, head: Pending, decision: burst.Decision) -> None:
+        """Put the turn off without holding a worker: give the lease up and hold the conversation for the rest of
+        the quiet period, then a scheduled wake-up drains it (the sweeper, should that wake-up be lost)."""
+        hold_ms = int(decision.wait * 1000) - 100  # ends just before the wake-up, which then finds it gone
+        with run.beat.committing():
+            self.store.defer(run.cid, run.token, head.id, max(1, hold_ms))
+            run.beat.end()
+        metrics.BURST_DEFERRALS.inc()
+        self.wake("drain", run.cid, countdown=decision.wait)
+
+    def _notice(self, run: _Run, env: Envelope, version: int, text: str, why: str) -> CommitResult:
+        """A fixed short answer in the input's place (no model call, the state unchanged)."""
+        record = ReplyRecord(reply_id=env.message_id, conversation_id=run.cid, recipient=env.recipient or run.cid,
+                             parts=split_message(text), reply_to=env.reply_to)
+        done = self._commit(run, version, env, None, record.to_bytes(), {"notice": why, "reply": text},
                             claim_delivery=self.config.deliver_inline)
-        metrics.TURN_SECONDS.observe(time.perf_counter() - started)
-        metrics.INPUTS.labels("message", "applied").inc()
-        _count_pinned_dropped(result.pinned_dropped)
-        log.info("turn applied", extra={"conversation_id": run.cid, "message_id": env.message_id, "kind": env.kind,
-                                        "parts": len(record.parts), "finish": result.finish_reason})
+        metrics.INPUTS.labels(env.kind, "applied").inc()
+        metrics.NOTICES.labels(why).inc()
+        self.after_reply(run, done)
+        return done
+
+    def after_reply(self, run: _Run, done: CommitResult) -> None:
+        """A commit queued a reply: deliver it in this task when the drain ends here, else alongside."""
         if done.next is None:
-            run.replied = True  # the drain ends here: deliver in this task once it has
+            run.replied = True
             run.delivery = done.delivery
         else:
-            self.wake("deliver", run.cid)  # more inputs wait: deliver alongside, without holding the next turn up
-        if result.needs_compaction:
-            self.wake("compact", run.cid)
-        return done
+            self.wake("deliver", run.cid)  # more inputs wait: deliver without holding the next turn up
 
     def _splice(self, run: _Run, env: Envelope, state: bytes | None, version: int) -> CommitResult:
         result = self.chat.splice(state, env.state or b"")
@@ -207,11 +236,11 @@ class Drainer(ModelFailures[_Run]):
         return None, version
 
     def _commit(self, run: _Run, version: int, env: Envelope, new_state: bytes | None, reply: bytes | None,
-                trace: dict[str, Any], *, claim_delivery: bool = False) -> CommitResult:
+                trace: dict[str, Any], *, claim_delivery: bool = False, also: Sequence[str] = ()) -> CommitResult:
         entry = {"at": time.time(), "id": env.message_id, "kind": env.kind, **trace}
         return self._store_commit(run, version, env.message_id, new_state=new_state, reply=reply,
                                   trace=msgpack.packb(entry, use_bin_type=True), dead=None,
-                                  claim_delivery_ms=self.config.lease_ms if claim_delivery else 0)
+                                  claim_delivery_ms=self.config.lease_ms if claim_delivery else 0, also=also)
 
     def _dead_input(self, run: _Run, snap: Snapshot, kind: str, reason: str, detail: str,
                     attempts: int) -> CommitResult:
@@ -224,18 +253,41 @@ class Drainer(ModelFailures[_Run]):
         dead = DeadLetter(what="input", id=input_id, reason=reason, detail=detail[:2000], payload=snap.input or b"",
                           attempts=attempts)
         entry = {"at": time.time(), "id": input_id, "dead": reason, "detail": detail[:500]}
-        return self._store_commit(run, snap.version, input_id, new_state=None, reply=None,
-                                  trace=msgpack.packb(entry, use_bin_type=True), dead=dead.to_bytes())
+        apology = self._apology(run, snap)
+        done = self._store_commit(run, snap.version, input_id, new_state=None, reply=apology,
+                                  trace=msgpack.packb(entry, use_bin_type=True), dead=dead.to_bytes(),
+                                  claim_delivery_ms=self.config.lease_ms if apology and self.config.deliver_inline
+                                  else 0)
+        if apology:
+            self.after_reply(run, done)
+        return done
+
+    def _apology(self, run: _Run, snap: Snapshot) -> bytes | None:
+        """The configured apology for a player's dead-lettered chat message: never silence. Inputs that are not
+        a player's message (events, resets, one that does not decode) get none."""
+        if not self.config.dead_letter_reply:
+            return None
+        try:
+            env = decode_envelope(snap.input or b"")
+        except EnvelopeError:
+            return None
+        if env.kind != "message" or env.conversation_id != run.cid:
+            return None
+        return ReplyRecord(reply_id=env.message_id, conversation_id=run.cid, recipient=env.recipient or run.cid,
+                           parts=[self.config.dead_letter_reply], reply_to=env.reply_to).to_bytes()
 
     def _store_commit(self, run: _Run, version: int, input_id: str, *, new_state: bytes | None,
-                      reply: bytes | None, trace: bytes, dead: bytes | None, claim_delivery_ms: int = 0) -> CommitResult:
+                      reply: bytes | None, trace: bytes, dead: bytes | None, claim_delivery_ms: int = 0,
+                      also: Sequence[str] = ()) -> CommitResult:
         """The commit, with the heartbeat held off while it runs and stopped when it gave the lease up."""
         with run.beat.committing():
             done = self.store.commit(run.cid, run.token, expected_version=version, input_id=input_id,
                                      new_state=new_state, reply=reply, trace=trace, dead=dead,
-                                     lease_ms=self.config.lease_ms, claim_delivery_ms=claim_delivery_ms)
+                                     lease_ms=self.config.lease_ms, claim_delivery_ms=claim_delivery_ms,
+                                     also=also, peek=self.config.burst.peek)
             if done.next is None:
                 run.beat.end()
+        run.applied += 1 + len(also)
         return done
 
 

@@ -29,10 +29,12 @@ class StoreJournal:
         self.store, self.cid, self.input_id, self.token = store, cid, input_id, token
         self._rounds: list[ModelResponse] | None = None
         self._results: dict[tuple[int, str], Message] = {}
+        self._burst: tuple[str, ...] | None = None
 
     def _load(self) -> list[ModelResponse]:
         if self._rounds is None:
             read = self.store.read_journal(self.cid, self.input_id)
+            self._burst = read.burst
             rounds: list[ModelResponse] = []
             try:
                 while len(rounds) in read.rounds:  # contiguous from step 0: a gap ends the replay
@@ -56,6 +58,24 @@ class StoreJournal:
         log.warning("journal entry unusable; going on live from there",
                     extra={"conversation_id": self.cid, "message_id": self.input_id, "detail": detail})
         metrics.JOURNAL_UNRECORDED.labels("damaged").inc()
+
+    def recorded_burst(self) -> tuple[str, ...] | None:
+        """The inputs (ids, head first) an earlier run of this turn took in, when it recorded them."""
+        self._load()
+        return self._burst
+
+    def has_entries(self) -> bool:
+        """Whether an earlier run recorded model rounds or tool results (then it must be replayed as it was)."""
+        return bool(self._load() or self._results)
+
+    def record_burst(self, ids: Sequence[str]) -> None:
+        """Fix the inputs this turn takes in before the model sees them, so a retry takes in the same."""
+        if not self.store.record_burst(self.cid, self.token, self.input_id, ids):
+            log.warning("turn journal full; burst not recorded", extra={"conversation_id": self.cid,
+                                                                        "message_id": self.input_id})
+            metrics.JOURNAL_UNRECORDED.labels("full").inc()
+        self._load()
+        self._burst = tuple(ids)
 
     def recorded_rounds(self) -> Sequence[ModelResponse]:
         return self._load()

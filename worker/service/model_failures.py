@@ -47,7 +47,7 @@ class ModelFailures(Generic[RunT]):
                     attempts: int) -> CommitResult:
         raise NotImplementedError
 
-    def _apply_envelope(self, run: RunT, env: Envelope, snap: Snapshot) -> CommitResult:
+    def _apply_envelope(self, run: RunT, env: Envelope, snap: Snapshot) -> CommitResult | None:
         raise NotImplementedError
 
     def _model_failed(self, run: RunT, env: Envelope, snap: Snapshot, attempts: int,
@@ -78,7 +78,7 @@ class ModelFailures(Generic[RunT]):
         return self._dead_input(run, snap, env.kind, reason, str(exc), attempts)
 
     def _context_too_long(self, run: RunT, env: Envelope, snap: Snapshot, attempts: int,
-                          exc: ContextLengthError) -> CommitResult:
+                          exc: ContextLengthError) -> CommitResult | None:
         """The prompt was longer than the model takes: compact the conversation now, under the lease (the
         configured chain; if none of its triggers fired, drop the oldest exchanges down to half the prompt),
         and run the turn once more on the compacted state, which the turn's commit then saves. Still too

@@ -61,6 +61,14 @@ class MailboxStore(StoreBase):
                      res.attempts)
 
     @store_errors
+    def peek(self, cid: str, start: int, count: int) -> tuple[tuple[str, bytes], ...]:
+        """Up to ``count`` queued inputs from position ``start`` of the mailbox (0 is the head), as (id, envelope),
+        read without the lease: what arrived behind a turn while its model answered (a double text)."""
+        if count <= 0:
+            return ()
+        return _split_all(self._r.lrange(self.keys(cid).inbox, start, start + count - 1))
+
+    @store_errors
     def defer(self, cid: str, token: int, input_id: str, hold_ms: int) -> None:
         """Put the head input (a burst still being typed) off for ``hold_ms``: the lease is given up, the attempt
         counted at the head is given back and the conversation is held, so drains return at once until then; the

@@ -1,0 +1,256 @@
+"""Bursts, double texts, notices and the dead-letter apology, through the service with an in-memory Redis."""
+
+from __future__ import annotations
+
+import time
+
+import msgpack
+
+from tests.support.store_kit import raw
+from tests.worker.conftest import Harness, make_harness
+from worker import ScriptedModel
+from worker.conversation.model import ModelRequest
+from worker.conversation.scripted import Reply
+from worker.conversation.state import decode_state
+from worker.conversation.tools import Tool
+from worker.envelopes import Envelope, Media, decode_dead_letter
+from worker.errors import ModelRequestError
+from worker.service import ServiceConfig
+from worker.service.burst import BurstPolicy
+
+CID = "447700900555"
+QUIET = 0.3
+
+
+def config(**burst: object) -> ServiceConfig:
+    policy = BurstPolicy(**{"quiet": QUIET, "max_wait": 5.0, "max_messages": 20, **burst})  # type: ignore[arg-type]
+    return ServiceConfig(system_prompt="You are a test.", burst=policy, dead_letter_reply="Sorry, try again.")
+
+
+def echo_all(req: ModelRequest) -> str:
+    """Answer with every message of the turn (what a burst turn shows the model) after the last assistant one."""
+    tail: list[str] = []
+    for m in reversed(req.messages):
+        if m.role == "assistant":
+            break
+        tail.insert(0, f"{m.role}:{m.content}")
+    return " | ".join(tail)
+
+
+def settle(h: Harness) -> None:
+    """Let the quiet period pass and run the scheduled wake-up (the harness runs wake-ups at once; the hold
+    makes the early run a no-op, as a countdown task arriving early would be)."""
+    time.sleep(QUIET + 0.05)
+    h.woken.append(("drain", CID))
+    h.run()
+
+
+def test_a_burst_is_answered_once_with_every_message_in_order() -> None:
+    h = make_harness(ScriptedModel(default=echo_all), config=config())
+    h.client.send_message(CID, "wait", message_id="wamid.1", reply_to="wamid.1")
+    h.client.send_event(CID, "User has just tagged Harrogate Theatre", message_id="evt-1")
+    h.client.send_message(CID, "which way", message_id="wamid.2", reply_to="wamid.2")
+    h.client.send_message(CID, "the theatre?", message_id="wamid.3", reply_to="wamid.3")
+    h.run()
+    assert h.model.requests == [] and h.channel.sent == []  # still typing: put off, nothing answered
+    assert any(kind == "drain" and 0 < countdown <= QUIET for kind, _, countdown in h.scheduled)
+    settle(h)
+    assert len(h.model.requests) == 1
+    assert h.channel.sent == [(CID, "user:wait | event:User has just "
+                                    "tagged Harrogate Theatre | user:which way | user:the theatre?", "wamid.3")]
+    assert h.store.inbox_depth(CID) == 0
+    st = decode_state(h.store.read_state(CID).blob)
+    assert [m.role for m in st.messages] == ["user", "event", "user", "user", "assistant"]
+    assert [rid for rid, _ in h.store.delivered(CID)] == ["wamid.1"]  # one reply, under the burst's first id
+    trace = msgpack.unpackb(h.store.trace(CID)[-1])
+    assert trace["burst"] == ["wamid.1", "evt-1", "wamid.2", "wamid.3"]
+
+
+def test_with_coalescing_off_every_message_gets_its_own_turn() -> None:
+    h = make_harness(ScriptedModel(default=echo_all), config=config(quiet=0.0))
+    for i in range(3):
+        h.client.send_message(CID, f"m{i}", message_id=f"wamid.{i}")
+    h.run()
+    assert [t for _, t, _ in h.channel.sent] == ["user:m0", "user:m1", "user:m2"]
+    assert not any(countdown for _, _, countdown in h.scheduled)
+
+
+def test_events_after_the_last_message_are_applied_after_the_reply() -> None:
+    h = make_harness(ScriptedModel(default=echo_all), config=config())
+    h.client.send_message(CID, "hi", message_id="wamid.1")
+    h.client.send_event(CID, "later event", message_id="evt-1")
+    h.run()
+    assert h.channel.sent == []
+    settle(h)
+    st = decode_state(h.store.read_state(CID).blob)
+    assert [m.role for m in st.messages] == ["user", "assistant", "event"]
+
+
+def test_the_burst_goes_out_once_the_maximum_wait_has_passed() -> None:
+    h = make_harness(ScriptedModel(default=echo_all), config=config(quiet=60.0, max_wait=5.0))
+    old = Envelope(kind="message", conversation_id=CID, text="first", message_id="wamid.1",
+                   accepted_at=time.time() - 10)
+    h.store.accept(CID, old.to_bytes(), "wamid.1")
+    h.client.send_message(CID, "still typing", message_id="wamid.2")
+    h.woken.append(("drain", CID))
+    h.run()
+    assert [t for _, t, _ in h.channel.sent] == ["user:first | user:still typing"]
+
+
+def test_a_clock_far_ahead_at_the_producer_does_not_hold_the_answer_back() -> None:
+    h = make_harness(ScriptedModel(default=echo_all), config=config(quiet=60.0, max_wait=60.0))
+    ahead = Envelope(kind="message", conversation_id=CID, text="from the future", message_id="wamid.1",
+                     accepted_at=time.time() + 3600)
+    h.store.accept(CID, ahead.to_bytes(), "wamid.1")
+    h.woken.append(("drain", CID))
+    h.run()
+    assert [t for _, t, _ in h.channel.sent] == ["user:from the future"]
+
+
+def test_a_reset_closes_the_burst_before_it() -> None:
+    h = make_harness(ScriptedModel(default=echo_all), config=config(quiet=60.0))
+    h.client.send_message(CID, "a", message_id="wamid.1")
+    h.client.send_message(CID, "b", message_id="wamid.2")
+    h.client.reset(CID)
+    h.client.send_message(CID, "c", message_id="wamid.3")  # starts a new burst: still open, put off
+    h.run()
+    assert [t for _, t, _ in h.channel.sent] == ["user:a | user:b"]
+    assert h.store.read_state(CID).blob in (None, b"")
+
+
+def test_a_burst_is_capped_at_max_messages() -> None:
+    h = make_harness(ScriptedModel(default=echo_all), config=config(quiet=60.0, max_messages=2))
+    for i in range(5):
+        h.client.send_message(CID, f"m{i}", message_id=f"wamid.{i}")
+    h.run()
+    assert [t for _, t, _ in h.channel.sent] == ["user:m0 | user:m1", "user:m2 | user:m3"]  # m4 still open
+
+
+def test_waiting_for_a_burst_never_counts_as_a_crashed_attempt() -> None:
+    h = make_harness(ScriptedModel(default=echo_all), config=config(quiet=60.0, max_wait=60.0))
+    h.client.send_message(CID, "hello", message_id="wamid.1")
+    for _ in range(20):  # every wake-up of a long burst puts it off again
+        raw(h.store).delete(h.store.keys(CID).hold)
+        h.woken.append(("drain", CID))
+        h.run()
+    assert h.store.dead_letters(CID) == [] and h.channel.sent == []
+    assert int(raw(h.store).hget(h.store.keys(CID).attempts, "wamid.1") or 0) <= 0
+
+
+def test_a_retried_turn_takes_in_the_burst_its_crashed_run_recorded() -> None:
+    h = make_harness(ScriptedModel(default=echo_all), config=config(quiet=60.0, max_messages=5))
+    for i in range(3):
+        old = Envelope(kind="message", conversation_id=CID, text=f"m{i}", message_id=f"wamid.{i}",
+                       accepted_at=time.time() - 120)
+        h.store.accept(CID, old.to_bytes(), f"wamid.{i}")
+    begin = h.store.begin(CID, 10_000)  # a run that recorded a two-message burst, then died
+    h.store.record_burst(CID, begin.token, "wamid.0", ["wamid.0", "wamid.1"])
+    h.store.release(CID, begin.token)
+    h.woken.append(("drain", CID))
+    h.run()
+    assert [t for _, t, _ in h.channel.sent] == ["user:m0 | user:m1", "user:m2"]
+
+
+def test_merge_runs_the_turn_again_with_a_double_text() -> None:
+    h = make_harness(config=config(quiet=0.0, merge=True, max_merges=2))
+
+    def answer(req: ModelRequest) -> str:
+        if len(h.model.requests) == 1:  # the player sends another message while the model thinks
+            h.client.send_message(CID, "and the castle?", message_id="wamid.2")
+        return echo_all(req)
+
+    h.model.default = answer
+    h.client.send_message(CID, "where is the theatre?", message_id="wamid.1")
+    h.run()
+    assert len(h.model.requests) == 2  # the stale answer was thrown away
+    assert [t for _, t, _ in h.channel.sent] == ["user:where is the theatre? | user:and the castle?"]
+    assert h.store.inbox_depth(CID) == 0
+    assert msgpack.unpackb(h.store.trace(CID)[-1])["merges"] == 1
+
+
+def test_queue_answers_a_double_text_in_order() -> None:
+    h = make_harness(config=config(quiet=0.0))
+
+    def answer(req: ModelRequest) -> str:
+        if len(h.model.requests) == 1:
+            h.client.send_message(CID, "and the castle?", message_id="wamid.2")
+        return echo_all(req)
+
+    h.model.default = answer
+    h.client.send_message(CID, "where is the theatre?", message_id="wamid.1")
+    h.run()
+    assert [t for _, t, _ in h.channel.sent] == ["user:where is the theatre?", "user:and the castle?"]
+
+
+def test_merge_is_bounded() -> None:
+    h = make_harness(config=config(quiet=0.0, merge=True, max_merges=1))
+    n = iter(range(2, 100))
+
+    def answer(req: ModelRequest) -> str:
+        if len(h.model.requests) <= 3:  # a player who never stops
+            i = next(n)
+            h.client.send_message(CID, f"m{i}", message_id=f"wamid.{i}")
+        return echo_all(req)
+
+    h.model.default = answer
+    h.client.send_message(CID, "m1", message_id="wamid.1")
+    h.run()
+    first = h.channel.sent[0][1]
+    assert first == "user:m1 | user:m2"  # one merge, then the answer went out
+    assert h.store.inbox_depth(CID) == 0
+
+
+def test_merge_never_throws_away_an_answer_whose_tools_ran() -> None:
+    calls: list[str] = []
+    give = Tool(name="give", description="Give an item.", parameters={"type": "object", "properties": {}},
+                handler=lambda: calls.append("give") or "given")
+    h = make_harness(config=config(quiet=0.0, merge=True), tools=[give])
+
+    def after_tool(req: ModelRequest) -> str:
+        h.client.send_message(CID, "thanks!", message_id="wamid.2")
+        return "here you are"
+
+    h.model.push(Reply(tool_calls=(("give", {}),)), after_tool)
+    h.model.default = echo_all
+    h.client.send_message(CID, "give me the sword", message_id="wamid.1")
+    h.run()
+    assert calls == ["give"]
+    assert [t for _, t, _ in h.channel.sent] == ["here you are", "user:thanks!"]
+
+
+def test_a_notice_is_sent_in_order_without_a_model_call() -> None:
+    h = make_harness(ScriptedModel(default=echo_all), config=config(quiet=0.0))
+    h.client.send_message(CID, "hi", message_id="wamid.1")
+    h.client.send_notice(CID, "I can only read text.", message_id="wamid.2", reply_to="wamid.2")
+    h.client.send_message(CID, "ok", message_id="wamid.3")
+    h.run()
+    assert h.channel.sent[1] == (CID, "I can only read text.", "wamid.2")
+    assert len(h.model.requests) == 2
+    st = decode_state(h.store.read_state(CID).blob)
+    assert "I can only read text." not in [m.content for m in st.messages]
+
+
+def test_a_photo_the_model_cannot_see_without_a_caption_gets_the_short_answer() -> None:
+    h = make_harness(ScriptedModel(default=echo_all), config=config(quiet=60.0))
+    h.client.send_message(CID, "", message_id="wamid.1", reply_to="wamid.1", media=Media(id="m-1"))
+    h.run()
+    assert h.channel.sent == [(CID, ServiceConfig().unsupported_reply, "wamid.1")]
+    assert h.model.requests == []
+
+
+def test_a_dead_lettered_message_gets_the_apology_and_stays_replayable() -> None:
+    h = make_harness(ScriptedModel([ModelRequestError("bad request")], default=echo_all), config=config(quiet=0.0))
+    h.client.send_message(CID, "hello", message_id="wamid.1", reply_to="wamid.1")
+    h.client.send_event(CID, "an event", message_id="evt-1")
+    h.run()
+    assert h.channel.sent == [(CID, "Sorry, try again.", "wamid.1")]
+    dead = [decode_dead_letter(d) for d in h.store.dead_letters(CID)]
+    assert [d.id for d in dead] == ["wamid.1"] and dead[0].payload
+
+
+def test_no_apology_for_a_dead_event_or_when_none_is_configured() -> None:
+    h = make_harness(ScriptedModel([ModelRequestError("bad request")], default=echo_all),
+                     config=ServiceConfig(system_prompt="x"))
+    h.client.send_message(CID, "hello", message_id="wamid.1")
+    h.run()
+    assert h.channel.sent == [] and len(h.store.dead_letters(CID)) == 1

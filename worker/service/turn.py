@@ -1,0 +1,119 @@
+"""One chat turn under the drain's lease: the inputs it takes in (a burst) become the turn's messages, the model
+answers, and the state, the reply and the trace are committed together with every input the turn applied.
+
+Double texts (``PARLEY_DOUBLE_TEXT=merge``): when chat messages arrived behind the turn while the model answered,
+the answer is stale. It is thrown away (counted) and the turn runs again over the same state with them included,
+at most ``max_merges`` times. Only an answer whose run called no tools is thrown away: a tool may have acted on
+the game, and the model must see what it did, so such an answer goes out and the new messages are answered next
+(as with ``queue``). Since such a run recorded nothing in the journal, a crash after a merge replays nothing stale:
+the journal holds the merged burst's inputs, recorded before the new run.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from worker import metrics
+from worker.conversation import messages as msgs
+from worker.conversation.chat import TurnResult
+from worker.conversation.messages import Message
+from worker.conversation.tools import turn_context
+from worker.delivery.split import split_message
+from worker.envelopes import ReplyRecord
+from worker.service import burst
+from worker.service.burst import Pending
+from worker.service.journal import StoreJournal
+from worker.service.recovery import usage_trace
+from worker.store.base import CommitResult, Snapshot
+
+if TYPE_CHECKING:
+    from worker.service.drain import Drainer, _Run
+
+log = logging.getLogger("parley.service")
+
+
+def turn_messages(inputs: Sequence[Pending]) -> list[Message]:
+    """The turn's new messages, in mailbox order: each chat message a user message, each event an event."""
+    out: list[Message] = []
+    for p in inputs:
+        env = p.env
+        if env.kind == "event":
+            out.append(msgs.event(env.text or "", pinned=env.pinned))
+        else:
+            out.append(msgs.user(env.text or ""))
+    return out
+
+
+class TurnRunner:
+    """Runs one turn for a drainer: ``run(inputs, snap)`` -> the commit."""
+
+    def __init__(self, drainer: Drainer, run: _Run, journal: StoreJournal) -> None:
+        self.d, self.r, self.journal = drainer, run, journal
+
+    def run(self, inputs: tuple[Pending, ...], snap: Snapshot) -> CommitResult:
+        d, run = self.d, self.r
+        started = time.perf_counter()
+        state, version = snap.state, snap.version
+        result, inputs, merges = self._answer(inputs, state)
+        state, version = d._quarantine_if(run, state, version, result.state_problem)
+        head, last = inputs[0], inputs[-1]
+        record = ReplyRecord(reply_id=head.id, conversation_id=run.cid, recipient=last.env.recipient or run.cid,
+                             parts=split_message(result.reply), reply_to=last.env.reply_to)
+        trace: dict[str, Any] = {"user": last.env.text, "reply": result.reply[: d.config.trace_reply_chars],
+                 "finish": result.finish_reason, "model_calls": result.model_calls, "tool_calls": result.tool_calls,
+                 "replayed": [result.replayed_rounds, result.replayed_results], **usage_trace(result.usage),
+                 "reset": result.reset, "parts": len(record.parts)}
+        if len(inputs) > 1:
+            trace["burst"] = [p.id for p in inputs]
+        if merges:
+            trace["merges"] = merges
+        # Inline delivery starts in the commit that ends the drain (if it does): one round trip fewer per reply.
+        done = d._commit(run, version, head.env, result.state, record.to_bytes(), trace,
+                         claim_delivery=d.config.deliver_inline, also=[p.id for p in inputs[1:]])
+        metrics.TURN_SECONDS.observe(time.perf_counter() - started)
+        kinds = [p.env.kind for p in inputs]
+        metrics.INPUTS.labels("message", "applied").inc(kinds.count("message"))
+        if "event" in kinds:
+            metrics.INPUTS.labels("event", "applied").inc(kinds.count("event"))
+        metrics.BURST_INPUTS.observe(len(inputs))
+        if result.pinned_dropped:
+            metrics.PINNED_DROPPED.inc(result.pinned_dropped)
+        log.info("turn applied", extra={"conversation_id": run.cid, "message_id": head.id, "kind": "message",
+                                        "inputs": len(inputs), "parts": len(record.parts),
+                                        "finish": result.finish_reason})
+        d.after_reply(run, done)
+        if result.needs_compaction:
+            d.wake("compact", run.cid)
+        return done
+
+    def _answer(self, inputs: tuple[Pending, ...], state: bytes | None) -> tuple[TurnResult, tuple[Pending, ...], int]:
+        """The model's answer to ``inputs``, run again with the double texts that arrived meanwhile (merge)."""
+        policy = self.d.config.burst
+        merges = 0
+        while True:
+            result = self._once(inputs, state)
+            if not policy.merge or merges >= policy.max_merges or result.tool_calls:
+                return result, inputs, merges
+            newer = self.d.store.peek(self.r.cid, len(inputs), policy.max_messages - len(inputs))
+            grown = burst.extend(inputs, burst.decode_after(newer, self.r.cid), policy)
+            if len(grown) == len(inputs):
+                return result, inputs, merges
+            merges += 1
+            metrics.DOUBLE_TEXT_MERGES.inc()
+            metrics.DISCARDED_MODEL_CALLS.inc(result.model_calls)
+            if result.usage is not None:
+                metrics.DISCARDED_TOKENS.inc(result.usage.prompt_tokens + result.usage.completion_tokens)
+            log.info("double text: answer discarded, turn runs again",
+                     extra={"conversation_id": self.r.cid, "message_id": inputs[0].id, "inputs": len(grown)})
+            inputs = grown
+            self.journal.record_burst([p.id for p in inputs])
+
+    def _once(self, inputs: tuple[Pending, ...], state: bytes | None) -> TurnResult:
+        d, head, last = self.d, inputs[0], inputs[-1]
+        new = turn_messages(inputs)
+        with turn_context(self.r.cid, head.id):
+            return d.chat.run_turn(state, system=last.env.system or head.env.system or d.config.system_prompt,
+                                   messages=new[:-1], user=last.env.text or "", journal=self.journal)
