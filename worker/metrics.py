@@ -48,3 +48,7 @@ TOOL_CALLS = Counter("parley_tool_calls_total", "Calls of deployment tools (HTTP
 MCP_UNAVAILABLE = Counter("parley_mcp_server_unavailable_total",
                           "Turns that ran without an MCP server's tools because the server was down, by server.",
                           ["server"])
+PRESENCE = Counter("parley_presence_total",
+                   "Read receipts and typing indicators (best effort, never fail a turn), by outcome: sent, "
+                   "rejected (the API answered an error), timeout, unreachable, dropped (too many in flight), "
+                   "unexpected (a bug, logged with its stack).", ["outcome"])
