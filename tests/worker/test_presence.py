@@ -227,3 +227,23 @@ def test_memory_of_acknowledged_ids_is_bounded(clock: Clock) -> None:
     p.acknowledge(CID, ["wamid.c"])  # remembered: no post
     p.acknowledge(CID, ["wamid.a"])  # forgotten: posted again (at worst one repeated receipt)
     assert [m for m, _ in channel.read] == ["wamid.a", "wamid.b", "wamid.c", "wamid.a"]
+
+
+@pytest.mark.parametrize("on", [True, False])
+def test_the_runtime_builds_presence_from_the_setting_and_gives_it_to_the_drainer(on: bool) -> None:
+    from worker import ScriptedModel
+    from worker.runtime import build_service
+    from worker.settings import Settings
+
+    settings = Settings(_env_file=None, whatsapp_phone_number_id="1", whatsapp_access_token="t",  # type: ignore[call-arg]
+                        typing_indicator=on, redis_url="redis://127.0.0.1:9/0")
+    service = build_service(settings, lambda *a, **k: None, model=ScriptedModel(default=lambda req: "x"), tools=())
+    assert isinstance(service.channel, WhatsAppSender)
+    assert service.presence.enabled is on and service.drainer.presence is service.presence
+
+
+def test_a_service_built_without_presence_has_it_off() -> None:
+    from tests.worker.conftest import make_harness
+
+    h = make_harness()
+    assert not h.service.presence.enabled and h.service.drainer.presence is h.service.presence

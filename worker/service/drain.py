@@ -34,6 +34,7 @@ from worker.service.config import ServiceConfig, Wake
 from worker.service.heartbeat import Beat, Heartbeat
 from worker.service.journal import StoreJournal
 from worker.service.model_failures import ModelFailures
+from worker.service.presence import Presence
 from worker.service.recovery import usage_trace
 from worker.store.base import CommitResult, OutboxHead, Snapshot
 from worker.store.protocol import DrainStore
@@ -70,12 +71,13 @@ class Drainer(ModelFailures[_Run]):
     """Applies a conversation's inputs under its lease."""
 
     def __init__(self, store: DrainStore, chat: Chat, wake: Wake, config: ServiceConfig,
-                 heartbeat: Heartbeat) -> None:
+                 heartbeat: Heartbeat, *, presence: Presence | None = None) -> None:
         self.store = store
         self.chat = chat
         self.wake = wake
         self.config = config
         self.heartbeat = heartbeat
+        self.presence = presence if presence is not None else Presence.disabled()
 
     def drain(self, cid: str) -> Drained:
         """Apply every input waiting for ``cid``, in order.
