@@ -247,3 +247,15 @@ def test_a_service_built_without_presence_has_it_off() -> None:
 
     h = make_harness()
     assert not h.service.presence.enabled and h.service.drainer.presence is h.service.presence
+
+
+def test_settle_waits_for_a_post_under_way_so_the_reply_goes_after_it(api: FakeWhatsApp) -> None:
+    api.delay = 0.3
+    p = Presence(whatsapp(api), enabled=True)
+    assert p.settle(CID, 0.01)  # nothing under way
+    with p.typing(CID, "wamid.a"):
+        pass
+    assert not p.settle(CID, 0.01)
+    assert p.settle("another-conversation", 0.01)
+    assert p.settle(CID, 5) and read_ids(api) == ["wamid.a"]
+    assert Presence.disabled().settle(CID, 0)

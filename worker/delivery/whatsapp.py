@@ -6,7 +6,8 @@ retryable; a message outside the 24-hour window (131047), an undeliverable recip
 parameter (100) or an expired token (190) are permanent.
 
 Read receipts and the typing indicator (:meth:`WhatsAppSender.mark_read`) are best effort: their failures are
-logged and counted, never raised, and they wait at most :data:`RECEIPT_TIMEOUT`.
+logged and counted, never raised, and each step of the request (connect, send, answer) waits at most
+:data:`RECEIPT_TIMEOUT`.
 """
 
 from __future__ import annotations
@@ -23,8 +24,8 @@ from worker.httppool import ClientPool, single_connection, tls_context
 from worker.retry_after import parse_retry_after
 
 DEFAULT_BASE_URL = "https://graph.facebook.com/v21.0"
-# A receipt that takes longer is not worth waiting for: the indicator it would show lasts 25 s at most, and the
-# caller (a turn's refresher, a deferred burst) should not hold a connection for a slow API.
+# A receipt slower than this (to connect, or to answer) is not worth waiting for: the indicator it would show
+# lasts 25 s at most, and a reply may be waiting for it to finish (see Presence.settle).
 RECEIPT_TIMEOUT = 3.0
 
 log = logging.getLogger("parley.delivery")

@@ -8,8 +8,8 @@ Best effort, never in the way of a turn:
 
 - Every post runs off the caller's thread (a greenlet under gevent), at most ``max_in_flight`` at once; beyond
   that a post is dropped and counted. Leaving :meth:`Presence.typing` only forgets the turn: it never waits for
-  a post. A refresh already on its way when the turn ends may land just after the reply and show the indicator
-  again for a few seconds; that window is one request long.
+  a post. A post still on its way when the reply is sent could land after it and show the indicator again
+  for up to 25 s, so the sender of the reply may first wait (briefly) with :meth:`Presence.settle`.
 - One post per call, on the newest message: WhatsApp marks the earlier messages of the chat read with it, and
   the Cloud API's throughput is better spent on replies.
 - Only WhatsApp's own message ids (``wamid.``...) are marked: a game event or an id a producer made up has no
@@ -39,6 +39,8 @@ log = logging.getLogger("parley.presence")
 WHATSAPP_ID_PREFIX = "wamid."
 # WhatsApp drops the indicator after 25 s; refreshing at 20 s leaves room for a late tick and a slow request.
 DEFAULT_REFRESH_SECONDS = 20.0
+# How long a reply waits for a post under way (settle): the WhatsApp sender's receipt timeout.
+SETTLE_SECONDS = 3.0
 
 Spawn = Callable[[Callable[[], None]], None]
 """Runs a post in the background (tests pass one that runs it at once)."""
@@ -101,6 +103,8 @@ class Presence:
         self._turns: set[_Turn] = set()
         self._slots = threading.BoundedSemaphore(max_in_flight)
         self._lock = threading.Lock()
+        self._posted = threading.Condition(self._lock)  # notified when a post ends
+        self._in_flight: dict[str, int] = {}  # conversation id -> posts under way
         self._thread: threading.Thread | None = None
 
     @classmethod
@@ -151,14 +155,26 @@ class Presence:
             return 0
         with self._lock:
             turns = list(self._turns)
-        return sum(self._show(receipts, t.cid, [t.message_id]) for t in turns)
+        return sum(self._show(receipts, t.cid, [t.message_id], turn=t) for t in turns)
 
-    def _show(self, receipts: ReadReceipts, cid: str, ids: Sequence[str]) -> bool:
+    def settle(self, cid: str, timeout: float = SETTLE_SECONDS) -> bool:
+        """Wait until no post for ``cid`` is under way, for at most ``timeout`` seconds (a post gives up after
+        about that long); returns whether none is. Call it before sending a reply: a typing indicator that
+        lands after the reply would show again for up to 25 s."""
+        if self._receipts is None:
+            return True
+        with self._posted:
+            return self._posted.wait_for(lambda: cid not in self._in_flight, timeout)
+
+    def _show(self, receipts: ReadReceipts, cid: str, ids: Sequence[str], *, turn: _Turn | None = None) -> bool:
         """Post a read mark with the indicator on the newest of ``ids`` when one of them is not marked yet (a
         reply since the last indicator may have dismissed it) or the last indicator is due for a refresh;
-        returns whether a post was started. The post marks the earlier ones read on WhatsApp's side."""
+        returns whether a post was started. The post marks the earlier ones read on WhatsApp's side. A refresh
+        for a ``turn`` that has ended meanwhile is not started."""
         message_id = ids[-1]
         with self._lock:
+            if turn is not None and turn not in self._turns:
+                return False
             now = self.clock()
             shown = self._shown.get(cid)
             fresh = any(m not in self._acked for m in ids)
@@ -170,6 +186,7 @@ class Presence:
             self._shown.set(cid, now)
             for m in ids:
                 self._acked.set(m, now)
+            self._in_flight[cid] = self._in_flight.get(cid, 0) + 1
 
         def post() -> None:
             try:
@@ -179,16 +196,24 @@ class Presence:
                 log.warning("read receipt failed unexpectedly", exc_info=True,
                             extra={"conversation_id": cid, "message_id": message_id})
             finally:
-                self._slots.release()
+                self._done(cid)
 
         try:
             self._spawn(post)
         except Exception:  # no thread to be had (the process is at its limit): skip this one
-            self._slots.release()
+            self._done(cid)
             metrics.PRESENCE.labels("dropped").inc()
             log.warning("could not start a read receipt", exc_info=True, extra={"conversation_id": cid})
             return False
         return True
+
+    def _done(self, cid: str) -> None:
+        with self._posted:
+            left = self._in_flight.pop(cid, 1) - 1
+            if left:
+                self._in_flight[cid] = left
+            self._posted.notify_all()
+        self._slots.release()
 
     def _run(self) -> None:
         idle_since = time.monotonic()
