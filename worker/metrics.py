@@ -59,3 +59,7 @@ DISCARDED_MODEL_CALLS = Counter("parley_discarded_model_calls_total",
 DISCARDED_TOKENS = Counter("parley_discarded_tokens_total",
                            "Tokens (prompt and completion, as reported) of answers thrown away by a merge.")
 NOTICES = Counter("parley_notices_total", "Fixed short answers queued instead of a model turn, by why.", ["why"])
+PRESENCE = Counter("parley_presence_total",
+                   "Read receipts and typing indicators (best effort, never fail a turn), by outcome: sent, "
+                   "rejected (the API answered an error), timeout, unreachable, dropped (too many in flight), "
+                   "unexpected (a bug, logged with its stack).", ["outcome"])

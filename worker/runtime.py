@@ -18,7 +18,7 @@ from worker.conversation.model import Model
 from worker.conversation.tokens import CalibratingModel, UsageCalibratedCounter
 from worker.conversation.tools import Tool
 from worker.delivery.channel import Channel, ConsoleChannel, WebhookChannel
-from worker.service import ConversationService, ServiceConfig, Wake
+from worker.service import ConversationService, Presence, ServiceConfig, Wake
 from worker.service.burst import BurstPolicy
 from worker.settings import Settings
 from worker.store.redis_store import ConversationStore, StoreLimits
@@ -159,10 +159,17 @@ def build_service(settings: Settings, wake: Wake, *, model: Model | None = None,
 
         loaded = load_tools(settings)
         tools, source = loaded.fixed, (loaded.mcp.tools if loaded.mcp is not None else None)
+    channel = channel or build_channel(settings)
     return ConversationService(
         build_store(settings),
         build_chat(settings, model, tools=tools, tool_source=source),
-        channel or build_channel(settings),
+        channel,
         wake,
         service_config(settings),
+        presence=build_presence(settings, channel),
     )
+
+
+def build_presence(settings: Settings, channel: Channel) -> Presence:
+    """Read marks and the typing indicator (``PARLEY_TYPING_INDICATOR``); a no-op for channels without them."""
+    return Presence(channel, enabled=settings.typing_indicator)

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import io
 import json
 import pathlib
 from collections.abc import Iterator
+from unittest.mock import patch
 
 import pytest
+from prometheus_client import REGISTRY
 
 from tests.support.fake_whatsapp import FakeWhatsApp
-from worker.delivery.channel import ConsoleChannel, WebhookChannel
+from worker.delivery.channel import ConsoleChannel, ReadReceipts, RecordingChannel, WebhookChannel
 from worker.delivery.whatsapp import WhatsAppSender, classify_error, is_bsuid
 from worker.errors import DeliveryPermanentError, DeliveryRetryableError
 
@@ -132,3 +135,68 @@ def test_retry_after_as_an_http_date(api: FakeWhatsApp) -> None:
     with pytest.raises(DeliveryRetryableError) as info:
         sender(api).send_text("447700900123", "x")
     assert info.value.retry_after is not None and 55.0 <= info.value.retry_after <= 61.0
+
+
+# --- read receipts and the typing indicator ---------------------------------------------------------------------
+
+def presence_count(outcome: str) -> float:
+    return REGISTRY.get_sample_value("parley_presence_total", {"outcome": outcome}) or 0.0
+
+
+def test_mark_read_with_typing_posts_the_cloud_api_body(api: FakeWhatsApp) -> None:
+    before = presence_count("sent")
+    s = sender(api)
+    s.mark_read("wamid.in1", typing=True)
+    s.mark_read("wamid.in2", typing=False)
+    assert api.reads == [
+        {"path": "/v21.0/106540352242922/messages",
+         "body": {"messaging_product": "whatsapp", "status": "read", "message_id": "wamid.in1",
+                  "typing_indicator": {"type": "text"}}},
+        {"path": "/v21.0/106540352242922/messages",
+         "body": {"messaging_product": "whatsapp", "status": "read", "message_id": "wamid.in2"}},
+    ]
+    assert api.sent == [] and presence_count("sent") == before + 2
+
+
+@pytest.mark.parametrize(("code", "status"), [(130429, 400), (131047, 400), (100, 400), (190, 401), (131000, 500)])
+def test_mark_read_swallows_api_errors_and_counts_them(api: FakeWhatsApp, code: int, status: int,
+                                                       caplog: pytest.LogCaptureFixture) -> None:
+    before = presence_count("rejected")
+    api.fail_reads(code, status=status)
+    sender(api).mark_read("wamid.in1", typing=True)  # does not raise
+    assert presence_count("rejected") == before + 1 and api.reads == []
+    assert [r.levelname for r in caplog.records if r.name == "parley.delivery"] == ["WARNING"]
+
+
+def test_mark_read_swallows_timeouts_and_unreachable(api: FakeWhatsApp) -> None:
+    from tests.support.redis_server import free_port
+
+    timeouts, unreachable = presence_count("timeout"), presence_count("unreachable")
+    with patch("worker.delivery.whatsapp.RECEIPT_TIMEOUT", 0.2):
+        api.delay = 1.0
+        sender(api).mark_read("wamid.in1", typing=True)
+    assert presence_count("timeout") == timeouts + 1
+    WhatsAppSender(phone_number_id="1", access_token="t",
+                   base_url=f"http://127.0.0.1:{free_port()}").mark_read("wamid.in1", typing=True)
+    api.delay = 0.0
+    api.read_fault = lambda body: None  # the connection drops
+    sender(api).mark_read("wamid.in1", typing=True)
+    assert presence_count("unreachable") == unreachable + 2
+
+
+def test_a_failed_read_never_takes_an_error_meant_for_a_send(api: FakeWhatsApp) -> None:
+    api.fail(131047)
+    s = sender(api)
+    s.mark_read("wamid.in1", typing=True)
+    with pytest.raises(DeliveryPermanentError):
+        s.send_text("447700900123", "x")
+    assert len(api.reads) == 1
+
+
+def test_other_channels_have_no_op_receipts() -> None:
+    for channel in (ConsoleChannel(io.StringIO()), WebhookChannel("http://127.0.0.1:9/unused")):
+        assert isinstance(channel, ReadReceipts)
+        channel.mark_read("wamid.in1", typing=True)  # no output, no request
+    recording = RecordingChannel()
+    recording.mark_read("wamid.in1", typing=True)
+    assert recording.read == [("wamid.in1", True)]

@@ -17,6 +17,7 @@ from worker.envelopes import Envelope, Media, decode_dead_letter
 from worker.errors import ModelRequestError
 from worker.service import ServiceConfig
 from worker.service.burst import BurstPolicy
+from worker.service.presence import Presence
 
 CID = "447700900555"
 QUIET = 0.3
@@ -254,3 +255,18 @@ def test_no_apology_for_a_dead_event_or_when_none_is_configured() -> None:
     h.client.send_message(CID, "hello", message_id="wamid.1")
     h.run()
     assert h.channel.sent == [] and len(h.store.dead_letters(CID)) == 1
+
+
+def test_a_waiting_burst_is_marked_read_with_the_typing_indicator() -> None:
+    h = make_harness(ScriptedModel(default=echo_all), config=config())
+    presence = Presence(h.channel, enabled=True)
+    h.service.presence = h.service.drainer.presence = presence
+    h.client.send_message(CID, "wait", message_id="wamid.1")
+    h.client.send_message(CID, "which way", message_id="wamid.2")
+    h.run()
+    assert presence.settle(CID)
+    assert h.channel.read == [("wamid.2", True)]  # one post marks both read (WhatsApp marks the earlier ones)
+    settle(h)
+    assert presence.settle(CID)
+    assert h.channel.read == [("wamid.2", True)]  # the turn right after did not post again
+    assert len(h.channel.sent) == 1

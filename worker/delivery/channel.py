@@ -1,7 +1,9 @@
 """Delivery channels: where replies go.
 
 A channel sends one text to one recipient and returns the provider's message id, or raises
-:class:`~worker.errors.DeliveryRetryableError` / :class:`~worker.errors.DeliveryPermanentError`.
+:class:`~worker.errors.DeliveryRetryableError` / :class:`~worker.errors.DeliveryPermanentError`. A channel may
+also implement :class:`ReadReceipts` (read marks and a typing indicator, best effort; see
+:mod:`worker.service.presence`).
 """
 
 from __future__ import annotations
@@ -23,6 +25,14 @@ class Channel(Protocol):
     def send_text(self, recipient: str, text: str, *, reply_to: str | None = None) -> str: ...
 
 
+@runtime_checkable
+class ReadReceipts(Protocol):
+    """Optional for a channel: tells the player their message was read and, with ``typing``, that an answer is
+    being written. Best effort: it never raises for the provider's failures (a receipt is not worth a turn)."""
+
+    def mark_read(self, message_id: str, *, typing: bool) -> None: ...
+
+
 class ConsoleChannel:
     """Prints replies (used when no channel is configured)."""
 
@@ -37,18 +47,26 @@ class ConsoleChannel:
             print(f"[reply to {recipient}] {text}", file=self.stream, flush=True)
         return f"console-{n}"
 
+    def mark_read(self, message_id: str, *, typing: bool) -> None:
+        """Nothing to show on a console."""
+
 
 class RecordingChannel:
     """Keeps what it was asked to send (tests)."""
 
     def __init__(self) -> None:
         self.sent: list[tuple[str, str, str | None]] = []
+        self.read: list[tuple[str, bool]] = []  # (message id, typing) per mark_read
         self._lock = threading.Lock()
 
     def send_text(self, recipient: str, text: str, *, reply_to: str | None = None) -> str:
         with self._lock:
             self.sent.append((recipient, text, reply_to))
             return f"rec-{len(self.sent)}"
+
+    def mark_read(self, message_id: str, *, typing: bool) -> None:
+        with self._lock:
+            self.read.append((message_id, typing))
 
 
 class WebhookChannel:
@@ -77,3 +95,6 @@ class WebhookChannel:
         if isinstance(body, dict) and isinstance(body.get("id"), str):
             return str(body["id"])
         return f"webhook-{next(self._ids)}"
+
+    def mark_read(self, message_id: str, *, typing: bool) -> None:
+        """The webhook contract has no receipts: a receiver that wants them reads the inbound webhooks itself."""

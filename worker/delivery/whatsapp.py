@@ -4,20 +4,31 @@ Errors are classified by ``error.code``, not by HTTP status: Meta documents 400 
 (130429, 131056) in current revisions and 429 in older ones. Throttling, transient and 5xx failures are
 retryable; a message outside the 24-hour window (131047), an undeliverable recipient (131026), an invalid
 parameter (100) or an expired token (190) are permanent.
+
+Read receipts and the typing indicator (:meth:`WhatsAppSender.mark_read`) are best effort: their failures are
+logged and counted, never raised, and each step of the request (connect, send, answer) waits at most
+:data:`RECEIPT_TIMEOUT`.
 """
 
 from __future__ import annotations
 
+import logging
 import re
 from typing import Any
 
 import httpx
 
+from worker import metrics
 from worker.errors import DeliveryError, DeliveryPermanentError, DeliveryRetryableError
 from worker.httppool import ClientPool, single_connection, tls_context
 from worker.retry_after import parse_retry_after
 
 DEFAULT_BASE_URL = "https://graph.facebook.com/v21.0"
+# A receipt slower than this (to connect, or to answer) is not worth waiting for: the indicator it would show
+# lasts 25 s at most, and a reply may be waiting for it to finish (see Presence.settle).
+RECEIPT_TIMEOUT = 3.0
+
+log = logging.getLogger("parley.delivery")
 
 # Throttling and transient conditions: retry with backoff.
 RETRYABLE_CODES = frozenset({
@@ -131,6 +142,39 @@ class WhatsAppSender:
         except (TypeError, KeyError, IndexError):
             # 200 without a message id: we cannot tell whether it was accepted. Retrying may duplicate.
             raise DeliveryRetryableError("WhatsApp API answered 200 without a message id", status=200) from None
+
+    def mark_read(self, message_id: str, *, typing: bool) -> None:
+        """Mark an inbound message (and, on WhatsApp's side, the earlier ones of the chat) read; with ``typing``
+        also show the typing indicator, which lasts until the next reply or 25 s. Never raises for the API's
+        failures: they are logged at warning level and counted in ``parley_presence_total``."""
+        body: dict[str, Any] = {"messaging_product": "whatsapp", "status": "read", "message_id": message_id}
+        if typing:
+            body["typing_indicator"] = {"type": "text"}
+        try:
+            with self._clients.lease() as client:
+                response = client.post(self.url, json=body, timeout=RECEIPT_TIMEOUT)
+                status = response.status_code
+                try:
+                    payload = response.json()
+                except ValueError:
+                    payload = None
+        except httpx.TimeoutException as exc:
+            self._receipt_failed("timeout", message_id, f"timed out: {exc}")
+            return
+        except httpx.HTTPError as exc:
+            self._receipt_failed("unreachable", message_id, f"{type(exc).__name__}: {exc}")
+            return
+        if status != 200:
+            err = classify_error(status, payload, None)
+            self._receipt_failed("rejected", message_id, str(err), code=err.code, status=status)
+            return
+        metrics.PRESENCE.labels("sent").inc()
+
+    @staticmethod
+    def _receipt_failed(outcome: str, message_id: str, error: str, **extra: Any) -> None:
+        metrics.PRESENCE.labels(outcome).inc()
+        log.warning("read receipt not sent", extra={"message_id": message_id, "outcome": outcome, "error": error,
+                                                    **extra})
 
     def close(self) -> None:
         self._clients.close()

@@ -8,7 +8,8 @@ sends Celery tasks for it.
 
 The parts: :class:`~worker.service.drain.Drainer` applies inputs (its module says where each guarantee comes
 from), :class:`~worker.service.delivery.Deliverer` sends replies, :class:`~worker.service.heartbeat.Heartbeat`
-keeps the leases of both alive while they work, and :mod:`worker.service.config` holds what they share.
+keeps the leases of both alive while they work, :class:`~worker.service.presence.Presence` shows the player read
+marks and the typing indicator meanwhile, and :mod:`worker.service.config` holds what they share.
 """
 
 from __future__ import annotations
@@ -25,10 +26,11 @@ from worker.service.config import RetryLater, ServiceConfig, Wake, observe_round
 from worker.service.delivery import Deliverer
 from worker.service.drain import Claimed, Drained, Drainer
 from worker.service.heartbeat import Heartbeat
+from worker.service.presence import Presence
 from worker.store.protocol import Store
 
-__all__ = ["ConversationService", "Deliverer", "Drained", "Drainer", "Heartbeat", "RetryLater", "ServiceConfig",
-           "Wake"]
+__all__ = ["ConversationService", "Deliverer", "Drained", "Drainer", "Heartbeat", "Presence", "RetryLater",
+           "ServiceConfig", "Wake"]
 
 log = logging.getLogger("parley.service")
 
@@ -37,7 +39,8 @@ class ConversationService:
     """The worker's logic over a store, a chat and a delivery channel: the entry the tasks call."""
 
     def __init__(self, store: Store, chat: Chat, channel: Channel, wake: Wake,
-                 config: ServiceConfig | None = None, *, heartbeat: Heartbeat | None = None) -> None:
+                 config: ServiceConfig | None = None, *, heartbeat: Heartbeat | None = None,
+                 presence: Presence | None = None) -> None:
         self.store = store
         self.chat = chat
         self.channel = channel
@@ -46,8 +49,10 @@ class ConversationService:
         if chat.observer is None:
             chat.observer = observe_round_trip
         self.heartbeat = heartbeat or Heartbeat(self.config.lease_ms / 3000, self.config.max_hold_ms / 1000)
+        # Off unless given: the runtime builds it from the settings (PARLEY_TYPING_INDICATOR) and the channel.
+        self.presence = presence if presence is not None else Presence.disabled()
         self.deliverer = Deliverer(store, channel, self.config, self.heartbeat)
-        self.drainer = Drainer(store, chat, wake, self.config, self.heartbeat)
+        self.drainer = Drainer(store, chat, wake, self.config, self.heartbeat, presence=self.presence)
 
     def drain(self, cid: str) -> int:
         """Apply every input waiting for ``cid``, in order (see :meth:`Drainer.drain`), then deliver the reply the
@@ -97,6 +102,8 @@ class ConversationService:
             self.wake("deliver", cid)
             return
         try:
+            # A typing indicator still on its way would show again after the reply: let it land first.
+            self.presence.settle(cid)
             self.deliver(cid, claimed=claimed)
             return
         except RetryLater as exc:

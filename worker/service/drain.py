@@ -36,6 +36,7 @@ from worker.service.config import ServiceConfig, Wake
 from worker.service.heartbeat import Beat, Heartbeat
 from worker.service.journal import StoreJournal
 from worker.service.model_failures import ModelFailures
+from worker.service.presence import Presence
 from worker.service.turn import TurnRunner
 from worker.store.base import CommitResult, OutboxHead, Snapshot
 from worker.store.protocol import DrainStore
@@ -72,12 +73,13 @@ class Drainer(ModelFailures[_Run]):
     """Applies a conversation's inputs under its lease."""
 
     def __init__(self, store: DrainStore, chat: Chat, wake: Wake, config: ServiceConfig,
-                 heartbeat: Heartbeat) -> None:
+                 heartbeat: Heartbeat, *, presence: Presence | None = None) -> None:
         self.store = store
         self.chat = chat
         self.wake = wake
         self.config = config
         self.heartbeat = heartbeat
+        self.presence = presence if presence is not None else Presence.disabled()
 
     def drain(self, cid: str) -> Drained:
         """Apply every input waiting for ``cid``, in order.
@@ -194,6 +196,8 @@ class Drainer(ModelFailures[_Run]):
             run.beat.end()
         metrics.BURST_DEFERRALS.inc()
         self.wake("drain", run.cid, countdown=decision.wait)
+        # The player sees their messages read and someone typing while the burst waits (best effort, off-thread).
+        self.presence.acknowledge(run.cid, [p.id for p in decision.inputs if p.env.kind == "message"])
 
     def _notice(self, run: _Run, env: Envelope, version: int, text: str, why: str) -> CommitResult:
         """A fixed short answer in the input's place (no model call, the state unchanged)."""

@@ -57,7 +57,8 @@ class TurnRunner:
         d, run = self.d, self.r
         started = time.perf_counter()
         state, version = snap.state, snap.version
-        result, inputs, merges = self._answer(inputs, state)
+        with d.presence.typing(run.cid, inputs[-1].id):  # refreshed while the model thinks; best effort
+            result, inputs, merges = self._answer(inputs, state)
         state, version = d._quarantine_if(run, state, version, result.state_problem)
         head, last = inputs[0], inputs[-1]
         record = ReplyRecord(reply_id=head.id, conversation_id=run.cid, recipient=last.env.recipient or run.cid,
