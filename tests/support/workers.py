@@ -73,6 +73,8 @@ def worker_env(redis_url: str, **extra: str) -> dict[str, str]:
         "PARLEY_KEY_PREFIX": f"t{uuid.uuid4().hex[:8]}",
         "PARLEY_SWEEP_INTERVAL": "1",
         "PARLEY_LOG_LEVEL": "INFO",
+        # The suites written before bursts count one reply per message; the burst suites turn coalescing on.
+        "PARLEY_BURST_QUIET_SECONDS": "0",
         "PYTHONPATH": ROOT,
     })
     env.update(extra)
