@@ -302,3 +302,14 @@ def test_full_mailbox_answers_503_and_the_retry_loses_nothing(real_redis: redis.
         assert [e.message_id for e in rig.envelopes(a)] == ["wamid.A2", "wamid.A3"]
     finally:
         rig.cleanup()
+def test_a_deleted_conversation_is_not_brought_back_by_meta_retries(rig: RedisRig) -> None:
+    cid = "447700900123"
+    old = text_batch(("wamid.OLD1", cid), ("wamid.OLD2", cid))
+    assert rig.post(old).json()["accepted"] == 2
+    rig.client.delete(cid)
+    assert rig.envelopes(cid) == []
+    again = rig.post(old)  # Meta retries a webhook for about 36 hours
+    assert again.status_code == 200 and again.json()["duplicates"] == 2 and again.json()["accepted"] == 0
+    assert rig.envelopes(cid) == []
+    assert rig.post(text_batch(("wamid.NEW1", cid))).json()["accepted"] == 1  # a new message starts afresh
+    assert [e.message_id for e in rig.envelopes(cid)] == ["wamid.NEW1"]
