@@ -76,15 +76,6 @@ async def _read_body(request: Request, limit: int) -> bytes:
     return b"".join(chunks)
 
 
-class _MailboxFull(Exception):
-    """Some inputs of the batch found their conversation's mailbox full (the rest was applied)."""
-
-    def __init__(self, summary: dict[str, int], full: list[str]) -> None:
-        super().__init__(f"{len(full)} input(s) refused by a full mailbox")
-        self.summary = summary
-        self.full = full
-
-
 def _submit(client: ConversationClient, rec: InboundMessage | InboundEvent | InboundNotice,
             unsupported_reply: str) -> Submitted:
     if isinstance(rec, InboundMessage):
@@ -101,11 +92,12 @@ _COUNTER = {InboundMessage: "accepted", InboundEvent: "events", InboundNotice: "
 
 
 def _apply(client: ConversationClient, store: IngressStore, records: list[Record], *,
-           unsupported_reply: str) -> dict[str, int]:
+           unsupported_reply: str) -> tuple[dict[str, int], list[str]]:
     """Queue the inputs and record the statuses of one batch (blocking; runs in the thread pool).
 
-    Raises :class:`_MailboxFull` after the whole batch was walked when some conversation's mailbox was full, so
-    the webhook answers 503 and Meta sends the batch again (the inputs queued now deduplicate then)."""
+    Returns the summary and the wamids a full mailbox refused: the whole batch is walked all the same (other
+    players are not held up), and the caller answers 503 so Meta sends the batch again (what was queued now
+    deduplicates then)."""
     summary = {"accepted": 0, "events": 0, "notices": 0, "duplicates": 0, "statuses": 0, "ignored": 0}
     full: list[str] = []
     for rec in records:
@@ -137,9 +129,7 @@ def _apply(client: ConversationClient, store: IngressStore, records: list[Record
         else:
             _report(rec)
             summary["ignored"] += 1
-    if full:
-        raise _MailboxFull(summary, full)
-    return summary
+    return summary, full
 
 
 def _default_unsupported_reply() -> str:
@@ -191,19 +181,19 @@ def create_app(client: ConversationClient, store: IngressStore, *, app_secret: s
         except ValueError as exc:
             return JSONResponse({"error": f"malformed webhook body: {exc}"}, status_code=400)
         try:
-            summary = await run_in_threadpool(partial(_apply, unsupported_reply=reply), client, store, records)
-        except _MailboxFull as exc:
-            # Answering 200 would lose those messages for good; Meta retries a 5xx for about a day and a half,
-            # by which time the worker has drained the mailbox. The rest of the batch is queued already.
-            log.error("webhook batch partly refused (mailbox full), answering 503: %s", exc,
-                      extra={"message_ids": exc.full})
-            return JSONResponse({"error": "a conversation's mailbox is full, retry later", **exc.summary},
-                                status_code=503)
+            summary, full = await run_in_threadpool(partial(_apply, unsupported_reply=reply), client, store, records)
         except StoreError as exc:
             # Redis down, failing over or refusing writes. Meta retries for about a day and a half; whatever
             # this batch already queued is deduplicated on the retry.
             log.error("webhook batch not stored, answering 503: %s", exc)
             return JSONResponse({"error": "storage unavailable, retry later"}, status_code=503)
+        if full:
+            # Answering 200 would lose those messages for good; Meta retries a 5xx for about a day and a half,
+            # by which time the workers have drained the mailbox. The rest of the batch is queued already.
+            log.error("webhook batch partly refused (%d input(s) found a full mailbox), answering 503", len(full),
+                      extra={"message_ids": full})
+            return JSONResponse({"error": "a conversation's mailbox is full, retry later", **summary},
+                                status_code=503)
         return JSONResponse(summary)
 
     async def healthz(request: Request) -> Response:
