@@ -109,5 +109,9 @@ class ConversationClient:
         return self._submit(self._envelope(kind="reset", conversation_id=conversation_id, message_id=message_id))
 
     def delete(self, conversation_id: str) -> None:
-        """Delete everything of the conversation now: state, trace, inbox, outbox, quarantine, dead letters."""
+        """Delete everything of the conversation now: state, trace, inbox, outbox, quarantine, dead letters.
+
+        The message ids it had accepted are kept in a tombstone for ``PARLEY_DELETE_TOMBSTONE_SECONDS`` (two days),
+        so WhatsApp's retries of old webhooks are ignored as duplicates instead of starting it again; new message
+        ids start a fresh conversation."""
         self.store.delete(validate_conversation_id(conversation_id))

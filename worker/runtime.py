@@ -47,6 +47,7 @@ def build_store(settings: Settings, client: Any = None) -> ConversationStore:
         dedupe_ms=int(settings.dedupe_seconds * 1000),
         trace_max=settings.trace_max,
         idle_ttl_ms=int(settings.idle_ttl_seconds * 1000) if settings.idle_ttl_seconds else 0,
+        tombstone_ms=int(settings.delete_tombstone_seconds * 1000),
     )
     return ConversationStore(client if client is not None else redis_client(settings), prefix=settings.key_prefix,
                              limits=limits)

@@ -130,6 +130,10 @@ class Settings(BaseSettings):
     dedupe_max_ids: int = Field(10_000, description="Message ids remembered per conversation for dedupe.")
     dedupe_seconds: float = Field(4 * 86400.0, description="How long message ids are remembered (WhatsApp retries "
                                                              "for about 36 hours).")
+    delete_tombstone_seconds: float = Field(2 * 86400.0, ge=0, description="How long a deleted conversation's "
+                                            "message ids are remembered, so WhatsApp's retries of its old webhooks "
+                                            "(for about 36 hours) cannot bring it back; new ids start afresh. "
+                                            "0 = no tombstone.")
     trace_max: int = Field(2000, description="Trace entries kept per conversation.")
     idle_ttl_seconds: float | None = Field(None, description="Expire every key of a conversation idle this long. "
                                                              "Off when unset.")

@@ -10,11 +10,16 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from worker.envelopes import Media
 from worker.ingress.parse import (
+    InboundEvent,
     InboundMessage,
+    InboundNotice,
     StatusUpdate,
     Unsupported,
+    location_text,
     parse_webhook,
+    reaction_text,
     verify_handshake,
     verify_signature,
 )
@@ -96,21 +101,88 @@ def test_replies_become_turns(m: dict[str, Any], text: str) -> None:
     assert isinstance(rec, InboundMessage) and rec.text == text
 
 
-@pytest.mark.parametrize("m", [
-    msg(type="image", text=None, image={"id": "1"}),
-    msg(type="reaction", text=None, reaction={"message_id": "x", "emoji": "👍"}),
-    msg(type="system", text=None, system={"body": "changed"}),
-    msg(type="unsupported", text=None, errors=[{"code": 131051, "title": "Message type unknown"}]),
-    msg(type="interactive", text=None, interactive={"type": "nfm_reply", "nfm_reply": {"response_json": "{}"}}),
-    msg(type="brand_new_type", text=None),
-    msg(type="text", text={"body": ""}),
-    msg(type="text", text="not an object"),
-    msg(type=None),
+@pytest.mark.parametrize(("m", "outcome", "kind"), [
+    (msg(type="image", text=None, image={"id": "1"}), InboundMessage, "image"),
+    (msg(type="reaction", text=None, reaction={"message_id": "x", "emoji": "👍"}), InboundEvent, "reaction"),
+    (msg(type="location", text=None, location={"latitude": 1, "longitude": 2}), InboundEvent, "location"),
+    (msg(type="system", text=None, system={"body": "changed"}), Unsupported, "system"),
+    (msg(type="reaction", text=None, reaction={"message_id": "x"}), Unsupported, "reaction"),
+    (msg(type="reaction", text=None, reaction={"message_id": "x", "emoji": ""}), Unsupported, "reaction"),
+    (msg(type="unsupported", text=None, errors=[{"code": 131051, "title": "Message type unknown"}]),
+     InboundNotice, "unsupported"),
+    (msg(type="unsupported", text=None, unsupported={"type": "poll_creation"}), InboundNotice,
+     "unsupported:poll_creation"),
+    (msg(type="unknown", text=None), InboundNotice, "unknown"),
+    (msg(type="audio", text=None, audio={"id": "a", "voice": True}), InboundNotice, "audio:voice"),
+    (msg(type="audio", text=None, audio={"id": "a"}), InboundNotice, "audio"),
+    (msg(type="video", text=None, video={"id": "v"}), InboundNotice, "video"),
+    (msg(type="document", text=None, document={"id": "d"}), InboundNotice, "document"),
+    (msg(type="sticker", text=None, sticker={"id": "s"}), InboundNotice, "sticker"),
+    (msg(type="contacts", text=None, contacts=[{"name": {"formatted_name": "B"}}]), InboundNotice, "contacts"),
+    (msg(type="interactive", text=None, interactive={"type": "nfm_reply", "nfm_reply": {"response_json": "{}"}}),
+     InboundNotice, "interactive:nfm_reply"),
+    (msg(type="brand_new_type", text=None), InboundNotice, "brand_new_type"),
+    (msg(type=None), InboundNotice, "unknown"),
+    (msg(type="image", text=None, image={}), InboundNotice, "image"),  # nothing to fetch, nothing said
+    (msg(type="location", text=None, location={"latitude": "north"}), InboundNotice, "location"),
+    (msg(type="text", text={"body": ""}), Unsupported, "text"),  # malformed: nothing was said
+    (msg(type="text", text="not an object"), Unsupported, "text"),
+    (msg(type="button", text=None, button={}), Unsupported, "button"),
 ])
-def test_everything_else_is_unsupported(m: dict[str, Any]) -> None:
+def test_every_message_type_has_an_outcome(m: dict[str, Any], outcome: type, kind: str) -> None:
     m["from"] = "447700900123"
     [rec] = parse_webhook(body({"messages": [m]}))
-    assert isinstance(rec, Unsupported) and rec.wamid == "wamid.M"
+    assert type(rec) is outcome and rec.wamid == "wamid.M"
+    assert (rec.kind if isinstance(rec, Unsupported) else rec.type) == kind
+    if isinstance(rec, InboundNotice):
+        assert rec.conversation_id == rec.sender == "447700900123"
+
+
+def test_location_text_leaves_out_what_the_pin_lacks() -> None:
+    full = {"name": "Harrogate Theatre", "address": "Oxford St, Harrogate", "latitude": 53.99281, "longitude": -1.5403}
+    assert location_text(full) == ("The player shared their location: Harrogate Theatre, Oxford St, Harrogate "
+                                   "(lat 53.99281, lon -1.5403)")
+    assert location_text({"latitude": 53.99, "longitude": -1.54}) == \
+        "The player shared their location: lat 53.99, lon -1.54"
+    assert location_text({"name": "Pump Room", "latitude": True, "longitude": 1}) == \
+        "The player shared their location: Pump Room"
+    assert location_text({"address": "1 High St", "latitude": "53.5", "longitude": "-1.25"}) == \
+        "The player shared their location: 1 High St (lat 53.5, lon -1.25)"
+    assert location_text({"latitude": 200, "longitude": 0}) is None  # off the globe, and nothing else
+    assert location_text({}) is None
+
+
+def test_location_as_turn_is_a_chat_turn_threaded_to_the_pin() -> None:
+    m = msg(**{"from": "447700900123", "type": "location", "text": None,
+               "location": {"name": "Pump Room", "latitude": 53.99, "longitude": -1.54}})
+    [event] = parse_webhook(body({"messages": [m]}))
+    [turn] = parse_webhook(body({"messages": [m]}), location_as="turn")
+    assert isinstance(event, InboundEvent) and isinstance(turn, InboundMessage)
+    assert turn.text == event.text == "The player shared their location: Pump Room (lat 53.99, lon -1.54)"
+    assert turn.sender == "447700900123" and turn.media is None
+
+
+def test_image_carries_its_media_and_caption() -> None:
+    image = {"id": "1003", "mime_type": "image/jpeg", "sha256": "abc=", "caption": "Taj", "url": "https://x"}
+    [rec] = parse_webhook(body({"messages": [msg(**{"from": "1", "type": "image", "text": None, "image": image})]}))
+    assert isinstance(rec, InboundMessage) and rec.text == "Taj"
+    assert rec.media == Media(id="1003", mime_type="image/jpeg", sha256="abc=")
+    no_caption = {"id": "1003"}
+    [rec] = parse_webhook(body({"messages": [msg(**{"from": "1", "type": "image", "text": None,
+                                                    "image": no_caption})]}))
+    assert isinstance(rec, InboundMessage) and rec.text == "" and rec.media == Media(id="1003")
+    caption_only = {"id": "x" * 1000, "caption": "look"}  # an id no media endpoint has: the words still count
+    [rec] = parse_webhook(body({"messages": [msg(**{"from": "1", "type": "image", "text": None,
+                                                    "image": caption_only})]}))
+    assert isinstance(rec, InboundMessage) and rec.text == "look" and rec.media is None
+
+
+def test_reaction_text() -> None:
+    assert reaction_text({"message_id": "wamid.OURS", "emoji": "👎"}) == \
+        "The player reacted 👎 to your message wamid.OURS"
+    assert reaction_text({"emoji": "👎"}) == "The player reacted 👎"
+    assert reaction_text({"message_id": "wamid.OURS"}) is None
+    assert reaction_text({"message_id": "wamid.OURS", "emoji": " "}) is None
 
 
 def test_reply_context_and_integer_timestamp() -> None:

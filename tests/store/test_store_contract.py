@@ -419,15 +419,72 @@ def test_tokens_from_an_earlier_life_of_a_conversation_never_match_again(store: 
     assert d_new and d_new > 10**15
 
 
-def test_delete_removes_every_key(store: ConversationStore, client: redis.Redis, prefix: str) -> None:
+def test_delete_removes_every_key_but_the_tombstone(store: ConversationStore, client: redis.Redis,
+                                                    prefix: str) -> None:
     queue_reply(store, CID, 1)
     accept(store, CID, 2)
     store.record_status(CID, "wamid.A", "read")
     store.accept("other", b"x", "o1")
     store.delete(CID)
     left = [k.decode() for k in client.scan_iter(match=f"{prefix}:*")]
-    assert all("{other}" in k or k.endswith(("pending",)) for k in left), left
+    assert all("{other}" in k or k.endswith(("pending", f"{{{CID}}}:tomb")) for k in left), left
     assert raw(store).zscore(store.g.pending, CID) is None
+    assert 0 < client.pttl(store.keys(CID).tomb) <= store.limits.tombstone_ms  # it expires on its own
+
+
+def test_delete_leaves_a_tombstone_so_retries_of_old_ids_stay_duplicates(store: ConversationStore,
+                                                                         client: redis.Redis) -> None:
+    """WhatsApp retries a webhook for about 36 hours: a retry after a delete must not start the conversation
+    again, while a new message id does."""
+    for i in range(3):
+        accept(store, CID, i)
+    store.delete(CID)
+    assert store.inbox_depth(CID) == 0 and client.exists(store.keys(CID).seen) == 0
+    assert [store.accept(CID, b"again", f"id-{i}").duplicate for i in range(3)] == [True] * 3
+    assert store.inbox_depth(CID) == 0 and raw(store).zscore(store.g.pending, CID) is not None
+    fresh = store.accept(CID, b"new", "id-new")
+    assert fresh.accepted and fresh.depth == 1
+    assert [i for i, _ in store.inbox(CID)] == ["id-new"]
+    assert store.accept("other", b"x", "id-0").accepted  # the tombstone is the conversation's own
+
+
+def test_tombstoned_ids_outlive_the_dedupe_window(client: redis.Redis, prefix: str) -> None:
+    """The dedupe memory trims ids older than its window on every accept; the tombstone keeps its own time."""
+    before = ConversationStore(client, prefix=prefix, limits=StoreLimits(tombstone_ms=60_000))
+    for i in range(2):
+        before.accept(CID, b"x", f"old-{i}")
+    before.delete(CID)
+    time.sleep(0.01)
+    # The same keys under a tiny dedupe memory (1 ms, 2 ids): new ids push its count and age past the limits.
+    s = ConversationStore(client, prefix=prefix, limits=StoreLimits(dedupe_ms=1, dedupe_max_ids=2))
+    for i in range(5):
+        assert s.accept(CID, b"y", f"new-{i}").accepted
+    assert s.accept(CID, b"x", "old-0").duplicate and s.accept(CID, b"x", "old-1").duplicate
+    assert 50_000 < client.pttl(s.keys(CID).tomb) <= 60_000
+
+
+def test_a_second_delete_keeps_both_lives_in_the_tombstone(client: redis.Redis, prefix: str) -> None:
+    s = ConversationStore(client, prefix=prefix, limits=StoreLimits(tombstone_ms=60_000))
+    s.accept(CID, b"x", "first")
+    s.delete(CID)
+    s.accept(CID, b"y", "second")
+    s.delete(CID)
+    assert s.accept(CID, b"x", "first").duplicate and s.accept(CID, b"y", "second").duplicate
+    assert client.zcard(s.keys(CID).tomb) == 2
+
+
+def test_no_tombstone_when_it_is_turned_off(client: redis.Redis, prefix: str) -> None:
+    s = ConversationStore(client, prefix=prefix, limits=StoreLimits(tombstone_ms=0))
+    s.accept(CID, b"x", "1")
+    s.delete(CID)
+    assert client.exists(s.keys(CID).tomb) == 0
+    assert s.accept(CID, b"x", "1").accepted  # the old behaviour: a retry starts it again
+
+
+def test_delete_of_an_unknown_conversation_leaves_nothing(store: ConversationStore, client: redis.Redis,
+                                                          prefix: str) -> None:
+    store.delete("never-seen")
+    assert list(client.scan_iter(match=f"{prefix}:*never-seen*")) == []
 
 
 def test_idle_ttl(client: redis.Redis, prefix: str) -> None:

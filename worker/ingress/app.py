@@ -4,11 +4,14 @@
 
 ``GET /webhook`` answers Meta's verification handshake (200 + the raw ``hub.challenge``, else 403).
 ``POST /webhook`` checks ``X-Hub-Signature-256`` over the raw body (missing or wrong: 401, nothing queued),
-parses the batch, queues every text turn through :class:`~worker.client.ConversationClient` (deduplicated on the
-wamid, so Meta's retries are harmless) and records delivery statuses, then answers 200 with a summary
-``{"accepted", "duplicates", "statuses", "ignored"}``. A body that is not JSON or not a webhook: 400. Redis
-unavailable: 503, so Meta retries the whole batch (what was already queued deduplicates). ``GET /healthz``:
-200 when Redis answers, 503 otherwise.
+parses the batch and gives every player message an outcome through :class:`~worker.client.ConversationClient`
+(deduplicated on the wamid, so Meta's retries are harmless): chat turns (text, buttons, interactive replies,
+images), game events (locations, reactions), the configured short answer for what Parley cannot read (voice
+notes, video, documents, stickers, contacts, unsupported and unknown types); it records delivery statuses, then
+answers 200 with a summary ``{"accepted", "events", "notices", "duplicates", "statuses", "ignored"}``
+(``accepted`` counts chat turns). A body that is not JSON or not a webhook: 400. Redis unavailable, or a
+conversation's mailbox full: 503, so Meta retries the whole batch (what was already queued deduplicates; the
+rest of the batch is still applied first). ``GET /healthz``: 200 when Redis answers, 503 otherwise.
 
 Redis calls are blocking, so they run in Starlette's thread pool and never stall the event loop.
 """
@@ -17,6 +20,7 @@ from __future__ import annotations
 
 import json
 import logging
+from functools import partial
 from typing import Any, Protocol
 
 from starlette.applications import Starlette
@@ -25,10 +29,13 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
-from worker.client import ConversationClient
-from worker.errors import InputError, StoreError
+from worker.client import ConversationClient, Submitted
+from worker.errors import InboxFullError, InputError, StoreError
 from worker.ingress.parse import (
+    InboundEvent,
     InboundMessage,
+    InboundNotice,
+    LocationAs,
     Record,
     StatusUpdate,
     Unsupported,
@@ -69,27 +76,66 @@ async def _read_body(request: Request, limit: int) -> bytes:
     return b"".join(chunks)
 
 
-def _apply(client: ConversationClient, store: IngressStore, records: list[Record]) -> dict[str, int]:
-    """Queue the turns and record the statuses of one batch (blocking; runs in the thread pool)."""
-    summary = {"accepted": 0, "duplicates": 0, "statuses": 0, "ignored": 0}
+def _submit(client: ConversationClient, rec: InboundMessage | InboundEvent | InboundNotice,
+            unsupported_reply: str) -> Submitted:
+    if isinstance(rec, InboundMessage):
+        return client.send_message(rec.conversation_id, rec.text, message_id=rec.wamid, reply_to=rec.wamid,
+                                   recipient=rec.sender, media=rec.media)
+    if isinstance(rec, InboundEvent):
+        # Not pinned: where the player stood or what they thought of one reply matters now, not forever.
+        return client.send_event(rec.conversation_id, rec.text, message_id=rec.wamid)
+    return client.send_notice(rec.conversation_id, unsupported_reply, message_id=rec.wamid, reply_to=rec.wamid,
+                              recipient=rec.sender)
+
+
+_COUNTER = {InboundMessage: "accepted", InboundEvent: "events", InboundNotice: "notices"}
+
+
+def _apply(client: ConversationClient, store: IngressStore, records: list[Record], *,
+           unsupported_reply: str) -> tuple[dict[str, int], list[str]]:
+    """Queue the inputs and record the statuses of one batch (blocking; runs in the thread pool).
+
+    Returns the summary and the wamids a full mailbox refused: the whole batch is walked all the same (other
+    players are not held up), and the caller answers 503 so Meta sends the batch again (what was queued now
+    deduplicates then)."""
+    summary = {"accepted": 0, "events": 0, "notices": 0, "duplicates": 0, "statuses": 0, "ignored": 0}
+    full: list[str] = []
     for rec in records:
-        if isinstance(rec, InboundMessage):
+        if isinstance(rec, InboundNotice) and not unsupported_reply.strip():
+            # PARLEY_UNSUPPORTED_REPLY set empty: the deployment chose silence for what Parley cannot read.
+            _report(Unsupported(kind=rec.type, wamid=rec.wamid, reason=f"{rec.reason}; no short answer configured"))
+            summary["ignored"] += 1
+        elif isinstance(rec, InboundMessage | InboundEvent | InboundNotice):
             try:
-                r = client.send_message(rec.conversation_id, rec.text, message_id=rec.wamid,
-                                        reply_to=rec.wamid, recipient=rec.sender)
-            except InputError as exc:  # oversize text, full mailbox, ...: retrying the batch would not help
-                log.warning("inbound message refused: %s", exc,
-                            extra={"message_id": rec.wamid, "error": type(exc).__name__})
+                r = _submit(client, rec, unsupported_reply)
+            except InboxFullError as exc:  # an InputError too, but retrying later does help: never drop it
+                log.warning("inbound %s refused, mailbox full: %s", rec.type, exc,
+                            extra={"message_id": rec.wamid, "message_type": rec.type})
+                full.append(rec.wamid)
+                continue
+            except InputError as exc:  # oversize text, a lone surrogate, ...: retrying the batch would not help
+                log.warning("inbound %s refused: %s", rec.type, exc,
+                            extra={"message_id": rec.wamid, "message_type": rec.type, "error": type(exc).__name__})
                 summary["ignored"] += 1
                 continue
-            summary["duplicates" if r.duplicate else "accepted"] += 1
+            outcome = "duplicates" if r.duplicate else _COUNTER[type(rec)]
+            summary[outcome] += 1
+            if isinstance(rec, InboundNotice) and not r.duplicate:
+                log.info("inbound %s answered with the short answer: %s", rec.type, rec.reason,
+                         extra={"message_id": rec.wamid, "message_type": rec.type})
         elif isinstance(rec, StatusUpdate):
             store.record_status(rec.conversation_id, rec.wamid, rec.status, rec.detail())
             summary["statuses"] += 1
         else:
             _report(rec)
             summary["ignored"] += 1
-    return summary
+    return summary, full
+
+
+def _default_unsupported_reply() -> str:
+    from worker.settings import Settings
+
+    return str(Settings.model_fields["unsupported_reply"].default)
 
 
 def _report(rec: Unsupported) -> None:
@@ -98,8 +144,12 @@ def _report(rec: Unsupported) -> None:
 
 
 def create_app(client: ConversationClient, store: IngressStore, *, app_secret: str, verify_token: str,
-               max_body_bytes: int = DEFAULT_MAX_BODY_BYTES) -> Starlette:
-    """An ingress bound to a producer client and a store (tests pass fakeredis-backed ones)."""
+               max_body_bytes: int = DEFAULT_MAX_BODY_BYTES, location_as: LocationAs = "event",
+               unsupported_reply: str | None = None) -> Starlette:
+    """An ingress bound to a producer client and a store (tests pass fakeredis-backed ones). ``location_as`` and
+    ``unsupported_reply`` are ``PARLEY_LOCATION_AS`` and ``PARLEY_UNSUPPORTED_REPLY`` (default: the settings'
+    defaults)."""
+    reply = unsupported_reply if unsupported_reply is not None else _default_unsupported_reply()
     if not app_secret:
         log.error("no WhatsApp app secret configured: every webhook POST will be refused (401)")
 
@@ -127,16 +177,23 @@ def create_app(client: ConversationClient, store: IngressStore, *, app_secret: s
         except (ValueError, RecursionError) as exc:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
             return JSONResponse({"error": f"malformed webhook body: not JSON ({exc})"}, status_code=400)
         try:
-            records = parse_webhook(body)
+            records = parse_webhook(body, location_as=location_as)
         except ValueError as exc:
             return JSONResponse({"error": f"malformed webhook body: {exc}"}, status_code=400)
         try:
-            summary = await run_in_threadpool(_apply, client, store, records)
+            summary, full = await run_in_threadpool(partial(_apply, unsupported_reply=reply), client, store, records)
         except StoreError as exc:
             # Redis down, failing over or refusing writes. Meta retries for about a day and a half; whatever
             # this batch already queued is deduplicated on the retry.
             log.error("webhook batch not stored, answering 503: %s", exc)
             return JSONResponse({"error": "storage unavailable, retry later"}, status_code=503)
+        if full:
+            # Answering 200 would lose those messages for good; Meta retries a 5xx for about a day and a half,
+            # by which time the workers have drained the mailbox. The rest of the batch is queued already.
+            log.error("webhook batch partly refused (%d input(s) found a full mailbox), answering 503", len(full),
+                      extra={"message_ids": full})
+            return JSONResponse({"error": "a conversation's mailbox is full, retry later", **summary},
+                                status_code=503)
         return JSONResponse(summary)
 
     async def healthz(request: Request) -> Response:
@@ -165,7 +222,8 @@ def _from_env() -> Starlette:
     # from_env() builds its store with worker.runtime.build_store(settings); statuses and health checks share
     # it (one Redis connection pool, not two).
     client = ConversationClient.from_env()
-    return create_app(client, client.store, app_secret=secret, verify_token=token)
+    return create_app(client, client.store, app_secret=secret, verify_token=token, location_as=s.location_as,
+                      unsupported_reply=s.unsupported_reply)
 
 
 class _LazyApp:

@@ -1,10 +1,25 @@
 """WhatsApp webhook bodies -> records (pure: no I/O).
 
 Meta batches several entries, changes, messages and statuses into one POST; every one is walked, in order.
-Shapes vary by API version and rollout (see ``../shared/fixtures/whatsapp``, next to the repository): a message we
-do not turn into a chat turn (media, reactions, system messages, ``unsupported``/``unknown``), an account-level error, a change of
-another field and anything malformed become :class:`Unsupported` records — parsing never raises on a body
-that has an ``entry`` list, whatever is inside it.
+Shapes vary by API version and rollout (see ``../shared/fixtures/whatsapp``, next to the repository). Every
+message a player sends gets an outcome, never silence:
+
+==========================================================  ==================================================
+text, template quick-reply button, interactive reply         :class:`InboundMessage` (a chat turn)
+image                                                        :class:`InboundMessage` with ``media`` (the caption
+                                                             is the text, maybe empty)
+location                                                     :class:`InboundEvent` (``location_as="event"``) or
+                                                             :class:`InboundMessage` (``"turn"``)
+reaction                                                     :class:`InboundEvent`; a removed reaction is
+                                                             :class:`Unsupported` (nothing to tell the model)
+audio/voice, video, document, sticker, contacts,             :class:`InboundNotice` (the configured short answer)
+``unsupported``, ``unknown``, any other type
+system (identity or number changed)                          :class:`Unsupported`
+==========================================================  ==================================================
+
+Statuses are :class:`StatusUpdate`. An account-level error, a change of another field and anything malformed
+become :class:`Unsupported` records — parsing never raises on a body that has an ``entry`` list, whatever is
+inside it.
 
 Identity (conversation id and reply recipient). Since 2026 webhooks carry business-scoped user ids (BSUIDs:
 ``messages[].from_user_id``, ``contacts[].user_id``, ``statuses[].recipient_user_id``), and for users with a
@@ -27,28 +42,64 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-from typing import Any
+import math
+from typing import Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, ValidationError
 
+from worker.envelopes import Media
 from worker.errors import InvalidConversationIdError
 from worker.store.keys import validate_conversation_id
 
 #: Interactive reply kinds whose ``title`` is what the user tapped.
 _INTERACTIVE_REPLIES = ("button_reply", "list_reply")
 
+#: Message types answered as chat turns when they carry text; without it they are malformed (ignored), not
+#: something the player could expect an answer to.
+_CHAT_TYPES = ("text", "button")
+
+LocationAs = Literal["event", "turn"]
+
 
 class InboundMessage(BaseModel):
-    """A user's message that becomes a chat turn (text, template quick-reply button, interactive reply)."""
+    """A user's message that becomes a chat turn (text, template quick-reply button, interactive reply, an image
+    with its caption, a location when locations are turns)."""
 
     wamid: str
     conversation_id: str
     sender: str = Field(description="Where the reply goes: the phone number, else the BSUID (== conversation_id).")
     type: str
-    text: str
+    text: str = Field(description="What the player wrote; an image's caption, empty when it has none.")
     reply_to: str | None = Field(None, description="The wamid of our message the user replied to (context.id).")
     timestamp: str | None = None
     user_id: str | None = Field(None, description="The sender's BSUID when the webhook carries one.")
+    media: Media | None = Field(None, description="The picture the player sent (by Cloud API media id).")
+
+
+class InboundEvent(BaseModel):
+    """A user's message that becomes a game event: no model call and no reply, the model reads ``text`` as
+    context on the next turn (a shared location, a reaction to one of our replies)."""
+
+    wamid: str
+    conversation_id: str
+    type: str
+    text: str
+    timestamp: str | None = None
+    user_id: str | None = None
+
+
+class InboundNotice(BaseModel):
+    """A user's message Parley cannot read (a voice note, video, document, sticker, contact card, ``unsupported``
+    or unknown type): the player gets the configured short answer, in order with the other replies."""
+
+    wamid: str
+    conversation_id: str
+    sender: str = Field(description="Where the short answer goes (as for a turn).")
+    type: str = Field(description="What it was, for logs: the message type, ``audio:voice`` for a voice note, "
+                                  "``unsupported:<what>`` when Meta names it.")
+    reason: str = ""
+    timestamp: str | None = None
+    user_id: str | None = None
 
 
 class StatusUpdate(BaseModel):
@@ -73,7 +124,7 @@ class Unsupported(BaseModel):
     reason: str = ""
 
 
-Record = InboundMessage | StatusUpdate | Unsupported
+Record = InboundMessage | InboundEvent | InboundNotice | StatusUpdate | Unsupported
 
 
 # --- shape helpers: never trust a type -----------------------------------------------------------------
@@ -167,24 +218,117 @@ def _errors(obj: dict[str, Any]) -> list[tuple[int | None, str]]:
 
 # --- records ------------------------------------------------------------------------------------------
 
-def _message(msg: dict[str, Any], contacts: list[dict[str, Any]]) -> Record:
+def _number(v: Any) -> float | None:
+    """A coordinate: a JSON number (Meta's shape) or a numeric string, finite."""
+    if isinstance(v, bool):
+        return None
+    if isinstance(v, str):
+        try:
+            v = float(v)
+        except ValueError:
+            return None
+    if isinstance(v, int | float) and math.isfinite(v):
+        return float(v)
+    return None
+
+
+def _coordinate(v: float) -> str:
+    # Five decimals are about a metre: enough for a game's map, and no float noise (37.44221496582).
+    return f"{v:.5f}".rstrip("0").rstrip(".")
+
+
+def location_text(location: dict[str, Any]) -> str | None:
+    """``The player shared their location: <name>, <address> (lat 53.99, lon -1.54)``, leaving out what the pin
+    does not carry; ``None`` when it carries nothing usable."""
+    name, address = _str(location.get("name")), _str(location.get("address"))
+    lat, lon = _number(location.get("latitude")), _number(location.get("longitude"))
+    where = ", ".join(p.strip() for p in (name, address) if p and p.strip())
+    coords = (f"lat {_coordinate(lat)}, lon {_coordinate(lon)}"
+              if lat is not None and lon is not None and abs(lat) <= 90 and abs(lon) <= 180 else "")
+    if not where and not coords:
+        return None
+    if where and coords:
+        return f"The player shared their location: {where} ({coords})"
+    return f"The player shared their location: {where or coords}"
+
+
+def reaction_text(reaction: dict[str, Any]) -> str | None:
+    """``The player reacted 👎 to your message <wamid>``; ``None`` for a removed reaction (no or empty emoji)."""
+    emoji = _str(reaction.get("emoji"))
+    if emoji is None or not emoji.strip():
+        return None
+    target = _str(reaction.get("message_id"))
+    return f"The player reacted {emoji} to your message {target}" if target else f"The player reacted {emoji}"
+
+
+def _media(image: dict[str, Any]) -> Media | None:
+    media_id = _str(image.get("id"))
+    if media_id is None:
+        return None
+    try:
+        return Media(id=media_id, mime_type=_str(image.get("mime_type")), sha256=_str(image.get("sha256")))
+    except ValidationError:  # an id or type far longer than Meta's: not something the worker could fetch
+        return None
+
+
+def _notice_type(kind: str, msg: dict[str, Any]) -> str:
+    if kind == "audio" and _dict(msg.get("audio")).get("voice") is True:
+        return "audio:voice"
+    if kind == "unsupported":
+        what = _str(_dict(msg.get("unsupported")).get("type"))
+        return f"unsupported:{what}" if what else kind
+    if kind == "interactive":
+        what = _str(_dict(msg.get("interactive")).get("type"))
+        return f"interactive:{what}" if what else kind
+    return kind
+
+
+def _message(msg: dict[str, Any], contacts: list[dict[str, Any]], location_as: LocationAs) -> Record:
     wamid = _str(msg.get("id"))
     kind = _str(msg.get("type")) or "unknown"
     if wamid is None:
         return Unsupported(kind=kind, reason="message without an id")
+    if kind == "system":  # the number or the identity key changed: Meta's notice to us, not the player's words
+        return Unsupported(kind=kind, wamid=wamid, reason="system messages are not chat turns")
     text = _text_of(msg)
-    if text is None:
-        errors = _errors(msg)
-        why = f"{kind} messages are not chat turns" + (f" ({errors})" if errors else "")
-        return Unsupported(kind=kind, wamid=wamid, reason=why)
+    if text is None and kind in _CHAT_TYPES:
+        return Unsupported(kind=kind, wamid=wamid, reason=f"{kind} message without text")
+    if kind == "reaction" and reaction_text(_dict(msg.get("reaction"))) is None:
+        return Unsupported(kind=kind, wamid=wamid, reason="reaction removed")
     cid, user_id = _choose_identity(_phone(msg.get("from")), _str(msg.get("from_user_id")), contacts)
     bad = _invalid_id(cid)
     if bad is not None or cid is None:
         return Unsupported(kind=kind, wamid=wamid, reason=bad or "no id")
+    ts = _timestamp(msg.get("timestamp"))
     ctx = _dict(msg.get("context"))
-    return InboundMessage(wamid=wamid, conversation_id=cid, sender=cid, type=kind, text=text,
-                          reply_to=_str(ctx.get("id")), timestamp=_timestamp(msg.get("timestamp")),
-                          user_id=user_id)
+    turn = {"wamid": wamid, "conversation_id": cid, "sender": cid, "type": kind, "reply_to": _str(ctx.get("id")),
+            "timestamp": ts, "user_id": user_id}
+    if text is not None:
+        return InboundMessage(text=text, **turn)
+    if kind == "image":
+        image = _dict(msg.get("image"))
+        media, caption = _media(image), _str(image.get("caption")) or ""
+        if media is not None or caption.strip():
+            # Without a usable media id the caption alone is still the player's words.
+            return InboundMessage(text=caption, media=media, **turn)
+    elif kind == "location":
+        said = location_text(_dict(msg.get("location")))
+        if said is not None:
+            if location_as == "turn":
+                return InboundMessage(text=said, **turn)
+            return InboundEvent(wamid=wamid, conversation_id=cid, type=kind, text=said, timestamp=ts,
+                                user_id=user_id)
+    elif kind == "reaction":
+        said = reaction_text(_dict(msg.get("reaction")))
+        if said is not None:
+            return InboundEvent(wamid=wamid, conversation_id=cid, type=kind, text=said, timestamp=ts,
+                                user_id=user_id)
+    # Everything else the player sent, including a location or image we could not read: they get a short
+    # answer rather than silence.
+    errors = _errors(msg)
+    why = f"{kind} messages are not read" + (f" ({errors})" if errors else "")
+    return InboundNotice(wamid=wamid, conversation_id=cid, sender=cid, type=_notice_type(kind, msg), reason=why,
+                         timestamp=ts, user_id=user_id)
 
 
 def _status(st: dict[str, Any], contacts: list[dict[str, Any]]) -> Record:
@@ -199,8 +343,9 @@ def _status(st: dict[str, Any], contacts: list[dict[str, Any]]) -> Record:
     return StatusUpdate(wamid=wamid, status=status, conversation_id=cid, errors=_errors(st))
 
 
-def parse_webhook(body: Any) -> list[Record]:
-    """Every record in a webhook body (already decoded from JSON), in order.
+def parse_webhook(body: Any, *, location_as: LocationAs = "event") -> list[Record]:
+    """Every record in a webhook body (already decoded from JSON), in order. ``location_as`` says whether a shared
+    location becomes a game event or a chat turn (``PARLEY_LOCATION_AS``).
 
     Raises ``ValueError`` only when the body is not a webhook at all (not an object with an ``entry`` list);
     anything unexpected inside becomes an :class:`Unsupported` record.
@@ -222,7 +367,7 @@ def parse_webhook(body: Any) -> list[Record]:
             before = len(out)
             contacts = _contacts(value)
             for msg in _list(value.get("messages")):
-                out.append(_message(msg, contacts) if isinstance(msg, dict)
+                out.append(_message(msg, contacts, location_as) if isinstance(msg, dict)
                            else Unsupported(kind="message", reason="message is not an object"))
             for st in _list(value.get("statuses")):
                 out.append(_status(st, contacts) if isinstance(st, dict)

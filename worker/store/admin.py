@@ -151,8 +151,13 @@ class AdminStore(StoreBase):
 
     @store_errors
     def delete(self, cid: str) -> None:
-        """Delete every key of the conversation and forget it in the global indexes."""
+        """Delete every key of the conversation and forget it in the global indexes.
+
+        The input ids it had accepted stay behind in a tombstone for ``limits.tombstone_ms`` (bounded like the
+        dedupe memory): WhatsApp retries a webhook for about 36 hours, and a retry must not bring the deleted
+        conversation back. New ids start a fresh conversation."""
         k = self.keys(cid)
-        self._r.delete(*k.all())
+        self._scripts.delete(k=k, now_ms=self._now_ms(), tomb_ms=self.limits.tombstone_ms,
+                             tomb_max=self.limits.dedupe_max_ids)
         self._r.zrem(self.g.pending, cid)
         self._r.zrem(self.g.dead_index, cid)

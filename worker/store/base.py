@@ -31,6 +31,7 @@ class StoreLimits:
     delivered_max: int = 200
     statuses_max: int = 200
     journal_max: int = 512  # entries of one input's turn journal (model rounds + tool results)
+    tombstone_ms: int = 2 * 86_400_000  # how long a delete keeps the input ids it saw (0: not at all)
     idle_ttl_ms: int = 0
 
 

@@ -25,6 +25,8 @@ Per conversation (``{prefix}:{{cid}}:<name>``):
 ``hold``        string: set while the head input waits to be retried (expires when the retry is due)
 ``statuses``    list (capped): delivery status webhooks (sent, delivered, read, failed)
 ``journal``     hash: the head input's turn journal (model rounds, tool results), deleted by its commit
+``tomb``        zset: input ids of a deleted conversation (score: ms of the delete), so Meta's retries of
+                its old webhooks dedupe; not one of :data:`NAMES` (delete keeps it), expires on its own
 ==============  ==================================================================================
 
 Global (no hash tag; never touched inside a per-conversation script): ``{prefix}:pending`` (zset:
@@ -102,8 +104,13 @@ class ConversationKeys:
         return f"{self.prefix}:{{{self.cid}}}:{name}"
 
     def all(self) -> list[str]:
-        """Every key of the conversation (for delete and idle TTL)."""
+        """Every key of the conversation (for delete and idle TTL), but the tombstone."""
         return [getattr(self, n) for n in NAMES]
+
+    @property
+    def tomb(self) -> str:
+        """The tombstone a delete leaves: outside :data:`NAMES`, because a delete keeps it."""
+        return self.key("tomb")
 
 
 @dataclass(frozen=True)

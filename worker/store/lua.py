@@ -28,16 +28,17 @@ end
 """
 
 
-# KEYS: inbox, seen, [pending,] then every key of the conversation when an idle TTL is set
+# KEYS: inbox, seen, tomb, [pending,] then every key of the conversation when an idle TTL is set
 # ARGV: id, entry, now_ms, max_inbox, dedupe_max, dedupe_ms, ttl_ms, pending member ('' on a Cluster, where the
 #       pending zset lives in another slot and the caller adds to it separately)
+# An id in the tombstone of a deleted conversation is a duplicate too (the tombstone has its own expiry).
 ACCEPT = """
-local first_ttl = 3
+local first_ttl = 4
 if ARGV[8] ~= '' then
-  redis.call('ZADD', KEYS[3], tonumber(ARGV[3]), ARGV[8])
-  first_ttl = 4
+  redis.call('ZADD', KEYS[4], tonumber(ARGV[3]), ARGV[8])
+  first_ttl = 5
 end
-if redis.call('ZSCORE', KEYS[2], ARGV[1]) then
+if redis.call('ZSCORE', KEYS[2], ARGV[1]) or redis.call('ZSCORE', KEYS[3], ARGV[1]) then
   return {0, redis.call('LLEN', KEYS[1])}
 end
 local n = redis.call('LLEN', KEYS[1])
@@ -363,4 +364,23 @@ ZREM_IF_SCORE = """
 local s = redis.call('ZSCORE', KEYS[1], ARGV[1])
 if s and tonumber(s) == tonumber(ARGV[2]) then return redis.call('ZREM', KEYS[1], ARGV[1]) end
 return 0
+"""
+
+# KEYS: tomb, seen, then every key of the conversation to delete   ARGV: now_ms, tomb_ms, tomb_max
+# Delete, keeping the input ids seen in a tombstone (scored by the delete time) that expires after tomb_ms, so a
+# retried webhook of the deleted conversation dedupes instead of starting it again. Ids tombstoned longer ago
+# than tomb_ms go first, then the oldest beyond tomb_max. tomb_ms 0: no tombstone. -> ids in the tombstone
+DELETE_KEEPING_TOMBSTONE = """
+local now, tomb_ms = tonumber(ARGV[1]), tonumber(ARGV[2])
+if tomb_ms > 0 then
+  local ids = redis.call('ZRANGE', KEYS[2], 0, -1)
+  for i = 1, #ids do redis.call('ZADD', KEYS[1], now, ids[i]) end
+  redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now - tomb_ms)
+  local c = redis.call('ZCARD', KEYS[1])
+  local max = tonumber(ARGV[3])
+  if c > max then redis.call('ZREMRANGEBYRANK', KEYS[1], 0, c - max - 1) end
+  if #ids > 0 then redis.call('PEXPIRE', KEYS[1], tomb_ms) end
+end
+for i = 2, #KEYS do redis.call('DEL', KEYS[i]) end
+return redis.call('ZCARD', KEYS[1])
 """

@@ -102,6 +102,7 @@ class Scripts:
         self._sent_last = s(lua.SENT_LAST_CLAIM_NEXT)
         self._failure = s(lua.NOTE_DELIVERY_FAILURE)
         self._replay, self._zrem_if = s(lua.REPLAY), s(lua.ZREM_IF_SCORE)
+        self._delete = s(lua.DELETE_KEEPING_TOMBSTONE)
         self._record_step = s(lua.RECORD_STEP)
         self._defer = s(lua.DEFER)
 
@@ -110,7 +111,7 @@ class Scripts:
     def accept(self, *, k: ConversationKeys, pending: str | None, ttl_keys: list[str], input_id: str,
                entry: bytes, now_ms: int, max_inbox: int, dedupe_max: int, dedupe_ms: int, ttl_ms: int) -> AcceptReply:
         """``pending`` is the sweeper's zset when it may be touched in the same script (not on a Cluster)."""
-        keys = [k.inbox, k.seen, *([pending] if pending else []), *ttl_keys]
+        keys = [k.inbox, k.seen, k.tomb, *([pending] if pending else []), *ttl_keys]
         code, depth = self._accept(keys=keys, args=[input_id, entry, now_ms, max_inbox, dedupe_max, dedupe_ms,
                                                     ttl_ms, k.cid if pending else ""])
         return AcceptReply(int(code), int(depth))
@@ -201,3 +202,8 @@ class Scripts:
 
     def zrem_if_score(self, *, zset: str, member: bytes, score: float) -> bool:
         return int(self._zrem_if(keys=[zset], args=[member, repr(score)])) == 1
+
+    def delete(self, *, k: ConversationKeys, now_ms: int, tomb_ms: int, tomb_max: int) -> int:
+        """Delete every key of the conversation but its tombstone; returns the ids the tombstone holds."""
+        keys = [k.tomb, k.seen, *(key for key in k.all() if key != k.seen)]
+        return int(self._delete(keys=keys, args=[now_ms, tomb_ms, tomb_max]))
