@@ -48,3 +48,8 @@ TOOL_CALLS = Counter("parley_tool_calls_total", "Calls of deployment tools (HTTP
 MCP_UNAVAILABLE = Counter("parley_mcp_server_unavailable_total",
                           "Turns that ran without an MCP server's tools because the server was down, by server.",
                           ["server"])
+MEDIA = Counter("parley_media_total",
+                "Photos players sent, by outcome: attached (the model saw it), caption (the caption alone went to the "
+                "model), notice (no caption: the short answer went back), retry (a fetch that can pass failed); "
+                "reason says why when the model did not see it (model, no_fetcher, too_large, not_image, refused, ...).",
+                ["outcome", "reason"])

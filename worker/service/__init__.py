@@ -25,19 +25,24 @@ from worker.service.config import RetryLater, ServiceConfig, Wake, observe_round
 from worker.service.delivery import Deliverer
 from worker.service.drain import Claimed, Drained, Drainer
 from worker.service.heartbeat import Heartbeat
+from worker.service.media import MediaPreparer, Prepared
 from worker.store.protocol import Store
 
-__all__ = ["ConversationService", "Deliverer", "Drained", "Drainer", "Heartbeat", "RetryLater", "ServiceConfig",
-           "Wake"]
+__all__ = ["ConversationService", "Deliverer", "Drained", "Drainer", "Heartbeat", "MediaPreparer", "Prepared",
+           "RetryLater", "ServiceConfig", "Wake"]
 
 log = logging.getLogger("parley.service")
 
 
 class ConversationService:
-    """The worker's logic over a store, a chat and a delivery channel: the entry the tasks call."""
+    """The worker's logic over a store, a chat and a delivery channel: the entry the tasks call.
+
+    ``media`` prepares a message envelope for its turn (a photo fetched for a model that reads images, else its
+    caption or the short answer; :mod:`worker.service.media`); the default fetches nothing."""
 
     def __init__(self, store: Store, chat: Chat, channel: Channel, wake: Wake,
-                 config: ServiceConfig | None = None, *, heartbeat: Heartbeat | None = None) -> None:
+                 config: ServiceConfig | None = None, *, heartbeat: Heartbeat | None = None,
+                 media: MediaPreparer | None = None) -> None:
         self.store = store
         self.chat = chat
         self.channel = channel
@@ -46,6 +51,7 @@ class ConversationService:
         if chat.observer is None:
             chat.observer = observe_round_trip
         self.heartbeat = heartbeat or Heartbeat(self.config.lease_ms / 3000, self.config.max_hold_ms / 1000)
+        self.media = media or MediaPreparer()
         self.deliverer = Deliverer(store, channel, self.config, self.heartbeat)
         self.drainer = Drainer(store, chat, wake, self.config, self.heartbeat)
 
