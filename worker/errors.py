@@ -26,9 +26,12 @@ The tree::
     │   ├── StaleLeaseError
     │   ├── StoreUnavailableError       (retryable)
     │   └── InboxFullError              (also an InputError)
-    └── DeliveryError
-        ├── DeliveryRetryableError      (retryable)
-        └── DeliveryPermanentError
+    ├── DeliveryError
+    │   ├── DeliveryRetryableError      (retryable)
+    │   └── DeliveryPermanentError
+    └── MediaError
+        ├── MediaRejectedError          (permanent)
+        └── MediaUnavailableError       (retryable; also a ModelUnavailableError)
 
 Every class carries ``retryable``: whether trying the same thing again later can succeed. Tasks use it
 to choose between a Celery retry and the dead-letter list.
@@ -211,3 +214,32 @@ class DeliveryPermanentError(DeliveryError):
 
 class InboxFullError(StoreError, InputError):
     """Raised when a conversation's mailbox already holds the configured maximum of waiting inputs."""
+
+
+class MediaError(ParleyError):
+    """Raised when a photo a player sent cannot be fetched from the channel (the WhatsApp Cloud API)."""
+
+
+class MediaRejectedError(MediaError):
+    """Raised when a photo can never be fetched as it is: larger than ``PARLEY_MEDIA_MAX_BYTES`` (as declared or as
+    served), not an image, or refused by the API (a 4xx such as an expired or unknown media id, a revoked token).
+
+    ``reason`` is a short word for metrics and logs: ``too_large``, ``not_image``, ``refused``, ``bad_answer``,
+    ``bad_id``. The turn goes on without the picture (its caption, or the configured short answer)."""
+
+    def __init__(self, message: str, *, reason: str, status: int | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.reason = reason
+        self.status = status
+
+
+class MediaUnavailableError(MediaError, ModelUnavailableError):
+    """Raised when fetching a photo failed in a way that can pass: a timeout, a refused connection, a 5xx, or
+    throttling (429, or a throttling error code).
+
+    It is also a :class:`ModelUnavailableError` on purpose: the drain already retries those with backoff (the
+    input stays at the head of the mailbox, the retry is counted against ``PARLEY_MAX_MODEL_RETRIES``, then
+    dead-lettered), which is what a media outage needs too. ``provider`` is ``"whatsapp-media"``."""
+
+    retryable = True

@@ -63,3 +63,8 @@ PRESENCE = Counter("parley_presence_total",
                    "Read receipts and typing indicators (best effort, never fail a turn), by outcome: sent, "
                    "rejected (the API answered an error), timeout, unreachable, dropped (too many in flight), "
                    "unexpected (a bug, logged with its stack).", ["outcome"])
+MEDIA = Counter("parley_media_total",
+                "Photos players sent, by outcome: attached (the model saw it), caption (the caption alone went to the "
+                "model), notice (no caption: the short answer went back), retry (a fetch that can pass failed); "
+                "reason says why when the model did not see it (model, no_fetcher, too_large, not_image, refused, ...).",
+                ["outcome", "reason"])

@@ -18,7 +18,7 @@ from worker.conversation.model import Model
 from worker.conversation.tokens import CalibratingModel, UsageCalibratedCounter
 from worker.conversation.tools import Tool
 from worker.delivery.channel import Channel, ConsoleChannel, WebhookChannel
-from worker.service import ConversationService, Presence, ServiceConfig, Wake
+from worker.service import ConversationService, MediaPreparer, Presence, ServiceConfig, Wake
 from worker.service.burst import BurstPolicy
 from worker.settings import Settings
 from worker.store.redis_store import ConversationStore, StoreLimits
@@ -130,6 +130,19 @@ def build_channel(settings: Settings) -> Channel:
     return ConsoleChannel(sys.stdout)
 
 
+def build_media_preparer(settings: Settings, model: Model) -> MediaPreparer:
+    """Photos for the model: fetched through the Cloud API when WhatsApp's access token is set and the model reads
+    images (``reads_images``); otherwise the caption, or ``PARLEY_UNSUPPORTED_REPLY`` without one."""
+    reads = bool(getattr(model, "reads_images", False))  # a model from outside may predate the attribute
+    fetcher = None
+    if settings.whatsapp_access_token and reads:
+        from worker.delivery.media import CloudMediaFetcher
+
+        fetcher = CloudMediaFetcher(settings.whatsapp_api_base_url, settings.whatsapp_access_token.get_secret_value(),
+                                    settings.media_max_bytes)
+    return MediaPreparer(fetcher, reads_images=reads, unsupported_reply=settings.unsupported_reply)
+
+
 def service_config(settings: Settings) -> ServiceConfig:
     """The service's knobs from the settings; a turn may run as long as a task may (the heartbeat's bound)."""
     return ServiceConfig(
@@ -161,13 +174,15 @@ def build_service(settings: Settings, wake: Wake, *, model: Model | None = None,
         loaded = load_tools(settings)
         tools, source = loaded.fixed, (loaded.mcp.tools if loaded.mcp is not None else None)
     channel = channel or build_channel(settings)
+    chat = build_chat(settings, model, tools=tools, tool_source=source)
     return ConversationService(
         build_store(settings),
-        build_chat(settings, model, tools=tools, tool_source=source),
+        chat,
         channel,
         wake,
         service_config(settings),
         presence=build_presence(settings, channel),
+        media=build_media_preparer(settings, chat.model),
     )
 
 

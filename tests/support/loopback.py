@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Self
 
 # answer(path, headers, body) -> (status, payload as dict or raw bytes, headers), or None to drop the connection
 Answer = Callable[[str, dict[str, str], Any], "tuple[int, Any, dict[str, str]] | None"]
+# answer_get(path, headers) -> (status, payload, headers) or None to drop the connection. The payload is a dict
+# (JSON), bytes (sent with their Content-Length unless the headers give one: a server that lies), or an iterable
+# of byte chunks (sent without a length, until the iterable ends or the client hangs up).
+GetAnswer = Callable[[str, dict[str, str]], "tuple[int, Any, dict[str, str]] | None"]
 
 
 class _Server(ThreadingHTTPServer):
@@ -20,7 +24,7 @@ class _Server(ThreadingHTTPServer):
 class LoopbackServer:
     """Serves POSTs from ``answer`` on 127.0.0.1 and a free port, in a daemon thread."""
 
-    def __init__(self, answer: Answer) -> None:
+    def __init__(self, answer: Answer, answer_get: GetAnswer | None = None) -> None:
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
             disable_nagle_algorithm = True  # headers and body go out as separate writes
@@ -41,6 +45,35 @@ class LoopbackServer:
                     self.send_header(k, v)
                 self.end_headers()
                 self.wfile.write(data)
+
+            def do_GET(self) -> None:
+                result = answer_get(self.path, {k.lower(): v for k, v in self.headers.items()}) if answer_get else None
+                if result is None:
+                    self.close_connection = True
+                    self.connection.shutdown(2)
+                    return
+                status, payload, headers = result
+                headers = dict(headers or {})
+                self.send_response(status)
+                if isinstance(payload, dict):
+                    payload = json.dumps(payload).encode()
+                    headers.setdefault("Content-Type", "application/json")
+                if isinstance(payload, bytes):
+                    headers.setdefault("Content-Length", str(len(payload)))
+                    self.close_connection = headers["Content-Length"] != str(len(payload))  # a lie spoils the rest
+                    chunks: Iterable[bytes] = [payload]
+                else:  # no length: the body ends when the connection closes
+                    headers["Connection"] = "close"
+                    self.close_connection = True
+                    chunks = payload
+                for k, v in headers.items():
+                    self.send_header(k, v)
+                self.end_headers()
+                try:
+                    for chunk in chunks:
+                        self.wfile.write(chunk)
+                except (BrokenPipeError, ConnectionResetError):  # the client stopped reading: what we test for
+                    self.close_connection = True
 
             def log_message(self, *args: Any) -> None:
                 pass

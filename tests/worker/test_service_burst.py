@@ -9,14 +9,16 @@ import msgpack
 from tests.support.store_kit import raw
 from tests.worker.conftest import Harness, make_harness
 from worker import ScriptedModel
-from worker.conversation.model import ModelRequest
+from worker.conversation.model import Attachment, ModelRequest
 from worker.conversation.scripted import Reply
 from worker.conversation.state import decode_state
 from worker.conversation.tools import Tool
 from worker.envelopes import Envelope, Media, decode_dead_letter
-from worker.errors import ModelRequestError
+from worker.errors import MediaRejectedError, ModelRequestError
 from worker.service import ServiceConfig
 from worker.service.burst import BurstPolicy
+from worker.service.drain import Drainer
+from worker.service.media import MediaPreparer
 from worker.service.presence import Presence
 
 CID = "447700900555"
@@ -270,3 +272,54 @@ def test_a_waiting_burst_is_marked_read_with_the_typing_indicator() -> None:
     assert presence.settle(CID)
     assert h.channel.read == [("wamid.2", True)]  # the turn right after did not post again
     assert len(h.channel.sent) == 1
+
+
+class Pictures:
+    """A fetcher with a picture per media id; ids missing from it are refused for good."""
+
+    def __init__(self, **pictures: bytes) -> None:
+        self.pictures, self.fetched = pictures, []  # type: ignore[var-annotated]
+
+    def fetch(self, media_id: str) -> Attachment:
+        self.fetched.append(media_id)
+        if media_id not in self.pictures:
+            raise MediaRejectedError("unknown media id", reason="refused", status=400)
+        return Attachment("image/jpeg", self.pictures[media_id])
+
+
+def seeing_harness(fetcher: Pictures, **burst: object) -> Harness:
+    h = make_harness(ScriptedModel(default=echo_all, reads_images=True), config=config(**burst))
+    media = MediaPreparer(fetcher, reads_images=True, unsupported_reply="text only")
+    h.service.media = media
+    h.service.drainer = Drainer(h.store, h.service.chat, h.service.wake, h.service.config, h.service.heartbeat,
+                                media=media)
+    return h
+
+
+def test_a_bare_photo_and_the_question_after_it_are_one_turn_that_sees_the_picture() -> None:
+    fetcher = Pictures(m1=b"\xff\xd8jpeg")
+    h = seeing_harness(fetcher)
+    h.client.send_message(CID, "", message_id="wamid.1", media=Media(id="m1", mime_type="image/jpeg"))
+    h.client.send_message(CID, "what is this building?", message_id="wamid.2", reply_to="wamid.2")
+    h.run()
+    settle(h)
+    assert len(h.model.requests) == 1
+    req = h.model.requests[0]
+    assert dict(req.attachments) == {"m1": Attachment("image/jpeg", b"\xff\xd8jpeg")}
+    assert [(m.role, m.media.id if m.media else None) for m in req.messages[-2:]] == [("user", "m1"), ("user", None)]
+    assert fetcher.fetched == ["m1"]
+    st = decode_state(h.store.read_state(CID).blob)
+    assert st.messages[0].media is not None and b"\xff\xd8jpeg" not in (h.store.read_state(CID).blob or b"")
+
+
+def test_a_photo_that_cannot_be_loaded_gets_the_short_answer_alone_or_a_placeholder_in_a_burst() -> None:
+    h = seeing_harness(Pictures())
+    h.client.send_message(CID, "", message_id="wamid.1", reply_to="wamid.1", media=Media(id="gone"))
+    h.run()
+    settle(h)
+    assert h.channel.sent == [(CID, "text only", "wamid.1")] and h.model.requests == []
+    h.client.send_message(CID, "", message_id="wamid.2", media=Media(id="gone"))
+    h.client.send_message(CID, "see?", message_id="wamid.3")
+    h.run()
+    settle(h)
+    assert h.channel.sent[-1][1] == "user:[The player sent a photo that could not be loaded] | user:see?"

@@ -15,8 +15,8 @@ from worker.conversation.compaction import (
     TokenBudget,
 )
 from worker.conversation.inspect import inspect_state
-from worker.conversation.messages import Message, ToolCall
-from worker.conversation.model import Model, ModelRequest, ModelResponse, ToolSpec, Usage
+from worker.conversation.messages import MediaRef, Message, ToolCall
+from worker.conversation.model import Attachment, Model, ModelRequest, ModelResponse, ToolSpec, Usage
 from worker.conversation.observe import complete_observed
 from worker.conversation.scripted import Reply, ScriptedModel
 from worker.conversation.state import ConversationState, decode_state, encode_state, load_state
@@ -24,8 +24,8 @@ from worker.conversation.tokens import EstimateCounter, TiktokenCounter, TokenCo
 from worker.conversation.tools import Tool, ToolCallContext, current_call, turn_context
 
 __all__ = [
-    "Chat", "CompactionFailed", "CompactionReport", "Compactor", "Compose", "CompressToolExchanges",
-    "ConversationState", "EstimateCounter", "EventResult", "KeepLastExchanges", "Message", "Model",
+    "Attachment", "Chat", "CompactionFailed", "CompactionReport", "Compactor", "Compose", "CompressToolExchanges",
+    "ConversationState", "EstimateCounter", "EventResult", "KeepLastExchanges", "MediaRef", "Message", "Model",
     "ModelRequest", "ModelResponse", "Reply", "RoundTrip", "ScriptedModel", "SpliceResult", "Summarize",
     "TiktokenCounter", "TokenBudget", "TokenCounter", "Tool", "ToolCall", "ToolCallContext", "ToolSpec", "TurnResult", "Usage",
     "complete_observed", "current_call", "decode_state", "encode_state", "inspect_state", "load_state", "turn_context",

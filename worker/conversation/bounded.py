@@ -76,7 +76,8 @@ def _slim(state: ConversationState) -> ConversationState:
     # Pinned messages outside the latest exchange (the kept first user message may be one) stay pinned.
     orphans = tuple(m for m in state.messages if m.pinned and m.seq not in last_seqs)
     slim = [
-        Message(role=m.role, content=m.content if m.pinned else m.content[:_SLIM_CHARS], pinned=m.pinned)
+        Message(role=m.role, content=m.content if m.pinned else m.content[:_SLIM_CHARS], pinned=m.pinned,
+                media=m.media)
         for m in last
         if m.role in ("user", "event") or (m.role == "assistant" and not m.tool_calls)
     ]

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -28,7 +28,7 @@ from worker.conversation.history import repair_history
 from worker.conversation.journal import NoJournal, TurnJournal
 from worker.conversation.loop import LoopOutcome, ToolChoice, ToolLoop
 from worker.conversation.messages import Message
-from worker.conversation.model import Model, ModelRequest, ModelResponse
+from worker.conversation.model import Attachment, Model, ModelRequest, ModelResponse
 from worker.conversation.observe import RoundTrip, complete_observed
 from worker.conversation.prompt import prompt_tokens, render_preamble
 from worker.conversation.results import CompactionReport, EventResult, TurnResult
@@ -59,6 +59,27 @@ def _check_text(what: str, text: object, max_chars: int) -> None:
         raise InvalidMessageError(f"{what} must be a non-empty string")
     if len(text) > max_chars:
         raise OversizeInputError(f"{what} is {len(text)} characters; the limit is {max_chars}")
+
+
+def _user_message(user: str | Message, max_chars: int) -> Message:
+    """The turn's user message: text, or a :class:`Message` from ``messages.user(text, media=...)`` (a photo,
+    whose caption may be empty)."""
+    if not isinstance(user, Message):
+        _check_text("user text", user, max_chars)
+        return msgs.user(user)
+    if user.role != "user":
+        raise InvalidMessageError(f"the turn's user message must have the user role, not {user.role!r}")
+    msgs.validated(user)
+    if len(user.content) > max_chars:
+        raise OversizeInputError(f"user text is {len(user.content)} characters; the limit is {max_chars}")
+    return user
+
+
+def _check_attachments(attachments: Mapping[str, Attachment]) -> dict[str, Attachment]:
+    for key, value in attachments.items():
+        if not isinstance(key, str) or not isinstance(value, Attachment):
+            raise InvalidMessageError("attachments map media ids (str) to Attachment values")
+    return dict(attachments)
 
 
 def _split_leading_system(messages: Sequence[Message | dict[str, Any]],
@@ -169,10 +190,11 @@ class Chat:
         state: bytes | None,
         *,
         system: str | None = None,
-        user: str,
+        user: str | Message,
         messages: Sequence[Message | dict[str, Any]] = (),
         lifecycle: bool = True,
         journal: TurnJournal | None = None,
+        attachments: Mapping[str, Attachment] | None = None,
     ) -> TurnResult:
         """Run one user turn through the chat loop.
 
@@ -193,21 +215,28 @@ class Chat:
 
         ``journal`` (default: none) makes a retried turn replay what an earlier, crashed run of the same turn
         recorded instead of calling the model and the tools again (see :mod:`worker.conversation.journal`).
+
+        ``user`` is the text, or a user :class:`Message` (``messages.user(caption, media=MediaRef(...))`` for a
+        photo); user messages with media may appear in ``messages`` too. ``attachments`` (media id ->
+        :class:`~worker.conversation.model.Attachment`) go with every request of this turn: a photo whose id is
+        there is sent as a picture, any other as text. The state keeps only the references.
         """
-        _check_text("user text", user, self.max_input_chars)
+        turn_user = _user_message(user, self.max_input_chars)
+        files = _check_attachments(attachments or {})
         extra_preamble, added = _split_leading_system(messages, self.max_input_chars)
         now = self.clock()
         loaded = self.load(state)
         st = loaded.state
         reset = "idle_gap" if lifecycle and loaded.problem is None and state and _idle(st, now, self.idle_gap_seconds) else None
-        if lifecycle and self._phrases and _normalise(user) in self._phrases:
+        if lifecycle and self._phrases and turn_user.media is None and _normalise(turn_user.content) in self._phrases:
             reset = "phrase"
         if reset is not None:
             st = ConversationState.fresh(self.provider, now=now)
         if reset == "phrase":
             return TurnResult(reply=self.reset_reply, state=self._encode(st).blob, reset=reset,
                               state_problem=loaded.problem)
-        out = _tool_loop(self, system, extra_preamble, journal or NoJournal()).run(st.append(*added, msgs.user(user)))
+        loop = _tool_loop(self, system, extra_preamble, journal or NoJournal(), files)
+        out = loop.run(st.append(*added, turn_user))
         out.state = replace(out.state, meta=replace(out.state.meta, turns=out.state.meta.turns + 1,
                                                     last_activity=now))
         return self._finish_turn(out, loaded.problem, reset)
@@ -277,16 +306,18 @@ class Chat:
         return encode_bounded(st, max_bytes=self.max_state_bytes, max_pinned=self.max_pinned)
 
 
-def _tool_loop(chat: Chat, system: str | None, extra: Sequence[str], journal: TurnJournal) -> ToolLoop:
+def _tool_loop(chat: Chat, system: str | None, extra: Sequence[str], journal: TurnJournal,
+               attachments: Mapping[str, Attachment]) -> ToolLoop:
     """The tool loop of one turn: the chat's fixed tools plus, for this turn only, those its ``tool_source``
-    offers now; each request built from the state as the loop has it."""
+    offers now; each request built from the state as the loop has it, with the turn's attachments (a round
+    after a tool call still shows the model the photo it is answering)."""
     tools = chat._tools if chat.tool_source is None else check_tools([*chat._tools.values(), *chat.tool_source()])
 
     def request_for(st: ConversationState, tool_choice: ToolChoice) -> ModelRequest:
         history, _ = repair_history(st.messages)
         return ModelRequest(system=render_preamble(system, st, extra), messages=history,
                             tools=[t.spec for t in tools.values()], max_tokens=chat.max_tokens,
-                            temperature=chat.temperature, tool_choice=tool_choice)
+                            temperature=chat.temperature, tool_choice=tool_choice, attachments=attachments)
 
     return ToolLoop(call=chat._call, request_for=request_for, tools=tools,
                     max_tool_iterations=chat.max_tool_iterations, fallback_reply=chat.fallback_reply,

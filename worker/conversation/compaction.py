@@ -31,7 +31,7 @@ from dataclasses import dataclass, field, replace
 from typing import Protocol, runtime_checkable
 
 from worker.conversation.history import Exchange, exchanges, is_successful_tool_exchange
-from worker.conversation.messages import Message
+from worker.conversation.messages import Message, transcript_text
 from worker.conversation.model import Model, ModelRequest
 from worker.conversation.observe import Observer, complete_observed, observing
 from worker.conversation.prompt import fixed_overhead, history_tokens, prompt_tokens
@@ -99,7 +99,7 @@ def _render_transcript(messages: Sequence[Message], sample_chars: int = 600) -> 
     """A plain transcript of messages, for the summariser."""
     lines = []
     for m in messages:
-        text = m.content.strip()
+        text = transcript_text(m)
         if m.role == "user":
             lines.append(f"User: {text}")
         elif m.role == "event":

@@ -108,7 +108,7 @@ def repair_history(messages: Sequence[Message]) -> tuple[list[Message], Repair]:
             for call in m.tool_calls:
                 pending[call.id] = call.name
             continue
-        if not m.content.strip():
+        if not m.content.strip() and m.media is None:  # a photo without a caption is not empty
             problems.append(f"empty {m.role} message dropped")
             continue
         out.append(m)

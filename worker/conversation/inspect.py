@@ -25,6 +25,8 @@ def _view(m: Message, limit: int) -> dict[str, Any]:
         d["is_error"] = True
     if m.pinned:
         d["pinned"] = True
+    if m.media is not None:
+        d["media"] = {"kind": m.media.kind, "id": m.media.id, "mime_type": m.media.mime_type}
     return d
 
 

@@ -4,6 +4,11 @@ A message that came back from a provider keeps its wire form in ``raw`` (every f
 calls, ids, refusals, reasoning or thinking blocks with their signatures, fields nobody knows yet), so
 it goes back to that provider unchanged. The neutral fields (``role``, ``content``, ``tool_calls``,
 ``tool_call_id``) are what the core reasons with: tool pairing, compaction boundaries, token counts.
+
+A user message may carry a :class:`MediaRef` (a photo the player sent, by the channel's media id). The
+reference is all the history keeps: the bytes are fetched for the turn that answers the photo and travel
+beside the history in :attr:`~worker.conversation.model.ModelRequest.attachments`; later turns show the model
+:func:`unseen_media_text` instead.
 """
 
 from __future__ import annotations
@@ -19,6 +24,23 @@ ROLES: frozenset[str] = frozenset({"user", "assistant", "tool", "system", "event
 
 # Prefix under which an event is shown to a model: it reads as context, not as something the user typed.
 EVENT_PREFIX = "[Context update, not typed by the user] "
+
+# How a photo reads where the picture itself is not in the request (an older turn: the state keeps only the
+# reference), and how it reads in a transcript for the summariser.
+UNSEEN_PHOTO = "[The player sent a photo]"
+PHOTO_MARK = "[photo]"
+
+
+@dataclass(frozen=True, slots=True)
+class MediaRef:
+    """A photo the player sent, by reference: the channel's media id and its MIME type (when known).
+
+    Never the bytes: the state stays small and holds no player pictures; a turn gets them as an attachment.
+    """
+
+    id: str
+    mime_type: str | None = None
+    kind: Literal["image"] = "image"
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,6 +69,8 @@ class Message:
     - ``system``: a system message given after the conversation started; kept as context.
     - ``event``: something that happened outside the chat ("User has just visited Harrogate Theatre").
 
+    A ``user`` message with ``media`` is a photo; its ``content`` is the caption (may be empty).
+
     ``pinned`` entries survive every compaction. ``seq`` is the entry's position in the conversation's
     whole life (assigned by the state, never reused) so compaction results can be spliced onto a newer
     state. ``raw`` is the provider's wire form, sent back verbatim to the same provider.
@@ -61,14 +85,26 @@ class Message:
     pinned: bool = False
     seq: int = 0
     raw: dict[str, Any] | None = field(default=None, compare=False)
+    media: MediaRef | None = None  # user messages only; the content is then the caption and may be empty
 
     def with_seq(self, seq: int) -> Message:
         return replace(self, seq=seq)
 
 
-def user(text: str) -> Message:
-    """A validated user message."""
-    return validated(Message(role="user", content=text))
+def user(text: str, media: MediaRef | None = None) -> Message:
+    """A validated user message; with ``media`` (a photo) ``text`` is the caption and may be empty."""
+    return validated(Message(role="user", content=text, media=media))
+
+
+def unseen_media_text(m: Message) -> str:
+    """What a model reads for a photo whose picture is not in the request: the marker, then the caption."""
+    return f"{UNSEEN_PHOTO} {m.content.strip()}".rstrip() if m.media is not None else m.content
+
+
+def transcript_text(m: Message) -> str:
+    """A message's words for a transcript (compaction, summaries): a photo is ``[photo] caption``."""
+    text = m.content.strip()
+    return f"{PHOTO_MARK} {text}".rstrip() if m.media is not None else text
 
 
 def event(text: str, *, pinned: bool = False) -> Message:
@@ -85,7 +121,9 @@ def validated(message: Message) -> Message:
         raise InvalidMessageError(f"unknown role {message.role!r}; expected one of {sorted(ROLES)}")
     if not isinstance(message.content, str):
         raise InvalidMessageError(f"{message.role} content must be a string, got {type(message.content).__name__}")
-    if message.role in ("user", "event", "system") and not message.content.strip():
+    if message.media is not None:
+        _check_media(message)
+    elif message.role in ("user", "event", "system") and not message.content.strip():
         raise InvalidMessageError(f"{message.role} message content must not be empty")
     if message.role == "assistant" and not message.content.strip() and not message.tool_calls:
         raise InvalidMessageError("assistant message needs text or tool calls")
@@ -99,6 +137,20 @@ def validated(message: Message) -> Message:
     if any(not c.name for c in message.tool_calls):
         raise InvalidMessageError("tool call needs a name")
     return message
+
+
+def _check_media(message: Message) -> None:
+    media = message.media
+    if message.role != "user":
+        raise InvalidMessageError("only user messages carry media")
+    if not isinstance(media, MediaRef):
+        raise InvalidMessageError(f"media must be a MediaRef, got {type(media).__name__}")
+    if media.kind != "image":
+        raise InvalidMessageError(f"unknown media kind {media.kind!r}; expected 'image'")
+    if not isinstance(media.id, str) or not media.id.strip():
+        raise InvalidMessageError("media needs its id")
+    if media.mime_type is not None and not isinstance(media.mime_type, str):
+        raise InvalidMessageError("media mime_type must be a string")
 
 
 def from_dict(data: dict[str, Any]) -> Message:

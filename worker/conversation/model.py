@@ -8,8 +8,8 @@ provider's own form of the assistant message in ``Message.raw``.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
 
 from worker.conversation.messages import Message
@@ -42,6 +42,14 @@ class Usage:
 
 
 @dataclass(frozen=True, slots=True)
+class Attachment:
+    """The bytes of a photo for one turn, fetched at the edge: never stored, only sent."""
+
+    mime_type: str
+    data: bytes = field(repr=False)
+
+
+@dataclass(frozen=True, slots=True)
 class ModelRequest:
     """One round trip's input. ``system`` is the preamble (the caller's system prompt plus the rendered
     summary and pinned items); ``messages`` never contains a leading system message."""
@@ -55,6 +63,9 @@ class ModelRequest:
     # "none" asks the model to answer in text although tools are declared (Anthropic requires the tool
     # definitions whenever the history holds tool_use blocks, so we cannot just drop them).
     tool_choice: Literal["auto", "none"] = "auto"
+    # Media id -> bytes, for the photos of this turn: a user message whose ``media.id`` is here is sent with
+    # the picture; one whose id is not (an older turn) is sent as text (messages.unseen_media_text).
+    attachments: Mapping[str, Attachment] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,11 +89,15 @@ class Model(Protocol):
 
     ``provider`` locks conversation state: a blob written with one provider is not replayed to another
     (its messages carry that provider's wire form). ``complete`` raises only :class:`worker.errors.ModelError`
-    subclasses.
+    subclasses. ``reads_images``: whether the model takes pictures (the worker fetches a player's photo only
+    for such a model; others get the caption).
     """
 
     @property
     def provider(self) -> str: ...
+
+    @property
+    def reads_images(self) -> bool: ...
 
     @property
     def model_name(self) -> str: ...

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from worker.conversation.messages import Message
+from worker.conversation.messages import Message, transcript_text
 from worker.conversation.state import ConversationState
 from worker.conversation.tokens import TokenCounter
 
@@ -22,7 +22,7 @@ def render_preamble(system: str | None, state: ConversationState, extra: Sequenc
     if state.summary.strip():
         parts.append(f"{SUMMARY_HEADING}\n{state.summary.strip()}")
     if state.pinned:
-        lines = "\n".join(f"- {m.content.strip()}" for m in state.pinned)
+        lines = "\n".join(f"- {transcript_text(m)}" for m in state.pinned)
         parts.append(f"{PINNED_HEADING}\n{lines}")
     return "\n\n".join(parts) or None
 

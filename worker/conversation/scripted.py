@@ -46,11 +46,13 @@ class ScriptedModel:
         provider: str = "scripted",
         model_name: str = "scripted-1",
         default: Step | None = "OK.",
+        reads_images: bool = False,
     ) -> None:
         self._script = list(script)
         self._provider = provider
         self._model_name = model_name
         self.default = default
+        self.reads_images = reads_images  # a test sets it to play a model that takes pictures
         self.requests: list[ModelRequest] = []
         self._lock = threading.Lock()
 

@@ -6,7 +6,11 @@ the conversation's metadata.
 
 Wire format: ``b"PLY"`` + one format byte + one flags byte + payload. The payload is a msgpack map,
 zstd-compressed when the flag says so (states over ``COMPRESS_OVER`` bytes). The format byte is the
-schema version; :data:`MIGRATIONS` upgrades every older version step by step. Decoding is bounded
+schema version; :data:`MIGRATIONS` upgrades every older version step by step. A state is written in the
+oldest version that can hold it (:func:`_version_for`), so a worker of the previous release still reads
+every state that needs nothing new: version 2 added photos (a user message's media reference), and only a
+state holding one is written as version 2 (a version-1 reader would have dropped the photo silently and seen
+an empty user message; it refuses the blob instead). Decoding is bounded
 (size, nesting, lengths, decompressed size) and never trusts a declared length.
 """
 
@@ -21,12 +25,13 @@ from typing import Any
 import msgpack
 import zstandard
 
-from worker.conversation.messages import ROLES, Message, ToolCall
+from worker.conversation.messages import ROLES, MediaRef, Message, ToolCall
 from worker.conversation.model import Usage
 from worker.errors import StateDecodeError
 
 MAGIC = b"PLY"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+MEDIA_VERSION = 2  # the first version with media references
 FLAG_ZSTD = 0x01
 COMPRESS_OVER = 4096
 DEFAULT_MAX_STATE_BYTES = 1 << 20  # 1 MiB encoded
@@ -106,7 +111,16 @@ def _enc_message(m: Message) -> dict[str, Any]:
         d["p"] = True
     if m.raw is not None:
         d["raw"] = m.raw
+    if m.media is not None:
+        d["md"] = [m.media.kind, m.media.id, m.media.mime_type]  # the reference only, never the bytes
     return d
+
+
+def _version_for(state: ConversationState) -> int:
+    """The oldest format that holds ``state`` (see the module docstring)."""
+    if any(m.media is not None for m in state.messages) or any(m.media is not None for m in state.pinned):
+        return MEDIA_VERSION
+    return 1
 
 
 def _enc_usage(u: Usage | None) -> list[int] | None:
@@ -135,7 +149,7 @@ def encode_state(state: ConversationState) -> bytes:
     if len(body) > COMPRESS_OVER:
         body = zstandard.ZstdCompressor(level=3).compress(body)
         flags |= FLAG_ZSTD
-    return MAGIC + bytes([FORMAT_VERSION, flags]) + body
+    return MAGIC + bytes([_version_for(state), flags]) + body
 
 
 # --- decoding -------------------------------------------------------------------------------------
@@ -171,7 +185,19 @@ def _dec_message(d: Any) -> Message:
     if (ti is not None and type(ti) is not str) or (name is not None and type(name) is not str) or (
             raw is not None and type(raw) is not dict):
         raise StateDecodeError("invalid", "bad tool_call_id, name or raw")
-    return Message(role, content, calls, ti, name, bool(d.get("e", False)), bool(d.get("p", False)), seq, raw)
+    md = d.get("md")
+    media = None if md is None else _dec_media(md, role)
+    return Message(role, content, calls, ti, name, bool(d.get("e", False)), bool(d.get("p", False)), seq, raw,
+                   media)
+
+
+def _dec_media(md: Any, role: Any) -> MediaRef:
+    _need(role == "user", "media on a non-user message")
+    _need(isinstance(md, list) and len(md) == 3, "bad media")
+    kind, mid, mime = md
+    _need(kind == "image" and isinstance(mid, str) and bool(mid) and (mime is None or isinstance(mime, str)),
+          "bad media")
+    return MediaRef(id=mid, mime_type=mime, kind=kind)
 
 
 def _from_payload(p: Any) -> ConversationState:
@@ -215,7 +241,11 @@ def _from_payload(p: Any) -> ConversationState:
 
 # Each entry upgrades a payload of version N to version N+1. Version 1 is the first released format:
 # the golden blobs in tests/conversation/golden/ pin it so a later version keeps decoding it.
-MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {}
+MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {
+    # Version 2 only added the optional media reference ("md") to messages: a version-1 payload is a valid
+    # version-2 payload without photos.
+    1: lambda payload: payload,
+}
 
 
 def decode_state(blob: bytes, *, provider: str | None = None, max_bytes: int = DEFAULT_MAX_STATE_BYTES) -> ConversationState:

@@ -24,6 +24,12 @@ from worker.errors import ConfigurationError
 
 # Per-message framing the providers add (role markers, separators); OpenAI documents ~3-4 tokens.
 MESSAGE_OVERHEAD = 4
+# What one photo is counted as, whatever its size: the bytes are not in the state, so its pixels are unknown
+# here. OpenAI charges 765 tokens for a 1024x1024 picture at high detail (85 at low); Claude charges
+# width x height / 750, about 1,050 for 1024x768 and at most about 1,600 (it scales larger pictures down).
+# 1,000 sits between them. A photo is sent as a picture only in the turn that answers it and as a short text
+# after that, so the figure errs toward compacting early, never toward an over-long prompt.
+IMAGE_TOKENS = 1000
 
 
 @runtime_checkable
@@ -47,6 +53,8 @@ class _CounterBase:
             total += 3 + self.count_text(call.name) + self.count_text(call.arguments)
         if message.tool_call_id:
             total += 2
+        if message.media is not None:
+            total += IMAGE_TOKENS
         return total
 
     def count_messages(self, messages: Iterable[Message]) -> int:
@@ -178,6 +186,8 @@ class UsageCalibratedCounter(EstimateCounter):
         framing tokens dominate)."""
         chars = request_chars(request)
         tokens = usage.prompt_tokens - MESSAGE_OVERHEAD * (len(request.messages) + (1 if request.system else 0))
+        # Pictures are tokens without characters: leave them out of the ratio.
+        tokens -= IMAGE_TOKENS * len(request.attachments)
         if chars < self.min_chars or tokens <= 0:
             return
         observed = min(self.bounds[1], max(self.bounds[0], chars / tokens))
@@ -202,6 +212,10 @@ class CalibratingModel:
     @property
     def model_name(self) -> str:
         return self.inner.model_name
+
+    @property
+    def reads_images(self) -> bool:
+        return self.inner.reads_images
 
     def complete(self, request: ModelRequest) -> ModelResponse:
         response = self.inner.complete(request)

@@ -18,7 +18,9 @@ def build_model(provider: str, *, model: str, base_url: str | None = None, api_k
     llama.cpp server, LiteLLM), ``"anthropic"``, or ``"local"`` (the embedded SmolLM2, needs the ``local``
     extra). Options: ``timeout`` (read, seconds), ``connect_timeout``, ``max_retries``, ``max_tokens``,
     ``temperature``, ``breaker_threshold`` and ``breaker_reset`` (circuit breaker), ``retry`` (a
-    :class:`~worker.llm.transport.RetryPolicy`). Calls raise only :mod:`worker.errors` types.
+    :class:`~worker.llm.transport.RetryPolicy`), ``vision`` (whether the model reads pictures: ``None``, the
+    default, decides by the model's name; the model's ``reads_images`` says what was decided; the local model
+    never does). Calls raise only :mod:`worker.errors` types.
     """
     if provider == "openai":
         from worker.llm.openai_chat import OpenAIChatModel
@@ -34,6 +36,7 @@ def build_model(provider: str, *, model: str, base_url: str | None = None, api_k
         options.pop("timeout", None)
         options.pop("connect_timeout", None)
         options.pop("max_retries", None)
+        options.pop("vision", None)
         return LocalModel(model=model, **options)
     raise ConfigurationError(f"unknown provider {provider!r}; expected one of {', '.join(PROVIDERS)}")
 

@@ -10,14 +10,17 @@ thinking with a token budget.
 
 from __future__ import annotations
 
+import base64
 import copy
 import json
+from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 import httpx
 
-from worker.conversation.messages import EVENT_PREFIX, Message, ToolCall
-from worker.conversation.model import FinishReason, ModelRequest, ModelResponse, Usage
+from worker.conversation.messages import EVENT_PREFIX, Message, ToolCall, unseen_media_text
+from worker.conversation.model import Attachment, FinishReason, ModelRequest, ModelResponse, Usage
 from worker.errors import ConfigurationError, ModelResponseError
 from worker.llm.transport import RetryPolicy, breaker_for, post_json, shared_clients
 
@@ -33,6 +36,25 @@ _STOP: dict[str, FinishReason] = {
 
 def _text(text: str) -> dict[str, Any]:
     return {"type": "text", "text": text}
+
+
+def reads_images_by_name(model: str) -> bool:
+    """Claude 3 and later read pictures; Claude 1, 2 and Instant do not."""
+    m = model.lower().rsplit("/", 1)[-1]
+    return not m.startswith(("claude-1", "claude-2", "claude-instant"))
+
+
+def _user_blocks(m: Message, attachments: Mapping[str, Attachment]) -> list[dict[str, Any]]:
+    """Text; a photo of this turn as an image block then its caption (Anthropic's advice: the picture first);
+    an older photo, whose bytes the request does not carry, as text that says a photo came."""
+    if m.media is None:
+        return [_text(m.content)]
+    picture = attachments.get(m.media.id)
+    if picture is None:
+        return [_text(unseen_media_text(m))]
+    image = {"type": "image", "source": {"type": "base64", "media_type": picture.mime_type,
+                                         "data": base64.b64encode(picture.data).decode("ascii")}}
+    return [image, _text(m.content)]  # an empty caption is dropped by render_messages
 
 
 def _assistant_blocks(m: Message) -> list[dict[str, Any]]:
@@ -64,7 +86,7 @@ def render_messages(request: ModelRequest) -> list[dict[str, Any]]:
 
     for m in request.messages:
         if m.role == "user":
-            add("user", [_text(m.content)])
+            add("user", _user_blocks(m, request.attachments))
         elif m.role == "event":
             add("user", [_text(EVENT_PREFIX + m.content)])
         elif m.role == "system":
@@ -184,11 +206,12 @@ class AnthropicModel:
                  timeout: float = 60.0, connect_timeout: float = 5.0, max_retries: int = 2, max_tokens: int = 1024,
                  temperature: float | None = None, breaker_threshold: int = 5, breaker_reset: float = 30.0,
                  retry: RetryPolicy | None = None, extra_headers: dict[str, str] | None = None,
-                 prompt_cache: bool = True, thinking_budget: int = 0) -> None:
+                 prompt_cache: bool = True, thinking_budget: int = 0, vision: bool | None = None) -> None:
         if thinking_budget and thinking_budget < MIN_THINKING_BUDGET:
             raise ConfigurationError(f"an extended-thinking budget must be at least {MIN_THINKING_BUDGET} tokens "
                                      f"(got {thinking_budget}); 0 turns thinking off")
         self._model = model
+        self.reads_images = reads_images_by_name(model) if vision is None else vision
         self.base_url = (base_url or DEFAULT_BASE_URL).rstrip("/")
         self._headers = {"Content-Type": "application/json", "anthropic-version": API_VERSION, **(extra_headers or {})}
         if api_key:
@@ -210,6 +233,8 @@ class AnthropicModel:
         return self._model
 
     def body(self, request: ModelRequest) -> dict[str, Any]:
+        if request.attachments and not self.reads_images:
+            request = replace(request, attachments={})  # a text model gets the photo as words, never a 400
         return build_body(self._model, request, max_tokens=self.max_tokens, temperature=self.temperature,
                           prompt_cache=self.prompt_cache, thinking_budget=self.thinking_budget)
 

@@ -14,7 +14,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from worker.conversation.messages import EVENT_PREFIX, Message
+from worker.conversation.messages import EVENT_PREFIX, Message, unseen_media_text
 from worker.conversation.model import FinishReason, ModelRequest, ModelResponse, Usage
 from worker.errors import ConfigurationError, ModelResponseError, ModelUnavailableError
 
@@ -84,7 +84,7 @@ def _render_plain(request: ModelRequest) -> list[dict[str, str]]:
 
 def _plain(m: Message) -> tuple[str, str]:
     if m.role == "user":
-        return "user", m.content
+        return "user", unseen_media_text(m)  # it reads no pictures: a photo is the words that one came
     if m.role == "event":
         return "user", EVENT_PREFIX + m.content
     if m.role == "system":
@@ -114,6 +114,10 @@ class LocalModel:
     @property
     def model_name(self) -> str:
         return self._model
+
+    @property
+    def reads_images(self) -> bool:
+        return False  # SmolLM2 is a text model
 
     def complete(self, request: ModelRequest) -> ModelResponse:
         llm = load(self.n_ctx, self.n_threads)

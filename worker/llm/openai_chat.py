@@ -3,14 +3,16 @@ LiteLLM) through ``base_url``."""
 
 from __future__ import annotations
 
+import base64
 import json
+from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
 import httpx
 
-from worker.conversation.messages import EVENT_PREFIX, Message, ToolCall
-from worker.conversation.model import FinishReason, ModelRequest, ModelResponse, Usage
+from worker.conversation.messages import EVENT_PREFIX, Message, ToolCall, unseen_media_text
+from worker.conversation.model import Attachment, FinishReason, ModelRequest, ModelResponse, Usage
 from worker.errors import ModelResponseError
 from worker.llm.transport import RetryPolicy, breaker_for, post_json, shared_clients
 
@@ -31,6 +33,35 @@ def is_reasoning_family(model: str) -> bool:
     ``max_completion_tokens``, which also covers the hidden reasoning) and any temperature but the default."""
     m = model.lower().rsplit("/", 1)[-1]  # "openai/o3-mini" as some gateways name it
     return m.startswith(("o1", "o3", "o4", "gpt-5"))
+
+
+# Families that read pictures (the "-mini" and preview o1/o3 models do not).
+_VISION_PREFIXES = ("gpt-4o", "chatgpt-4o", "gpt-4.1", "gpt-5", "o1", "o3", "o4")
+_TEXT_ONLY_PREFIXES = ("o1-mini", "o1-preview", "o3-mini")
+
+
+def reads_images_by_name(model: str) -> bool:
+    """Whether an OpenAI model name is of a family that reads pictures: gpt-4o, gpt-4.1, gpt-5 and the o-series
+    (not o1-mini, o1-preview or o3-mini). Anything else (an open model behind a compatible server, an older
+    GPT) is assumed not to: the ``vision`` option says otherwise."""
+    m = model.lower().rsplit("/", 1)[-1]
+    return m.startswith(_VISION_PREFIXES) and not m.startswith(_TEXT_ONLY_PREFIXES)
+
+
+def _render_user(m: Message, attachments: Mapping[str, Attachment]) -> dict[str, Any]:
+    """Text; a photo of this turn as content parts (caption, then the picture as a data URL); an older photo,
+    whose bytes the request does not carry, as text that says a photo came."""
+    if m.media is None:
+        return {"role": "user", "content": m.content}
+    picture = attachments.get(m.media.id)
+    if picture is None:
+        return {"role": "user", "content": unseen_media_text(m)}
+    parts: list[dict[str, Any]] = []
+    if m.content.strip():
+        parts.append({"type": "text", "text": m.content})
+    url = f"data:{picture.mime_type};base64,{base64.b64encode(picture.data).decode('ascii')}"
+    parts.append({"type": "image_url", "image_url": {"url": url}})
+    return {"role": "user", "content": parts}
 
 
 def _render_assistant(m: Message) -> dict[str, Any]:
@@ -59,7 +90,7 @@ def render_messages(request: ModelRequest) -> list[dict[str, Any]]:
         out.append({"role": "system", "content": request.system})
     for m in request.messages:
         if m.role == "user":
-            out.append({"role": "user", "content": m.content})
+            out.append(_render_user(m, request.attachments))
         elif m.role == "event":
             out.append({"role": "user", "content": EVENT_PREFIX + m.content})
         elif m.role == "system":
@@ -137,8 +168,11 @@ class OpenAIChatModel:
                  timeout: float = 60.0, connect_timeout: float = 5.0, max_retries: int = 2,
                  max_tokens: int | None = None, temperature: float | None = None,
                  breaker_threshold: int = 5, breaker_reset: float = 30.0, max_tokens_field: str | None = None,
-                 retry: RetryPolicy | None = None, extra_headers: dict[str, str] | None = None) -> None:
+                 retry: RetryPolicy | None = None, extra_headers: dict[str, str] | None = None,
+                 vision: bool | None = None) -> None:
         self._model = model
+        # vision: None = by the model's name; a compatible server's model (llava, qwen-vl, ...) needs True.
+        self.reads_images = reads_images_by_name(model) if vision is None else vision
         self.base_url = (base_url or DEFAULT_BASE_URL).rstrip("/")
         self._headers = {"Content-Type": "application/json", **(extra_headers or {})}
         if api_key:
@@ -163,6 +197,8 @@ class OpenAIChatModel:
     def body(self, request: ModelRequest) -> dict[str, Any]:
         if self.reasoning and request.temperature is not None:
             request = replace(request, temperature=None)
+        if request.attachments and not self.reads_images:
+            request = replace(request, attachments={})  # a text model gets the photo as words, never a 400
         return build_body(self._model, request, max_tokens=self.max_tokens, temperature=self.temperature,
                           max_tokens_field=self.max_tokens_field)
 

@@ -26,21 +26,25 @@ from worker.service.config import RetryLater, ServiceConfig, Wake, observe_round
 from worker.service.delivery import Deliverer
 from worker.service.drain import Claimed, Drained, Drainer
 from worker.service.heartbeat import Heartbeat
+from worker.service.media import MediaPreparer, Prepared
 from worker.service.presence import Presence
 from worker.store.protocol import Store
 
-__all__ = ["ConversationService", "Deliverer", "Drained", "Drainer", "Heartbeat", "Presence", "RetryLater",
-           "ServiceConfig", "Wake"]
+__all__ = ["ConversationService", "Deliverer", "Drained", "Drainer", "Heartbeat", "MediaPreparer", "Prepared",
+           "Presence", "RetryLater", "ServiceConfig", "Wake"]
 
 log = logging.getLogger("parley.service")
 
 
 class ConversationService:
-    """The worker's logic over a store, a chat and a delivery channel: the entry the tasks call."""
+    """The worker's logic over a store, a chat and a delivery channel: the entry the tasks call.
+
+    ``media`` prepares a message envelope for its turn (a photo fetched for a model that reads images, else its
+    caption or the short answer; :mod:`worker.service.media`); the default fetches nothing."""
 
     def __init__(self, store: Store, chat: Chat, channel: Channel, wake: Wake,
                  config: ServiceConfig | None = None, *, heartbeat: Heartbeat | None = None,
-                 presence: Presence | None = None) -> None:
+                 presence: Presence | None = None, media: MediaPreparer | None = None) -> None:
         self.store = store
         self.chat = chat
         self.channel = channel
@@ -51,8 +55,10 @@ class ConversationService:
         self.heartbeat = heartbeat or Heartbeat(self.config.lease_ms / 3000, self.config.max_hold_ms / 1000)
         # Off unless given: the runtime builds it from the settings (PARLEY_TYPING_INDICATOR) and the channel.
         self.presence = presence if presence is not None else Presence.disabled()
+        self.media = media or MediaPreparer()
         self.deliverer = Deliverer(store, channel, self.config, self.heartbeat)
-        self.drainer = Drainer(store, chat, wake, self.config, self.heartbeat, presence=self.presence)
+        self.drainer = Drainer(store, chat, wake, self.config, self.heartbeat, presence=self.presence,
+                               media=self.media)
 
     def drain(self, cid: str) -> int:
         """Apply every input waiting for ``cid``, in order (see :meth:`Drainer.drain`), then deliver the reply the

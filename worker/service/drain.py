@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import msgpack
@@ -35,6 +35,7 @@ from worker.service.burst import Pending
 from worker.service.config import ServiceConfig, Wake
 from worker.service.heartbeat import Beat, Heartbeat
 from worker.service.journal import StoreJournal
+from worker.service.media import MediaPreparer
 from worker.service.model_failures import ModelFailures
 from worker.service.presence import Presence
 from worker.service.turn import TurnRunner
@@ -73,11 +74,15 @@ class Drainer(ModelFailures[_Run]):
     """Applies a conversation's inputs under its lease."""
 
     def __init__(self, store: DrainStore, chat: Chat, wake: Wake, config: ServiceConfig,
-                 heartbeat: Heartbeat, *, presence: Presence | None = None) -> None:
+                 heartbeat: Heartbeat, *, presence: Presence | None = None,
+                 media: MediaPreparer | None = None) -> None:
         self.store = store
         self.chat = chat
         self.wake = wake
-        self.config = config
+        self.media = media or MediaPreparer(unsupported_reply=config.unsupported_reply)
+        # A bare photo can join a burst only when the model will see it (else it gets the short answer, alone).
+        sees = self.media.reads_images and self.media.fetcher is not None
+        self.config = replace(config, burst=replace(config.burst, reads_images=sees))
         self.heartbeat = heartbeat
         self.presence = presence if presence is not None else Presence.disabled()
 
@@ -158,7 +163,7 @@ class Drainer(ModelFailures[_Run]):
         """A chat message at the head: the turn takes in the burst it starts, or is put off while the player is
         still typing (``None``)."""
         if self.config.burst.alone(head):
-            return self._notice(run, head.env, snap.version, self.config.unsupported_reply, "unreadable_media")
+            return self._notice(run, head.env, snap.version, self.media.unsupported_reply, "unreadable_media")
         # The journal makes a retried turn reuse the inputs, model rounds and tool results a crashed run recorded.
         journal = StoreJournal(self.store, run.cid, head.id, run.token)
         inputs = self._burst_for(run, head, snap, journal)

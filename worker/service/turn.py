@@ -20,12 +20,14 @@ from worker import metrics
 from worker.conversation import messages as msgs
 from worker.conversation.chat import TurnResult
 from worker.conversation.messages import Message
+from worker.conversation.model import Attachment
 from worker.conversation.tools import turn_context
 from worker.delivery.split import split_message
 from worker.envelopes import ReplyRecord
 from worker.service import burst
 from worker.service.burst import Pending
 from worker.service.journal import StoreJournal
+from worker.service.media import Prepared
 from worker.service.recovery import usage_trace
 from worker.store.base import CommitResult, Snapshot
 
@@ -35,16 +37,8 @@ if TYPE_CHECKING:
 log = logging.getLogger("parley.service")
 
 
-def turn_messages(inputs: Sequence[Pending]) -> list[Message]:
-    """The turn's new messages, in mailbox order: each chat message a user message, each event an event."""
-    out: list[Message] = []
-    for p in inputs:
-        env = p.env
-        if env.kind == "event":
-            out.append(msgs.event(env.text or "", pinned=env.pinned))
-        else:
-            out.append(msgs.user(env.text or ""))
-    return out
+# What the model reads for a photo that could not be loaded, when other messages of a burst carry the turn.
+UNLOADED_PHOTO = "[The player sent a photo that could not be loaded]"
 
 
 class TurnRunner:
@@ -52,11 +46,16 @@ class TurnRunner:
 
     def __init__(self, drainer: Drainer, run: _Run, journal: StoreJournal) -> None:
         self.d, self.r, self.journal = drainer, run, journal
+        self._prepared: dict[str, Prepared] = {}  # by input id: a merge does not fetch a photo again
 
     def run(self, inputs: tuple[Pending, ...], snap: Snapshot) -> CommitResult:
         d, run = self.d, self.r
         started = time.perf_counter()
         state, version = snap.state, snap.version
+        if len(inputs) == 1:
+            notice = self._prepare(inputs[0]).notice
+            if notice is not None:  # a photo alone that the model cannot see: the short answer, no turn
+                return d._notice(run, inputs[0].env, version, notice, "unreadable_media")
         with d.presence.typing(run.cid, inputs[-1].id):  # refreshed while the model thinks; best effort
             result, inputs, merges = self._answer(inputs, state)
         state, version = d._quarantine_if(run, state, version, result.state_problem)
@@ -114,7 +113,27 @@ class TurnRunner:
 
     def _once(self, inputs: tuple[Pending, ...], state: bytes | None) -> TurnResult:
         d, head, last = self.d, inputs[0], inputs[-1]
-        new = turn_messages(inputs)
+        new, attachments = self._messages(inputs)
         with turn_context(self.r.cid, head.id):
             return d.chat.run_turn(state, system=last.env.system or head.env.system or d.config.system_prompt,
-                                   messages=new[:-1], user=last.env.text or "", journal=self.journal)
+                                   messages=new[:-1], user=new[-1], journal=self.journal, attachments=attachments)
+
+    def _messages(self, inputs: Sequence[Pending]) -> tuple[list[Message], dict[str, Attachment]]:
+        """The turn's new messages in mailbox order (each chat message a user message, a photo with its picture
+        when the model sees it; each event an event), and the pictures by media id."""
+        out: list[Message] = []
+        attachments: dict[str, Attachment] = {}
+        for p in inputs:
+            if p.env.kind == "event":
+                out.append(msgs.event(p.env.text or "", pinned=p.env.pinned))
+                continue
+            prepared = self._prepare(p)
+            out.append(prepared.message if prepared.message is not None else msgs.user(UNLOADED_PHOTO))
+            if prepared.attachment is not None:
+                attachments[prepared.attachment[0]] = prepared.attachment[1]
+        return out, attachments
+
+    def _prepare(self, p: Pending) -> Prepared:
+        if p.id not in self._prepared:
+            self._prepared[p.id] = self.d.media.prepare(p.env)
+        return self._prepared[p.id]
