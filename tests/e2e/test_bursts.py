@@ -16,11 +16,11 @@ import os
 import random
 import threading
 import time
-from typing import Any
 
 import pytest
 
 from tests.e2e.conftest import Cluster
+from tests.support.bursts import introduced, is_summary
 from tests.support.workers import wait_until
 
 pytestmark = pytest.mark.e2e
@@ -31,22 +31,13 @@ BURSTS_ON = {"env": {"PARLEY_BURST_QUIET_SECONDS": str(QUIET), "PARLEY_BURST_MAX
 BURSTS_OFF = {"env": {"PARLEY_BURST_QUIET_SECONDS": "0"}}
 
 
-def introduced(request: dict[str, Any]) -> list[str]:
-    """The user messages a chat request brings in: those after the last assistant message (what the turn adds to
-    the history; earlier ones were answered by earlier turns)."""
-    messages = request.get("messages", [])
-    last_assistant = max((i for i, m in enumerate(messages) if m.get("role") == "assistant"), default=-1)
-    return [str(m.get("content", "")) for m in messages[last_assistant + 1:] if m.get("role") == "user"]
-
-
 def chat_requests(cluster: Cluster, cid: str) -> list[list[str]]:
     """Per chat request of ``cid`` (summaries left out), the user texts it introduced, in request order."""
     with cluster.llm.lock:
         requests = list(cluster.llm.requests)
     out = []
     for r in requests:
-        system = next((m.get("content", "") for m in r.get("messages", []) if m.get("role") == "system"), "") or ""
-        if "running summary" in str(system):
+        if is_summary(r):
             continue
         new = introduced(r)
         if new and new[0].startswith(f"{cid} "):
