@@ -11,6 +11,10 @@ and the WhatsApp stand-in (what was sent) are compared with that order:
 - reply lost / reordered: an applied turn's reply missing / out of order;    must be 0
 - reply duplicated: sent twice; at most the crashes that landed inside the send window (counted by the
   workers as "resending a part whose send outcome is unknown").
+
+Bursts (``Load.burst_max`` > 1 sends players' bursts): a turn that took in several inputs is one trace entry whose
+``burst`` lists them, head first; each counts as applied by that turn, and the turn's one reply answers its last
+message, so the messages before it in the burst expect no reply of their own.
 """
 
 from __future__ import annotations
@@ -45,6 +49,8 @@ class Outcome:
     replies_duplicated: int = 0
     replies_reordered: int = 0
     window_hits: int = 0
+    burst_turns: int = 0  # committed turns that took in more than one input
+    burst_inputs: int = 0  # the inputs those turns took in
     faults: int = 0
     seconds: float = 0.0
     notes: list[str] = field(default_factory=list)
@@ -55,6 +61,7 @@ class Outcome:
                 f"lost={self.lost} duplicated={self.duplicated} reordered={self.reordered} stranded={self.stranded} "
                 f"replies={self.replies} replies_lost={self.replies_lost} replies_reordered={self.replies_reordered} "
                 f"replies_duplicated={self.replies_duplicated} window_hits={self.window_hits} "
+                f"burst_turns={self.burst_turns} burst_inputs={self.burst_inputs} "
                 f"seconds={self.seconds:.1f} dead_reasons={self.dead_reasons} "
                 f"restarts={sum(1 for n in self.notes if n.startswith('restarted'))}")
 
@@ -74,6 +81,9 @@ class Load:
     concurrency: int = 16
     pace: float = 0.002
     settle_timeout: float = 120.0
+    burst_max: int = 1  # each round, a player sends 1..burst_max messages, burst_gap apart (an event round: after it)
+    burst_gap: float = 0.05
+    ready_first: bool = False  # start producing once every worker is up (else the first inputs queue a few seconds)
 
 
 def run_scenario(cluster: Cluster, load: Load,
@@ -101,28 +111,36 @@ def run_scenario(cluster: Cluster, load: Load,
                     w.start()
 
     threading.Thread(target=supervise, daemon=True).start()
+    if load.ready_first:
+        wait_until(lambda: all(" ready." in w.log() for w in cluster.workers), 30, interval=0.1)
     started = time.monotonic()
     for n in range(load.inputs_per):
         order = cids[:]
         random.shuffle(order)
         for cid in order:
             mid = f"{cid}-{n}"
-            for attempt in range(50):
-                try:
-                    if load.event_every and n % load.event_every == load.event_every - 1:
-                        text = f"{cid} event {n}"
-                        client.send_event(cid, text, message_id=mid)
-                        accepted[cid].append((mid, "event", text))
-                    else:
-                        text = f"{cid} q{n}"
-                        client.send_message(cid, text, message_id=mid)
-                        accepted[cid].append((mid, "message", text))
-                    break
-                except Exception as exc:  # Redis restarting: the producer retries with the same id
-                    if attempt == 49:
-                        raise
-                    out.notes.append(f"producer retry: {type(exc).__name__}")
-                    time.sleep(0.2)
+            if load.event_every and n % load.event_every == load.event_every - 1:
+                batch = [(mid, "event", f"{cid} event {n}")]
+            else:
+                batch = [(mid, "message", f"{cid} q{n}")]
+            # A player's burst: more chat messages right behind (none unless the load sends bursts).
+            batch += [(f"{mid}.{j}", "message", f"{cid} q{n}.{j}") for j in range(1, random.randint(1, load.burst_max))]
+            for i, (mid, kind, text) in enumerate(batch):
+                if i:
+                    time.sleep(load.burst_gap)
+                for attempt in range(50):
+                    try:
+                        if kind == "event":
+                            client.send_event(cid, text, message_id=mid)
+                        else:
+                            client.send_message(cid, text, message_id=mid)
+                        accepted[cid].append((mid, kind, text))
+                        break
+                    except Exception as exc:  # Redis restarting: the producer retries with the same id
+                        if attempt == 49:
+                            raise
+                        out.notes.append(f"producer retry: {type(exc).__name__}")
+                        time.sleep(0.2)
             time.sleep(load.pace)
     out.inputs = sum(len(v) for v in accepted.values())
     store = cluster.store()
@@ -150,7 +168,11 @@ def run_scenario(cluster: Cluster, load: Load,
     sent_by: dict[str, list[str]] = {c: cluster.whatsapp.texts_for(c) for c in cids}
     for cid in cids:
         trace = [msgpack.unpackb(t, raw=False) for t in store.trace(cid, 100_000)]
-        ids = [t["id"] for t in trace if not str(t["id"]).startswith("compact-")]
+        turns = [t for t in trace if not str(t["id"]).startswith("compact-")]
+        ids = [mid for t in turns for mid in (t.get("burst") or [t["id"]])]  # a burst turn applied every input
+        answered_by_later = {mid for t in turns for mid in (t.get("burst") or [])[:-1]}  # one reply: to the last
+        out.burst_turns += sum(1 for t in turns if t.get("burst"))
+        out.burst_inputs += sum(len(t.get("burst") or []) for t in turns)
         dead_ids = {t["id"] for t in trace if "dead" in t}
         want = [mid for mid, _, _ in accepted[cid]]
         seen: set[str] = set()
@@ -174,7 +196,8 @@ def run_scenario(cluster: Cluster, load: Load,
             out.notes.append(f"stranded {cid}: pending={raw_client(store).zscore(store.g.pending, cid)} "
                              f"lease={raw_client(store).pttl(k.lease)} dlease={raw_client(store).pttl(k.dlease)} hold={raw_client(store).pttl(k.hold)} "
                              f"sent={raw_client(store).hgetall(k.sent)} inbox={store.inbox_depth(cid)} outbox={store.outbox_depth(cid)}")
-        expected = [f"ack:{text}" for mid, kind, text in accepted[cid] if kind == "message" and mid not in dead_ids]
+        expected = [f"ack:{text}" for mid, kind, text in accepted[cid]
+                    if kind == "message" and mid not in dead_ids and mid not in answered_by_later]
         got = sent_by[cid]
         out.replies += len(got)
         dedup: list[str] = []
