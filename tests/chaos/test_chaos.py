@@ -20,6 +20,7 @@ import redis
 from tests.chaos.harness import Load, Outcome, run_scenario
 from tests.e2e.conftest import Cluster
 from tests.support.store_kit import raw
+from worker.settings import Settings
 
 pytestmark = pytest.mark.e2e
 
@@ -223,7 +224,10 @@ def test_poison_input_is_dead_lettered_and_later_inputs_proceed(cluster: Cluster
     sent = cluster.whatsapp.texts_for(cid)
     # A kill may land between WhatsApp's answer and the sent mark of "before": then it is resent, and counted.
     window = sum(w.log().count("resending a part whose send outcome is unknown") for w in cluster.workers)
-    assert sorted(set(sent)) == ["ack:after", "ack:before"] and len(sent) - 2 <= window, (sent, window)
+    # The poison pill is dead-lettered, and its sender gets the configured apology instead of silence.
+    apology = Settings.model_fields["dead_letter_reply"].default
+    assert sorted(set(sent)) == sorted(["ack:after", "ack:before", apology]) and len(sent) - 3 <= window, (sent, window)
+    assert sent.index("ack:before") < sent.index(apology) < sent.index("ack:after")
     from worker.envelopes import decode_dead_letter
 
     dead = [decode_dead_letter(d) for d in cluster.store().dead_letters(cid)]

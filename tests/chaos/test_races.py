@@ -45,8 +45,8 @@ def test_no_input_is_stranded_by_enqueue_finish_races(redis_url: str) -> None:
     real_commit = store.commit
     real_begin = store.begin
 
-    def begin(cid: str, lease_ms: int):  # type: ignore[no-untyped-def]
-        b = real_begin(cid, lease_ms)
+    def begin(cid: str, lease_ms: int, **kw):  # type: ignore[no-untyped-def]
+        b = real_begin(cid, lease_ms, **kw)
         if b.status == "busy":
             with lock:
                 busy[0] += 1
