@@ -88,6 +88,29 @@ class CommitResult:
 
 
 @dataclass(frozen=True)
+class MessageStatus:
+    """The latest delivery status of one message we sent (by the provider's message id): ``status`` as WhatsApp
+    names it (sent, delivered, read, failed, ...), ``at_ms`` when it was recorded, ``detail`` the errors of a
+    failed one."""
+
+    provider_id: str
+    status: str
+    at_ms: int
+    detail: str = ""
+
+
+@dataclass(frozen=True)
+class StatusRecorded:
+    """What recording one status webhook did: ``moved`` when it moved the message's status forward (a late or
+    repeated one does not), ``latest`` the status the message has now, ``for_part`` when it was also kept as
+    proof that the reply part it names (still in flight) reached the provider."""
+
+    moved: bool
+    latest: str
+    for_part: bool = False
+
+
+@dataclass(frozen=True)
 class JournalRead:
     """One input's turn journal as stored: model rounds by step, tool results by (step, call id); encoded
     entries (the core's :mod:`worker.conversation.journal` codecs read them)."""
@@ -167,7 +190,7 @@ class StoreBase:
         if self.limits.idle_ttl_ms <= 0:
             return []
         return [getattr(k, n) for n in ("state", "inbox", "seen", "fence", "attempts", "outbox", "sent", "dfence",
-                                   "delivered", "trace", "quarantine", "dead", "statuses", "journal")]
+                                   "delivered", "trace", "quarantine", "dead", "statuses", "statusorder", "journal")]
 
     @staticmethod
     def _now_ms() -> int:

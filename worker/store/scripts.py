@@ -88,6 +88,16 @@ class RecordReply:
     entries: int
 
 
+@dataclass(frozen=True)
+class StatusReply:
+    """RECORD_STATUS: whether the message's status moved forward, the latest status kept for it, and whether the
+    status was kept for the reply part it names because that part is still in flight."""
+
+    moved: bool
+    latest: str
+    for_part: bool
+
+
 class Scripts:
     """The registered scripts of one client, shared by every part of the store."""
 
@@ -105,6 +115,7 @@ class Scripts:
         self._delete = s(lua.DELETE_KEEPING_TOMBSTONE)
         self._record_step = s(lua.RECORD_STEP)
         self._defer = s(lua.DEFER)
+        self._record_status = s(lua.RECORD_STATUS)
 
     # --- mailbox -----------------------------------------------------------------------------------
 
@@ -196,6 +207,14 @@ class Scripts:
         return int(self._failure(keys=[k.dfence, k.outbox, k.sent], args=[token, reply_id]))
 
     # --- admin -------------------------------------------------------------------------------------
+
+    def record_status(self, *, k: ConversationKeys, provider_id: str, status: str, detail: str, max_kept: int,
+                      reply_id: str | None, part: int) -> StatusReply:
+        """``reply_id`` and ``part``: the reply part the status names (from the callback data), if any."""
+        moved, latest, for_part = self._record_status(
+            keys=[k.statuses, k.statusorder, k.sent],
+            args=[provider_id, status, detail, max_kept, reply_id or "", part])
+        return StatusReply(int(moved) == 1, bytes(latest).decode("utf-8", "replace"), int(for_part) == 1)
 
     def replay(self, *, dead: str, target: str, index: int, expected: bytes, entry: bytes) -> bool:
         return int(self._replay(keys=[dead, target], args=[index, expected, entry])) == 1
