@@ -11,6 +11,7 @@ import redis
 
 from tests.store.test_store_contract import queue_reply
 from tests.support.store_kit import raw
+from worker.errors import StaleLeaseError
 from worker.store.redis_store import ConversationStore, StoreLimits
 
 CID = "447700900123"
@@ -95,3 +96,33 @@ def test_a_status_naming_the_part_in_flight_is_kept_with_it(store: ConversationS
     store.mark_sent(CID, t, "id-1", 0, "wamid.P")
     assert not store.record_status(CID, "wamid.P", "delivered", reply_id="id-1", part=0).for_part
     assert {s.provider_id: s.status for s in store.statuses(CID)}["wamid.P"] == "read"
+
+
+def test_what_is_known_of_a_part_left_in_flight(store: ConversationStore) -> None:
+    queue_reply(store, CID, 1)
+    t, head = store.begin_delivery(CID, 10_000)
+    assert t and head is not None
+    first = store.inflight_outcome(CID, t, "id-1", 0)  # the first look starts the clock
+    assert (first.status, first.provider_id, first.waited_ms) == (None, None, 0)
+    time.sleep(0.05)
+    store.record_status(CID, "wamid.P", "sent", reply_id="id-1", part=0)
+    later = store.inflight_outcome(CID, t, "id-1", 0)
+    assert (later.status, later.provider_id) == ("sent", "wamid.P") and 40 <= later.waited_ms < 5000
+    # Another part (not in flight) is not decided here; a stale token or a reply that left the head is refused.
+    assert store.inflight_outcome(CID, t, "id-1", 1).status is None
+    with pytest.raises(StaleLeaseError):
+        store.inflight_outcome(CID, t + 1, "id-1", 0)
+    with pytest.raises(StaleLeaseError):
+        store.inflight_outcome(CID, t, "id-0", 0)
+
+
+def test_the_clock_of_a_part_in_flight_is_its_own(store: ConversationStore) -> None:
+    """After part 0 was settled and part 1 was left in flight in turn, part 1's grace starts afresh."""
+    queue_reply(store, CID, 1)
+    t, _ = store.begin_delivery(CID, 10_000)
+    assert t
+    store.inflight_outcome(CID, t, "id-1", 0)
+    time.sleep(0.05)
+    store.mark_sent(CID, t, "id-1", 0, "wamid.P")
+    store.mark_inflight(CID, t, "id-1", 1)
+    assert store.inflight_outcome(CID, t, "id-1", 1).waited_ms == 0

@@ -75,6 +75,18 @@ class OutboxHead:
 
 
 @dataclass(frozen=True)
+class InflightOutcome:
+    """What is known of a part left in flight by a crash (see
+    :meth:`~worker.store.outbox.OutboxStore.inflight_outcome`): the best status webhook recorded for it and the
+    provider message id it named (``None`` when none came), and how long ago (ms) a deliverer first found the part
+    left in flight."""
+
+    status: str | None
+    provider_id: str | None
+    waited_ms: int
+
+
+@dataclass(frozen=True)
 class CommitResult:
     """``version`` and ``depth`` after the commit: ``released`` when the mailbox was empty and the lease was given
     up, else the next input (``next``) with the attempts counted at it."""

@@ -445,3 +445,29 @@ if ARGV[5] ~= '' then
 end
 return {moved, latest, for_part}
 """
+
+# KEYS: dfence, outbox, sent   ARGV: token, reply_id, part
+# What is known of a part a crashed deliverer left in flight: the best status webhook kept for it (RECORD_STATUS
+# keeps one while the part is in flight) and how long ago a deliverer first found it so. That first look starts the
+# clock (``suspect_part`` / ``suspect_at``, in Redis's time, so every worker reads the same clock): the grace a
+# deliverer gives the part's status webhooks runs from then, at least one lease after the crash.
+# -> {1, status or false, its provider message id or false, ms since first found}; {0, ...} the part is not in
+# flight (nothing to decide); -1 the fence moved; -3 the reply is no longer the head
+INFLIGHT_OUTCOME = HEAD_ID + """
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return {-1, false, false, 0} end
+if head_id(redis.call('LINDEX', KEYS[2], 0)) ~= ARGV[2] then return {-3, false, false, 0} end
+local tag = ARGV[2] .. ':' .. ARGV[3]
+local s = redis.call('HMGET', KEYS[3], 'reply_id', 'inflight', 'seen_part', 'seen', 'seen_id', 'suspect_part',
+                     'suspect_at')
+if s[1] ~= ARGV[2] or s[2] ~= tag then return {0, false, false, 0} end
+local now = redis.call('TIME')
+local ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
+local waited = 0
+if s[6] == tag and tonumber(s[7]) then
+  waited = math.max(0, ms - tonumber(s[7]))
+else
+  redis.call('HSET', KEYS[3], 'suspect_part', tag, 'suspect_at', string.format('%d', ms))
+end
+if s[3] == tag then return {1, s[4], s[5] or false, waited} end
+return {1, false, false, waited}
+"""

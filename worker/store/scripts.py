@@ -19,6 +19,10 @@ def _opt(value: Any) -> bytes | None:
     return None if value is None else bytes(value)
 
 
+def _text(value: Any) -> str | None:
+    return None if value is None else bytes(value).decode("utf-8", "replace")
+
+
 @dataclass(frozen=True)
 class AcceptReply:
     """ACCEPT: ``code`` 1 accepted, 0 a duplicate id, -1 the mailbox is full; ``depth`` after it."""
@@ -98,6 +102,17 @@ class StatusReply:
     for_part: bool
 
 
+@dataclass(frozen=True)
+class InflightReply:
+    """INFLIGHT_OUTCOME: ``code`` 1 with the status kept for the part in flight (or None), its provider message id
+    and the ms since a deliverer first found it left in flight; 0 the part is not in flight; -1 / -3 refused."""
+
+    code: int
+    status: str | None
+    provider_id: str | None
+    waited_ms: int
+
+
 class Scripts:
     """The registered scripts of one client, shared by every part of the store."""
 
@@ -116,6 +131,7 @@ class Scripts:
         self._record_step = s(lua.RECORD_STEP)
         self._defer = s(lua.DEFER)
         self._record_status = s(lua.RECORD_STATUS)
+        self._inflight_outcome = s(lua.INFLIGHT_OUTCOME)
 
     # --- mailbox -----------------------------------------------------------------------------------
 
@@ -202,6 +218,11 @@ class Scripts:
         return int(self._dead_reply(keys=[k.dfence, k.outbox, k.sent, k.dead],
                                     args=[token, reply_id, dead_entry, dead_max]))
 
+    def inflight_outcome(self, *, k: ConversationKeys, token: int, reply_id: str, part: int) -> InflightReply:
+        code, status, provider_id, waited = self._inflight_outcome(keys=[k.dfence, k.outbox, k.sent],
+                                                                   args=[token, reply_id, part])
+        return InflightReply(int(code), _text(status), _text(provider_id), int(waited or 0))
+
     def note_delivery_failure(self, *, k: ConversationKeys, token: int, reply_id: str) -> int:
         """The failures counted for ``reply_id``, or -1 (fence moved) / -3 (no longer the head)."""
         return int(self._failure(keys=[k.dfence, k.outbox, k.sent], args=[token, reply_id]))
@@ -214,7 +235,7 @@ class Scripts:
         moved, latest, for_part = self._record_status(
             keys=[k.statuses, k.statusorder, k.sent],
             args=[provider_id, status, detail, max_kept, reply_id or "", part])
-        return StatusReply(int(moved) == 1, bytes(latest).decode("utf-8", "replace"), int(for_part) == 1)
+        return StatusReply(int(moved) == 1, _text(latest) or "", int(for_part) == 1)
 
     def replay(self, *, dead: str, target: str, index: int, expected: bytes, entry: bytes) -> bool:
         return int(self._replay(keys=[dead, target], args=[index, expected, entry])) == 1
