@@ -74,6 +74,7 @@ class Load:
     concurrency: int = 16
     pace: float = 0.002
     settle_timeout: float = 120.0
+    worker_env: Callable[[int], dict[str, str]] | None = None  # environment of worker i on top of the cluster's
 
 
 def run_scenario(cluster: Cluster, load: Load,
@@ -81,7 +82,8 @@ def run_scenario(cluster: Cluster, load: Load,
     out = Outcome(conversations=load.conversations)
     # A mixed fleet, so every scenario runs through both supported pools: even workers threads, odd gevent.
     for i in range(load.workers):
-        cluster.start_worker(f"chaos{i}", concurrency=load.concurrency, pool=("threads", "gevent")[i % 2])
+        cluster.start_worker(f"chaos{i}", concurrency=load.concurrency, pool=("threads", "gevent")[i % 2],
+                             env=load.worker_env(i) if load.worker_env else None)
     client = cluster.client()
     cids = [f"4477{i:08d}" for i in range(load.conversations)]
     accepted: dict[str, list[tuple[str, str, str]]] = {c: [] for c in cids}  # (id, kind, text)
