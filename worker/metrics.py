@@ -36,8 +36,8 @@ DUPLICATE_WINDOW = Counter("parley_duplicate_send_window_total",
                            "PARLEY_STATUS_WEBHOOKS: no status webhook showed the part had reached WhatsApp within "
                            "the grace period).")
 DUPLICATE_SENDS_AVOIDED = Counter("parley_duplicate_sends_avoided_total",
-                             "Reply parts left in flight by a crash that were marked sent instead of resent, because "
-                             "a status webhook showed they had reached WhatsApp (PARLEY_STATUS_WEBHOOKS).")
+                                  "Reply parts left in flight by a crash that were marked sent instead of resent, "
+                                  "because a status webhook showed they had reached WhatsApp (PARLEY_STATUS_WEBHOOKS).")
 INFLIGHT_RECHECKS = Counter("parley_inflight_rechecks_total",
                             "Later checks scheduled for a reply part left in flight by a crash while the grace "
                             "period for its status webhook runs (PARLEY_RESEND_GRACE_SECONDS).")

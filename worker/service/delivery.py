@@ -2,8 +2,9 @@
 
 Reply once: delivery marks a part in flight before the HTTP call and sent right after it, and sends it with callback
 data naming it; a crash between the two is detected on the next attempt, and :mod:`worker.service.inflight` decides
-whether the part is resent (counted) or, because a status webhook showed it reached WhatsApp, marked sent. Failed sends of a reply are counted in
-Redis with the reply (not in task arguments), so the retry limit holds whichever task, turn or sweep resumes it.
+whether the part is resent (counted) or, because a status webhook showed it reached WhatsApp, marked sent. Failed
+sends of a reply are counted in Redis with the reply (not in task arguments), so the retry limit holds whichever
+task, turn or sweep resumes it.
 """
 
 from __future__ import annotations
