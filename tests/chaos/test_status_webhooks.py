@@ -113,7 +113,7 @@ def _saves(cluster: Cluster) -> int:
                          indirect=True)
 def test_no_part_reaches_whatsapp_twice_through_sigkills_with_status_webhooks(cluster: Cluster) -> None:
     started = time.monotonic()
-    out, killer, poster = _run(cluster, aim=0.12, seconds=24 * SCALE, conversations=int(10 * SCALE))
+    out, killer, poster = _run(cluster, aim=0.2, seconds=24 * SCALE, conversations=int(10 * SCALE))
     duplicates, untagged = _part_duplicates(cluster)
     saves = _saves(cluster)
     report("status-webhooks-on", out)
@@ -137,7 +137,7 @@ def test_without_status_webhooks_resends_stay_within_the_counted_window(cluster:
     """The same kills with status webhooks off (the ingress still records them; nobody consults them): a part
     killed between its send and its mark is resent, today's bounded and counted duplicate."""
     started = time.monotonic()
-    out, killer, _ = _run(cluster, aim=0.15, seconds=10 * SCALE, conversations=int(6 * SCALE))
+    out, killer, _ = _run(cluster, aim=0.25, seconds=10 * SCALE, conversations=int(6 * SCALE))
     duplicates, _ = _part_duplicates(cluster)
     report("status-webhooks-off", out)
     print(f"[chaos] status-webhooks-off: kills={out.faults} (aimed={killer.aimed}, random={killer.random}) "
