@@ -4,7 +4,8 @@
     parley send CID TEXT [--id ID]         queue a chat turn
     parley event CID TEXT [--pinned]       queue a game event
     parley reset CID | parley delete CID
-    parley show CID                        decoded state, mailbox and outbox depth, last replies
+    parley show CID                        decoded state, mailbox and outbox depth, last replies, the latest
+                                           delivery status of each recent message
     parley trace CID [-n N]                the conversation's trace
     parley dead [CID] | parley replay CID INDEX
     parley health                          exit 0 when Redis answers (container probe)
@@ -78,6 +79,8 @@ def _cmd_show(a: argparse.Namespace) -> int:
     store = _store()
     snap = store.read_state(a.conversation_id)
     trace = [msgpack.unpackb(t, raw=False) for t in store.trace(a.conversation_id, 50)]
+    statuses = store.statuses(a.conversation_id, 50)
+    latest = {s.provider_id: s.status for s in statuses}
     view = {"conversation_id": a.conversation_id, "version": snap.version,
             "mailbox_depth": store.inbox_depth(a.conversation_id),
             "outbox_depth": store.outbox_depth(a.conversation_id),
@@ -85,8 +88,11 @@ def _cmd_show(a: argparse.Namespace) -> int:
             "quarantined_states": len(store.quarantined(a.conversation_id)),
             "last_replies": [{"id": t.get("id"), "reply": t.get("reply"), "prompt_tokens": t.get("prompt_tokens")}
                              for t in trace if t.get("reply")][-5:],
-            "delivered": [{"id": rid, "provider_ids": ids} for rid, ids in store.delivered(a.conversation_id)][-5:],
-            "statuses": store.statuses(a.conversation_id)[-5:],
+            "delivered": [{"id": rid, "provider_ids": ids, "statuses": [latest.get(i) for i in ids]}
+                          for rid, ids in store.delivered(a.conversation_id)][-5:],
+            # The latest status of each recent message (forward only: a late `delivered` never hides a `read`).
+            "statuses": [{"provider_id": s.provider_id, "status": s.status, "at_ms": s.at_ms,
+                          **({"detail": s.detail} if s.detail else {})} for s in statuses[-10:]],
             "state": inspect_state(snap.blob)}
     _print(view)
     return 0

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import time
 import uuid
+from dataclasses import dataclass
 from typing import Any, Literal
 
 import msgpack
@@ -117,6 +118,46 @@ class ReplyRecord(_Wire):
     parts: list[str]
     reply_to: str | None = None
     created_at: float = Field(default_factory=time.time)
+
+
+#: WhatsApp keeps at most this many characters of a send's ``biz_opaque_callback_data``.
+MAX_CALLBACK_CHARS = 512
+
+
+@dataclass(frozen=True)
+class PartRef:
+    """One part of one reply, as named by the callback data it is sent with (see :func:`part_callback`)."""
+
+    conversation_id: str
+    reply_id: str
+    part: int
+
+
+def part_callback(conversation_id: str, reply_id: str, part: int) -> str | None:
+    """``<conversation id>|<reply id>|<part>``: the callback data a reply part is sent with. WhatsApp hands it back,
+    unchanged, in the part's status webhooks (``biz_opaque_callback_data``), so the ingress can tell which part a
+    status is about, even when the message id of the send never reached Redis (a worker killed between the send and
+    its sent mark). ``None`` when it would be longer than WhatsApp keeps: the ids' own limits (128 and 256
+    characters) keep it well under, so only a reply id from elsewhere could get there."""
+    data = f"{conversation_id}|{reply_id}|{part}"
+    return data if len(data) <= MAX_CALLBACK_CHARS else None
+
+
+def parse_part_callback(data: object) -> PartRef | None:
+    """The reply part :func:`part_callback` named, or ``None`` when ``data`` is not such callback data (absent, or
+    set by someone else's sender sharing the WhatsApp number). A conversation id cannot contain ``|``; a reply id
+    may, so the part is read from the end."""
+    if not isinstance(data, str) or len(data) > MAX_CALLBACK_CHARS:
+        return None
+    cid, sep, rest = data.partition("|")
+    reply_id, sep2, part = rest.rpartition("|")
+    if not sep or not sep2 or not reply_id or not part.isdigit() or not part.isascii():
+        return None
+    try:
+        validate_conversation_id(cid)
+    except InvalidConversationIdError:
+        return None
+    return PartRef(cid, reply_id, int(part))
 
 
 class DeadLetter(_Wire):

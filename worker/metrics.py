@@ -32,7 +32,15 @@ QUARANTINED = Counter("parley_quarantined_states_total", "State blobs set aside,
 DEAD_LETTERS = Counter("parley_dead_letters_total", "Inputs and replies dead-lettered, by reason.", ["what", "reason"])
 DELIVERIES = Counter("parley_deliveries_total", "Reply parts sent, by outcome.", ["outcome"])
 DUPLICATE_WINDOW = Counter("parley_duplicate_send_window_total",
-                           "Reply parts resent because a crash hit between the send and the sent mark.")
+                           "Reply parts resent because a crash hit between the send and the sent mark (with "
+                           "PARLEY_STATUS_WEBHOOKS: no status webhook showed the part had reached WhatsApp within "
+                           "the grace period).")
+DUPLICATE_SENDS_AVOIDED = Counter("parley_duplicate_sends_avoided_total",
+                                  "Reply parts left in flight by a crash that were marked sent instead of resent, "
+                                  "because a status webhook showed they had reached WhatsApp (PARLEY_STATUS_WEBHOOKS).")
+INFLIGHT_RECHECKS = Counter("parley_inflight_rechecks_total",
+                            "Later checks scheduled for a reply part left in flight by a crash while the grace "
+                            "period for its status webhook runs (PARLEY_RESEND_GRACE_SECONDS).")
 STALE_COMMITS = Counter("parley_stale_commits_total", "Commits refused by the fencing check.")
 JOURNAL_REPLAYS = Counter("parley_journal_replays_total",
                           "Turns resumed from their journal (a retried turn reusing recorded model rounds or tool results).")

@@ -84,6 +84,7 @@ class Load:
     burst_max: int = 1  # each round, a player sends 1..burst_max messages, burst_gap apart (an event round: after it)
     burst_gap: float = 0.05
     ready_first: bool = False  # start producing once every worker is up (else the first inputs queue a few seconds)
+    worker_env: Callable[[int], dict[str, str]] | None = None  # environment of worker i on top of the cluster's
 
 
 def run_scenario(cluster: Cluster, load: Load,
@@ -91,7 +92,8 @@ def run_scenario(cluster: Cluster, load: Load,
     out = Outcome(conversations=load.conversations)
     # A mixed fleet, so every scenario runs through both supported pools: even workers threads, odd gevent.
     for i in range(load.workers):
-        cluster.start_worker(f"chaos{i}", concurrency=load.concurrency, pool=("threads", "gevent")[i % 2])
+        cluster.start_worker(f"chaos{i}", concurrency=load.concurrency, pool=("threads", "gevent")[i % 2],
+                             env=load.worker_env(i) if load.worker_env else None)
     client = cluster.client()
     cids = [f"4477{i:08d}" for i in range(load.conversations)]
     accepted: dict[str, list[tuple[str, str, str]]] = {c: [] for c in cids}  # (id, kind, text)

@@ -43,6 +43,16 @@ def test_send_text_body_auth_and_wamid(api: FakeWhatsApp) -> None:
     assert api.headers[0]["authorization"] == "Bearer tok"
 
 
+def test_callback_data_goes_out_as_biz_opaque_callback_data(api: FakeWhatsApp) -> None:
+    """WhatsApp hands it back in the message's status webhooks: how the ingress knows which reply part a status is
+    about (worker.envelopes.part_callback)."""
+    s = sender(api)
+    s.send_text("447700900123", "part one", callback_data="447700900123|wamid.in1|0")
+    s.send_text("447700900123", "no data")
+    assert api.sent[0]["body"]["biz_opaque_callback_data"] == "447700900123|wamid.in1|0"
+    assert "biz_opaque_callback_data" not in api.sent[1]["body"]
+
+
 def test_business_scoped_user_ids_go_in_recipient(api: FakeWhatsApp) -> None:
     assert is_bsuid("US.13491208655302741918") and not is_bsuid("447700900123") and not is_bsuid("+447700900123")
     sender(api).send_text("US.13491208655302741918", "hi")

@@ -31,8 +31,10 @@ class Cluster:
 
         return build_store(Settings(redis_url=self.redis.url, key_prefix=self.env["PARLEY_KEY_PREFIX"]))
 
-    def start_worker(self, name: str, concurrency: int = 8, pool: str = "threads") -> WorkerProcess:
-        w = WorkerProcess(name, self.env, pool=pool, concurrency=concurrency).start()
+    def start_worker(self, name: str, concurrency: int = 8, pool: str = "threads",
+                     env: dict[str, str] | None = None) -> WorkerProcess:
+        """``env``: settings of this worker only, on top of the cluster's."""
+        w = WorkerProcess(name, {**self.env, **(env or {})}, pool=pool, concurrency=concurrency).start()
         self.workers.append(w)
         return w
 

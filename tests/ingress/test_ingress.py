@@ -267,9 +267,9 @@ def test_a_batch_of_entries_messages_and_statuses_is_walked_in_full() -> None:
     assert r.json() == {"accepted": 3, "events": 0, "notices": 0, "duplicates": 0, "statuses": 2, "ignored": 0}
     assert rig.inputs("447700900001") == [("wamid.1", "one"), ("wamid.3", "three")]
     assert rig.inputs("447700900002") == [("wamid.2", "two")]
-    failed = rig.store.statuses("447700900002")[0].split("\t")
-    assert failed[0] == "wamid.out2" and failed[1] == "failed"
-    assert "131047" in failed[3] and "24 hours" in failed[3]
+    [failed] = rig.store.statuses("447700900002")
+    assert (failed.provider_id, failed.status) == ("wamid.out2", "failed")
+    assert "131047" in failed.detail and "24 hours" in failed.detail
 
 
 # --- every real webhook payload ------------------------------------------------------------------------
@@ -298,7 +298,7 @@ def test_bsuid_only_status_is_recorded_under_the_bsuid() -> None:
     payload = fixture_payload("status_delivered_bsuid_no_phone.json")
     rig = Rig()
     assert rig.post(meta_bytes(payload)).json()["statuses"] == 1
-    assert rig.store.statuses("US.13491208655302741918")[0].split("\t")[1] == "delivered"
+    assert rig.store.statuses("US.13491208655302741918")[0].status == "delivered"
 
 
 @needs_fixtures

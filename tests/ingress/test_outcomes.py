@@ -165,8 +165,8 @@ def test_every_fixture_gets_its_outcome(name: str, rig: RedisRig) -> None:
     if expected == "status":
         st = payload["entry"][0]["changes"][0]["value"]["statuses"][0]
         assert summary == {"accepted": 0, "events": 0, "notices": 0, "duplicates": 0, "statuses": 1, "ignored": 0}
-        wamid, status, _, _ = rig.store.statuses(st.get("recipient_id") or st["recipient_user_id"])[0].split("\t", 3)
-        assert (wamid, status) == (st["id"], st["status"])
+        [recorded] = rig.store.statuses(st.get("recipient_id") or st["recipient_user_id"])
+        assert (recorded.provider_id, recorded.status) == (st["id"], st["status"])
         assert rig.inbox_keys() == [] and rig.woken == []
     elif expected == "ignored":
         assert summary["ignored"] >= 1 and sum(summary.values()) == summary["ignored"]

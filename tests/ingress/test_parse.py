@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from worker.envelopes import Media
+from worker.envelopes import Media, parse_part_callback, part_callback
 from worker.ingress.parse import (
     InboundEvent,
     InboundMessage,
@@ -280,3 +280,20 @@ def test_verify_handshake() -> None:
     assert verify_handshake("subscribe", "vt", None, "vt") is None
     assert verify_handshake("subscribe", "", "1", "") is None
     assert verify_handshake("subscribe", "ünï", "1", "vt") is None
+
+
+@pytest.mark.parametrize(("data", "ref"), [
+    ("447700900123|wamid.in1|0", ("447700900123", "wamid.in1", 0)),
+    ("US.13491208655302741918|a|b|12", ("US.13491208655302741918", "a|b", 12)),  # a reply id may hold "|"
+    (part_callback("447700900123", "r" * 256, 99), ("447700900123", "r" * 256, 99)),
+    ('{"source":"api","uuid":"fuif"}', None), ("447700900123|wamid.in1", None), ("447700900123||0", None),
+    ("bad:id|r|0", None), ("447700900123|r|x", None), ("447700900123|r|²", None), ("a|" + "r" * 600 + "|0", None),
+    (None, None), (5, None),
+])
+def test_callback_data_names_a_reply_part_or_nothing(data: object, ref: tuple[str, str, int] | None) -> None:
+    parsed = parse_part_callback(data)
+    assert (None if parsed is None else (parsed.conversation_id, parsed.reply_id, parsed.part)) == ref
+
+
+def test_a_reply_id_too_long_for_the_field_sends_no_callback_data() -> None:
+    assert part_callback("447700900123", "r" * 500, 0) is None

@@ -87,3 +87,36 @@ def test_claims_answer_in_one_shape(store: ConversationStore) -> None:
     raw(store).rpush(k.outbox, b"r1\nreply")
     assert len(begin(keys=[k.dlease, k.dfence, k.outbox, k.sent], args=[10_000])) == 4  # claimed
     assert len(begin(keys=[k.dlease, k.dfence, k.outbox, k.sent], args=[10_000])) == 4  # busy
+
+
+def test_statuses_answer_in_one_shape(store: ConversationStore) -> None:
+    """A new message, a step back, a step forward, with and without the part in flight: three fields each time."""
+    record = raw(store).register_script(lua.RECORD_STATUS)
+    k = store.keys(CID)
+    raw(store).rpush(k.outbox, b"r1\nreply")
+    store.begin_delivery(CID, 10_000)  # part 0 of r1 in flight
+
+    def run(status: str, reply_id: str = "") -> list[object]:
+        return list(record(keys=[k.statuses, k.statusorder, k.sent], args=["wamid.A", status, "", 10, reply_id, 0]))
+
+    shapes = [run("delivered"), run("sent", "r1"), run("read", "r9"), run("read", "r1")]
+    assert [(s[0], s[2]) for s in shapes] == [(1, 0), (0, 1), (1, 0), (0, 1)]
+    assert all(len(s) == 3 for s in shapes), shapes
+
+
+def test_inflight_outcome_answers_in_one_shape(store: ConversationStore) -> None:
+    """Fenced out, not the head, not in flight, nothing seen, a status seen: four fields each time."""
+    outcome = raw(store).register_script(lua.INFLIGHT_OUTCOME)
+    k = store.keys(CID)
+    raw(store).rpush(k.outbox, b"r1\nreply")
+    token, _ = store.begin_delivery(CID, 10_000)
+    assert token
+
+    def run(tok: int, reply_id: str, part: int) -> list[object]:
+        return list(outcome(keys=[k.dfence, k.outbox, k.sent], args=[tok, reply_id, part]))
+
+    shapes = [run(token + 1, "r1", 0), run(token, "r9", 0), run(token, "r1", 1), run(token, "r1", 0)]
+    store.record_status(CID, "wamid.A", "sent", reply_id="r1", part=0)
+    shapes.append(run(token, "r1", 0))
+    assert [s[0] for s in shapes] == [-1, -3, 0, 1, 1] and shapes[3][1] is None and shapes[4][1] == b"sent"
+    assert all(len(s) == 4 for s in shapes), shapes

@@ -1,6 +1,7 @@
 """A loopback server standing in for the WhatsApp Cloud API send endpoint and its media endpoints.
 
-Records every send (path, headers, JSON body) and answers success with a fresh wamid, or scripted errors.
+Records every send (path, headers, JSON body) and answers success with a fresh wamid, or scripted errors;
+``on_sent`` runs after a send is recorded and before it is answered.
 Read receipts and typing indicators (``"status": "read"`` bodies) are recorded apart, in ``reads``, and have their
 own scripted errors (``fail_reads``, ``read_fault``), so that they never take an error meant for a send.
 Media: :meth:`FakeWhatsApp.add_media` puts a picture behind ``GET {base}/{media_id}`` (the JSON with its ``url``)
@@ -50,6 +51,9 @@ class FakeWhatsApp:
         self.errors: deque[tuple[int, dict[str, Any], dict[str, str]]] = deque()
         self.delay = 0.0
         self.fault: Any = None  # callable(body) -> (status, payload, headers) | None
+        # callable(sent) -> None, run once a send is accepted and recorded, before the answer goes back (so a hook
+        # that kills the sending worker lands between the send and its sent mark); ``sent`` is the recorded dict
+        self.on_sent: Any = None
         self.reads: list[dict[str, Any]] = []  # {"path", "body"} of each read receipt answered 200
         self.read_errors: deque[tuple[int, dict[str, Any], dict[str, str]]] = deque()
         self.read_fault: Any = None  # callable(body) -> (status, payload, headers) | None (None: drop the connection)
@@ -93,8 +97,11 @@ class FakeWhatsApp:
             if injected is not None:
                 return injected
             wamid = f"wamid.out{next(self._ids)}"
-            self.sent.append({"path": path, "body": body, "wamid": wamid})
+            sent = {"path": path, "body": body, "wamid": wamid}
+            self.sent.append(sent)
             self.headers.append(headers)
+        if self.on_sent is not None:
+            self.on_sent(sent)
         to = body.get("to") or body.get("recipient")
         return 200, {"messaging_product": "whatsapp", "contacts": [{"input": to, "wa_id": to}],
                      "messages": [{"id": wamid}]}, {}

@@ -30,7 +30,11 @@ class LoopbackServer:
             disable_nagle_algorithm = True  # headers and body go out as separate writes
 
             def do_POST(self) -> None:
-                raw = self.rfile.read(int(self.headers.get("Content-Length", "0")))
+                length = int(self.headers.get("Content-Length", "0"))
+                raw = self.rfile.read(length)
+                if len(raw) < length:  # the client died mid-body (a killed worker): nothing was really sent
+                    self.close_connection = True
+                    return
                 result = answer(self.path, {k.lower(): v for k, v in self.headers.items()}, json.loads(raw or b"{}"))
                 if result is None:
                     self.close_connection = True

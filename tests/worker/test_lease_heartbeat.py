@@ -89,7 +89,8 @@ def test_a_send_longer_than_the_delivery_lease_is_not_resent_by_another_worker()
     sending = threading.Event()
 
     class SlowChannel(RecordingChannel):
-        def send_text(self, recipient: str, text: str, *, reply_to: str | None = None) -> str:
+        def send_text(self, recipient: str, text: str, *, reply_to: str | None = None,
+                      callback_data: str | None = None) -> str:
             sending.set()
             time.sleep(1.6)
             return super().send_text(recipient, text, reply_to=reply_to)

@@ -174,7 +174,8 @@ def test_disabled_posts_nothing(api: FakeWhatsApp, clock: Clock) -> None:
 
 def test_a_channel_without_receipts_turns_presence_off(clock: Clock) -> None:
     class Plain:
-        def send_text(self, recipient: str, text: str, *, reply_to: str | None = None) -> str:
+        def send_text(self, recipient: str, text: str, *, reply_to: str | None = None,
+                      callback_data: str | None = None) -> str:
             return "x"
 
     assert not Presence(Plain(), enabled=True).enabled

@@ -167,7 +167,8 @@ class FlakyChannel(RecordingChannel):
         super().__init__()
         self.failures = failures
 
-    def send_text(self, recipient: str, text: str, *, reply_to: str | None = None) -> str:
+    def send_text(self, recipient: str, text: str, *, reply_to: str | None = None,
+                  callback_data: str | None = None) -> str:
         if self.failures:
             raise self.failures.pop(0)
         return super().send_text(recipient, text, reply_to=reply_to)

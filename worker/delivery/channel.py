@@ -20,9 +20,13 @@ from worker.errors import DeliveryPermanentError, DeliveryRetryableError
 
 @runtime_checkable
 class Channel(Protocol):
-    """Sends one whole text message; returns the provider's message id."""
+    """Sends one whole text message; returns the provider's message id.
 
-    def send_text(self, recipient: str, text: str, *, reply_to: str | None = None) -> str: ...
+    ``callback_data`` names the reply part (:func:`worker.envelopes.part_callback`); a channel whose provider hands
+    such data back in its status webhooks (WhatsApp) sends it along, the others ignore it."""
+
+    def send_text(self, recipient: str, text: str, *, reply_to: str | None = None,
+                  callback_data: str | None = None) -> str: ...
 
 
 @runtime_checkable
@@ -41,7 +45,8 @@ class ConsoleChannel:
         self._ids = itertools.count(1)
         self._lock = threading.Lock()
 
-    def send_text(self, recipient: str, text: str, *, reply_to: str | None = None) -> str:
+    def send_text(self, recipient: str, text: str, *, reply_to: str | None = None,
+                  callback_data: str | None = None) -> str:
         with self._lock:
             n = next(self._ids)
             print(f"[reply to {recipient}] {text}", file=self.stream, flush=True)
@@ -56,12 +61,15 @@ class RecordingChannel:
 
     def __init__(self) -> None:
         self.sent: list[tuple[str, str, str | None]] = []
+        self.callbacks: list[str | None] = []  # the callback data of each send, in the order of ``sent``
         self.read: list[tuple[str, bool]] = []  # (message id, typing) per mark_read
         self._lock = threading.Lock()
 
-    def send_text(self, recipient: str, text: str, *, reply_to: str | None = None) -> str:
+    def send_text(self, recipient: str, text: str, *, reply_to: str | None = None,
+                  callback_data: str | None = None) -> str:
         with self._lock:
             self.sent.append((recipient, text, reply_to))
+            self.callbacks.append(callback_data)
             return f"rec-{len(self.sent)}"
 
     def mark_read(self, message_id: str, *, typing: bool) -> None:
@@ -78,7 +86,9 @@ class WebhookChannel:
         self._client = httpx.Client(timeout=timeout, headers=headers)
         self._ids = itertools.count(1)
 
-    def send_text(self, recipient: str, text: str, *, reply_to: str | None = None) -> str:
+    def send_text(self, recipient: str, text: str, *, reply_to: str | None = None,
+                  callback_data: str | None = None) -> str:
+        # The webhook contract has no status callbacks into Parley: ``callback_data`` has nowhere to come back.
         try:
             r = self._client.post(self.url, json={"recipient": recipient, "text": text, "reply_to": reply_to})
         except httpx.HTTPError as exc:

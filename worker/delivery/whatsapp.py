@@ -111,7 +111,8 @@ class WhatsAppSender:
             timeout=httpx.Timeout(timeout, connect=connect_timeout), headers=headers, limits=single_connection(),
             verify=tls_context(), transport=transport))
 
-    def body(self, recipient: str, text: str, reply_to: str | None = None) -> dict[str, Any]:
+    def body(self, recipient: str, text: str, reply_to: str | None = None,
+             callback_data: str | None = None) -> dict[str, Any]:
         body: dict[str, Any] = {"messaging_product": "whatsapp", "recipient_type": "individual", "type": "text",
                                 "text": {"preview_url": False, "body": text}}
         if is_bsuid(recipient):
@@ -120,12 +121,16 @@ class WhatsAppSender:
             body["to"] = recipient
         if reply_to:
             body["context"] = {"message_id": reply_to}
+        if callback_data:
+            # Handed back unchanged in the message's sent/delivered/read status webhooks (at most 512 characters).
+            body["biz_opaque_callback_data"] = callback_data
         return body
 
-    def send_text(self, recipient: str, text: str, *, reply_to: str | None = None) -> str:
+    def send_text(self, recipient: str, text: str, *, reply_to: str | None = None,
+                  callback_data: str | None = None) -> str:
         try:
             with self._clients.lease() as client:
-                response = client.post(self.url, json=self.body(recipient, text, reply_to))
+                response = client.post(self.url, json=self.body(recipient, text, reply_to, callback_data))
         except httpx.TimeoutException as exc:
             # The request may or may not have reached Meta; a resend may duplicate (counted by the caller).
             raise DeliveryRetryableError(f"WhatsApp API timed out: {exc}") from exc

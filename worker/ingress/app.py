@@ -7,7 +7,8 @@
 parses the batch and gives every player message an outcome through :class:`~worker.client.ConversationClient`
 (deduplicated on the wamid, so Meta's retries are harmless): chat turns (text, buttons, interactive replies,
 images), game events (locations, reactions), the configured short answer for what Parley cannot read (voice
-notes, video, documents, stickers, contacts, unsupported and unknown types); it records delivery statuses, then
+notes, video, documents, stickers, contacts, unsupported and unknown types); it records delivery statuses (each
+message's status only moves forward, and a status naming a reply part still in flight is kept with it), then
 answers 200 with a summary ``{"accepted", "events", "notices", "duplicates", "statuses", "ignored"}``
 (``accepted`` counts chat turns). A body that is not JSON or not a webhook: 400. Redis unavailable, or a
 conversation's mailbox full: 503, so Meta retries the whole batch (what was already queued deduplicates; the
@@ -43,6 +44,7 @@ from worker.ingress.parse import (
     verify_handshake,
     verify_signature,
 )
+from worker.store.base import StatusRecorded
 
 log = logging.getLogger("parley.ingress")
 
@@ -53,7 +55,8 @@ DEFAULT_MAX_BODY_BYTES = 8 * 1024 * 1024
 class IngressStore(Protocol):
     """What the ingress needs of the store (``ConversationStore`` has it)."""
 
-    def record_status(self, cid: str, provider_id: str, status: str, detail: str = "") -> None: ...
+    def record_status(self, cid: str, provider_id: str, status: str, detail: str = "", *,
+                      reply_id: str | None = None, part: int = 0) -> StatusRecorded: ...
 
     def ping(self) -> bool: ...
 
@@ -124,7 +127,10 @@ def _apply(client: ConversationClient, store: IngressStore, records: list[Record
                 log.info("inbound %s answered with the short answer: %s", rec.type, rec.reason,
                          extra={"message_id": rec.wamid, "message_type": rec.type})
         elif isinstance(rec, StatusUpdate):
-            store.record_status(rec.conversation_id, rec.wamid, rec.status, rec.detail())
+            # Forward only (a late `delivered` never hides a `read`); a status naming a reply part still in flight
+            # is also kept with the part, so a deliverer recovering from a crash does not send it twice.
+            store.record_status(rec.conversation_id, rec.wamid, rec.status, rec.detail(), reply_id=rec.reply_id,
+                                part=rec.part)
             summary["statuses"] += 1
         else:
             _report(rec)

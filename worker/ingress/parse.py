@@ -17,7 +17,8 @@ audio/voice, video, document, sticker, contacts,             :class:`InboundNoti
 system (identity or number changed)                          :class:`Unsupported`
 ==========================================================  ==================================================
 
-Statuses are :class:`StatusUpdate`. An account-level error, a change of another field and anything malformed
+Statuses are :class:`StatusUpdate` (naming the reply part they are about when they carry the callback data Parley
+sent the message with). An account-level error, a change of another field and anything malformed
 become :class:`Unsupported` records — parsing never raises on a body that has an ``entry`` list, whatever is
 inside it.
 
@@ -47,7 +48,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field, ValidationError
 
-from worker.envelopes import Media
+from worker.envelopes import Media, parse_part_callback
 from worker.errors import InvalidConversationIdError
 from worker.store.keys import validate_conversation_id
 
@@ -103,11 +104,17 @@ class InboundNotice(BaseModel):
 
 
 class StatusUpdate(BaseModel):
-    """A delivery status of a message we sent: sent, delivered, read, failed, ..."""
+    """A delivery status of a message we sent: sent, delivered, read, failed, ...
+
+    When the status carries the callback data Parley sent the message with (``biz_opaque_callback_data``, see
+    :func:`worker.envelopes.part_callback`), ``reply_id`` and ``part`` name the reply part it was, and
+    ``conversation_id`` is the conversation that reply belongs to (its recipient may be another id)."""
 
     wamid: str
     status: str
     conversation_id: str
+    reply_id: str | None = None
+    part: int = 0
     errors: list[tuple[int | None, str]] = Field(default_factory=list,
                                                  description="(code, message or title + details) per error.")
 
@@ -336,6 +343,10 @@ def _status(st: dict[str, Any], contacts: list[dict[str, Any]]) -> Record:
     status = _str(st.get("status"))
     if wamid is None or status is None:
         return Unsupported(kind="status", wamid=wamid, reason="status without an id or a status")
+    ref = parse_part_callback(st.get("biz_opaque_callback_data"))
+    if ref is not None:
+        return StatusUpdate(wamid=wamid, status=status, conversation_id=ref.conversation_id, reply_id=ref.reply_id,
+                            part=ref.part, errors=_errors(st))
     cid, _ = _choose_identity(_phone(st.get("recipient_id")), _str(st.get("recipient_user_id")), contacts)
     bad = _invalid_id(cid)
     if bad is not None or cid is None:

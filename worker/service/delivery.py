@@ -1,8 +1,10 @@
 """Delivering replies: the deliverer takes a conversation's delivery lease and sends its outbox, in order.
 
-Reply once: delivery marks a part in flight before the HTTP call and sent right after it; a crash between the
-two is detected on the next attempt, counted, and the part is resent. Failed sends of a reply are counted in
-Redis with the reply (not in task arguments), so the retry limit holds whichever task, turn or sweep resumes it.
+Reply once: delivery marks a part in flight before the HTTP call and sent right after it, and sends it with callback
+data naming it; a crash between the two is detected on the next attempt, and :mod:`worker.service.inflight` decides
+whether the part is resent (counted) or, because a status webhook showed it reached WhatsApp, marked sent. Failed
+sends of a reply are counted in Redis with the reply (not in task arguments), so the retry limit holds whichever
+task, turn or sweep resumes it.
 """
 
 from __future__ import annotations
@@ -15,10 +17,11 @@ from functools import partial
 
 from worker import metrics
 from worker.delivery.channel import Channel
-from worker.envelopes import DeadLetter, ReplyRecord, decode_reply
+from worker.envelopes import DeadLetter, ReplyRecord, decode_reply, part_callback
 from worker.errors import DeliveryPermanentError, DeliveryRetryableError, EnvelopeError
 from worker.service.config import RetryLater, ServiceConfig
 from worker.service.heartbeat import Beat, Heartbeat
+from worker.service.inflight import CrashedSends
 from worker.store.base import OutboxHead
 from worker.store.protocol import DeliveryStore
 
@@ -43,6 +46,7 @@ class Deliverer:
         self.channel = channel
         self.config = config
         self.heartbeat = heartbeat
+        self.crashed = CrashedSends(store, config)
 
     def deliver(self, cid: str, claimed: tuple[int, OutboxHead] | None = None) -> int:
         """Send every reply waiting in ``cid``'s outbox, part by part, in order; returns parts sent.
@@ -84,10 +88,22 @@ class Deliverer:
             self.store.dead_letter_reply(run.cid, run.token, head.reply_id, dead.to_bytes())
             return 0, self._claim(run, partial(self.store.claim_next, run.cid, run.token, self.config.lease_ms))
         if head.crashed_in_window:
-            metrics.DUPLICATE_WINDOW.inc()
-            log.warning("resending a part whose send outcome is unknown (crash in the send window)",
-                        extra={"conversation_id": run.cid, "message_id": record.reply_id, "part": head.part})
+            provider_id = self.crashed.settle(run.cid, run.token, record.reply_id, head.part)  # or RetryLater
+            if provider_id is not None:
+                return self._skip_sent_part(run, record, head.part, provider_id)
         return self._send_record(run, record, head.part)
+
+    def _skip_sent_part(self, run: _Run, record: ReplyRecord, part: int,
+                        provider_id: str) -> tuple[int, OutboxHead | None]:
+        """Mark ``part`` (in flight, known to have reached the provider) sent without sending it, then go on with
+        the rest of the reply, or with the next reply when it was the last part."""
+        cid, token, lease_ms = run.cid, run.token, self.config.lease_ms
+        if part == len(record.parts) - 1:
+            return 0, self._claim(run, partial(self.store.sent_last_claim_next, cid, token, record.reply_id,
+                                               provider_id, lease_ms))
+        self.store.mark_sent(cid, token, record.reply_id, part, provider_id, lease_ms)
+        self.store.mark_inflight(cid, token, record.reply_id, part + 1)
+        return self._send_record(run, record, part + 1)
 
     def _send_record(self, run: _Run, record: ReplyRecord, start: int) -> tuple[int, OutboxHead | None]:
         """Send ``record`` from part ``start`` (already claimed: marked in flight); returns the parts sent and
@@ -101,7 +117,8 @@ class Deliverer:
                 self.store.mark_inflight(cid, token, record.reply_id, part)
             try:
                 wamid = self.channel.send_text(record.recipient, record.parts[part],
-                                               reply_to=record.reply_to if part == 0 else None)
+                                               reply_to=record.reply_to if part == 0 else None,
+                                               callback_data=part_callback(cid, record.reply_id, part))
             except DeliveryRetryableError as exc:
                 self.store.clear_inflight(cid, token)
                 metrics.DELIVERIES.labels("retry").inc()

@@ -3,10 +3,8 @@ inspection, dead-letter replay, delivery statuses, delete)."""
 
 from __future__ import annotations
 
-import time
-
 from worker.errors import InvalidConversationIdError
-from worker.store.base import StoreBase, join_entry, split_entry, store_errors
+from worker.store.base import MessageStatus, StatusRecorded, StoreBase, join_entry, split_entry, store_errors
 
 # What the sweeper reads of each candidate conversation, in this order (see ``stranded``).
 _PROBES: tuple[tuple[str, ...], ...] = (
@@ -128,17 +126,35 @@ class AdminStore(StoreBase):
         return ok
 
     @store_errors
-    def record_status(self, cid: str, provider_id: str, status: str, detail: str = "") -> None:
-        """Record a delivery status webhook (sent, delivered, read, failed) for the conversation."""
-        k = self.keys(cid)
-        pipe = self._r.pipeline(transaction=False)
-        pipe.rpush(k.statuses, f"{provider_id}\t{status}\t{int(time.time())}\t{detail}".encode())
-        pipe.ltrim(k.statuses, -self.limits.statuses_max, -1)
-        pipe.execute()
+    def record_status(self, cid: str, provider_id: str, status: str, detail: str = "", *,
+                      reply_id: str | None = None, part: int = 0) -> StatusRecorded:
+        """Record a delivery status webhook (sent, delivered, read, failed, ...) of message ``provider_id``.
+
+        The message's status only moves forward, whatever order the webhooks come in (Meta sends ``read`` without
+        ``delivered``, and retries old webhooks for a day and a half): sent < delivered < read, failed is final.
+        ``reply_id`` and ``part`` name the reply part the message was (the callback data it was sent with): while
+        that part is marked in flight the status is kept with it too, so a deliverer that finds it left in flight
+        by a crash knows it reached the provider (see :meth:`~worker.store.outbox.OutboxStore.inflight_outcome`).
+        The latest statuses of the ``limits.statuses_max`` most recent messages are kept."""
+        res = self._scripts.record_status(k=self.keys(cid), provider_id=provider_id, status=status, detail=detail,
+                                          max_kept=self.limits.statuses_max, reply_id=reply_id, part=part)
+        return StatusRecorded(res.moved, res.latest, res.for_part)
 
     @store_errors
-    def statuses(self, cid: str) -> list[str]:
-        return [e.decode() for e in self._r.lrange(self.keys(cid).statuses, 0, -1)]
+    def statuses(self, cid: str, limit: int = 50) -> list[MessageStatus]:
+        """The latest status of each of the ``limit`` messages whose first status came last, oldest first."""
+        k = self.keys(cid)
+        ids = [bytes(i) for i in self._r.zrange(k.statusorder, -limit, -1)] if limit > 0 else []
+        if not ids:
+            return []
+        out = []
+        for pid, value in zip(ids, self._r.hmget(k.statuses, ids), strict=True):
+            if value is None:  # trimmed between the two reads
+                continue
+            status, _, rest = bytes(value).decode("utf-8", "replace").partition("\t")
+            at, _, detail = rest.partition("\t")
+            out.append(MessageStatus(pid.decode("utf-8", "replace"), status, int(at or 0), detail))
+        return out
 
     @store_errors
     def delivered(self, cid: str) -> list[tuple[str, list[str]]]:

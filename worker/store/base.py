@@ -75,6 +75,18 @@ class OutboxHead:
 
 
 @dataclass(frozen=True)
+class InflightOutcome:
+    """What is known of a part left in flight by a crash (see
+    :meth:`~worker.store.outbox.OutboxStore.inflight_outcome`): the best status webhook recorded for it and the
+    provider message id it named (``None`` when none came), and how long ago (ms) a deliverer first found the part
+    left in flight."""
+
+    status: str | None
+    provider_id: str | None
+    waited_ms: int
+
+
+@dataclass(frozen=True)
 class CommitResult:
     """``version`` and ``depth`` after the commit: ``released`` when the mailbox was empty and the lease was given
     up, else the next input (``next``) with the attempts counted at it."""
@@ -85,6 +97,29 @@ class CommitResult:
     next: Snapshot | None = None
     next_attempts: int = 0
     delivery: tuple[int, OutboxHead] | None = None  # with ``claim_delivery_ms``: the delivery token and claimed head
+
+
+@dataclass(frozen=True)
+class MessageStatus:
+    """The latest delivery status of one message we sent (by the provider's message id): ``status`` as WhatsApp
+    names it (sent, delivered, read, failed, ...), ``at_ms`` when it was recorded, ``detail`` the errors of a
+    failed one."""
+
+    provider_id: str
+    status: str
+    at_ms: int
+    detail: str = ""
+
+
+@dataclass(frozen=True)
+class StatusRecorded:
+    """What recording one status webhook did: ``moved`` when it moved the message's status forward (a late or
+    repeated one does not), ``latest`` the status the message has now, ``for_part`` when it was also kept as
+    proof that the reply part it names (still in flight) reached the provider."""
+
+    moved: bool
+    latest: str
+    for_part: bool = False
 
 
 @dataclass(frozen=True)
@@ -167,7 +202,7 @@ class StoreBase:
         if self.limits.idle_ttl_ms <= 0:
             return []
         return [getattr(k, n) for n in ("state", "inbox", "seen", "fence", "attempts", "outbox", "sent", "dfence",
-                                   "delivered", "trace", "quarantine", "dead", "statuses", "journal")]
+                                   "delivered", "trace", "quarantine", "dead", "statuses", "statusorder", "journal")]
 
     @staticmethod
     def _now_ms() -> int:

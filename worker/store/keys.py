@@ -14,7 +14,10 @@ Per conversation (``{prefix}:{{cid}}:<name>``):
 ``lease``       string: the token of the worker applying inputs (expires)
 ``attempts``    hash: input id -> attempts so far (poison-input detection)
 ``outbox``      list: replies to deliver, oldest first; ``<reply id>\\n<record bytes>``
-``sent``        hash: delivery progress of the outbox head (``reply_id``, ``part``, ``inflight``, ``ids``)
+``sent``        hash: delivery progress of the outbox head (``reply_id``, ``part``, ``inflight``, ``ids``; for
+                the part in flight also the best status webhook seen for it, ``seen_part`` / ``seen`` /
+                ``seen_id``, and when a deliverer first found it left in flight, ``suspect_part`` /
+                ``suspect_at``)
 ``dfence``      counter: the fencing token of the latest delivery lease
 ``dlease``      string: the token of the worker delivering replies
 ``delivered``   list (capped): ``<reply id>\\t<provider message ids>`` of delivered replies
@@ -23,7 +26,10 @@ Per conversation (``{prefix}:{{cid}}:<name>``):
 ``dead``        list (capped): dead letters (inputs and replies) with the reason
 ``compacting``  string: set while a compaction is being computed (expires)
 ``hold``        string: set while the head input waits to be retried (expires when the retry is due)
-``statuses``    list (capped): delivery status webhooks (sent, delivered, read, failed)
+``statuses``    hash: provider message id -> its latest delivery status (``<status>\t<ms>\t<detail>``); a
+                status only moves forward (sent < delivered < read; failed is final)
+``statusorder`` zset: the provider message ids of ``statuses`` by when their first status came (ms):
+                bounds ``statuses`` to the most recent ones
 ``journal``     hash: the head input's turn journal (model rounds, tool results), deleted by its commit
 ``tomb``        zset: input ids of a deleted conversation (score: ms of the delete), so Meta's retries of
                 its old webhooks dedupe; not one of :data:`NAMES` (delete keeps it), expires on its own
@@ -45,7 +51,7 @@ MAX_ID_LENGTH = 128
 _ID = re.compile(r"[A-Za-z0-9._@+=-]{1,128}")
 
 NAMES = ("state", "inbox", "seen", "fence", "lease", "attempts", "outbox", "sent", "dfence", "dlease",
-         "delivered", "trace", "quarantine", "dead", "compacting", "statuses", "hold",
+         "delivered", "trace", "quarantine", "dead", "compacting", "statuses", "statusorder", "hold",
          "journal")
 
 
@@ -92,6 +98,7 @@ class ConversationKeys:
     dead: str = field(init=False)
     compacting: str = field(init=False)
     statuses: str = field(init=False)
+    statusorder: str = field(init=False)
     hold: str = field(init=False)
     journal: str = field(init=False)
 

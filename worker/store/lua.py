@@ -384,3 +384,90 @@ end
 for i = 2, #KEYS do redis.call('DEL', KEYS[i]) end
 return redis.call('ZCARD', KEYS[1])
 """
+
+# How far along a delivery status is. Meta sends statuses in no particular order and retries old ones for a day
+# and a half (a `read` may come before its `delivered`, or alone), so a status is kept only when it ranks above
+# the one kept: sent < delivered < read, and failed is final. A status Meta may add later ranks 0: kept only while
+# nothing better is known.
+STATUS_RANK = """
+local RANKS = {sent = 1, delivered = 2, read = 3, failed = 4}
+local function rank(status)
+  if not status then return -1 end
+  return RANKS[status] or 0
+end
+"""
+
+# KEYS: statuses, statusorder, sent
+# ARGV: provider_id, status, detail, max_kept, reply_id ('' when the status names no part), part
+# One delivery status webhook. The message's latest status moves only forward (see STATUS_RANK); ``statuses`` keeps
+# the ``max_kept`` messages whose first status came last. When the status names a part of a reply (WhatsApp hands
+# back the biz_opaque_callback_data we sent it with) and that part is still marked in flight, the status is kept
+# with the part's progress too: proof that the send reached WhatsApp, which is what a deliverer that finds the part
+# left in flight by a crash needs (MARK_SENT and the claims keep those fields only for the part they are about).
+# -> {1 moved forward / 0 kept the one it had, the latest status, 1 when kept for the part in flight / 0}
+RECORD_STATUS = STATUS_RANK + """
+if redis.call('TYPE', KEYS[1])['ok'] == 'list' then redis.call('DEL', KEYS[1]) end  -- the log of earlier versions
+local now = redis.call('TIME')
+local ms = string.format('%d', tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000))
+local status = ARGV[2]
+local cur = redis.call('HGET', KEYS[1], ARGV[1])
+local kept = nil
+if cur then kept = string.match(cur, '^([^\\t]*)') end
+local moved = 0
+local latest = kept
+if rank(status) > rank(kept) then
+  redis.call('HSET', KEYS[1], ARGV[1], status .. '\\t' .. ms .. '\\t' .. ARGV[3])
+  moved = 1
+  latest = status
+  if not cur then
+    redis.call('ZADD', KEYS[2], 'NX', ms, ARGV[1])
+    local n = redis.call('ZCARD', KEYS[2])
+    local max = tonumber(ARGV[4])
+    if n > max then
+      local old = redis.call('ZRANGE', KEYS[2], 0, n - max - 1)
+      redis.call('HDEL', KEYS[1], unpack(old))
+      redis.call('ZREMRANGEBYRANK', KEYS[2], 0, n - max - 1)
+    end
+  end
+end
+local for_part = 0
+if ARGV[5] ~= '' then
+  local tag = ARGV[5] .. ':' .. ARGV[6]
+  local s = redis.call('HMGET', KEYS[3], 'reply_id', 'inflight', 'seen_part', 'seen')
+  if s[1] == ARGV[5] and s[2] == tag then
+    local seen = nil
+    if s[3] == tag then seen = s[4] end
+    if rank(status) > rank(seen) then
+      redis.call('HSET', KEYS[3], 'seen_part', tag, 'seen', status, 'seen_id', ARGV[1])
+    end
+    for_part = 1
+  end
+end
+return {moved, latest, for_part}
+"""
+
+# KEYS: dfence, outbox, sent   ARGV: token, reply_id, part
+# What is known of a part a crashed deliverer left in flight: the best status webhook kept for it (RECORD_STATUS
+# keeps one while the part is in flight) and how long ago a deliverer first found it so. That first look starts the
+# clock (``suspect_part`` / ``suspect_at``, in Redis's time, so every worker reads the same clock): the grace a
+# deliverer gives the part's status webhooks runs from then, at least one lease after the crash.
+# -> {1, status or false, its provider message id or false, ms since first found}; {0, ...} the part is not in
+# flight (nothing to decide); -1 the fence moved; -3 the reply is no longer the head
+INFLIGHT_OUTCOME = HEAD_ID + """
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return {-1, false, false, 0} end
+if head_id(redis.call('LINDEX', KEYS[2], 0)) ~= ARGV[2] then return {-3, false, false, 0} end
+local tag = ARGV[2] .. ':' .. ARGV[3]
+local s = redis.call('HMGET', KEYS[3], 'reply_id', 'inflight', 'seen_part', 'seen', 'seen_id', 'suspect_part',
+                     'suspect_at')
+if s[1] ~= ARGV[2] or s[2] ~= tag then return {0, false, false, 0} end
+local now = redis.call('TIME')
+local ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
+local waited = 0
+if s[6] == tag and tonumber(s[7]) then
+  waited = math.max(0, ms - tonumber(s[7]))
+else
+  redis.call('HSET', KEYS[3], 'suspect_part', tag, 'suspect_at', string.format('%d', ms))
+end
+if s[3] == tag then return {1, s[4], s[5] or false, waited} end
+return {1, false, false, waited}
+"""

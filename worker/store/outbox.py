@@ -4,7 +4,7 @@ delivery token; every send is marked in flight before it and sent after it, so a
 from __future__ import annotations
 
 from worker.errors import StaleLeaseError
-from worker.store.base import OutboxHead, StoreBase, claimed, store_errors
+from worker.store.base import InflightOutcome, OutboxHead, StoreBase, claimed, store_errors
 from worker.store.scripts import ClaimReply
 
 
@@ -48,6 +48,18 @@ class OutboxStore(StoreBase):
     def mark_inflight(self, cid: str, token: int, reply_id: str, part: int) -> None:
         if self._scripts.mark_inflight(k=self.keys(cid), token=token, reply_id=reply_id, part=part) < 0:
             raise StaleLeaseError(f"delivery lease on {cid} was taken over")
+
+    @store_errors
+    def inflight_outcome(self, cid: str, token: int, reply_id: str, part: int) -> InflightOutcome:
+        """What is known of the claimed head's part ``part``, left in flight by a crashed deliverer: the best status
+        webhook the ingress recorded for it while it was in flight (proof it reached the provider), and the ms since
+        a deliverer first asked (the first call starts that clock).
+
+        Raises :class:`~worker.errors.StaleLeaseError` when the delivery fence moved or the reply left the head."""
+        res = self._scripts.inflight_outcome(k=self.keys(cid), token=token, reply_id=reply_id, part=part)
+        if res.code < 0:
+            raise StaleLeaseError(f"delivery of {reply_id} on {cid} was taken over")
+        return InflightOutcome(res.status, res.provider_id, res.waited_ms)
 
     @store_errors
     def clear_inflight(self, cid: str, token: int) -> None:

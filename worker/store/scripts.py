@@ -19,6 +19,10 @@ def _opt(value: Any) -> bytes | None:
     return None if value is None else bytes(value)
 
 
+def _text(value: Any) -> str | None:
+    return None if value is None else bytes(value).decode("utf-8", "replace")
+
+
 @dataclass(frozen=True)
 class AcceptReply:
     """ACCEPT: ``code`` 1 accepted, 0 a duplicate id, -1 the mailbox is full; ``depth`` after it."""
@@ -88,6 +92,27 @@ class RecordReply:
     entries: int
 
 
+@dataclass(frozen=True)
+class StatusReply:
+    """RECORD_STATUS: whether the message's status moved forward, the latest status kept for it, and whether the
+    status was kept for the reply part it names because that part is still in flight."""
+
+    moved: bool
+    latest: str
+    for_part: bool
+
+
+@dataclass(frozen=True)
+class InflightReply:
+    """INFLIGHT_OUTCOME: ``code`` 1 with the status kept for the part in flight (or None), its provider message id
+    and the ms since a deliverer first found it left in flight; 0 the part is not in flight; -1 / -3 refused."""
+
+    code: int
+    status: str | None
+    provider_id: str | None
+    waited_ms: int
+
+
 class Scripts:
     """The registered scripts of one client, shared by every part of the store."""
 
@@ -105,6 +130,8 @@ class Scripts:
         self._delete = s(lua.DELETE_KEEPING_TOMBSTONE)
         self._record_step = s(lua.RECORD_STEP)
         self._defer = s(lua.DEFER)
+        self._record_status = s(lua.RECORD_STATUS)
+        self._inflight_outcome = s(lua.INFLIGHT_OUTCOME)
 
     # --- mailbox -----------------------------------------------------------------------------------
 
@@ -191,11 +218,24 @@ class Scripts:
         return int(self._dead_reply(keys=[k.dfence, k.outbox, k.sent, k.dead],
                                     args=[token, reply_id, dead_entry, dead_max]))
 
+    def inflight_outcome(self, *, k: ConversationKeys, token: int, reply_id: str, part: int) -> InflightReply:
+        code, status, provider_id, waited = self._inflight_outcome(keys=[k.dfence, k.outbox, k.sent],
+                                                                   args=[token, reply_id, part])
+        return InflightReply(int(code), _text(status), _text(provider_id), int(waited or 0))
+
     def note_delivery_failure(self, *, k: ConversationKeys, token: int, reply_id: str) -> int:
         """The failures counted for ``reply_id``, or -1 (fence moved) / -3 (no longer the head)."""
         return int(self._failure(keys=[k.dfence, k.outbox, k.sent], args=[token, reply_id]))
 
     # --- admin -------------------------------------------------------------------------------------
+
+    def record_status(self, *, k: ConversationKeys, provider_id: str, status: str, detail: str, max_kept: int,
+                      reply_id: str | None, part: int) -> StatusReply:
+        """``reply_id`` and ``part``: the reply part the status names (from the callback data), if any."""
+        moved, latest, for_part = self._record_status(
+            keys=[k.statuses, k.statusorder, k.sent],
+            args=[provider_id, status, detail, max_kept, reply_id or "", part])
+        return StatusReply(int(moved) == 1, _text(latest) or "", int(for_part) == 1)
 
     def replay(self, *, dead: str, target: str, index: int, expected: bytes, entry: bytes) -> bool:
         return int(self._replay(keys=[dead, target], args=[index, expected, entry])) == 1
