@@ -32,6 +32,13 @@ class Submitted:
     depth: int
 
 
+def _from_player(env: Envelope) -> bool:
+    """Whether the input is a message the player sent, which opens WhatsApp's 24-hour customer-service window: a
+    chat turn, or the short answer to a message Parley cannot read (a notice threaded to the player's message, as
+    the ingress queues it). Game events and a producer's own notices are not."""
+    return env.kind == "message" or (env.kind == "notice" and env.reply_to is not None)
+
+
 class ConversationClient:
     """Enqueue chat turns, game events, resets and deletions for Parley's workers.
 
@@ -67,7 +74,7 @@ class ConversationClient:
     def _submit(self, env: Envelope) -> Submitted:
         if env.text is not None and len(env.text) > self.max_text_chars:
             raise OversizeInputError(f"text is {len(env.text)} characters; the limit is {self.max_text_chars}")
-        result = self.store.accept(env.conversation_id, env.to_bytes(), env.message_id)
+        result = self.store.accept(env.conversation_id, env.to_bytes(), env.message_id, inbound=_from_player(env))
         # Only the first input of a burst needs a wake-up: with more waiting, a wake-up is already queued, or a
         # worker is draining (its commit hands the new input back atomically), or the head waits for its
         # scheduled retry; the sweeper covers a worker that died. Fewer Celery tasks, same guarantees.

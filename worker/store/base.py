@@ -167,7 +167,8 @@ class StoreBase:
         if self.limits.idle_ttl_ms <= 0:
             return []
         return [getattr(k, n) for n in ("state", "inbox", "seen", "fence", "attempts", "outbox", "sent", "dfence",
-                                   "delivered", "trace", "quarantine", "dead", "statuses", "journal")]
+                                   "delivered", "trace", "quarantine", "dead", "statuses", "journal",
+                                   "inbound")]
 
     @staticmethod
     def _now_ms() -> int:
