@@ -46,6 +46,7 @@ class FakeMedia:
 class FakeWhatsApp:
     def __init__(self, *, access_token: str = "test-token") -> None:
         self.sent: list[dict[str, Any]] = []
+        self.received: list[dict[str, Any]] = []  # the body of every send, whatever it was answered
         self.headers: list[dict[str, str]] = []
         self.errors: deque[tuple[int, dict[str, Any], dict[str, str]]] = deque()
         self.delay = 0.0
@@ -87,6 +88,7 @@ class FakeWhatsApp:
         if body.get("status") == "read":
             return self.answer_read(path, body)
         with self.lock:
+            self.received.append(body)
             if self.errors:
                 return self.errors.popleft()
             injected = self.fault(body) if self.fault is not None else None
