@@ -117,7 +117,7 @@ def test_131047_without_a_template_is_dead_lettered_as_outside_the_window(api: F
     h.run()
     assert len(api.received) == 1
     [(reason, detail)] = dead(h)
-    assert reason == "outside_window" and "131047" in detail
+    assert reason == "outside_window:131047" and "131047" in detail
 
 
 def test_a_window_that_closes_mid_reply_sends_the_rest_as_one_template(api: FakeWhatsApp) -> None:

@@ -124,7 +124,10 @@ class Deliverer:
                 return part - start, self._claim(run, partial(self.store.claim_next, cid, token, lease_ms))
             except DeliveryPermanentError as exc:
                 self.store.clear_inflight(cid, token)
-                reason = "outside_window" if isinstance(exc, OutsideWindowError) else None
+                # outside_window, or outside_window:131047 when the API said so rather than the recorded time.
+                reason = None
+                if isinstance(exc, OutsideWindowError):
+                    reason = f"outside_window:{exc.code}" if exc.code else "outside_window"
                 self._dead_reply(run, record, str(exc), exc.code, reason=reason)
                 return part - start, self._claim(run, partial(self.store.claim_next, cid, token, lease_ms))
             metrics.DELIVERIES.labels("sent").inc()
