@@ -16,6 +16,9 @@ pytestmark = pytest.mark.e2e
 
 RATE, BURST = 25, 5  # messages a second from the number, and its burst
 PAIR_PER_MINUTE, PAIR_BURST = 120, 2  # two a second to one player
+# Sends over the GCRA bound (rate + burst in any second) the stand-in lets pass: arrivals crowd when a send that
+# left on its slot reaches the server late (seen: 3 over on a busy machine). Unpaced, the same load ran 160 over.
+JITTER = 8
 LONG = "Tell me about the theatre. " * 190  # 5,130 characters: the reply goes in two parts
 
 PACED = {"env": {
@@ -29,10 +32,9 @@ PACED = {"env": {
 
 @pytest.mark.parametrize("cluster", [PACED], indirect=True)
 def test_two_workers_together_stay_under_the_platforms_limits(cluster: Cluster) -> None:
-    # The stand-in's limits are the configured ones, with room for the jitter of arrival times on a loaded machine
-    # (a send that left on time but arrived late crowds the next second): a fleet pacing per process (twice the
-    # rate) or not at all would still trip them.
-    cluster.whatsapp.limit(per_second=RATE, allowance=BURST + 5, pair_per_second=PAIR_PER_MINUTE / 60,
+    # The stand-in's limits are the configured ones, with room for the jitter of arrival times (JITTER): a fleet
+    # pacing per process (twice the rate) or not at all would still trip them.
+    cluster.whatsapp.limit(per_second=RATE, allowance=BURST + JITTER, pair_per_second=PAIR_PER_MINUTE / 60,
                            pair_allowance=PAIR_BURST + 2)
     cluster.start_worker("w1")
     cluster.start_worker("w2", pool="gevent", concurrency=100)  # a mixed fleet: sleeps are greenlet sleeps here
@@ -56,6 +58,6 @@ def test_two_workers_together_stay_under_the_platforms_limits(cluster: Cluster) 
         assert texts[2:] == [f"ack:{t}" for t in asked[1:]], texts
     # The workers pushed the number to its limit (so the stand-in would have seen an overload) and no further.
     busiest = cluster.whatsapp.busiest(1.0)
-    assert RATE * 0.8 <= busiest <= RATE + BURST + 5, busiest
+    assert RATE * 0.8 <= busiest <= RATE + BURST + JITTER, busiest
     assert took >= (total - BURST) / RATE * 0.9, took
     assert all(w.alive() for w in cluster.workers)
