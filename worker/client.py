@@ -32,6 +32,14 @@ class Submitted:
     depth: int
 
 
+def _from_player(env: Envelope) -> bool:
+    """Whether the input is a message the player sent, which opens WhatsApp's 24-hour customer-service window: a
+    chat turn, or the short answer to a message Parley cannot read (a notice threaded to the player's message, as
+    the ingress queues it). Game events (unless the ingress says the player sent them) and a producer's own notices
+    are not."""
+    return env.kind == "message" or (env.kind == "notice" and env.reply_to is not None)
+
+
 class ConversationClient:
     """Enqueue chat turns, game events, resets and deletions for Parley's workers.
 
@@ -64,10 +72,11 @@ class ConversationClient:
 
         return cls(build_store(s), wake or celery_waker(s), max_text_chars=s.max_input_chars)
 
-    def _submit(self, env: Envelope) -> Submitted:
+    def _submit(self, env: Envelope, *, from_player: bool = False) -> Submitted:
         if env.text is not None and len(env.text) > self.max_text_chars:
             raise OversizeInputError(f"text is {len(env.text)} characters; the limit is {self.max_text_chars}")
-        result = self.store.accept(env.conversation_id, env.to_bytes(), env.message_id)
+        result = self.store.accept(env.conversation_id, env.to_bytes(), env.message_id,
+                                   inbound=from_player or _from_player(env))
         # Only the first input of a burst needs a wake-up: with more waiting, a wake-up is already queued, or a
         # worker is draining (its commit hands the new input back atomically), or the head waits for its
         # scheduled retry; the sweeper covers a worker that died. Fewer Celery tasks, same guarantees.
@@ -98,11 +107,13 @@ class ConversationClient:
                                            message_id=message_id, reply_to=reply_to, recipient=recipient))
 
     def send_event(self, conversation_id: str, text: str, *, message_id: str | None = None,
-                   pinned: bool = False) -> Submitted:
+                   pinned: bool = False, from_player: bool = False) -> Submitted:
         """Queue a game event ("User has just tagged Harrogate Theatre"); no model call, no reply. The model
-        reads it as context on the next turn; ``pinned`` events survive compaction."""
+        reads it as context on the next turn; ``pinned`` events survive compaction. ``from_player``: the event is
+        something the player sent on WhatsApp (a location pin, a reaction), which opens the 24-hour window as a
+        message does."""
         return self._submit(self._envelope(kind="event", conversation_id=conversation_id, text=text,
-                                           message_id=message_id, pinned=pinned))
+                                           message_id=message_id, pinned=pinned), from_player=from_player)
 
     def reset(self, conversation_id: str, *, message_id: str | None = None) -> Submitted:
         """Queue a reset: inputs before it are applied first; the conversation then starts fresh."""

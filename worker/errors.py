@@ -29,6 +29,7 @@ The tree::
     ├── DeliveryError
     │   ├── DeliveryRetryableError      (retryable)
     │   └── DeliveryPermanentError
+    │       └── OutsideWindowError
     └── MediaError
         ├── MediaRejectedError          (permanent)
         └── MediaUnavailableError       (retryable; also a ModelUnavailableError)
@@ -210,6 +211,12 @@ class DeliveryRetryableError(DeliveryError):
 class DeliveryPermanentError(DeliveryError):
     """Raised when the channel refused the message for good (131047 outside the 24-hour window, bad recipient,
     expired token); the reply is dead-lettered with the reason."""
+
+
+class OutsideWindowError(DeliveryPermanentError):
+    """Raised when a WhatsApp reply falls outside the 24-hour customer-service window (the player's last message is
+    older, or the API answered 131047) and no template is configured to send instead; the reply is dead-lettered
+    with the reason ``outside_window``. ``code`` is 131047 when the API said so, None when no call was made."""
 
 
 class InboxFullError(StoreError, InputError):

@@ -31,6 +31,16 @@ COMPACTION_SAVED = Counter("parley_compaction_saved_tokens_total", "Prompt token
 QUARANTINED = Counter("parley_quarantined_states_total", "State blobs set aside, by reason.", ["reason"])
 DEAD_LETTERS = Counter("parley_dead_letters_total", "Inputs and replies dead-lettered, by reason.", ["what", "reason"])
 DELIVERIES = Counter("parley_deliveries_total", "Reply parts sent, by outcome.", ["outcome"])
+OUTSIDE_WINDOW = Counter("parley_outside_window_total",
+                         "WhatsApp replies outside the 24-hour customer-service window, by outcome (template: the rest "
+                         "of the reply went as the configured template; dead: dead-lettered, no template) and why "
+                         "(window: known before the send; 131047: the API said so).", ["outcome", "why"])
+PACE_WAITS = Counter("parley_pace_waits_total",
+                     "WhatsApp sends held back by the shared pace, by the limit that held them (number: the sender "
+                     "number's throughput; recipient: the pair rate) and how (sleep: waited in the worker; retry: "
+                     "handed to a later delivery task).", ["limit", "how"])
+PACE_WAIT_SECONDS = Histogram("parley_pace_wait_seconds", "How long a paced send waited (or was put off).",
+                              buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60))
 DUPLICATE_WINDOW = Counter("parley_duplicate_send_window_total",
                            "Reply parts resent because a crash hit between the send and the sent mark (with "
                            "PARLEY_STATUS_WEBHOOKS: no status webhook showed the part had reached WhatsApp within "

@@ -18,10 +18,13 @@ from worker.conversation.model import Model
 from worker.conversation.tokens import CalibratingModel, UsageCalibratedCounter
 from worker.conversation.tools import Tool
 from worker.delivery.channel import Channel, ConsoleChannel, WebhookChannel
-from worker.service import ConversationService, MediaPreparer, Presence, ServiceConfig, Wake
+from worker.delivery.window import ServiceWindow, Template
+from worker.service import ConversationService, MediaPreparer, Pacer, Presence, ServiceConfig, Wake
 from worker.service.burst import BurstPolicy
 from worker.settings import Settings
+from worker.store.protocol import PaceStore
 from worker.store.redis_store import ConversationStore, StoreLimits
+from worker.store.rules import PaceLimits
 
 DEFAULT_MODELS = {"openai": "gpt-4o-mini", "anthropic": "claude-haiku-4-5", "local": "SmolLM2-135M-Instruct"}
 
@@ -124,10 +127,32 @@ def build_channel(settings: Settings) -> Channel:
             base_url=settings.whatsapp_api_base_url,
             phone_number_id=settings.whatsapp_phone_number_id,
             access_token=settings.whatsapp_access_token.get_secret_value(),
+            window=service_window(settings),
         )
     if settings.reply_webhook_url:
         return WebhookChannel(settings.reply_webhook_url)
     return ConsoleChannel(sys.stdout)
+
+
+def service_window(settings: Settings) -> ServiceWindow:
+    """WhatsApp's customer-service window and the template sent outside it, from the settings."""
+    template = None
+    if settings.whatsapp_template:
+        template = Template(settings.whatsapp_template, settings.whatsapp_template_language,
+                            settings.whatsapp_template_parameter, settings.whatsapp_template_text)
+    return ServiceWindow(settings.whatsapp_window_hours * 3600, template)
+
+
+def build_pacer(settings: Settings, store: PaceStore, channel: Channel) -> Pacer | None:
+    """The pace the fleet shares for a WhatsApp sender number; None for the channels that have no such limits."""
+    from worker.delivery.whatsapp import WhatsAppSender
+
+    if not isinstance(channel, WhatsAppSender):
+        return None
+    limits = PaceLimits(per_second=settings.whatsapp_messages_per_second, burst=settings.whatsapp_burst,
+                        recipient_per_second=settings.whatsapp_recipient_per_minute / 60,
+                        recipient_burst=settings.whatsapp_recipient_burst)
+    return Pacer(store, channel.phone_number_id, limits, max_sleep=settings.whatsapp_pace_max_sleep)
 
 
 def build_media_preparer(settings: Settings, model: Model) -> MediaPreparer:
@@ -177,14 +202,16 @@ def build_service(settings: Settings, wake: Wake, *, model: Model | None = None,
         tools, source = loaded.fixed, (loaded.mcp.tools if loaded.mcp is not None else None)
     channel = channel or build_channel(settings)
     chat = build_chat(settings, model, tools=tools, tool_source=source)
+    store = build_store(settings)
     return ConversationService(
-        build_store(settings),
+        store,
         chat,
         channel,
         wake,
         service_config(settings),
         presence=build_presence(settings, channel),
         media=build_media_preparer(settings, chat.model),
+        pacer=build_pacer(settings, store, channel),
     )
 
 

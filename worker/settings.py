@@ -10,7 +10,7 @@ import json
 from functools import lru_cache
 from typing import Annotated, Literal
 
-from pydantic import AliasChoices, Field, SecretStr, field_validator
+from pydantic import AliasChoices, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 CompactionStep = Literal["tools", "summarize", "keep_last", "budget"]
@@ -208,11 +208,44 @@ class Settings(BaseSettings):
     deliver_inline: bool = Field(True, description="Deliver a drain's last reply in the drain task itself (one "
                                  "Celery hop fewer per turn); false hands every reply to a parley.deliver task.")
     reply_webhook_url: str | None = Field(None, description="Deliver replies as JSON POSTs here instead of WhatsApp.")
+    whatsapp_window_hours: float = Field(24.0, ge=0, description="WhatsApp's customer-service window: free-form "
+                                         "replies go only this long after the player's last message; later ones go "
+                                         "as PARLEY_WHATSAPP_TEMPLATE or are dead-lettered (outside_window) before "
+                                         "any API call. 0 = not checked before sending (a 131047 answer still is).")
+    whatsapp_template: str | None = Field(None, description="Approved template sent instead of a reply outside the "
+                                          "window (the rest of the reply, once). Unset: such replies are "
+                                          "dead-lettered.")
+    whatsapp_template_language: str = Field("en_US", description="Language code the template was approved in.")
+    whatsapp_template_parameter: Literal["reply", "fixed", "none"] = Field(
+        "reply", description="How the template's one body parameter is filled: reply (the reply's text on one line, "
+                             "cut to 1,024 characters), fixed (PARLEY_WHATSAPP_TEMPLATE_TEXT), none (no parameter).")
+    whatsapp_template_text: str = Field("", description="The parameter's text with "
+                                        "PARLEY_WHATSAPP_TEMPLATE_PARAMETER=fixed.")
+    whatsapp_messages_per_second: float = Field(80.0, ge=0, description="Messages a second the sender number may "
+                                                "send, shared by every worker through Redis (Meta's default "
+                                                "throughput; higher tiers allow up to 1,000, and inbound messages "
+                                                "count towards it too). 0 = off.")
+    whatsapp_burst: int = Field(10, ge=1, description="Messages the sender number may send at once after a quiet "
+                                "spell, within its rate.")
+    whatsapp_recipient_per_minute: float = Field(10.0, ge=0, description="Messages a minute to one player (Meta's "
+                                                 "pair rate is about one every 6 seconds; 131056 above it), shared "
+                                                 "by every worker and conversation writing to them. 0 = off.")
+    whatsapp_recipient_burst: int = Field(20, ge=1, description="Messages one player may get at once after a quiet "
+                                          "spell (Meta allows bursts of up to about 45), within the pair rate.")
+    whatsapp_pace_max_sleep: float = Field(2.0, ge=0, description="Longest wait for the pace a worker sleeps through; "
+                                           "a longer one hands the reply to a later delivery task, holding no "
+                                           "worker meanwhile.")
 
     # --- observability ---
     log_json: bool = Field(False, description="Log JSON lines instead of text.")
     log_level: str = Field("INFO", description="Log level.")
     metrics_port: int | None = Field(None, description="Serve Prometheus metrics on this port in each worker.")
+
+    @model_validator(mode="after")
+    def _template_text(self) -> Settings:
+        if self.whatsapp_template and self.whatsapp_template_parameter == "fixed" and not self.whatsapp_template_text:
+            raise ValueError("PARLEY_WHATSAPP_TEMPLATE_PARAMETER=fixed needs PARLEY_WHATSAPP_TEMPLATE_TEXT")
+        return self
 
     @field_validator("compaction", mode="before")
     @classmethod

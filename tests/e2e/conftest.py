@@ -61,7 +61,9 @@ def cluster(request: pytest.FixtureRequest) -> Iterator[Cluster]:
         PARLEY_MAX_ATTEMPTS="5",
         PARLEY_LLM_BREAKER_RESET="2",
         PARLEY_MAX_RETRY_DELAY="4",
-        **param.get("env", {}),
+        # These suites send a player many replies within seconds; at Meta's pair rate (the default) the later ones
+        # would wait minutes. tests/e2e/test_pacing.py is where the pace is tested.
+        **{"PARLEY_WHATSAPP_RECIPIENT_PER_MINUTE": "600", **param.get("env", {})},
     )
     c = Cluster(redis, llm, wa, env, [])
     yield c

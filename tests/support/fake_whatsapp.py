@@ -2,6 +2,8 @@
 
 Records every send (path, headers, JSON body) and answers success with a fresh wamid, or scripted errors;
 ``on_sent`` runs after a send is recorded and before it is answered.
+Throughput: :meth:`FakeWhatsApp.limit` makes it answer 130429 when the sends of one phone number exceed a rate, and
+131056 when those to one recipient exceed a pair rate, counted over a sliding window as Meta would see them arrive.
 Read receipts and typing indicators (``"status": "read"`` bodies) are recorded apart, in ``reads``, and have their
 own scripted errors (``fail_reads``, ``read_fault``), so that they never take an error meant for a send.
 Media: :meth:`FakeWhatsApp.add_media` puts a picture behind ``GET {base}/{media_id}`` (the JSON with its ``url``)
@@ -21,6 +23,21 @@ from dataclasses import dataclass
 from typing import Any
 
 from tests.support.loopback import LoopbackServer
+
+
+@dataclass
+class RateLimit:
+    """At most ``per_second * window + allowance`` accepted sends in any ``window`` seconds, else ``code``."""
+
+    per_second: float
+    allowance: int
+    code: int
+    window: float = 1.0
+
+    def exceeded(self, arrivals: deque[float], now: float) -> bool:
+        while arrivals and arrivals[0] <= now - self.window:
+            arrivals.popleft()
+        return len(arrivals) + 1 > self.per_second * self.window + self.allowance
 
 
 @dataclass
@@ -47,6 +64,12 @@ class FakeMedia:
 class FakeWhatsApp:
     def __init__(self, *, access_token: str = "test-token") -> None:
         self.sent: list[dict[str, Any]] = []
+        self.received: list[dict[str, Any]] = []  # the body of every send, whatever it was answered
+        self.limits: tuple[RateLimit | None, RateLimit | None] = (None, None)  # (phone number, pair); see limit()
+        self.throttled: list[tuple[int, str]] = []  # (code, recipient) of each send refused by the limits
+        self.arrivals: list[float] = []  # monotonic time of each accepted send
+        self._by_number: dict[str, deque[float]] = {}
+        self._by_pair: dict[tuple[str, str], deque[float]] = {}
         self.headers: list[dict[str, str]] = []
         self.errors: deque[tuple[int, dict[str, Any], dict[str, str]]] = deque()
         self.delay = 0.0
@@ -91,11 +114,15 @@ class FakeWhatsApp:
         if body.get("status") == "read":
             return self.answer_read(path, body)
         with self.lock:
+            self.received.append(body)
             if self.errors:
                 return self.errors.popleft()
             injected = self.fault(body) if self.fault is not None else None
             if injected is not None:
                 return injected
+            refused = self._over_limit(path, body)
+            if refused is not None:
+                return refused
             wamid = f"wamid.out{next(self._ids)}"
             sent = {"path": path, "body": body, "wamid": wamid}
             self.sent.append(sent)
@@ -105,6 +132,43 @@ class FakeWhatsApp:
         to = body.get("to") or body.get("recipient")
         return 200, {"messaging_product": "whatsapp", "contacts": [{"input": to, "wa_id": to}],
                      "messages": [{"id": wamid}]}, {}
+
+    def limit(self, *, per_second: float, allowance: int, pair_per_second: float = 0.0, pair_allowance: int = 0,
+              window: float = 1.0) -> None:
+        """Answer 130429 above ``per_second`` sends of one phone number, 131056 above ``pair_per_second`` sends to
+        one recipient (0: no pair limit), each with ``allowance`` sends over the rate in any ``window`` seconds."""
+        with self.lock:
+            self.limits = (RateLimit(per_second, allowance, 130429, window),
+                           RateLimit(pair_per_second, pair_allowance, 131056, window) if pair_per_second else None)
+
+    def _over_limit(self, path: str, body: dict[str, Any]) -> tuple[int, Any, dict[str, str]] | None:
+        """Called under the lock: the refusal of a send over a limit, or None (the send is counted)."""
+        now = time.monotonic()
+        number, pair = self.limits
+        to = str(body.get("to") or body.get("recipient"))
+        by_number = self._by_number.setdefault(path, deque())
+        by_pair = self._by_pair.setdefault((path, to), deque())
+        for limit, arrivals in ((number, by_number), (pair, by_pair)):
+            if limit is not None and limit.exceeded(arrivals, now):
+                self.throttled.append((limit.code, to))
+                message = "Rate limit hit" if limit.code == 130429 else "pair rate limit hit"
+                return 400, {"error": {"message": f"(#{limit.code}) {message}", "type": "OAuthException",
+                                       "code": limit.code, "fbtrace_id": "x"}}, {}
+        by_number.append(now)
+        by_pair.append(now)
+        self.arrivals.append(now)
+        return None
+
+    def busiest(self, window: float = 1.0) -> int:
+        """The most sends accepted in any ``window`` seconds."""
+        with self.lock:
+            times = sorted(self.arrivals)
+        best, first = 0, 0
+        for last, t in enumerate(times):
+            while times[first] <= t - window:
+                first += 1
+            best = max(best, last - first + 1)
+        return best
 
     def answer_read(self, path: str, body: dict[str, Any]) -> tuple[int, Any, dict[str, str]] | None:
         with self.lock:

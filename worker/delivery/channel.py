@@ -3,7 +3,8 @@
 A channel sends one text to one recipient and returns the provider's message id, or raises
 :class:`~worker.errors.DeliveryRetryableError` / :class:`~worker.errors.DeliveryPermanentError`. A channel may
 also implement :class:`ReadReceipts` (read marks and a typing indicator, best effort; see
-:mod:`worker.service.presence`).
+:mod:`worker.service.presence`) and :class:`WindowedChannel` (a platform that lets free-form replies through only
+for a while after the player's last message: WhatsApp; the console and webhook channels have no window).
 """
 
 from __future__ import annotations
@@ -11,6 +12,8 @@ from __future__ import annotations
 import itertools
 import sys
 import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any, Protocol, TextIO, runtime_checkable
 
 import httpx
@@ -35,6 +38,30 @@ class ReadReceipts(Protocol):
     being written. Best effort: it never raises for the provider's failures (a receipt is not worth a turn)."""
 
     def mark_read(self, message_id: str, *, typing: bool) -> None: ...
+
+
+@dataclass(frozen=True)
+class Sent:
+    """One send of a windowed channel: the provider's message id, and whether it carried the rest of the reply
+    (a template sent outside the window stands for every part left)."""
+
+    message_id: str
+    rest: bool = False
+
+
+Pace = Callable[[], None]
+"""Called right before each API call of a send: waits for the shared pace (or raises to retry later)."""
+
+
+@runtime_checkable
+class WindowedChannel(Protocol):
+    """A channel whose free-form messages go through only within a window after the player's last message. It sends
+    ``parts[0]``, or, outside the window, a template carrying every part left, or raises
+    :class:`~worker.errors.OutsideWindowError` before any call when it has no template. ``last_inbound`` is when the
+    player's last message was accepted (None: unknown); ``pace`` is called before each API call it makes."""
+
+    def send_reply(self, recipient: str, parts: Sequence[str], *, reply_to: str | None,
+                   last_inbound: float | None, pace: Pace, callback_data: str | None = None) -> Sent: ...
 
 
 class ConsoleChannel:

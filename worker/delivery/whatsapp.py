@@ -5,6 +5,10 @@ Errors are classified by ``error.code``, not by HTTP status: Meta documents 400 
 retryable; a message outside the 24-hour window (131047), an undeliverable recipient (131026), an invalid
 parameter (100) or an expired token (190) are permanent.
 
+Replies go through :meth:`WhatsAppSender.send_reply`, which keeps the 24-hour customer-service window (see
+:mod:`worker.delivery.window`): outside it, or when the API answers 131047, the rest of the reply goes as the
+configured template (once), or the reply is refused with :class:`~worker.errors.OutsideWindowError`.
+
 Read receipts and the typing indicator (:meth:`WhatsAppSender.mark_read`) are best effort: their failures are
 logged and counted, never raised, and each step of the request (connect, send, answer) waits at most
 :data:`RECEIPT_TIMEOUT`.
@@ -14,12 +18,16 @@ from __future__ import annotations
 
 import logging
 import re
+import time
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import httpx
 
 from worker import metrics
-from worker.errors import DeliveryError, DeliveryPermanentError, DeliveryRetryableError
+from worker.delivery.channel import Pace, Sent
+from worker.delivery.window import ServiceWindow
+from worker.errors import DeliveryError, DeliveryPermanentError, DeliveryRetryableError, OutsideWindowError
 from worker.httppool import ClientPool, single_connection, tls_context
 from worker.retry_after import parse_retry_after
 
@@ -40,6 +48,9 @@ PERMANENT_CODES = frozenset({
     131047, 131049, 131051, 131052, 131053, 131062, 132000, 132001, 132005, 132007, 132012, 132015, 132016,
     133000, 133010,
 })
+
+# "Re-engagement message": more than 24 hours since the player's last message.
+RE_ENGAGEMENT = 131047
 
 _BSUID = re.compile(r"^[A-Z]{2}\.[0-9A-Za-z]+$")
 
@@ -95,6 +106,14 @@ def is_bsuid(recipient: str) -> bool:
     return bool(_BSUID.match(recipient))
 
 
+def _addressed(recipient: str, message: dict[str, Any]) -> dict[str, Any]:
+    """A send body: the message to ``recipient`` (a business-scoped user id goes in ``recipient``, a number in
+    ``to``)."""
+    body: dict[str, Any] = {"messaging_product": "whatsapp", "recipient_type": "individual", **message}
+    body["recipient" if is_bsuid(recipient) else "to"] = recipient
+    return body
+
+
 class WhatsAppSender:
     """Sends text messages through the Cloud API: ``POST {base_url}/{phone_number_id}/messages``.
 
@@ -104,7 +123,11 @@ class WhatsAppSender:
     """
 
     def __init__(self, *, phone_number_id: str, access_token: str, base_url: str = DEFAULT_BASE_URL,
-                 timeout: float = 15.0, connect_timeout: float = 5.0, transport: httpx.BaseTransport | None = None) -> None:
+                 timeout: float = 15.0, connect_timeout: float = 5.0, transport: httpx.BaseTransport | None = None,
+                 window: ServiceWindow | None = None, clock: Callable[[], float] = time.time) -> None:
+        self.phone_number_id = phone_number_id
+        self.window = window or ServiceWindow()
+        self._clock = clock
         self.url = f"{base_url.rstrip('/')}/{phone_number_id}/messages"
         headers = {"Authorization": f"Bearer {access_token}", "Content-Type": "application/json"}
         self._clients = ClientPool(lambda: httpx.Client(
@@ -113,12 +136,7 @@ class WhatsAppSender:
 
     def body(self, recipient: str, text: str, reply_to: str | None = None,
              callback_data: str | None = None) -> dict[str, Any]:
-        body: dict[str, Any] = {"messaging_product": "whatsapp", "recipient_type": "individual", "type": "text",
-                                "text": {"preview_url": False, "body": text}}
-        if is_bsuid(recipient):
-            body["recipient"] = recipient
-        else:
-            body["to"] = recipient
+        body = _addressed(recipient, {"type": "text", "text": {"preview_url": False, "body": text}})
         if reply_to:
             body["context"] = {"message_id": reply_to}
         if callback_data:
@@ -126,11 +144,55 @@ class WhatsAppSender:
             body["biz_opaque_callback_data"] = callback_data
         return body
 
+    def template_body(self, recipient: str, text: str, callback_data: str | None = None) -> dict[str, Any]:
+        """The send of the configured template, its parameter filled from ``text`` (the reply) as configured."""
+        if self.window.template is None:
+            raise OutsideWindowError("no template is configured for replies outside the customer-service window")
+        body = _addressed(recipient, {"type": "template", "template": self.window.template.payload(text)})
+        if callback_data:
+            body["biz_opaque_callback_data"] = callback_data
+        return body
+
+    def send_reply(self, recipient: str, parts: Sequence[str], *, reply_to: str | None,
+                   last_inbound: float | None, pace: Pace, callback_data: str | None = None) -> Sent:
+        """Send ``parts[0]`` within the customer-service window; outside it (known from ``last_inbound``, or from a
+        131047 answer) send the rest of the reply as the template, once, or raise :class:`OutsideWindowError`
+        (before any call when the window was known to be closed). ``pace`` runs before each call. ``callback_data``
+        names the part (the template carries the first part's: a crash right after it may resend the rest)."""
+        if not self.window.is_open(last_inbound, self._clock()):
+            return self._outside_window(recipient, parts, pace, why="window", callback_data=callback_data)
+        pace()
+        try:
+            return Sent(self.send_text(recipient, parts[0], reply_to=reply_to, callback_data=callback_data))
+        except DeliveryPermanentError as exc:
+            if exc.code != RE_ENGAGEMENT:
+                raise
+            return self._outside_window(recipient, parts, pace, why=str(RE_ENGAGEMENT), cause=exc,
+                                        callback_data=callback_data)
+
+    def _outside_window(self, recipient: str, parts: Sequence[str], pace: Pace, *, why: str,
+                        cause: DeliveryPermanentError | None = None, callback_data: str | None = None) -> Sent:
+        code = cause.code if cause is not None else None
+        if self.window.template is None:
+            metrics.OUTSIDE_WINDOW.labels("dead", why).inc()
+            seen = "the API answered 131047" if cause is not None else "the player's last message is older"
+            raise OutsideWindowError(f"outside the customer-service window ({seen}) and no template is configured",
+                                     code=code, status=cause.status if cause is not None else None) from cause
+        pace()
+        # The template's own errors (a name Meta does not know, throttling) propagate as they are: no second try.
+        wamid = self._post(self.template_body(recipient, "\n\n".join(parts), callback_data))
+        metrics.OUTSIDE_WINDOW.labels("template", why).inc()
+        return Sent(wamid, rest=True)
+
     def send_text(self, recipient: str, text: str, *, reply_to: str | None = None,
                   callback_data: str | None = None) -> str:
+        return self._post(self.body(recipient, text, reply_to, callback_data))
+
+    def _post(self, body: dict[str, Any]) -> str:
+        """Send one message; its wamid, or the classified error."""
         try:
             with self._clients.lease() as client:
-                response = client.post(self.url, json=self.body(recipient, text, reply_to, callback_data))
+                response = client.post(self.url, json=body)
         except httpx.TimeoutException as exc:
             # The request may or may not have reached Meta; a resend may duplicate (counted by the caller).
             raise DeliveryRetryableError(f"WhatsApp API timed out: {exc}") from exc

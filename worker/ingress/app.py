@@ -86,7 +86,7 @@ def _submit(client: ConversationClient, rec: InboundMessage | InboundEvent | Inb
                                    recipient=rec.sender, media=rec.media)
     if isinstance(rec, InboundEvent):
         # Not pinned: where the player stood or what they thought of one reply matters now, not forever.
-        return client.send_event(rec.conversation_id, rec.text, message_id=rec.wamid)
+        return client.send_event(rec.conversation_id, rec.text, message_id=rec.wamid, from_player=True)
     return client.send_notice(rec.conversation_id, unsupported_reply, message_id=rec.wamid, reply_to=rec.wamid,
                               recipient=rec.sender)
 

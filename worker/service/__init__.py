@@ -27,11 +27,12 @@ from worker.service.delivery import Deliverer
 from worker.service.drain import Claimed, Drained, Drainer
 from worker.service.heartbeat import Heartbeat
 from worker.service.media import MediaPreparer, Prepared
+from worker.service.pacing import Pacer
 from worker.service.presence import Presence
 from worker.store.protocol import Store
 
-__all__ = ["ConversationService", "Deliverer", "Drained", "Drainer", "Heartbeat", "MediaPreparer", "Prepared",
-           "Presence", "RetryLater", "ServiceConfig", "Wake"]
+__all__ = ["ConversationService", "Deliverer", "Drained", "Drainer", "Heartbeat", "MediaPreparer", "Pacer",
+           "Prepared", "Presence", "RetryLater", "ServiceConfig", "Wake"]
 
 log = logging.getLogger("parley.service")
 
@@ -40,11 +41,13 @@ class ConversationService:
     """The worker's logic over a store, a chat and a delivery channel: the entry the tasks call.
 
     ``media`` prepares a message envelope for its turn (a photo fetched for a model that reads images, else its
-    caption or the short answer; :mod:`worker.service.media`); the default fetches nothing."""
+    caption or the short answer; :mod:`worker.service.media`); the default fetches nothing. ``pacer`` holds every
+    send to the pace the fleet shares (:mod:`worker.service.pacing`); the default sends at once."""
 
     def __init__(self, store: Store, chat: Chat, channel: Channel, wake: Wake,
                  config: ServiceConfig | None = None, *, heartbeat: Heartbeat | None = None,
-                 presence: Presence | None = None, media: MediaPreparer | None = None) -> None:
+                 presence: Presence | None = None, media: MediaPreparer | None = None,
+                 pacer: Pacer | None = None) -> None:
         self.store = store
         self.chat = chat
         self.channel = channel
@@ -56,7 +59,7 @@ class ConversationService:
         # Off unless given: the runtime builds it from the settings (PARLEY_TYPING_INDICATOR) and the channel.
         self.presence = presence if presence is not None else Presence.disabled()
         self.media = media or MediaPreparer()
-        self.deliverer = Deliverer(store, channel, self.config, self.heartbeat)
+        self.deliverer = Deliverer(store, channel, self.config, self.heartbeat, pacer=pacer)
         self.drainer = Drainer(store, chat, wake, self.config, self.heartbeat, presence=self.presence,
                                media=self.media)
 

@@ -5,6 +5,11 @@ data naming it; a crash between the two is detected on the next attempt, and :mo
 whether the part is resent (counted) or, because a status webhook showed it reached WhatsApp, marked sent. Failed
 sends of a reply are counted in Redis with the reply (not in task arguments), so the retry limit holds whichever
 task, turn or sweep resumes it.
+
+The platform's rules: a windowed channel (WhatsApp) is given the player's last message time and decides itself
+between the text, the template and :class:`~worker.errors.OutsideWindowError` (dead-lettered as ``outside_window``);
+every API call first waits for the shared pace (:mod:`worker.service.pacing`), whose long waits end the delivery
+with :class:`RetryLater` without counting a failure.
 """
 
 from __future__ import annotations
@@ -16,12 +21,13 @@ from dataclasses import dataclass
 from functools import partial
 
 from worker import metrics
-from worker.delivery.channel import Channel
+from worker.delivery.channel import Channel, Sent, WindowedChannel
 from worker.envelopes import DeadLetter, ReplyRecord, decode_reply, part_callback
-from worker.errors import DeliveryPermanentError, DeliveryRetryableError, EnvelopeError
+from worker.errors import DeliveryPermanentError, DeliveryRetryableError, EnvelopeError, OutsideWindowError
 from worker.service.config import RetryLater, ServiceConfig
 from worker.service.heartbeat import Beat, Heartbeat
 from worker.service.inflight import CrashedSends
+from worker.service.pacing import Pacer
 from worker.store.base import OutboxHead
 from worker.store.protocol import DeliveryStore
 
@@ -41,12 +47,13 @@ class Deliverer:
     """Sends a conversation's waiting replies part by part, in order, through the channel."""
 
     def __init__(self, store: DeliveryStore, channel: Channel, config: ServiceConfig,
-                 heartbeat: Heartbeat) -> None:
+                 heartbeat: Heartbeat, *, pacer: Pacer | None = None) -> None:
         self.store = store
         self.channel = channel
         self.config = config
         self.heartbeat = heartbeat
         self.crashed = CrashedSends(store, config)
+        self.pacer = pacer
 
     def deliver(self, cid: str, claimed: tuple[int, OutboxHead] | None = None) -> int:
         """Send every reply waiting in ``cid``'s outbox, part by part, in order; returns parts sent.
@@ -110,15 +117,18 @@ class Deliverer:
         the next claimed head (None when the outbox is empty and the lease was given up)."""
         cid, token, lease_ms = run.cid, run.token, self.config.lease_ms
         last = len(record.parts) - 1
+        # Read once a reply: the time only moves forward, so a stale read can only be stricter.
+        inbound = self.store.last_inbound(cid) if isinstance(self.channel, WindowedChannel) else None
         for part in range(start, len(record.parts)):
             if part > start:
                 if self.config.delivery_part_interval:
                     time.sleep(self.config.delivery_part_interval)
                 self.store.mark_inflight(cid, token, record.reply_id, part)
             try:
-                wamid = self.channel.send_text(record.recipient, record.parts[part],
-                                               reply_to=record.reply_to if part == 0 else None,
-                                               callback_data=part_callback(cid, record.reply_id, part))
+                sent = self._send_part(cid, record, part, inbound)
+            except RetryLater:  # the pace: nothing went out, and our own pacing is no failure of the reply
+                self.store.clear_inflight(cid, token)
+                raise
             except DeliveryRetryableError as exc:
                 self.store.clear_inflight(cid, token)
                 metrics.DELIVERIES.labels("retry").inc()
@@ -130,14 +140,35 @@ class Deliverer:
                 return part - start, self._claim(run, partial(self.store.claim_next, cid, token, lease_ms))
             except DeliveryPermanentError as exc:
                 self.store.clear_inflight(cid, token)
-                self._dead_reply(run, record, str(exc), exc.code)
+                # outside_window, or outside_window:131047 when the API said so rather than the recorded time.
+                reason = None
+                if isinstance(exc, OutsideWindowError):
+                    reason = f"outside_window:{exc.code}" if exc.code else "outside_window"
+                self._dead_reply(run, record, str(exc), exc.code, reason=reason)
                 return part - start, self._claim(run, partial(self.store.claim_next, cid, token, lease_ms))
             metrics.DELIVERIES.labels("sent").inc()
-            if part == last:
-                return part - start + 1, self._claim(
-                    run, partial(self.store.sent_last_claim_next, cid, token, record.reply_id, wamid, lease_ms))
-            self.store.mark_sent(cid, token, record.reply_id, part, wamid, lease_ms)
+            if part == last or sent.rest:
+                return part - start + 1, self._claim(run, partial(
+                    self.store.sent_last_claim_next, cid, token, record.reply_id, sent.message_id, lease_ms))
+            self.store.mark_sent(cid, token, record.reply_id, part, sent.message_id, lease_ms)
         raise AssertionError("unreachable: the last part returns")  # pragma: no cover
+
+    def _send_part(self, cid: str, record: ReplyRecord, part: int, inbound: float | None) -> Sent:
+        """One API call (two when a windowed channel answers a closed window with the template), each paced; the
+        part goes with callback data naming it, which its status webhooks carry back (see inflight)."""
+        reply_to = record.reply_to if part == 0 else None
+        pace = partial(self._pace, record.recipient)
+        callback = part_callback(cid, record.reply_id, part)
+        if isinstance(self.channel, WindowedChannel):
+            return self.channel.send_reply(record.recipient, record.parts[part:], reply_to=reply_to,
+                                           last_inbound=inbound, pace=pace, callback_data=callback)
+        pace()
+        return Sent(self.channel.send_text(record.recipient, record.parts[part], reply_to=reply_to,
+                                           callback_data=callback))
+
+    def _pace(self, recipient: str) -> None:
+        if self.pacer is not None:
+            self.pacer.admit(recipient)
 
     @staticmethod
     def _claim(run: _Run, claim: Callable[[], OutboxHead | None]) -> OutboxHead | None:
@@ -148,11 +179,14 @@ class Deliverer:
                 run.beat.end()
         return head
 
-    def _dead_reply(self, run: _Run, record: ReplyRecord, reason: str, code: int | None) -> None:
+    def _dead_reply(self, run: _Run, record: ReplyRecord, detail: str, code: int | None, *,
+                    reason: str | None = None) -> None:
+        """``reason`` names the dead letter (default ``delivery_failed:<code>``); ``detail`` says it in words."""
+        named = reason or f"delivery_failed:{code or 'unknown'}"
         log.error("reply dead-lettered", extra={"conversation_id": run.cid, "message_id": record.reply_id,
-                                                "reason": reason, "code": code})
+                                                "reason": named, "detail": detail, "code": code})
         metrics.DELIVERIES.labels("dead").inc()
-        metrics.DEAD_LETTERS.labels("reply", str(code or "delivery")).inc()
-        dead = DeadLetter(what="reply", id=record.reply_id, reason=f"delivery_failed:{code or 'unknown'}",
-                          detail=reason[:2000], payload=record.to_bytes())
+        metrics.DEAD_LETTERS.labels("reply", reason or str(code or "delivery")).inc()
+        dead = DeadLetter(what="reply", id=record.reply_id, reason=named, detail=detail[:2000],
+                          payload=record.to_bytes())
         self.store.dead_letter_reply(run.cid, run.token, record.reply_id, dead.to_bytes())

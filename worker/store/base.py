@@ -202,7 +202,8 @@ class StoreBase:
         if self.limits.idle_ttl_ms <= 0:
             return []
         return [getattr(k, n) for n in ("state", "inbox", "seen", "fence", "attempts", "outbox", "sent", "dfence",
-                                   "delivered", "trace", "quarantine", "dead", "statuses", "statusorder", "journal")]
+                                   "delivered", "trace", "quarantine", "dead", "statuses", "statusorder", "journal",
+                                   "inbound")]
 
     @staticmethod
     def _now_ms() -> int:

@@ -31,6 +31,7 @@ Per conversation (``{prefix}:{{cid}}:<name>``):
 ``statusorder`` zset: the provider message ids of ``statuses`` by when their first status came (ms):
                 bounds ``statuses`` to the most recent ones
 ``journal``     hash: the head input's turn journal (model rounds, tool results), deleted by its commit
+``inbound``     string: ms of the player's last message accepted (opens WhatsApp's customer-service window)
 ``tomb``        zset: input ids of a deleted conversation (score: ms of the delete), so Meta's retries of
                 its old webhooks dedupe; not one of :data:`NAMES` (delete keeps it), expires on its own
 ==============  ==================================================================================
@@ -38,10 +39,15 @@ Per conversation (``{prefix}:{{cid}}:<name>``):
 Global (no hash tag; never touched inside a per-conversation script): ``{prefix}:pending`` (zset:
 conversations that may have work, for the sweeper), ``{prefix}:dead-index`` (zset: conversations with dead
 letters) and ``{prefix}:lock:<name>`` (short locks).
+
+Per sender phone number (``{prefix}:{{wa:<phone number id>}}:<name>``, a hash tag of their own, so the pacing script
+touches one slot): ``rate`` (the number's throughput bucket) and ``to:<recipient>`` (the pair bucket of one
+recipient, shared by every conversation that writes to them). Both expire on their own once idle.
 """
 
 from __future__ import annotations
 
+import hashlib
 import re
 from dataclasses import dataclass, field
 
@@ -52,7 +58,7 @@ _ID = re.compile(r"[A-Za-z0-9._@+=-]{1,128}")
 
 NAMES = ("state", "inbox", "seen", "fence", "lease", "attempts", "outbox", "sent", "dfence", "dlease",
          "delivered", "trace", "quarantine", "dead", "compacting", "statuses", "statusorder", "hold",
-         "journal")
+         "journal", "inbound")
 
 
 def validate_conversation_id(cid: object) -> str:
@@ -101,6 +107,7 @@ class ConversationKeys:
     statusorder: str = field(init=False)
     hold: str = field(init=False)
     journal: str = field(init=False)
+    inbound: str = field(init=False)
 
     def __post_init__(self) -> None:
         validate_conversation_id(self.cid)
@@ -136,3 +143,27 @@ class GlobalKeys:
 
     def lock(self, name: str) -> str:
         return f"{self.prefix}:lock:{name}"
+
+
+@dataclass(frozen=True)
+class PaceKeys:
+    """The pacing buckets of one sender phone number, all under its own hash tag: one pacing script may touch the
+    number's bucket and a recipient's together, on a Cluster too."""
+
+    prefix: str
+    sender: str
+
+    @property
+    def rate(self) -> str:
+        return f"{self.prefix}:{{wa:{_safe(self.sender)}}}:rate"
+
+    def recipient(self, recipient: str) -> str:
+        return f"{self.prefix}:{{wa:{_safe(self.sender)}}}:to:{_safe(recipient)}"
+
+
+def _safe(part: str) -> str:
+    """``part`` as it is when it cannot escape its key (phone numbers, business-scoped ids), else its digest: a
+    recipient is any string a producer passed, and a brace in it would move the key to another slot."""
+    if _ID.fullmatch(part):
+        return part
+    return "h." + hashlib.sha256(part.encode("utf-8", "surrogatepass")).hexdigest()[:32]

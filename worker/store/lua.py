@@ -28,24 +28,31 @@ end
 """
 
 
-# KEYS: inbox, seen, tomb, [pending,] then every key of the conversation when an idle TTL is set
+# KEYS: inbox, seen, tomb, inbound, [pending,] then every key of the conversation when an idle TTL is set
 # ARGV: id, entry, now_ms, max_inbox, dedupe_max, dedupe_ms, ttl_ms, pending member ('' on a Cluster, where the
-#       pending zset lives in another slot and the caller adds to it separately)
+#       pending zset lives in another slot and the caller adds to it separately), inbound ('1' when the input is a
+#       message the player sent)
 # An id in the tombstone of a deleted conversation is a duplicate too (the tombstone has its own expiry).
+# The player's message opens WhatsApp's customer-service window: its first acceptance records the time (a
+# duplicate, e.g. Meta's retry of the webhook, does not move it; a refusal for a full mailbox does, since the player
+# wrote all the same), and the time only moves forward, whatever order producers' calls land in.
 ACCEPT = """
-local first_ttl = 4
+local first_ttl = 5
 if ARGV[8] ~= '' then
-  redis.call('ZADD', KEYS[4], tonumber(ARGV[3]), ARGV[8])
-  first_ttl = 5
+  redis.call('ZADD', KEYS[5], tonumber(ARGV[3]), ARGV[8])
+  first_ttl = 6
 end
 if redis.call('ZSCORE', KEYS[2], ARGV[1]) or redis.call('ZSCORE', KEYS[3], ARGV[1]) then
   return {0, redis.call('LLEN', KEYS[1])}
+end
+local now = tonumber(ARGV[3])
+if ARGV[9] == '1' and now > tonumber(redis.call('GET', KEYS[4]) or '0') then
+  redis.call('SET', KEYS[4], ARGV[3])
 end
 local n = redis.call('LLEN', KEYS[1])
 if n >= tonumber(ARGV[4]) then
   return {-1, n}
 end
-local now = tonumber(ARGV[3])
 redis.call('ZADD', KEYS[2], now, ARGV[1])
 redis.call('RPUSH', KEYS[1], ARGV[2])
 redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now - tonumber(ARGV[6]))
@@ -470,4 +477,38 @@ else
 end
 if s[3] == tag then return {1, s[4], s[5] or false, waited} end
 return {1, false, false, waited}
+"""
+
+
+# KEYS: the sender number's bucket, the recipient's bucket (one hash tag: the number's)
+# ARGV: number interval µs, number tolerance µs, recipient interval µs, recipient tolerance µs, max wait µs
+# GCRA, two limits at once, on Redis's clock (so workers on hosts whose clocks differ share one schedule). Each
+# bucket keeps its theoretical arrival time (TAT); a send may go once now >= TAT - tolerance in both. A recipient
+# who must wait takes nothing: the caller waits and asks again (reserving it would move the number's schedule to
+# that player's slot, and one player's pair wait would hold everyone's messages back). When the recipient may have
+# one, a wait for the number up to max_wait reserves the slot (both TATs move past it; the caller sleeps, then
+# sends without asking again, so workers waiting for the number do not race for the same slot); a longer wait
+# takes nothing. Slots are thus taken in time order, which is what GCRA's bound needs. An interval of 0 turns its
+# limit off. -> {1 reserved | 0 not, wait µs (string), the limit that set the wait: 0 none, 1 number, 2 recipient}
+PACE = """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local tat, allowed = {}, {}
+for i = 1, 2 do
+  if tonumber(ARGV[2 * i - 1]) > 0 then
+    tat[i] = math.max(tonumber(redis.call('GET', KEYS[i]) or '0'), now)
+    allowed[i] = tat[i] - tonumber(ARGV[2 * i])
+  end
+end
+if allowed[2] and allowed[2] > now then return {0, string.format('%d', allowed[2] - now), 2} end
+local at, by = now, 0
+if allowed[1] and allowed[1] > now then at, by = allowed[1], 1 end
+if at - now > tonumber(ARGV[5]) then return {0, string.format('%d', at - now), by} end
+for i = 1, 2 do
+  if tat[i] then
+    local next_tat = math.max(tat[i], at) + tonumber(ARGV[2 * i - 1])
+    redis.call('SET', KEYS[i], string.format('%d', next_tat), 'PX', math.floor((next_tat - now) / 1000) + 1)
+  end
+end
+return {1, string.format('%d', at - now), by}
 """

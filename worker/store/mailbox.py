@@ -28,8 +28,11 @@ class MailboxStore(StoreBase):
     """Inputs in, state and replies out, one fenced lease holder at a time."""
 
     @store_errors
-    def accept(self, cid: str, envelope: bytes, input_id: str, *, max_inbox: int | None = None) -> AcceptResult:
-        """Append an input to the mailbox unless its id was accepted before.
+    def accept(self, cid: str, envelope: bytes, input_id: str, *, max_inbox: int | None = None,
+               inbound: bool = False) -> AcceptResult:
+        """Append an input to the mailbox unless its id was accepted before. ``inbound``: the input is a message
+        the player sent; the time of its first acceptance is kept as the conversation's last inbound message (see
+        :meth:`~worker.store.rules.RulesStore.last_inbound`).
 
         Raises :class:`~worker.errors.InboxFullError` when the mailbox holds ``max_inbox`` inputs.
         """
@@ -43,7 +46,7 @@ class MailboxStore(StoreBase):
         res = self._scripts.accept(
             k=k, pending=None if self._cluster else self.g.pending, ttl_keys=self._ttl_keys(k), input_id=input_id,
             entry=join_entry(input_id, envelope), now_ms=now, max_inbox=limit, dedupe_max=self.limits.dedupe_max_ids,
-            dedupe_ms=self.limits.dedupe_ms, ttl_ms=self.limits.idle_ttl_ms)
+            dedupe_ms=self.limits.dedupe_ms, ttl_ms=self.limits.idle_ttl_ms, inbound=inbound)
         if res.code < 0:
             raise InboxFullError(f"conversation {cid} has {res.depth} inputs waiting; the limit is {limit}")
         return AcceptResult(accepted=res.code == 1, duplicate=res.code == 0, depth=res.depth)

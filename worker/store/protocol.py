@@ -8,13 +8,15 @@ from collections.abc import Sequence
 from typing import Protocol, runtime_checkable
 
 from worker.store.base import AcceptResult, Begin, CommitResult, InflightOutcome, JournalRead, OutboxHead, StateRead
+from worker.store.rules import Pace, PaceLimits
 
 
 @runtime_checkable
 class DrainStore(Protocol):
     """The mailbox side: accepting inputs, draining them under a fenced lease, compaction's flag and read."""
 
-    def accept(self, cid: str, envelope: bytes, input_id: str, *, max_inbox: int | None = None) -> AcceptResult: ...
+    def accept(self, cid: str, envelope: bytes, input_id: str, *, max_inbox: int | None = None,
+               inbound: bool = False) -> AcceptResult: ...
     def begin(self, cid: str, lease_ms: int, *, peek: int = 0) -> Begin: ...
     def defer(self, cid: str, token: int, input_id: str, hold_ms: int) -> None: ...
     def peek(self, cid: str, start: int, count: int) -> tuple[tuple[str, bytes], ...]: ...
@@ -53,6 +55,14 @@ class DeliveryStore(Protocol):
     def note_delivery_failure(self, cid: str, token: int, reply_id: str) -> int: ...
     def dead_letter_reply(self, cid: str, token: int, reply_id: str, dead: bytes) -> None: ...
     def release_delivery(self, cid: str, token: int) -> None: ...
+    def last_inbound(self, cid: str) -> float | None: ...
+
+
+@runtime_checkable
+class PaceStore(Protocol):
+    """The pace every worker shares: one slot per message, from the sender number to one recipient."""
+
+    def pace(self, sender: str, recipient: str, limits: PaceLimits, *, max_wait: float) -> Pace: ...
 
 
 @runtime_checkable
@@ -66,5 +76,5 @@ class SweeperStore(Protocol):
 
 
 @runtime_checkable
-class Store(DrainStore, DeliveryStore, SweeperStore, Protocol):
+class Store(DrainStore, DeliveryStore, PaceStore, SweeperStore, Protocol):
     """Everything the service and its tasks call."""

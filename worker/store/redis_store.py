@@ -5,10 +5,11 @@ State and envelopes are opaque bytes here. Every multi-key change of one convers
 Redis Cluster; the only global keys (the sweeper's ``pending`` set and the dead-letter index) are updated by
 separate commands, ordered so that a crash between them strands nothing.
 
-:class:`ConversationStore` is the composition of four parts split by who calls them, over one shared base
+:class:`ConversationStore` is the composition of five parts split by who calls them, over one shared base
 (client, prefix, limits, scripts): :class:`~worker.store.mailbox.MailboxStore` (producers and the drain),
 :class:`~worker.store.journal.JournalStore` (the drain's turn journal), :class:`~worker.store.outbox.OutboxStore`
-(delivery) and :class:`~worker.store.admin.AdminStore` (sweeper, CLI).
+(delivery), :class:`~worker.store.rules.RulesStore` (the customer-service window's clock and the shared pace) and
+:class:`~worker.store.admin.AdminStore` (sweeper, CLI).
 """
 
 from __future__ import annotations
@@ -33,14 +34,15 @@ from worker.store.base import (
 from worker.store.journal import JournalStore
 from worker.store.mailbox import MailboxStore
 from worker.store.outbox import OutboxStore
-from worker.store.protocol import DeliveryStore, DrainStore, Store, SweeperStore
+from worker.store.protocol import DeliveryStore, DrainStore, PaceStore, Store, SweeperStore
+from worker.store.rules import Pace, PaceLimits, RulesStore
 
 __all__ = ["AcceptResult", "Begin", "CommitResult", "ConversationStore", "DeliveryStore", "DrainStore",
-           "JournalRead", "OutboxHead", "Snapshot", "StateRead", "Store", "StoreLimits", "SweeperStore", "from_url", "join_entry",
+           "JournalRead", "OutboxHead", "Pace", "PaceLimits", "PaceStore", "Snapshot", "StateRead", "Store", "StoreLimits", "SweeperStore", "from_url", "join_entry",
            "split_entry"]
 
 
-class ConversationStore(MailboxStore, JournalStore, OutboxStore, AdminStore):
+class ConversationStore(MailboxStore, JournalStore, OutboxStore, RulesStore, AdminStore):
     """Conversation storage on Redis (standalone, Sentinel-managed or Cluster)."""
 
 

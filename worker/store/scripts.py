@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from worker.store import lua
-from worker.store.keys import ConversationKeys
+from worker.store.keys import ConversationKeys, PaceKeys
 
 
 def _opt(value: Any) -> bytes | None:
@@ -84,6 +84,17 @@ class VersionReply:
 
 
 @dataclass(frozen=True)
+class PaceReply:
+    """PACE: ``reserved`` when the send may go after ``wait_us`` (its slot is taken); else nothing was taken: the
+    recipient must wait ``wait_us`` first, or the number's slot is further away than the caller would sleep. ``by``:
+    the limit that set the wait (0 none, 1 the number, 2 the recipient)."""
+
+    reserved: bool
+    wait_us: int
+    by: int
+
+
+@dataclass(frozen=True)
 class RecordReply:
     """RECORD_STEP: ``code`` 1 recorded, -1 the fence moved, -3 the input left the head, -4 the journal is full;
     ``entries`` in the journal after it."""
@@ -132,15 +143,18 @@ class Scripts:
         self._defer = s(lua.DEFER)
         self._record_status = s(lua.RECORD_STATUS)
         self._inflight_outcome = s(lua.INFLIGHT_OUTCOME)
+        self._pace = s(lua.PACE)
 
     # --- mailbox -----------------------------------------------------------------------------------
 
     def accept(self, *, k: ConversationKeys, pending: str | None, ttl_keys: list[str], input_id: str,
-               entry: bytes, now_ms: int, max_inbox: int, dedupe_max: int, dedupe_ms: int, ttl_ms: int) -> AcceptReply:
-        """``pending`` is the sweeper's zset when it may be touched in the same script (not on a Cluster)."""
-        keys = [k.inbox, k.seen, k.tomb, *([pending] if pending else []), *ttl_keys]
+               entry: bytes, now_ms: int, max_inbox: int, dedupe_max: int, dedupe_ms: int, ttl_ms: int,
+               inbound: bool = False) -> AcceptReply:
+        """``pending`` is the sweeper's zset when it may be touched in the same script (not on a Cluster);
+        ``inbound``: the input is a message the player sent (its time opens the customer-service window)."""
+        keys = [k.inbox, k.seen, k.tomb, k.inbound, *([pending] if pending else []), *ttl_keys]
         code, depth = self._accept(keys=keys, args=[input_id, entry, now_ms, max_inbox, dedupe_max, dedupe_ms,
-                                                    ttl_ms, k.cid if pending else ""])
+                                                    ttl_ms, k.cid if pending else "", "1" if inbound else ""])
         return AcceptReply(int(code), int(depth))
 
     def begin(self, *, k: ConversationKeys, lease_ms: int, peek: int = 0) -> BeginReply:
@@ -226,6 +240,16 @@ class Scripts:
     def note_delivery_failure(self, *, k: ConversationKeys, token: int, reply_id: str) -> int:
         """The failures counted for ``reply_id``, or -1 (fence moved) / -3 (no longer the head)."""
         return int(self._failure(keys=[k.dfence, k.outbox, k.sent], args=[token, reply_id]))
+
+    # --- pacing ------------------------------------------------------------------------------------
+
+    def pace(self, *, k: PaceKeys, recipient: str, rate_interval_us: int, rate_tolerance_us: int,
+             recipient_interval_us: int, recipient_tolerance_us: int, max_wait_us: int) -> PaceReply:
+        """An interval of 0 turns its limit off."""
+        res = self._pace(keys=[k.rate, k.recipient(recipient)],
+                         args=[rate_interval_us, rate_tolerance_us, recipient_interval_us, recipient_tolerance_us,
+                               max_wait_us])
+        return PaceReply(int(res[0]) == 1, int(res[1]), int(res[2]))
 
     # --- admin -------------------------------------------------------------------------------------
 

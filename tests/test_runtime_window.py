@@ -1,0 +1,47 @@
+"""The window, the template and the pace as the settings build them: WhatsApp gets all three, other channels none."""
+
+from __future__ import annotations
+
+import fakeredis
+import pytest
+from pydantic import ValidationError
+
+from worker.delivery.channel import ConsoleChannel
+from worker.delivery.whatsapp import WhatsAppSender
+from worker.delivery.window import Template
+from worker.runtime import build_channel, build_pacer, build_store
+from worker.settings import Settings
+from worker.store.rules import PaceLimits
+
+WHATSAPP = {"whatsapp_phone_number_id": "106540352242922", "whatsapp_access_token": "tok"}
+
+
+def test_the_whatsapp_sender_keeps_the_configured_window_and_template() -> None:
+    s = Settings(**WHATSAPP, whatsapp_window_hours=12, whatsapp_template="game_update",
+                 whatsapp_template_language="de", whatsapp_template_parameter="fixed",
+                 whatsapp_template_text="Neue Antwort")
+    channel = build_channel(s)
+    assert isinstance(channel, WhatsAppSender)
+    assert channel.window.seconds == 12 * 3600
+    assert channel.window.template == Template("game_update", "de", "fixed", "Neue Antwort")
+
+
+def test_defaults_are_a_day_and_no_template() -> None:
+    channel = build_channel(Settings(**WHATSAPP))
+    assert isinstance(channel, WhatsAppSender)
+    assert channel.window.seconds == 86_400 and channel.window.template is None
+
+
+def test_a_fixed_parameter_needs_its_text() -> None:
+    with pytest.raises(ValidationError, match="PARLEY_WHATSAPP_TEMPLATE_TEXT"):
+        Settings(**WHATSAPP, whatsapp_template="t", whatsapp_template_parameter="fixed")
+
+
+def test_only_a_whatsapp_sender_is_paced() -> None:
+    s = Settings(**WHATSAPP, whatsapp_messages_per_second=200, whatsapp_burst=20, whatsapp_recipient_per_minute=30,
+                 whatsapp_recipient_burst=5, whatsapp_pace_max_sleep=1.5)
+    store = build_store(s, fakeredis.FakeRedis(server=fakeredis.FakeServer()))
+    pacer = build_pacer(s, store, build_channel(s))
+    assert pacer is not None and pacer.sender == "106540352242922" and pacer.max_sleep == 1.5
+    assert pacer.limits == PaceLimits(per_second=200, burst=20, recipient_per_second=0.5, recipient_burst=5)
+    assert build_pacer(s, store, ConsoleChannel()) is None
