@@ -57,7 +57,8 @@ def test_a_reply_inside_the_window_goes_as_text(api: FakeWhatsApp) -> None:
     h.run()
     assert api.received == [{"messaging_product": "whatsapp", "recipient_type": "individual", "type": "text",
                              "to": CID, "text": {"preview_url": False, "body": "ack:where next?"},
-                             "context": {"message_id": "wamid.in1"}}]
+                             "context": {"message_id": "wamid.in1"},
+                             "biz_opaque_callback_data": f"{CID}|wamid.in1|0"}]  # names the part (statuses)
 
 
 def test_a_reply_outside_the_window_goes_as_the_template(api: FakeWhatsApp) -> None:
@@ -72,7 +73,8 @@ def test_a_reply_outside_the_window_goes_as_the_template(api: FakeWhatsApp) -> N
     assert api.received[0] == {
         "messaging_product": "whatsapp", "recipient_type": "individual", "to": CID, "type": "template",
         "template": {"name": "game_update", "language": {"code": "en_GB"}, "components": [
-            {"type": "body", "parameters": [{"type": "text", "text": "A" * 1023 + "…"}]}]}}
+            {"type": "body", "parameters": [{"type": "text", "text": "A" * 1023 + "…"}]}]},
+        "biz_opaque_callback_data": f"{CID}|wamid.in1|0"}
     assert h.store.outbox_depth(CID) == 0 and h.store.delivered(CID)[0][1] == ["wamid.out1"]
     assert count("parley_outside_window_total", outcome="template", why="window") == before + 1
 
