@@ -53,7 +53,10 @@ def main() -> None:
     try:
         s = Settings(redis_url=server.url, key_prefix=f"b{uuid.uuid4().hex[:6]}", llm_provider="openai",
                      openai_api_key="k", openai_base_url=peers.llm_url, whatsapp_api_base_url=peers.wa_url,
-                     whatsapp_phone_number_id="1", whatsapp_access_token="t", compaction_summarize=False)
+                     whatsapp_phone_number_id="1", whatsapp_access_token="t", compaction_summarize=False,
+                     # One turn per message, and no platform pace (the loopback WhatsApp has no limits; pacer.py
+                     # measures the pace): this measures a turn, not a player's pauses or Meta's 80 messages/s.
+                     burst_quiet_seconds=0, whatsapp_messages_per_second=0, whatsapp_recipient_per_minute=0)
         svc = build_service(s, lambda *a, **k: None)
         client = ConversationClient(svc.store, lambda cid: None)
         t: Timings = {}

@@ -63,7 +63,11 @@ class Rig:
         self.env = worker_env(self.redis.url, PARLEY_LLM_PROVIDER="openai", OPENAI_API_KEY="k",
                               OPENAI_BASE_URL=self.llm.base_url, WHATSAPP_API_BASE_URL=self.wa.base_url,
                               WHATSAPP_PHONE_NUMBER_ID="1", WHATSAPP_ACCESS_TOKEN="t", PARLEY_LOG_LEVEL="WARNING",
-                              PARLEY_COMPACTION_SUMMARIZE="false", PARLEY_SWEEP_INTERVAL="30")
+                              PARLEY_COMPACTION_SUMMARIZE="false", PARLEY_SWEEP_INTERVAL="30",
+                              # Per-message turns and no platform pace (the loopback WhatsApp has no limits; pacer.py
+                              # measures it), as the targets are stated.
+                              PARLEY_BURST_QUIET_SECONDS="0", PARLEY_WHATSAPP_MESSAGES_PER_SECOND="0",
+                              PARLEY_WHATSAPP_RECIPIENT_PER_MINUTE="0")
         self.settings = Settings(redis_url=self.redis.url, key_prefix=self.env["PARLEY_KEY_PREFIX"])
         from tasks.app import make_app
         from worker.client import ConversationClient

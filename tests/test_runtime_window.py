@@ -45,3 +45,11 @@ def test_only_a_whatsapp_sender_is_paced() -> None:
     assert pacer is not None and pacer.sender == "106540352242922" and pacer.max_sleep == 1.5
     assert pacer.limits == PaceLimits(per_second=200, burst=20, recipient_per_second=0.5, recipient_burst=5)
     assert build_pacer(s, store, ConsoleChannel()) is None
+
+
+def test_with_both_limits_off_there_is_no_pacer_and_no_round_trip() -> None:
+    s = Settings(**WHATSAPP, whatsapp_messages_per_second=0, whatsapp_recipient_per_minute=0)
+    store = build_store(s, fakeredis.FakeRedis(server=fakeredis.FakeServer()))
+    assert build_pacer(s, store, build_channel(s)) is None
+    one = Settings(**WHATSAPP, whatsapp_messages_per_second=0, whatsapp_recipient_per_minute=6)
+    assert build_pacer(one, store, build_channel(one)) is not None

@@ -149,6 +149,8 @@ def build_pacer(settings: Settings, store: PaceStore, channel: Channel) -> Pacer
 
     if not isinstance(channel, WhatsAppSender):
         return None
+    if settings.whatsapp_messages_per_second <= 0 and settings.whatsapp_recipient_per_minute <= 0:
+        return None  # both limits off: no round trip to Redis per send
     limits = PaceLimits(per_second=settings.whatsapp_messages_per_second, burst=settings.whatsapp_burst,
                         recipient_per_second=settings.whatsapp_recipient_per_minute / 60,
                         recipient_burst=settings.whatsapp_recipient_burst)
