@@ -189,7 +189,6 @@ def service_config(settings: Settings) -> ServiceConfig:
                           max_messages=settings.burst_max_messages, merge=settings.double_text == "merge",
                           max_merges=settings.double_text_max_merges),
         dead_letter_reply=settings.dead_letter_reply,
-        unsupported_reply=settings.unsupported_reply,
     )
 
 

@@ -18,7 +18,7 @@ from worker.errors import MediaRejectedError, ModelRequestError
 from worker.service import ServiceConfig
 from worker.service.burst import BurstPolicy
 from worker.service.drain import Drainer
-from worker.service.media import MediaPreparer
+from worker.service.media import DEFAULT_UNSUPPORTED_REPLY, MediaPreparer
 from worker.service.presence import Presence
 
 CID = "447700900555"
@@ -237,7 +237,7 @@ def test_a_photo_the_model_cannot_see_without_a_caption_gets_the_short_answer() 
     h = make_harness(ScriptedModel(default=echo_all), config=config(quiet=60.0))
     h.client.send_message(CID, "", message_id="wamid.1", reply_to="wamid.1", media=Media(id="m-1"))
     h.run()
-    assert h.channel.sent == [(CID, ServiceConfig().unsupported_reply, "wamid.1")]
+    assert h.channel.sent == [(CID, DEFAULT_UNSUPPORTED_REPLY, "wamid.1")]
     assert h.model.requests == []
 
 

@@ -44,7 +44,6 @@ class ServiceConfig:
     trace_reply_chars: int = 4000
     burst: BurstPolicy = field(default_factory=BurstPolicy)
     dead_letter_reply: str = ""  # the apology a player gets for a dead-lettered message; empty = none
-    unsupported_reply: str = "Sorry, I can only read text messages, locations and photos."
 
 
 class RetryLater(Exception):
@@ -66,3 +65,10 @@ def observe_round_trip(rt: RoundTrip) -> None:
         metrics.TOKENS.labels("out").inc(rt.usage.completion_tokens)
         metrics.TOKENS.labels("cached").inc(rt.usage.cached_tokens)
         metrics.TOKENS.labels("cache_write").inc(rt.usage.cache_creation_tokens)
+
+
+def count_pinned_dropped(n: int) -> None:
+    """Count pinned items a committed state lost to the pinned cap (``Chat.max_pinned``) or the size bound:
+    the README promises pinned events survive compaction, so each time they do not must be visible."""
+    if n:
+        metrics.PINNED_DROPPED.inc(n)

@@ -32,7 +32,7 @@ from worker.errors import (
 )
 from worker.service import burst
 from worker.service.burst import Pending
-from worker.service.config import ServiceConfig, Wake
+from worker.service.config import ServiceConfig, Wake, count_pinned_dropped
 from worker.service.heartbeat import Beat, Heartbeat
 from worker.service.journal import StoreJournal
 from worker.service.media import MediaPreparer
@@ -79,7 +79,7 @@ class Drainer(ModelFailures[_Run]):
         self.store = store
         self.chat = chat
         self.wake = wake
-        self.media = media or MediaPreparer(unsupported_reply=config.unsupported_reply)
+        self.media = media or MediaPreparer()
         # A bare photo can join a burst only when the model will see it (else it gets the short answer, alone).
         sees = self.media.reads_images and self.media.fetcher is not None
         self.config = replace(config, burst=replace(config.burst, reads_images=sees))
@@ -91,8 +91,9 @@ class Drainer(ModelFailures[_Run]):
 
         Returns 0 at once when another worker holds the conversation (it will see our input: the commit that
         empties the mailbox also gives the lease up, atomically), when nothing waits, or when the head input
-        waits for a scheduled retry or for the rest of a burst's quiet period. Raises :class:`RetryLater` when the model is unavailable; the input stays
-        at the head of the mailbox and the lease is given up so the retry (or the sweeper) resumes it.
+        waits for a scheduled retry or for the rest of a burst's quiet period. Raises :class:`RetryLater` when
+        the model is unavailable; the input stays at the head of the mailbox and the lease is given up so the retry
+        (or the sweeper) resumes it.
         """
         begin = self.store.begin(cid, self.config.lease_ms, peek=self.config.burst.peek)
         if begin.status != "ok" or begin.snapshot is None:
@@ -149,7 +150,7 @@ class Drainer(ModelFailures[_Run]):
             state, version = self._quarantine_if(run, state, version, result.state_problem)
             done = self._commit(run, version, env, result.state, None, {"event": env.text})
             metrics.INPUTS.labels("event", "applied").inc()
-            _count_pinned_dropped(result.pinned_dropped)
+            count_pinned_dropped(result.pinned_dropped)
             if result.needs_compaction:
                 self.wake("compact", run.cid)
             return done
@@ -162,8 +163,6 @@ class Drainer(ModelFailures[_Run]):
     def _chat_turn(self, run: _Run, head: Pending, snap: Snapshot) -> CommitResult | None:
         """A chat message at the head: the turn takes in the burst it starts, or is put off while the player is
         still typing (``None``)."""
-        if self.config.burst.alone(head):
-            return self._notice(run, head.env, snap.version, self.media.unsupported_reply, "unreadable_media")
         # The journal makes a retried turn reuse the inputs, model rounds and tool results a crashed run recorded.
         journal = StoreJournal(self.store, run.cid, head.id, run.token)
         inputs = self._burst_for(run, head, snap, journal)
@@ -231,7 +230,7 @@ class Drainer(ModelFailures[_Run]):
         self.store.clear_compacting(run.cid)
         metrics.COMPACTIONS.labels("spliced" if result.applied else "stale").inc()
         if result.applied:  # a stale splice changed nothing, so it dropped nothing
-            _count_pinned_dropped(result.pinned_dropped)
+            count_pinned_dropped(result.pinned_dropped)
         return done
 
     def _quarantine_if(self, run: _Run, state: bytes | None, version: int, problem: Any) -> tuple[bytes | None, int]:
@@ -298,10 +297,3 @@ class Drainer(ModelFailures[_Run]):
                 run.beat.end()
         run.applied += 1 + len(also)
         return done
-
-
-def _count_pinned_dropped(n: int) -> None:
-    """Count pinned items a committed state lost to the pinned cap (``Chat.max_pinned``) or the size bound:
-    the README promises pinned events survive compaction, so each time they do not must be visible."""
-    if n:
-        metrics.PINNED_DROPPED.inc(n)

@@ -17,12 +17,14 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 
 from worker import metrics
 from worker.errors import StoreError
 
 log = logging.getLogger("parley.heartbeat")
+
+AbstractLock = AbstractContextManager[bool]  # threading.Lock and RLock
 
 Renew = Callable[[], bool]
 """Renews one lease; ``False`` when another worker took a newer token (then renewing stops)."""
@@ -136,18 +138,32 @@ class Heartbeat:
         return renewed
 
     def _run(self) -> None:
-        idle_since = time.monotonic()
-        while True:
-            # Ticks at a third of the interval: a lease is renewed at most 4/3 intervals after the last time.
-            time.sleep(self.interval / 3)
-            try:
-                self.tick()
-            except Exception:  # the heartbeat must outlive a bug in one renewal, and say so
-                metrics.UNEXPECTED_ERRORS.labels("heartbeat").inc()
-                log.exception("heartbeat tick failed")
-            with self._lock:
-                if self._beats:
-                    idle_since = time.monotonic()
-                elif time.monotonic() - idle_since > self.idle_exit:
-                    self._thread = None
-                    return
+        # Ticks at a third of the interval: a lease is renewed at most 4/3 intervals after the last time.
+        tick_until_idle(self.interval / 3, self.tick, lambda: bool(self._beats), self._lock, self.idle_exit,
+                        self._stopped, where="heartbeat", log=log, level=logging.ERROR)
+
+    def _stopped(self) -> None:
+        self._thread = None
+
+
+def tick_until_idle(period: float, tick: Callable[[], object], busy: Callable[[], bool], lock: AbstractLock,
+                    idle_exit: float, stopped: Callable[[], None], *, where: str, log: logging.Logger,
+                    level: int) -> None:
+    """The body of a process-wide ticker thread (the heartbeat's, the typing indicator's refresher): ``tick`` every
+    ``period`` seconds, outliving a bug in one tick (logged at ``level`` and counted), until nothing has been
+    ``busy`` for ``idle_exit`` seconds; then ``stopped`` runs under ``lock`` (so a starter that holds the lock sees
+    the thread gone and starts another) and the thread ends."""
+    idle_since = time.monotonic()
+    while True:
+        time.sleep(period)
+        try:
+            tick()
+        except Exception:
+            metrics.UNEXPECTED_ERRORS.labels(where).inc()
+            log.log(level, "%s tick failed", where, exc_info=True)
+        with lock:
+            if busy():
+                idle_since = time.monotonic()
+            elif time.monotonic() - idle_since > idle_exit:
+                stopped()
+                return

@@ -33,6 +33,7 @@ from contextlib import contextmanager
 
 from worker import metrics
 from worker.delivery.channel import ReadReceipts
+from worker.service.heartbeat import tick_until_idle
 
 log = logging.getLogger("parley.presence")
 
@@ -216,18 +217,9 @@ class Presence:
         self._slots.release()
 
     def _run(self) -> None:
-        idle_since = time.monotonic()
-        while True:
-            # A tenth of the period: a refresh is late by at most that, well inside WhatsApp's 25 s.
-            time.sleep(self.refresh_seconds / 10)
-            try:
-                self.tick()
-            except Exception:  # the refresher must outlive a bug, and say so
-                metrics.UNEXPECTED_ERRORS.labels("presence").inc()
-                log.warning("presence tick failed", exc_info=True)
-            with self._lock:
-                if self._turns:
-                    idle_since = time.monotonic()
-                elif time.monotonic() - idle_since > self.idle_exit:
-                    self._thread = None
-                    return
+        # A tenth of the period: a refresh is late by at most that, well inside WhatsApp's 25 s.
+        tick_until_idle(self.refresh_seconds / 10, self.tick, lambda: bool(self._turns), self._lock, self.idle_exit,
+                        self._stopped, where="presence", log=log, level=logging.WARNING)
+
+    def _stopped(self) -> None:
+        self._thread = None

@@ -26,6 +26,7 @@ from worker.delivery.split import split_message
 from worker.envelopes import ReplyRecord
 from worker.service import burst
 from worker.service.burst import Pending
+from worker.service.config import count_pinned_dropped
 from worker.service.journal import StoreJournal
 from worker.service.media import Prepared
 from worker.service.recovery import usage_trace
@@ -79,8 +80,7 @@ class TurnRunner:
         if "event" in kinds:
             metrics.INPUTS.labels("event", "applied").inc(kinds.count("event"))
         metrics.BURST_INPUTS.observe(len(inputs))
-        if result.pinned_dropped:
-            metrics.PINNED_DROPPED.inc(result.pinned_dropped)
+        count_pinned_dropped(result.pinned_dropped)
         log.info("turn applied", extra={"conversation_id": run.cid, "message_id": head.id, "kind": "message",
                                         "inputs": len(inputs), "parts": len(record.parts),
                                         "finish": result.finish_reason})

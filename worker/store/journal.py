@@ -27,13 +27,7 @@ class JournalStore(StoreBase):
         if step < 0:
             raise ValueError("step must be >= 0")
         field = f"{input_id}\nr\n{step}" if call_id is None else f"{input_id}\nc\n{step}\n{call_id}"
-        res = self._scripts.record_step(k=self.keys(cid), token=token, input_id=input_id, field=field, entry=entry,
-                                        max_entries=self.limits.journal_max, ttl_ms=self.limits.idle_ttl_ms)
-        if res.code == -1:
-            raise StaleLeaseError(f"lease on {cid} was taken over; journal entry refused")
-        if res.code == -3:
-            raise StaleLeaseError(f"input {input_id} of {cid} is no longer at the head of the mailbox")
-        return res.code == 1
+        return self._record(cid, token, input_id, field, entry)
 
     @store_errors
     def read_journal(self, cid: str, input_id: str) -> JournalRead:
@@ -65,9 +59,12 @@ class JournalStore(StoreBase):
 
         Raises :class:`~worker.errors.StaleLeaseError` as :meth:`record_step` does.
         """
-        res = self._scripts.record_step(k=self.keys(cid), token=token, input_id=input_id, field=f"{input_id}\nb\n0",
-                                        entry="\n".join(ids).encode(), max_entries=self.limits.journal_max,
-                                        ttl_ms=self.limits.idle_ttl_ms)
+        return self._record(cid, token, input_id, f"{input_id}\nb\n0", "\n".join(ids).encode())
+
+    def _record(self, cid: str, token: int, input_id: str, field: str, entry: bytes) -> bool:
+        """One fenced journal entry (RECORD_STEP): ``False`` when the journal is full."""
+        res = self._scripts.record_step(k=self.keys(cid), token=token, input_id=input_id, field=field, entry=entry,
+                                        max_entries=self.limits.journal_max, ttl_ms=self.limits.idle_ttl_ms)
         if res.code == -1:
             raise StaleLeaseError(f"lease on {cid} was taken over; journal entry refused")
         if res.code == -3:
