@@ -15,6 +15,7 @@ from worker import policy
 from worker.conversation.chat import Chat
 from worker.conversation.compaction import Compactor
 from worker.conversation.model import Model
+from worker.conversation.resident import ResidentCache
 from worker.conversation.tokens import CalibratingModel, UsageCalibratedCounter
 from worker.conversation.tools import Tool
 from worker.delivery.channel import Channel, ConsoleChannel, WebhookChannel
@@ -213,6 +214,7 @@ def build_service(settings: Settings, wake: Wake, *, model: Model | None = None,
         presence=build_presence(settings, channel),
         media=build_media_preparer(settings, chat.model),
         pacer=build_pacer(settings, store, channel),
+        residents=ResidentCache(settings.state_cache_mb << 20),
     )
 
 

@@ -60,7 +60,7 @@ def test_commit_answers_in_one_shape_on_every_path(store: ConversationStore) -> 
     assert shapes[0][0] == -1 and shapes[1][2] == 0 and shapes[2][2] == 1 and shapes[2][6]
     store.accept(CID, b"x", "id-2")
     shapes.append(run(lease.token, 2, "id-2"))  # released, nothing claimed (a deliverer holds the lease)
-    assert all(len(s) == 11 for s in shapes), shapes
+    assert all(len(s) == 12 for s in shapes), shapes
 
 
 def test_record_step_answers_in_one_shape(store: ConversationStore) -> None:

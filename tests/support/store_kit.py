@@ -8,6 +8,7 @@ drainer releases), so they live here, over the store's own keys and client, and 
 
 from __future__ import annotations
 
+import uuid
 from dataclasses import dataclass
 from typing import Any
 
@@ -45,11 +46,12 @@ if redis.call('GET', KEYS[2]) == ARGV[1] then redis.call('DEL', KEYS[2]) end
 return 0
 """
 
-# KEYS: state   ARGV: expected_version, blob ('' clears) -> {new version, 0} or {-2, current version}
+# KEYS: state   ARGV: expected_version, blob ('' clears), tag -> {new version, 0} or {-2, current version}
 _PUT_STATE = """
 local v = tonumber(redis.call('HGET', KEYS[1], 'version') or '0')
 if v ~= tonumber(ARGV[1]) then return {-2, v} end
-if ARGV[2] ~= '' then redis.call('HSET', KEYS[1], 'blob', ARGV[2]) else redis.call('HDEL', KEYS[1], 'blob') end
+if ARGV[2] ~= '' then redis.call('HSET', KEYS[1], 'blob', ARGV[2], 'tag', ARGV[3])
+else redis.call('HDEL', KEYS[1], 'blob', 'tag') end
 redis.call('HSET', KEYS[1], 'version', v + 1)
 return {v + 1, 0}
 """
@@ -109,7 +111,8 @@ class StoreKit:
 
     def put_state(self, cid: str, *, expected_version: int, new_state: bytes | None) -> int:
         """Compare-and-set the state. Raises :class:`StaleLeaseError` on a version mismatch."""
-        code, extra = self._put(keys=[self.store.keys(cid).state], args=[expected_version, new_state or b""])
+        code, extra = self._put(keys=[self.store.keys(cid).state],
+                                args=[expected_version, new_state or b"", f"kit:{uuid.uuid4().hex}"])
         if int(code) < 0:
             raise StaleLeaseError(f"state of {cid} is at version {int(extra)}, not {expected_version}")
         return int(code)

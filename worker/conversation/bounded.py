@@ -21,7 +21,8 @@ from dataclasses import dataclass, replace
 from worker.conversation.compaction import drop_oldest_exchanges, droppable_exchanges
 from worker.conversation.history import exchanges
 from worker.conversation.messages import Message
-from worker.conversation.state import ConversationState, encode_state
+from worker.conversation.resident import Resident
+from worker.conversation.state import ConversationState, Memo, encode_with_memo
 
 log = logging.getLogger(__name__)
 
@@ -31,10 +32,12 @@ _SLIM_SUMMARY_CHARS = 8000
 
 @dataclass(frozen=True, slots=True)
 class Encoded:
-    """An encoded state and how many pinned items had to go to keep it within its limits."""
+    """An encoded state, how many pinned items had to go to keep it within its limits, and the state as encoded
+    (decoded, for the worker to keep between turns)."""
 
     blob: bytes
     pinned_dropped: int = 0
+    resident: Resident | None = None
 
 
 def _cap_pinned(state: ConversationState, max_pinned: int) -> tuple[ConversationState, int]:
@@ -46,10 +49,17 @@ def _cap_pinned(state: ConversationState, max_pinned: int) -> tuple[Conversation
     return replace(state, pinned=state.pinned[over:]), over
 
 
-def encode_bounded(state: ConversationState, *, max_bytes: int, max_pinned: int) -> Encoded:
-    """Encode ``state`` within ``max_pinned`` pinned items and ``max_bytes`` bytes (see the module)."""
+def encode_bounded(state: ConversationState, *, max_bytes: int, max_pinned: int, memo: Memo | None = None) -> Encoded:
+    """Encode ``state`` within ``max_pinned`` pinned items and ``max_bytes`` bytes (see the module); ``memo`` is
+    the previous encoding's (only the new messages are packed)."""
     state, dropped = _cap_pinned(state, max_pinned)
-    blob = encode_state(state)
+    blob, memo = encode_with_memo(state, memo)
+
+    def encode_state(st: ConversationState) -> bytes:
+        nonlocal memo
+        out, memo = encode_with_memo(st, memo)
+        return out
+
     while len(blob) > max_bytes and droppable_exchanges(state):
         log.warning("state over its size limit; dropping the oldest exchange",
                     extra={"bytes": len(blob), "limit": max_bytes})
@@ -66,7 +76,8 @@ def encode_bounded(state: ConversationState, *, max_bytes: int, max_pinned: int)
         state = replace(state, pinned=state.pinned[1:])
         dropped += 1
         blob = encode_state(state)
-    return Encoded(blob, dropped)
+    size = len(memo.messages.body) + len(memo.pinned.body) + len(state.summary)
+    return Encoded(blob, dropped, Resident(state, memo, size))
 
 
 def _slim(state: ConversationState) -> ConversationState:

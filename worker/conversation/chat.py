@@ -24,16 +24,24 @@ from typing import Any
 from worker.conversation import messages as msgs
 from worker.conversation.bounded import Encoded, encode_bounded
 from worker.conversation.compaction import Compactor, StepsOutcome, apply_compactor
-from worker.conversation.history import repair_history
+from worker.conversation.history import CleanPrefix, repair_from, repair_history
 from worker.conversation.journal import NoJournal, TurnJournal
 from worker.conversation.loop import LoopOutcome, ToolChoice, ToolLoop
 from worker.conversation.messages import Message
 from worker.conversation.model import Attachment, Model, ModelRequest, ModelResponse
 from worker.conversation.observe import RoundTrip, complete_observed
 from worker.conversation.prompt import prompt_tokens, render_preamble
+from worker.conversation.resident import Resident
 from worker.conversation.results import CompactionReport, EventResult, TurnResult
 from worker.conversation.splice import SpliceResult, splice_blobs
-from worker.conversation.state import DEFAULT_MAX_STATE_BYTES, ConversationState, LoadResult, load_state
+from worker.conversation.state import (
+    DEFAULT_MAX_STATE_BYTES,
+    ConversationState,
+    LoadResult,
+    Memo,
+    encode_state,
+    load_state,
+)
 from worker.conversation.tokens import EstimateCounter, TokenCounter
 from worker.conversation.tools import Tool, check_tools
 from worker.errors import InvalidMessageError, OversizeInputError, StateDecodeError
@@ -41,6 +49,10 @@ from worker.errors import InvalidMessageError, OversizeInputError, StateDecodeEr
 __all__ = ["Chat", "CompactionReport", "EventResult", "RoundTrip", "SpliceResult", "TurnResult"]
 
 DEFAULT_MAX_PINNED = 50
+
+State = bytes | Resident | None
+"""A state as the methods take it: the blob, or what the worker kept of it decoded (see
+:mod:`worker.conversation.resident`), or ``None`` for a new conversation."""
 
 _PUNCT = re.compile(r"[^\w\s]+")
 
@@ -182,12 +194,17 @@ class Chat:
 
     # --- the turn --------------------------------------------------------------------------------
 
-    def load(self, state: bytes | None) -> LoadResult:
+    def load(self, state: State) -> LoadResult:
+        """Decode a blob (or take a :class:`~worker.conversation.resident.Resident` as it is: nothing to decode)."""
+        if isinstance(state, Resident):
+            if state.state.provider == self.provider:
+                return LoadResult(state.state, memo=state.memo, clean=state.clean)
+            state = encode_state(state.state)  # another provider's: refused by the decoder, as its blob would be
         return load_state(state, provider=self.provider, max_bytes=self.max_state_bytes, now=self.clock())
 
     def run_turn(
         self,
-        state: bytes | None,
+        state: State,
         *,
         system: str | None = None,
         user: str | Message,
@@ -233,41 +250,44 @@ class Chat:
         if reset is not None:
             st = ConversationState.fresh(self.provider, now=now)
         if reset == "phrase":
-            return TurnResult(reply=self.reset_reply, state=self._encode(st).blob, reset=reset,
-                              state_problem=loaded.problem)
-        loop = _tool_loop(self, system, extra_preamble, journal or NoJournal(), files)
+            encoded = self._encode(st)
+            return TurnResult(reply=self.reset_reply, state=encoded.blob, reset=reset,
+                              state_problem=loaded.problem, resident=encoded.resident)
+        checked = _Checked(None if reset else loaded.clean)
+        loop = _tool_loop(self, system, extra_preamble, journal or NoJournal(), files, checked)
         out = loop.run(st.append(*added, turn_user))
         out.state = replace(out.state, meta=replace(out.state.meta, turns=out.state.meta.turns + 1,
                                                     last_activity=now))
-        return self._finish_turn(out, loaded.problem, reset)
+        return self._finish_turn(out, loaded.problem, reset, None if reset else loaded.memo, checked.clean)
 
     def _call(self, request: ModelRequest) -> ModelResponse:
         return complete_observed(self.model, request, self.observer)
 
-    def _finish_turn(self, out: LoopOutcome, problem: StateDecodeError | None, reset: str | None) -> TurnResult:
+    def _finish_turn(self, out: LoopOutcome, problem: StateDecodeError | None, reset: str | None,
+                     memo: Memo | None, clean: CleanPrefix | None) -> TurnResult:
         st, needs = self._auto_compact_if_due(out.state)
-        encoded = self._encode(st)
+        encoded = self._encode(st, memo, clean)
         return TurnResult(reply=out.reply, state=encoded.blob, finish_reason=out.finish_reason,
                           truncated=out.truncated, filtered=out.filtered, tool_limit_hit=out.tool_limit_hit,
                           state_problem=problem, reset=reset, needs_compaction=needs, usage=st.last_usage,
                           model_calls=out.model_calls, tool_calls=out.tool_calls,
                           replayed_rounds=out.replayed_rounds, replayed_results=out.replayed_results,
-                          pinned_dropped=encoded.pinned_dropped)
+                          pinned_dropped=encoded.pinned_dropped, resident=encoded.resident)
 
     # --- events, compaction, splicing --------------------------------------------------------------
 
-    def apply_event(self, state: bytes | None, text: str, *, pinned: bool = False) -> EventResult:
+    def apply_event(self, state: State, text: str, *, pinned: bool = False) -> EventResult:
         """:meth:`append_to_state` with the details the worker needs."""
         _check_text("event text", text, self.max_input_chars)
         loaded = self.load(state)
         st = loaded.state.append(msgs.event(text, pinned=pinned))
         st = replace(st, meta=replace(st.meta, events=st.meta.events + 1, last_activity=self.clock()))
         st, needs = self._auto_compact_if_due(st)
-        encoded = self._encode(st)
+        encoded = self._encode(st, loaded.memo)
         return EventResult(state=encoded.blob, state_problem=loaded.problem, needs_compaction=needs,
-                           pinned_dropped=encoded.pinned_dropped)
+                           pinned_dropped=encoded.pinned_dropped, resident=encoded.resident)
 
-    def needs_compaction(self, state: bytes | None) -> bool:
+    def needs_compaction(self, state: State) -> bool:
         """Whether the compactor's trigger fires on ``state``."""
         if self.compactor is None:
             return False
@@ -283,7 +303,7 @@ class Chat:
         done = apply_compactor(self.compactor, st, self.counter, observer=self.observer)
         return done.state, bool(not done.applied and self.compactor.should_compact(done.state, self.counter))
 
-    def compact_with_report(self, state: bytes | None) -> CompactionReport:
+    def compact_with_report(self, state: State) -> CompactionReport:
         """Apply the compactor to ``state`` (only the steps whose triggers fire) and report what changed:
         messages and tokens before and after, the steps applied, the errors and the pinned items dropped.
         A failure keeps the state."""
@@ -298,23 +318,40 @@ class Chat:
                                 tokens_after=prompt_tokens(new, self.counter), state_problem=loaded.problem,
                                 pinned_dropped=encoded.pinned_dropped)
 
-    def splice(self, newest: bytes | None, compacted: bytes) -> SpliceResult:
+    def splice(self, newest: State, compacted: bytes) -> SpliceResult:
         """Lay a compaction result onto the newest state (see :mod:`worker.conversation.splice`)."""
+        if isinstance(newest, Resident):  # rare (one per compaction): the blob the splice works on
+            newest = encode_state(newest.state)
         return splice_blobs(newest, compacted, load=self.load, encode=self._encode)
 
-    def _encode(self, st: ConversationState) -> Encoded:
-        return encode_bounded(st, max_bytes=self.max_state_bytes, max_pinned=self.max_pinned)
+    def _encode(self, st: ConversationState, memo: Memo | None = None, clean: CleanPrefix | None = None) -> Encoded:
+        encoded = encode_bounded(st, max_bytes=self.max_state_bytes, max_pinned=self.max_pinned, memo=memo)
+        if clean is not None and encoded.resident is not None:
+            return replace(encoded, resident=replace(encoded.resident, clean=clean))
+        return encoded
+
+
+@dataclass
+class _Checked:
+    """The longest history of this turn known valid (see :class:`~worker.conversation.history.CleanPrefix`):
+    each request checks only what was added since, and the turn hands it on with the state it writes."""
+
+    clean: CleanPrefix | None
 
 
 def _tool_loop(chat: Chat, system: str | None, extra: Sequence[str], journal: TurnJournal,
-               attachments: Mapping[str, Attachment]) -> ToolLoop:
+               attachments: Mapping[str, Attachment], checked: _Checked | None = None) -> ToolLoop:
     """The tool loop of one turn: the chat's fixed tools plus, for this turn only, those its ``tool_source``
     offers now; each request built from the state as the loop has it, with the turn's attachments (a round
     after a tool call still shows the model the photo it is answering)."""
     tools = chat._tools if chat.tool_source is None else check_tools([*chat._tools.values(), *chat.tool_source()])
 
     def request_for(st: ConversationState, tool_choice: ToolChoice) -> ModelRequest:
-        history, _ = repair_history(st.messages)
+        if checked is None:
+            history, _ = repair_history(st.messages)
+        else:
+            history, _, clean = repair_from(st.messages, checked.clean)
+            checked.clean = clean or checked.clean
         return ModelRequest(system=render_preamble(system, st, extra), messages=history,
                             tools=[t.spec for t in tools.values()], max_tokens=chat.max_tokens,
                             temperature=chat.temperature, tool_choice=tool_choice, attachments=attachments)

@@ -266,6 +266,13 @@ class CompressToolExchanges:
         return "compress_tool_exchanges"
 
     def _targets(self, state: ConversationState) -> list[int]:
+        # Checked every turn: with no more tool outputs than the newest kept whole (most conversations), none is
+        # a target, and cutting the history into exchanges is not needed.
+        if sum(1 for m in state.messages if m.role == "tool") <= max(0, self.keep_recent):
+            return []
+        return self._all_targets(state)
+
+    def _all_targets(self, state: ConversationState) -> list[int]:
         exs = exchanges(state.messages)[:-1]
         candidates: list[int] = []
         for ex in exs:

@@ -9,6 +9,7 @@ user-side message, which every provider accepts.
 from __future__ import annotations
 
 import logging
+import operator
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
@@ -63,8 +64,33 @@ class Repair:
 MISSING_RESULT = "No result was recorded for this tool call (the conversation history was repaired)."
 
 
+@dataclass(frozen=True, slots=True)
+class CleanPrefix:
+    """A history :func:`repair_history` found valid, ending with no tool call waiting for its result, and the
+    calls answered since its last assistant message (what repair remembers past that point). A history that
+    starts with these same messages (the same objects: states only append) is repaired from where it ends."""
+
+    messages: tuple[Message, ...]
+    answered: frozenset[str]
+
+
 def repair_history(messages: Sequence[Message]) -> tuple[list[Message], Repair]:
-    """Make a history valid for every provider, or say that it already was.
+    """:func:`repair_from` without a known clean prefix."""
+    fixed, repair, _ = repair_from(messages, None)
+    return fixed, repair
+
+
+def _clean_part(messages: Sequence[Message], clean: CleanPrefix | None) -> int:
+    k = len(clean.messages) if clean is not None else 0
+    if clean is None or not k or k > len(messages) or not all(map(operator.is_, clean.messages, messages[:k])):
+        return 0
+    return k
+
+
+def repair_from(messages: Sequence[Message],
+                clean: CleanPrefix | None) -> tuple[list[Message], Repair, CleanPrefix | None]:
+    """Make a history valid for every provider, or say that it already was; ``clean`` (from an earlier call on a
+    history this one extends) skips what is known valid, so a turn checks only what was added.
 
     Rules: every tool call of an assistant message is answered by a tool result before the next
     non-tool message (a missing one gets an error result); a tool result without its call is dropped;
@@ -73,9 +99,10 @@ def repair_history(messages: Sequence[Message]) -> tuple[list[Message], Repair]:
     that need it is the provider's job (it merges at request time), since it depends on the wire format.
     """
     problems: list[str] = []
-    out: list[Message] = []
+    start = _clean_part(messages, clean)
+    out: list[Message] = list(messages[:start])  # valid as it is: repair would copy it unchanged
     pending: dict[str, str] = {}  # call id -> tool name, awaiting a result
-    answered: set[str] = set()
+    answered: set[str] = set(clean.answered) if start and clean is not None else set()
 
     def close_pending() -> None:
         for call_id, name in pending.items():
@@ -83,7 +110,7 @@ def repair_history(messages: Sequence[Message]) -> tuple[list[Message], Repair]:
             out.append(Message(role="tool", content=MISSING_RESULT, tool_call_id=call_id, name=name, is_error=True))
         pending.clear()
 
-    for m in messages:
+    for m in messages[start:]:
         if m.role == "tool":
             cid = m.tool_call_id or ""
             if cid in pending:
@@ -112,6 +139,8 @@ def repair_history(messages: Sequence[Message]) -> tuple[list[Message], Repair]:
             problems.append(f"empty {m.role} message dropped")
             continue
         out.append(m)
+    if not problems and not pending and all(m.seq for m in messages[start:]):
+        return out, Repair(()), CleanPrefix(tuple(messages), frozenset(answered))
     close_pending()
     # Results added by close_pending have no seq; give them their call's seq so ordering stays stable.
     fixed: list[Message] = []
@@ -123,7 +152,7 @@ def repair_history(messages: Sequence[Message]) -> tuple[list[Message], Repair]:
         fixed.append(m)
     if problems:
         log.warning("history repaired before a request", extra={"problems": problems})
-    return fixed, Repair(tuple(problems))
+    return fixed, Repair(tuple(problems)), None
 
 
 def check_history(messages: Sequence[Message]) -> list[str]:

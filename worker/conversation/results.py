@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from worker.conversation.model import FinishReason, Usage
+from worker.conversation.resident import Resident
 from worker.errors import StateDecodeError
 
 
@@ -49,6 +50,7 @@ class TurnResult:
     pinned_dropped: int = 0
     replayed_rounds: int = 0
     replayed_results: int = 0
+    resident: Resident | None = None  # ``state`` decoded, for the next turn (see worker.conversation.resident)
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,6 +61,7 @@ class EventResult:
     state_problem: StateDecodeError | None = None
     needs_compaction: bool = False
     pinned_dropped: int = 0
+    resident: Resident | None = None
 
 
 @dataclass(frozen=True, slots=True)

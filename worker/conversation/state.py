@@ -16,6 +16,8 @@ an empty user message; it refuses the blob instead). Decoding is bounded
 
 from __future__ import annotations
 
+import operator
+import queue
 import time
 import uuid
 from collections.abc import Callable
@@ -25,6 +27,7 @@ from typing import Any
 import msgpack
 import zstandard
 
+from worker.conversation.history import CleanPrefix
 from worker.conversation.messages import ROLES, MediaRef, Message, ToolCall
 from worker.conversation.model import Usage
 from worker.errors import StateDecodeError
@@ -129,27 +132,102 @@ def _enc_usage(u: Usage | None) -> list[int] | None:
     return [u.prompt_tokens, u.completion_tokens, u.cached_tokens, u.cache_creation_tokens]
 
 
-def encode_state(state: ConversationState) -> bytes:
-    """Serialise ``state``. Size limits are the caller's (see :func:`worker.conversation.chat.Chat`)."""
+@dataclass(frozen=True, slots=True)
+class Packed:
+    """The encoding of a run of messages (without its array header), kept with the messages it encodes."""
+
+    messages: tuple[Message, ...]
+    body: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class Memo:
+    """How the last encoding of a conversation packed its history and pinned items. Messages are immutable and a
+    turn only appends, so the next encoding reuses the packed bytes of the longest unchanged prefix (the same
+    objects, compared by identity) and packs only what was added (see :func:`encode_with_memo`)."""
+
+    messages: Packed
+    pinned: Packed
+
+
+_NOTHING = Packed((), b"")
+
+
+def _array_header(n: int) -> bytes:
+    if n < 16:
+        return bytes((0x90 | n,))
+    if n < 0x10000:
+        return b"\xdc" + n.to_bytes(2, "big")
+    return b"\xdd" + n.to_bytes(4, "big")
+
+
+def _pack_messages(messages: tuple[Message, ...], before: Packed) -> Packed:
+    k = len(before.messages)
+    if k and k <= len(messages) and all(map(operator.is_, before.messages, messages[:k])):
+        if k == len(messages):
+            return before
+        body = before.body + b"".join(msgpack.packb(_enc_message(m), use_bin_type=True) for m in messages[k:])
+    else:
+        body = b"".join(msgpack.packb(_enc_message(m), use_bin_type=True) for m in messages)
+    return Packed(messages, body)
+
+
+def _pack(value: Any) -> bytes:
+    return msgpack.packb(value, use_bin_type=True)  # type: ignore[no-any-return]
+
+
+_KEYS = {k: _pack(k) for k in ("p", "m", "sum", "sums", "pin", "ns", "seen", "u", "g", "meta")}
+
+
+def encode_with_memo(state: ConversationState, memo: Memo | None = None) -> tuple[bytes, Memo]:
+    """:func:`encode_state`, reusing what ``memo`` (the previous encoding of this conversation) packed; returns the
+    blob and the memo of this encoding. msgpack
+    concatenates, so the payload is built from its parts byte for byte as one ``packb`` of the whole map would
+    write it: a turn's encoding costs the new messages and a copy, not the history."""
     meta = state.meta
-    payload = {
-        "p": state.provider,
-        "m": [_enc_message(m) for m in state.messages],
-        "sum": state.summary,
-        "sums": state.summary_seq,
-        "pin": [_enc_message(m) for m in state.pinned],
-        "ns": state.next_seq,
-        "seen": state.seen_seq,
-        "u": _enc_usage(state.last_usage),
-        "g": state.generation,
-        "meta": [meta.epoch, meta.started_at, meta.last_activity, meta.turns, meta.events, meta.compactions],
-    }
-    body = msgpack.packb(payload, use_bin_type=True)
+    msgs = _pack_messages(state.messages, memo.messages if memo else _NOTHING)
+    pins = _pack_messages(state.pinned, memo.pinned if memo else _NOTHING)
+    k = _KEYS
+    body = b"".join((
+        b"\x8a",  # a map of the 10 fields below, in this order
+        k["p"], _pack(state.provider),
+        k["m"], _array_header(len(state.messages)), msgs.body,
+        k["sum"], _pack(state.summary),
+        k["sums"], _pack(state.summary_seq),
+        k["pin"], _array_header(len(state.pinned)), pins.body,
+        k["ns"], _pack(state.next_seq),
+        k["seen"], _pack(state.seen_seq),
+        k["u"], _pack(_enc_usage(state.last_usage)),
+        k["g"], _pack(state.generation),
+        k["meta"], _pack([meta.epoch, meta.started_at, meta.last_activity, meta.turns, meta.events,
+                          meta.compactions]),
+    ))
     flags = 0
     if len(body) > COMPRESS_OVER:
-        body = zstandard.ZstdCompressor(level=3).compress(body)
+        body = _compress(body)
         flags |= FLAG_ZSTD
-    return MAGIC + bytes([_version_for(state), flags]) + body
+    return MAGIC + bytes([_version_for(state), flags]) + body, Memo(msgs, pins)
+
+
+# A compression context costs more to set up (~10 µs) than compressing a typical state: reuse them. A pool, not a
+# thread-local, since a gevent worker has a greenlet per turn and would keep a context per greenlet.
+_COMPRESSORS: queue.SimpleQueue[zstandard.ZstdCompressor] = queue.SimpleQueue()
+
+
+def _compress(body: bytes) -> bytes:
+    try:
+        c = _COMPRESSORS.get_nowait()
+    except queue.Empty:
+        c = zstandard.ZstdCompressor(level=3)
+    try:
+        return c.compress(body)
+    finally:
+        _COMPRESSORS.put(c)
+
+
+def encode_state(state: ConversationState) -> bytes:
+    """Serialise ``state``. Size limits are the caller's (see :func:`worker.conversation.chat.Chat`)."""
+    return encode_with_memo(state)[0]
 
 
 # --- decoding -------------------------------------------------------------------------------------
@@ -315,6 +393,8 @@ class LoadResult:
 
     state: ConversationState
     problem: StateDecodeError | None = None
+    memo: Memo | None = None  # how the state was packed, when it came from a resident (nothing was decoded)
+    clean: CleanPrefix | None = None  # the resident's, when it came from one
 
 
 def load_state(

@@ -19,6 +19,7 @@ import time
 
 from worker import metrics
 from worker.conversation.chat import Chat
+from worker.conversation.resident import ResidentCache
 from worker.delivery.channel import Channel
 from worker.envelopes import Envelope
 from worker.errors import DeliveryError, StoreError
@@ -41,13 +42,14 @@ class ConversationService:
     """The worker's logic over a store, a chat and a delivery channel: the entry the tasks call.
 
     ``media`` prepares a message envelope for its turn (a photo fetched for a model that reads images, else its
-    caption or the short answer; :mod:`worker.service.media`); the default fetches nothing. ``pacer`` holds every
+    caption or the short answer; :mod:`worker.service.media`); the default fetches nothing. ``residents`` keeps each
+conversation's state decoded between its turns (:mod:`worker.conversation.resident`; default 16 MiB). ``pacer`` holds every
     send to the pace the fleet shares (:mod:`worker.service.pacing`); the default sends at once."""
 
     def __init__(self, store: Store, chat: Chat, channel: Channel, wake: Wake,
                  config: ServiceConfig | None = None, *, heartbeat: Heartbeat | None = None,
                  presence: Presence | None = None, media: MediaPreparer | None = None,
-                 pacer: Pacer | None = None) -> None:
+                 pacer: Pacer | None = None, residents: ResidentCache | None = None) -> None:
         self.store = store
         self.chat = chat
         self.channel = channel
@@ -60,8 +62,9 @@ class ConversationService:
         self.presence = presence if presence is not None else Presence.disabled()
         self.media = media or MediaPreparer()
         self.deliverer = Deliverer(store, channel, self.config, self.heartbeat, pacer=pacer)
+        self.residents = residents if residents is not None else ResidentCache()
         self.drainer = Drainer(store, chat, wake, self.config, self.heartbeat, presence=self.presence,
-                               media=self.media)
+                               media=self.media, residents=self.residents)
 
     def drain(self, cid: str) -> int:
         """Apply every input waiting for ``cid``, in order (see :meth:`Drainer.drain`), then deliver the reply the

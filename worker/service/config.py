@@ -55,16 +55,21 @@ class RetryLater(Exception):
         self.countdown = countdown
 
 
+# Bound once: looking a labelled child up costs more than the increment (several per model round trip).
+_TOKENS_IN, _TOKENS_OUT, _TOKENS_CACHED, _TOKENS_WRITE = (metrics.TOKENS.labels(k)
+                                                          for k in ("in", "out", "cached", "cache_write"))
+
+
 def observe_round_trip(rt: RoundTrip) -> None:
     """Record one model round trip in the metrics (the chat's observer). A call that came back means the
     provider accepts the key again, so the auth alarm is cleared."""
     metrics.LLM_SECONDS.labels(rt.purpose).observe(rt.seconds)
     metrics.PROVIDER_AUTH_FAILING.set(0)
     if rt.usage is not None:
-        metrics.TOKENS.labels("in").inc(rt.usage.prompt_tokens)
-        metrics.TOKENS.labels("out").inc(rt.usage.completion_tokens)
-        metrics.TOKENS.labels("cached").inc(rt.usage.cached_tokens)
-        metrics.TOKENS.labels("cache_write").inc(rt.usage.cache_creation_tokens)
+        _TOKENS_IN.inc(rt.usage.prompt_tokens)
+        _TOKENS_OUT.inc(rt.usage.completion_tokens)
+        _TOKENS_CACHED.inc(rt.usage.cached_tokens)
+        _TOKENS_WRITE.inc(rt.usage.cache_creation_tokens)
 
 
 def count_pinned_dropped(n: int) -> None:

@@ -54,6 +54,8 @@ class Deliverer:
         self.heartbeat = heartbeat
         self.crashed = CrashedSends(store, config)
         self.pacer = pacer
+        # Checked once: an isinstance against a runtime Protocol walks its members (tens of µs a reply).
+        self.windowed: WindowedChannel | None = channel if isinstance(channel, WindowedChannel) else None
 
     def deliver(self, cid: str, claimed: tuple[int, OutboxHead] | None = None) -> int:
         """Send every reply waiting in ``cid``'s outbox, part by part, in order; returns parts sent.
@@ -118,7 +120,7 @@ class Deliverer:
         cid, token, lease_ms = run.cid, run.token, self.config.lease_ms
         last = len(record.parts) - 1
         # Read once a reply: the time only moves forward, so a stale read can only be stricter.
-        inbound = self.store.last_inbound(cid) if isinstance(self.channel, WindowedChannel) else None
+        inbound = self.store.last_inbound(cid) if self.windowed is not None else None
         for part in range(start, len(record.parts)):
             if part > start:
                 if self.config.delivery_part_interval:
@@ -159,8 +161,8 @@ class Deliverer:
         reply_to = record.reply_to if part == 0 else None
         pace = partial(self._pace, record.recipient)
         callback = part_callback(cid, record.reply_id, part)
-        if isinstance(self.channel, WindowedChannel):
-            return self.channel.send_reply(record.recipient, record.parts[part:], reply_to=reply_to,
+        if self.windowed is not None:
+            return self.windowed.send_reply(record.recipient, record.parts[part:], reply_to=reply_to,
                                            last_inbound=inbound, pace=pace, callback_data=callback)
         pace()
         return Sent(self.channel.send_text(record.recipient, record.parts[part], reply_to=reply_to,

@@ -20,7 +20,8 @@ from typing import Any
 import msgpack
 
 from worker import metrics
-from worker.conversation.chat import Chat
+from worker.conversation.chat import Chat, State
+from worker.conversation.resident import Resident, ResidentCache
 from worker.delivery.split import split_message
 from worker.envelopes import DeadLetter, Envelope, ReplyRecord, decode_envelope
 from worker.errors import (
@@ -65,6 +66,7 @@ class _Run:
     cid: str
     token: int
     beat: Beat
+    kept: tuple[str, Resident] | None = None  # the state this worker holds decoded, and its tag
     applied: int = 0
     replied: bool = False
     delivery: Claimed | None = None  # the delivery the last commit started, if it did
@@ -75,9 +77,12 @@ class Drainer(ModelFailures[_Run]):
 
     def __init__(self, store: DrainStore, chat: Chat, wake: Wake, config: ServiceConfig,
                  heartbeat: Heartbeat, *, presence: Presence | None = None,
-                 media: MediaPreparer | None = None) -> None:
+                 media: MediaPreparer | None = None, residents: ResidentCache | None = None) -> None:
         self.store = store
         self.chat = chat
+        # Each conversation's state as this worker last wrote or read it, decoded: a turn on it skips the decode,
+        # and the begin script skips sending a blob this worker already holds.
+        self.residents = residents if residents is not None else ResidentCache(0)
         self.wake = wake
         self.media = media or MediaPreparer()
         # A bare photo can join a burst only when the model will see it (else it gets the short answer, alone).
@@ -95,7 +100,8 @@ class Drainer(ModelFailures[_Run]):
         the model is unavailable; the input stays at the head of the mailbox and the lease is given up so the retry
         (or the sweeper) resumes it.
         """
-        begin = self.store.begin(cid, self.config.lease_ms, peek=self.config.burst.peek)
+        kept = self.residents.entry(cid)
+        begin = self.store.begin(cid, self.config.lease_ms, peek=self.config.burst.peek, have=kept[0] if kept else "")
         if begin.status != "ok" or begin.snapshot is None:
             return Drained(0)
         token, lease_ms = begin.token, self.config.lease_ms
@@ -105,7 +111,7 @@ class Drainer(ModelFailures[_Run]):
         try:
             with self.heartbeat.holding(lambda: self.store.renew_lease(cid, token, lease_ms),
                                         lambda: self.store.release(cid, token), "drain") as beat:
-                run = _Run(cid, token, beat)
+                run = _Run(cid, token, beat, kept)
                 while snap is not None:
                     result = self._apply(run, snap, attempts)
                     if result is None:  # a burst still being typed: put off, the lease given up
@@ -139,8 +145,16 @@ class Drainer(ModelFailures[_Run]):
         except ModelError as exc:
             return self._model_failed(run, env, snap, attempts, exc)
 
+    def state_of(self, run: _Run, snap: Snapshot) -> State:
+        """The snapshot's state: what this worker holds decoded when it is the stored one (same tag), else the blob."""
+        if run.kept is not None and snap.tag and run.kept[0] == snap.tag:
+            return run.kept[1]
+        if snap.state is None and snap.tag:
+            raise RuntimeError(f"the store withheld state {snap.tag} of {run.cid}, which this worker does not hold")
+        return snap.state
+
     def _apply_envelope(self, run: _Run, env: Envelope, snap: Snapshot) -> CommitResult | None:
-        state, version = snap.state, snap.version
+        state, version = self.state_of(run, snap), snap.version
         if env.kind == "message":
             return self._chat_turn(run, Pending(env.message_id, env), snap)
         if env.kind == "notice":
@@ -148,7 +162,8 @@ class Drainer(ModelFailures[_Run]):
         if env.kind == "event":
             result = self.chat.apply_event(state, env.text or "", pinned=env.pinned)
             state, version = self._quarantine_if(run, state, version, result.state_problem)
-            done = self._commit(run, version, env, result.state, None, {"event": env.text})
+            done = self._commit(run, version, env, result.state, None, {"event": env.text},
+                                resident=result.resident)
             metrics.INPUTS.labels("event", "applied").inc()
             count_pinned_dropped(result.pinned_dropped)
             if result.needs_compaction:
@@ -164,7 +179,7 @@ class Drainer(ModelFailures[_Run]):
         """A chat message at the head: the turn takes in the burst it starts, or is put off while the player is
         still typing (``None``)."""
         # The journal makes a retried turn reuse the inputs, model rounds and tool results a crashed run recorded.
-        journal = StoreJournal(self.store, run.cid, head.id, run.token)
+        journal = StoreJournal(self.store, run.cid, head.id, run.token, empty=not snap.journal)
         inputs = self._burst_for(run, head, snap, journal)
         if inputs is None:
             return None
@@ -222,7 +237,7 @@ class Drainer(ModelFailures[_Run]):
         else:
             self.wake("deliver", run.cid)  # more inputs wait: deliver without holding the next turn up
 
-    def _splice(self, run: _Run, env: Envelope, state: bytes | None, version: int) -> CommitResult:
+    def _splice(self, run: _Run, env: Envelope, state: State, version: int) -> CommitResult:
         result = self.chat.splice(state, env.state or b"")
         new_state = result.state if result.applied else None
         done = self._commit(run, version, env, new_state, None,
@@ -233,22 +248,33 @@ class Drainer(ModelFailures[_Run]):
             count_pinned_dropped(result.pinned_dropped)
         return done
 
-    def _quarantine_if(self, run: _Run, state: bytes | None, version: int, problem: Any) -> tuple[bytes | None, int]:
-        if problem is None or not state:
+    def _quarantine_if(self, run: _Run, state: State, version: int, problem: Any) -> tuple[State, int]:
+        if problem is None or not isinstance(state, bytes) or not state:  # a kept state decoded: no problem
             return state, version
         log.warning("unusable state quarantined; starting fresh",
                     extra={"conversation_id": run.cid, "reason": problem.reason, "detail": problem.detail})
         metrics.QUARANTINED.labels(problem.reason).inc()
         version = self.store.quarantine(run.cid, run.token, state, f"{problem.reason}: {problem.detail}",
                                         expected_version=version)
+        self._keep(run, "", None)
         return None, version
 
     def _commit(self, run: _Run, version: int, env: Envelope, new_state: bytes | None, reply: bytes | None,
-                trace: dict[str, Any], *, claim_delivery: bool = False, also: Sequence[str] = ()) -> CommitResult:
+                trace: dict[str, Any], *, claim_delivery: bool = False, also: Sequence[str] = (),
+                resident: Resident | None = None) -> CommitResult:
+        """``resident``: ``new_state`` decoded, kept for the next turn when the commit lands."""
         entry = {"at": time.time(), "id": env.message_id, "kind": env.kind, **trace}
-        return self._store_commit(run, version, env.message_id, new_state=new_state, reply=reply,
+        done = self._store_commit(run, version, env.message_id, new_state=new_state, reply=reply,
                                   trace=msgpack.packb(entry, use_bin_type=True), dead=None,
                                   claim_delivery_ms=self.config.lease_ms if claim_delivery else 0, also=also)
+        if new_state is not None:
+            self._keep(run, done.tag, resident)
+        return done
+
+    def _keep(self, run: _Run, tag: str, resident: Resident | None) -> None:
+        """The stored state is now ``tag`` (``''``: none): keep ``resident`` as it, or forget what was kept."""
+        run.kept = (tag, resident) if tag and resident is not None else None
+        self.residents.put(run.cid, tag, resident)
 
     def _dead_input(self, run: _Run, snap: Snapshot, kind: str, reason: str, detail: str,
                     attempts: int) -> CommitResult:

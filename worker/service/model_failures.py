@@ -14,7 +14,7 @@ from dataclasses import replace
 from typing import Generic, Protocol, TypeVar
 
 from worker import metrics
-from worker.conversation.chat import Chat
+from worker.conversation.chat import Chat, State
 from worker.envelopes import Envelope
 from worker.errors import AuthenticationError, ContextLengthError, InputError, ModelError, ModelResponseError
 from worker.service.config import ServiceConfig
@@ -45,6 +45,9 @@ class ModelFailures(Generic[RunT]):
 
     def _dead_input(self, run: RunT, snap: Snapshot, kind: str, reason: str, detail: str,
                     attempts: int) -> CommitResult:
+        raise NotImplementedError
+
+    def state_of(self, run: RunT, snap: Snapshot) -> State:
         raise NotImplementedError
 
     def _apply_envelope(self, run: RunT, env: Envelope, snap: Snapshot) -> CommitResult | None:
@@ -84,7 +87,7 @@ class ModelFailures(Generic[RunT]):
         and run the turn once more on the compacted state, which the turn's commit then saves. Still too
         long, or nothing left to drop: dead-letter the input with the reason, so the inputs behind it go on.
         Any other model failure of the retry is handled as usual (the retry later starts over)."""
-        compacted = compact_for_context(self.chat, snap.state)
+        compacted = compact_for_context(self.chat, self.state_of(run, snap))
         if compacted is None:
             metrics.CONTEXT_OVERFLOWS.labels("dead").inc()
             return self._dead_input(run, snap, env.kind, "context_length",
@@ -92,7 +95,8 @@ class ModelFailures(Generic[RunT]):
         log.warning("prompt longer than the model's context window; compacted, retrying the turn once",
                     extra={"conversation_id": run.cid, "message_id": env.message_id, "error": str(exc)})
         try:
-            done = self._apply_envelope(run, env, replace(snap, state=compacted))
+            # No tag: the compacted blob is not the stored state this worker may hold decoded.
+            done = self._apply_envelope(run, env, replace(snap, state=compacted, tag=""))
         except ContextLengthError as again:
             metrics.CONTEXT_OVERFLOWS.labels("dead").inc()
             return self._dead_input(run, snap, env.kind, "context_length",

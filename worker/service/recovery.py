@@ -19,7 +19,7 @@ from collections.abc import Callable
 from typing import NoReturn
 
 from worker import metrics
-from worker.conversation.chat import Chat
+from worker.conversation.chat import Chat, State
 from worker.conversation.compaction import TokenBudget
 from worker.conversation.model import Usage
 from worker.envelopes import Envelope
@@ -88,7 +88,7 @@ def retry_later(store: DrainStore, config: ServiceConfig, cid: str, retries: int
     raise RetryLater(reason, countdown)
 
 
-def compact_for_context(chat: Chat, state: bytes | None) -> bytes | None:
+def compact_for_context(chat: Chat, state: State) -> bytes | None:
     """The state compacted for a retry after a context-length error, or ``None`` when nothing could be dropped.
 
     First the configured chain (only its due steps, as the follow-up task would); when none of its triggers

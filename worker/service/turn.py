@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from worker import metrics
 from worker.conversation import messages as msgs
-from worker.conversation.chat import TurnResult
+from worker.conversation.chat import State, TurnResult
 from worker.conversation.messages import Message
 from worker.conversation.model import Attachment
 from worker.conversation.tools import turn_context
@@ -52,7 +52,7 @@ class TurnRunner:
     def run(self, inputs: tuple[Pending, ...], snap: Snapshot) -> CommitResult:
         d, run = self.d, self.r
         started = time.perf_counter()
-        state, version = snap.state, snap.version
+        state, version = d.state_of(run, snap), snap.version
         if len(inputs) == 1:
             notice = self._prepare(inputs[0]).notice
             if notice is not None:  # a photo alone that the model cannot see: the short answer, no turn
@@ -73,7 +73,8 @@ class TurnRunner:
             trace["merges"] = merges
         # Inline delivery starts in the commit that ends the drain (if it does): one round trip fewer per reply.
         done = d._commit(run, version, head.env, result.state, record.to_bytes(), trace,
-                         claim_delivery=d.config.deliver_inline, also=[p.id for p in inputs[1:]])
+                         claim_delivery=d.config.deliver_inline, also=[p.id for p in inputs[1:]],
+                         resident=result.resident)
         metrics.TURN_SECONDS.observe(time.perf_counter() - started)
         kinds = [p.env.kind for p in inputs]
         metrics.INPUTS.labels("message", "applied").inc(kinds.count("message"))
@@ -89,7 +90,7 @@ class TurnRunner:
             d.wake("compact", run.cid)
         return done
 
-    def _answer(self, inputs: tuple[Pending, ...], state: bytes | None) -> tuple[TurnResult, tuple[Pending, ...], int]:
+    def _answer(self, inputs: tuple[Pending, ...], state: State) -> tuple[TurnResult, tuple[Pending, ...], int]:
         """The model's answer to ``inputs``, run again with the double texts that arrived meanwhile (merge)."""
         policy = self.d.config.burst
         merges = 0
@@ -111,7 +112,7 @@ class TurnRunner:
             inputs = grown
             self.journal.record_burst([p.id for p in inputs])
 
-    def _once(self, inputs: tuple[Pending, ...], state: bytes | None) -> TurnResult:
+    def _once(self, inputs: tuple[Pending, ...], state: State) -> TurnResult:
         d, head, last = self.d, inputs[0], inputs[-1]
         new, attachments = self._messages(inputs)
         with turn_context(self.r.cid, head.id):

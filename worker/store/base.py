@@ -51,6 +51,10 @@ class Snapshot:
     state: bytes | None
     version: int
     after: tuple[tuple[str, bytes], ...] = ()  # (id, envelope) of inputs after the head, when asked for (a burst)
+    # The stored state's tag ('' when none): it changes with every write of the blob. ``state`` is None while the
+    # tag is set when the caller said it holds that state already (``begin(have=tag)``): the blob was not sent.
+    tag: str = ""
+    journal: bool = True  # whether the head's turn journal may hold entries (False: known empty, nothing to read)
 
 
 @dataclass(frozen=True)
@@ -97,6 +101,7 @@ class CommitResult:
     next: Snapshot | None = None
     next_attempts: int = 0
     delivery: tuple[int, OutboxHead] | None = None  # with ``claim_delivery_ms``: the delivery token and claimed head
+    tag: str = ""  # the stored state's tag after the commit ('' when there is no state)
 
 
 @dataclass(frozen=True)
@@ -180,6 +185,11 @@ def store_errors(fn: Callable[..., T]) -> Callable[..., T]:
     return inner
 
 
+_KEYS_CACHED = 4096
+_TTL_KEYS = ("state", "inbox", "seen", "fence", "attempts", "outbox", "sent", "dfence", "delivered", "trace",
+             "quarantine", "dead", "statuses", "statusorder", "journal", "inbound")
+
+
 class StoreBase:
     """The client, prefix, limits, key builders and scripts that the mailbox, outbox and admin parts share.
 
@@ -190,20 +200,27 @@ class StoreBase:
     def __init__(self, client: Any, prefix: str = "parley", limits: StoreLimits | None = None) -> None:
         self._r = client
         self.prefix = prefix
+        self._keys_cache: dict[str, ConversationKeys] = {}
         self.limits = limits or StoreLimits()
         self.g = GlobalKeys(prefix)
         self._cluster = hasattr(client, "get_nodes")  # a Cluster client sends a pipeline's commands per node
         self._scripts = Scripts(client)
 
     def keys(self, cid: str) -> ConversationKeys:
-        return ConversationKeys(self.prefix, validate_conversation_id(cid))
+        # Built (and the id validated) once per conversation while it is among the recently used: a turn asks
+        # for them several times. Immutable, so sharing them between threads is safe.
+        k = self._keys_cache.get(cid)
+        if k is None:
+            k = ConversationKeys(self.prefix, validate_conversation_id(cid))
+            if len(self._keys_cache) >= _KEYS_CACHED:
+                self._keys_cache.clear()  # cheaper than an LRU, and a refill is one build per conversation
+            self._keys_cache[cid] = k
+        return k
 
     def _ttl_keys(self, k: ConversationKeys) -> list[str]:
         if self.limits.idle_ttl_ms <= 0:
             return []
-        return [getattr(k, n) for n in ("state", "inbox", "seen", "fence", "attempts", "outbox", "sent", "dfence",
-                                   "delivered", "trace", "quarantine", "dead", "statuses", "statusorder", "journal",
-                                   "inbound")]
+        return [getattr(k, n) for n in _TTL_KEYS]
 
     @staticmethod
     def _now_ms() -> int:

@@ -68,23 +68,28 @@ end
 return {1, n + 1}
 """
 
-# KEYS: hold, inbox, lease, fence, state, attempts   ARGV: lease_ms, peek
+# KEYS: hold, inbox, lease, fence, state, attempts, journal   ARGV: lease_ms, peek, the caller's state tag ('' none)
 # One round trip to start draining: -2 held for a retry (or a burst's quiet period), 0 nothing waiting, -1 another
 # worker holds the lease; else take the lease. -> {token or code, head entry, blob, version, attempts at the head,
-# the ``peek`` entries after the head (what a burst may take in; empty when peek is 0)}
+# the ``peek`` entries after the head (what a burst may take in; empty when peek is 0), the state's tag, whether
+# the turn journal holds entries}
+# The state's tag changes with every write of the blob (see COMMIT): when the caller already holds the state with
+# that tag (decoded, from its last turn on this conversation), the blob is not sent again.
 BEGIN = HEAD_ID + NEXT_TOKEN + """
-if redis.call('EXISTS', KEYS[1]) == 1 then return {-2, false, false, 0, 0, {}} end
+if redis.call('EXISTS', KEYS[1]) == 1 then return {-2, false, false, 0, 0, {}, '', 0} end
 local head = redis.call('LINDEX', KEYS[2], 0)
-if not head then return {0, false, false, 0, 0, {}} end
-if redis.call('EXISTS', KEYS[3]) == 1 then return {-1, false, false, 0, 0, {}} end
+if not head then return {0, false, false, 0, 0, {}, '', 0} end
+if redis.call('EXISTS', KEYS[3]) == 1 then return {-1, false, false, 0, 0, {}, '', 0} end
 local t = next_token(KEYS[4])
 redis.call('SET', KEYS[3], t, 'PX', ARGV[1])
-local s = redis.call('HMGET', KEYS[5], 'blob', 'version')
+local s = redis.call('HMGET', KEYS[5], 'blob', 'version', 'tag')
+local blob, tag = s[1], s[3] or ''
+if blob and tag ~= '' and tag == ARGV[3] then blob = false end
 local a = redis.call('HINCRBY', KEYS[6], head_id(head), 1)
 local after = {}
 local peek = tonumber(ARGV[2] or '0')
 if peek > 0 then after = redis.call('LRANGE', KEYS[2], 1, peek) end
-return {t, head, s[1], s[2] or '0', a, after}
+return {t, head, blob, s[2] or '0', a, after, tag, redis.call('EXISTS', KEYS[7])}
 """
 
 # KEYS: fence, lease, attempts, hold   ARGV: token, head id, hold_ms
@@ -148,33 +153,35 @@ local function start_delivery(dlease, dfence, outbox, sent, lease_ms)
 end
 """
 
-# KEYS: fence, state, inbox, attempts, outbox, trace, dead, lease, dlease, dfence, sent, journal, then every key
-#       when an idle TTL is set
+# KEYS: fence, state, inbox, attempts, outbox, trace, dead, lease, dlease, dfence, sent, journal
 # ARGV: token, expected_version, input_id, state_mode (keep|set|clear), blob, reply_entry, trace_entry,
 #       dead_entry, lease_ms, trace_max, dead_max, ttl_ms, claim_ms ('' or the delivery lease), peek, then the ids
 #       of the inputs after the head that the same turn applied (a burst), in mailbox order
 # -> {version or code, depth or current version, released, next entry, attempts at next, kept blob,
-#     delivery token, delivery head entry, part, crashed, the ``peek`` entries after the next one}
+#     delivery token, delivery head entry, part, crashed, the ``peek`` entries after the next one, the state's tag}
+# The tag names the blob written: the writer's token and the new version, unique over the conversation's lives
+# (tokens never repeat, see NEXT_TOKEN), so a worker that kept a state decoded knows when it is still the stored one.
 # The commit hands back the next input (counting an attempt at it), or gives the lease up when there is none:
 # atomic with the pop, so a producer's push either lands before (and is returned) or finds no lease.
 # With claim_ms, a commit that empties the mailbox also starts the delivery when nobody delivers: it takes the
 # delivery lease and claims the outbox head as BEGIN_DELIVERY does, saving the deliverer that round trip.
 COMMIT = START_DELIVERY + """
-if redis.call('GET', KEYS[1]) ~= ARGV[1] then return {-1, 0, 0, false, 0, false, 0, false, 0, 0, {}} end
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return {-1, 0, 0, false, 0, false, 0, false, 0, 0, {}, ''} end
 local v = tonumber(redis.call('HGET', KEYS[2], 'version') or '0')
-if v ~= tonumber(ARGV[2]) then return {-2, v, 0, false, 0, false, 0, false, 0, 0, {}} end
-if head_id(redis.call('LINDEX', KEYS[3], 0)) ~= ARGV[3] then return {-3, v, 0, false, 0, false, 0, false, 0, 0, {}} end
+if v ~= tonumber(ARGV[2]) then return {-2, v, 0, false, 0, false, 0, false, 0, 0, {}, ''} end
+if head_id(redis.call('LINDEX', KEYS[3], 0)) ~= ARGV[3] then return {-3, v, 0, false, 0, false, 0, false, 0, 0, {}, ''} end
 local n = 1
 for i = 15, #ARGV do
-  if head_id(redis.call('LINDEX', KEYS[3], n)) ~= ARGV[i] then return {-3, v, 0, false, 0, false, 0, false, 0, 0, {}} end
+  if head_id(redis.call('LINDEX', KEYS[3], n)) ~= ARGV[i] then return {-3, v, 0, false, 0, false, 0, false, 0, 0, {}, ''} end
   n = n + 1
 end
 local mode = ARGV[4]
 if mode == 'set' then
-  redis.call('HSET', KEYS[2], 'blob', ARGV[5])
+  redis.call('HSET', KEYS[2], 'blob', ARGV[5], 'tag', ARGV[1] .. ':' .. (v + 1))
 elseif mode == 'clear' then
-  redis.call('HDEL', KEYS[2], 'blob')
+  redis.call('HDEL', KEYS[2], 'blob', 'tag')
 end
+local tag = redis.call('HGET', KEYS[2], 'tag') or ''
 redis.call('HSET', KEYS[2], 'version', v + 1)
 redis.call('LTRIM', KEYS[3], n, -1)
 redis.call('HDEL', KEYS[4], ARGV[3], ARGV[3] .. ':retries')
@@ -189,18 +196,19 @@ if ARGV[8] ~= '' then
   redis.call('RPUSH', KEYS[7], ARGV[8])
   redis.call('LTRIM', KEYS[7], -tonumber(ARGV[11]), -1)
 end
+-- The idle TTL: the keys this script writes (the accept of the input, moments ago, set it on all the others).
 local ttl = tonumber(ARGV[12])
 if ttl > 0 then
-  for i = 13, #KEYS do redis.call('PEXPIRE', KEYS[i], ttl) end
+  for _, i in ipairs({1, 2, 3, 4, 5, 6, 7, 10, 11, 12}) do redis.call('PEXPIRE', KEYS[i], ttl) end
 end
 local depth = redis.call('LLEN', KEYS[3])
 if depth == 0 then
   redis.call('DEL', KEYS[8])
   if ARGV[13] ~= '' then
     local d = start_delivery(KEYS[9], KEYS[10], KEYS[5], KEYS[11], ARGV[13])
-    if tonumber(d[1]) > 0 then return {v + 1, 0, 1, false, 0, false, d[1], d[2], d[3], d[4], {}} end  -- else: busy, or nothing to send
+    if tonumber(d[1]) > 0 then return {v + 1, 0, 1, false, 0, false, d[1], d[2], d[3], d[4], {}, tag} end  -- else: busy, or nothing to send
   end
-  return {v + 1, 0, 1, false, 0, false, 0, false, 0, 0, {}}
+  return {v + 1, 0, 1, false, 0, false, 0, false, 0, 0, {}, tag}
 end
 redis.call('SET', KEYS[8], ARGV[1], 'PX', ARGV[9])
 local nxt = redis.call('LINDEX', KEYS[3], 0)
@@ -211,7 +219,7 @@ if mode == 'keep' then blob = redis.call('HGET', KEYS[2], 'blob') end
 local after = {}
 local peek = tonumber(ARGV[14] or '0')
 if peek > 0 then after = redis.call('LRANGE', KEYS[3], 1, peek) end
-return {v + 1, depth, 0, nxt, a, blob, 0, false, 0, 0, after}
+return {v + 1, depth, 0, nxt, a, blob, 0, false, 0, 0, after, tag}
 """
 
 # KEYS: fence, inbox, journal   ARGV: token, input_id, field, entry, max_entries, ttl_ms
@@ -262,7 +270,7 @@ local v = tonumber(redis.call('HGET', KEYS[2], 'version') or '0')
 if v ~= tonumber(ARGV[2]) then return {-2, v} end
 redis.call('RPUSH', KEYS[3], ARGV[3])
 redis.call('LTRIM', KEYS[3], -tonumber(ARGV[4]), -1)
-redis.call('HDEL', KEYS[2], 'blob')
+redis.call('HDEL', KEYS[2], 'blob', 'tag')
 redis.call('HSET', KEYS[2], 'version', v + 1)
 return {v + 1, 0}
 """

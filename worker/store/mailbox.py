@@ -52,16 +52,18 @@ class MailboxStore(StoreBase):
         return AcceptResult(accepted=res.code == 1, duplicate=res.code == 0, depth=res.depth)
 
     @store_errors
-    def begin(self, cid: str, lease_ms: int, *, peek: int = 0) -> Begin:
+    def begin(self, cid: str, lease_ms: int, *, peek: int = 0, have: str = "") -> Begin:
         """Start draining in one round trip: check the hold, the mailbox and the lease; take the lease; read
         the head input and the state; count an attempt at the head. With ``peek``, the snapshot also carries up
-        to that many inputs after the head (what a burst may take in)."""
-        res = self._scripts.begin(k=self.keys(cid), lease_ms=lease_ms, peek=peek)
+        to that many inputs after the head (what a burst may take in). ``have`` is the tag of the state the
+        caller kept decoded from an earlier turn: when it is still the stored one, the blob is not sent
+        (``snapshot.state`` is None and ``snapshot.tag`` equals ``have``)."""
+        res = self._scripts.begin(k=self.keys(cid), lease_ms=lease_ms, peek=peek, have=have)
         if res.code <= 0:
             return Begin({0: "empty", -1: "busy", -2: "held"}[res.code])
         input_id, payload = split_entry(res.entry or b"")
-        return Begin("ok", res.code, Snapshot(payload, input_id, res.blob, res.version, _split_all(res.after)),
-                     res.attempts)
+        return Begin("ok", res.code, Snapshot(payload, input_id, res.blob, res.version, _split_all(res.after),
+                                              res.tag, res.journal), res.attempts)
 
     @store_errors
     def peek(self, cid: str, start: int, count: int) -> tuple[tuple[str, bytes], ...]:
@@ -115,7 +117,7 @@ class MailboxStore(StoreBase):
             # commit leaves an index entry with nothing behind it, which `parley dead` shows as empty.
             self._r.zadd(self.g.dead_index, {cid: self._now_ms()})
         res = self._scripts.commit(
-            k=k, ttl_keys=self._ttl_keys(k), token=token, expected_version=expected_version, input_id=input_id,
+            k=k, token=token, expected_version=expected_version, input_id=input_id,
             mode=mode, blob=new_state or b"", reply_entry=join_entry(input_id, reply) if reply is not None else b"",
             trace_entry=trace or b"", dead_entry=dead or b"", lease_ms=lease_ms, trace_max=self.limits.trace_max,
             dead_max=self.limits.dead_max, ttl_ms=self.limits.idle_ttl_ms, claim_ms=claim_delivery_ms, peek=peek,
@@ -133,12 +135,14 @@ class MailboxStore(StoreBase):
         if res.released:
             d = res.delivery
             delivery = (d.code, claimed(d)) if d.code > 0 else None
-            return CommitResult(version=res.code, depth=0, released=True, delivery=delivery)
+            return CommitResult(version=res.code, depth=0, released=True, delivery=delivery, tag=res.tag)
         next_id, payload = split_entry(res.next_entry or b"")
         after = res.kept_blob if new_state is None else (new_state or None)
+        # The commit deleted the turn journal: the next input's is known to be empty.
         return CommitResult(version=res.code, depth=res.extra,
-                            next=Snapshot(payload, next_id, after, res.code, _split_all(res.after)),
-                            next_attempts=res.next_attempts)
+                            next=Snapshot(payload, next_id, after, res.code, _split_all(res.after), res.tag,
+                                          journal=False),
+                            next_attempts=res.next_attempts, tag=res.tag)
 
     @store_errors
     def release(self, cid: str, token: int) -> None:

@@ -43,6 +43,8 @@ class BeginReply:
     version: int
     attempts: int
     after: list[bytes]
+    tag: str  # the stored state's tag ('' none); ``blob`` is None when it is the tag the caller has
+    journal: bool  # the turn journal holds entries
 
 
 @dataclass(frozen=True)
@@ -73,6 +75,7 @@ class CommitReply:
     kept_blob: bytes | None
     delivery: ClaimReply
     after: list[bytes]  # the entries after the next input that were asked for (``peek``)
+    tag: str  # the stored state's tag after the commit
 
 
 @dataclass(frozen=True)
@@ -157,23 +160,26 @@ class Scripts:
                                                     ttl_ms, k.cid if pending else "", "1" if inbound else ""])
         return AcceptReply(int(code), int(depth))
 
-    def begin(self, *, k: ConversationKeys, lease_ms: int, peek: int = 0) -> BeginReply:
-        res = self._begin(keys=[k.hold, k.inbox, k.lease, k.fence, k.state, k.attempts], args=[lease_ms, peek])
+    def begin(self, *, k: ConversationKeys, lease_ms: int, peek: int = 0, have: str = "") -> BeginReply:
+        """``have``: the tag of the state the caller holds decoded ('' none); that blob is not sent again."""
+        res = self._begin(keys=[k.hold, k.inbox, k.lease, k.fence, k.state, k.attempts, k.journal],
+                          args=[lease_ms, peek, have])
         return BeginReply(int(res[0]), _opt(res[1]), _opt(res[2]), int(res[3] or 0), int(res[4] or 0),
-                          [bytes(e) for e in res[5] or ()])
+                          [bytes(e) for e in res[5] or ()], _text(res[6]) or "", int(res[7] or 0) == 1)
 
-    def commit(self, *, k: ConversationKeys, ttl_keys: list[str], token: int, expected_version: int, input_id: str,
+    def commit(self, *, k: ConversationKeys, token: int, expected_version: int, input_id: str,
                mode: str, blob: bytes, reply_entry: bytes, trace_entry: bytes, dead_entry: bytes, lease_ms: int,
                trace_max: int, dead_max: int, ttl_ms: int, claim_ms: int, peek: int = 0,
                also: Sequence[str] = ()) -> CommitReply:
         """``also``: the ids of the inputs after the head that the same turn applied (a burst), in mailbox order."""
         res = self._commit(
             keys=[k.fence, k.state, k.inbox, k.attempts, k.outbox, k.trace, k.dead, k.lease, k.dlease, k.dfence,
-                  k.sent, k.journal, *ttl_keys],
+                  k.sent, k.journal],
             args=[token, expected_version, input_id, mode, blob, reply_entry, trace_entry, dead_entry, lease_ms,
                   trace_max, dead_max, ttl_ms, str(claim_ms) if claim_ms > 0 else "", peek, *also])
         return CommitReply(int(res[0]), int(res[1]), int(res[2]) == 1, _opt(res[3]), int(res[4] or 0),
-                           _opt(res[5]), ClaimReply.parse(res[6:10]), [bytes(e) for e in res[10] or ()])
+                           _opt(res[5]), ClaimReply.parse(res[6:10]), [bytes(e) for e in res[10] or ()],
+                           _text(res[11]) or "")
 
     def defer(self, *, k: ConversationKeys, token: int, input_id: str, hold_ms: int) -> bool:
         """False when the fence moved (nothing changed)."""

@@ -1,0 +1,108 @@
+"""Keeping states decoded between turns (worker.conversation.resident): a turn on a state this worker wrote
+decodes nothing, and a worker never answers from a state another worker has since replaced."""
+
+from __future__ import annotations
+
+import fakeredis
+import pytest
+
+from worker import Chat, ScriptedModel
+from worker.client import ConversationClient
+from worker.conversation import chat as chat_module
+from worker.conversation.model import ModelRequest
+from worker.conversation.resident import ResidentCache
+from worker.delivery.channel import RecordingChannel
+from worker.service import ConversationService, ServiceConfig
+from worker.store.redis_store import ConversationStore
+
+CID = "447700900999"
+
+
+def _history(req: ModelRequest) -> str:
+    """The model answers with what it was shown, so a test can tell which state a turn started from."""
+    return "|".join(m.content for m in req.messages if m.role == "user")
+
+
+def _workers(n: int, *, cache_bytes: int = 16 << 20) -> tuple[ConversationClient, list[ConversationService],
+                                                               RecordingChannel]:
+    """``n`` services over one store, as ``n`` worker processes would be; each keeps its own residents."""
+    store = ConversationStore(fakeredis.FakeRedis(server=fakeredis.FakeServer()), prefix="r")
+    channel = RecordingChannel()
+    services = [ConversationService(store, Chat(model=ScriptedModel(default=_history), auto_compact=False), channel,
+                                    lambda *a, **k: None, ServiceConfig(), residents=ResidentCache(cache_bytes))
+                for _ in range(n)]
+    return ConversationClient(store, lambda cid: None), services, channel
+
+
+def _decodes(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    calls: list[int] = []
+    real = chat_module.load_state
+
+    def counting(*args, **kwargs):  # type: ignore[no-untyped-def]
+        calls.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(chat_module, "load_state", counting)
+    return calls
+
+
+def test_a_turn_on_the_state_this_worker_wrote_decodes_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    client, (worker,), channel = _workers(1)
+    decodes = _decodes(monkeypatch)
+    for i in range(5):
+        client.send_message(CID, f"m{i}", message_id=f"id-{i}")
+        worker.drain(CID)
+    assert channel.sent[-1][1] == "m0|m1|m2|m3|m4"
+    assert len(decodes) == 1  # the first turn's (no state yet); the other four took the state kept decoded
+    assert len(worker.residents) == 1
+
+
+def test_a_worker_never_answers_from_a_state_another_worker_replaced(monkeypatch: pytest.MonkeyPatch) -> None:
+    client, (a, b), channel = _workers(2)
+    decodes = _decodes(monkeypatch)
+    client.send_message(CID, "m0", message_id="id-0")
+    a.drain(CID)  # a keeps the state after m0
+    client.send_message(CID, "m1", message_id="id-1")
+    b.drain(CID)  # b writes the state after m1
+    client.send_message(CID, "m2", message_id="id-2")
+    a.drain(CID)  # a's kept state is stale: the store must send b's
+    assert [text for _, text, _ in channel.sent] == ["m0", "m0|m1", "m0|m1|m2"]
+    assert len(decodes) == 3  # the first turn, b's (it held nothing), a's stale one
+    client.send_message(CID, "m3", message_id="id-3")
+    a.drain(CID)  # now a holds the latest again
+    assert channel.sent[-1][1] == "m0|m1|m2|m3" and len(decodes) == 3
+
+
+def test_events_and_resets_keep_the_kept_state_right() -> None:
+    client, (a, b), channel = _workers(2)
+    client.send_message(CID, "m0", message_id="id-0")
+    a.drain(CID)
+    client.send_event(CID, "event on b", message_id="e-1")
+    b.drain(CID)
+    client.reset(CID)
+    a.drain(CID)  # a applies the reset: nothing kept
+    assert len(a.residents) == 0
+    client.send_message(CID, "after reset", message_id="id-2")
+    b.drain(CID)  # b held the state with the event, which the reset cleared
+    assert channel.sent[-1][1] == "after reset"
+
+
+def test_without_room_to_keep_states_every_turn_decodes(monkeypatch: pytest.MonkeyPatch) -> None:
+    client, (worker,), channel = _workers(1, cache_bytes=0)
+    decodes = _decodes(monkeypatch)
+    for i in range(3):
+        client.send_message(CID, f"m{i}", message_id=f"id-{i}")
+        worker.drain(CID)
+    assert channel.sent[-1][1] == "m0|m1|m2" and len(decodes) == 3 and len(worker.residents) == 0
+
+
+def test_the_cache_keeps_the_most_recently_used_within_its_bytes() -> None:
+    client, (worker,), _ = _workers(1)
+    worker.residents.max_bytes = 700  # about three of these conversations
+    for i in range(6):
+        cid = f"44770090{i:04d}"
+        client.send_message(cid, "a message of some length " * 2, message_id=f"id-{i}")
+        worker.drain(cid)
+    assert len(worker.residents) == 3 and worker.residents.bytes <= 700
+    assert worker.residents.entry("447700900005") is not None  # the newest stays
+    assert worker.residents.entry("447700900000") is None  # the oldest went first
