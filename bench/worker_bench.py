@@ -55,7 +55,7 @@ def pct(xs: list[float], p: float) -> float:
 
 
 class Rig:
-    def __init__(self) -> None:
+    def __init__(self, *, no_typing: bool = False) -> None:
         self.redis = start_redis()
         self.llm = FakeOpenAI().start()
         self.wa = FakeWhatsApp().start()
@@ -67,7 +67,10 @@ class Rig:
                               # Per-message turns and no platform pace (the loopback WhatsApp has no limits; pacer.py
                               # measures it), as the targets are stated.
                               PARLEY_BURST_QUIET_SECONDS="0", PARLEY_WHATSAPP_MESSAGES_PER_SECOND="0",
-                              PARLEY_WHATSAPP_RECIPIENT_PER_MINUTE="0")
+                              PARLEY_WHATSAPP_RECIPIENT_PER_MINUTE="0",
+                              # On by default, as in production: each turn also posts a read mark with the typing
+                              # indicator. --no-typing measures the turn without that post.
+                              PARLEY_TYPING_INDICATOR="false" if no_typing else "true")
         self.settings = Settings(redis_url=self.redis.url, key_prefix=self.env["PARLEY_KEY_PREFIX"])
         from tasks.app import make_app
         from worker.client import ConversationClient
@@ -271,9 +274,10 @@ def main() -> None:
     ap.add_argument("--only", default="1234", help="which parts to run, e.g. --only 23")
     ap.add_argument("--llm", action="append", metavar="POOL:PROCESSES:CONCURRENCY",
                     help="part 3's worker layouts, e.g. --llm gevent:2:500 (default: gevent:1:1000, threads:1:600)")
+    ap.add_argument("--no-typing", action="store_true", help="turn the read mark and typing indicator off")
     args = ap.parse_args()
     n = 3000 if args.quick else 10000
-    rig = Rig()
+    rig = Rig(no_typing=args.no_typing)
     try:
         if "1" in args.only:
             for pool, conc in (("threads", 16), ("prefork", 2), ("gevent", 100)):
