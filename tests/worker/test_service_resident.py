@@ -23,7 +23,7 @@ def _history(req: ModelRequest) -> str:
     return "|".join(m.content for m in req.messages if m.role == "user")
 
 
-def _workers(n: int, *, cache_bytes: int = 16 << 20) -> tuple[ConversationClient, list[ConversationService],
+def _workers(n: int, *, cache_bytes: int = 64 << 20) -> tuple[ConversationClient, list[ConversationService],
                                                                RecordingChannel]:
     """``n`` services over one store, as ``n`` worker processes would be; each keeps its own residents."""
     store = ConversationStore(fakeredis.FakeRedis(server=fakeredis.FakeServer()), prefix="r")
@@ -98,11 +98,11 @@ def test_without_room_to_keep_states_every_turn_decodes(monkeypatch: pytest.Monk
 
 def test_the_cache_keeps_the_most_recently_used_within_its_bytes() -> None:
     client, (worker,), _ = _workers(1)
-    worker.residents.max_bytes = 700  # about three of these conversations
+    worker.residents.max_bytes = 3 * 3200  # about three of these conversations (3,123 bytes each)
     for i in range(6):
         cid = f"44770090{i:04d}"
         client.send_message(cid, "a message of some length " * 2, message_id=f"id-{i}")
         worker.drain(cid)
-    assert len(worker.residents) == 3 and worker.residents.bytes <= 700
+    assert len(worker.residents) == 3 and worker.residents.bytes <= 3 * 3200
     assert worker.residents.entry("447700900005") is not None  # the newest stays
     assert worker.residents.entry("447700900000") is None  # the oldest went first

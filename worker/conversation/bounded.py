@@ -76,7 +76,9 @@ def encode_bounded(state: ConversationState, *, max_bytes: int, max_pinned: int,
         state = replace(state, pinned=state.pinned[1:])
         dropped += 1
         blob = encode_state(state)
-    size = len(memo.messages.body) + len(memo.pinned.body) + len(state.summary)
+    # What the resident takes in memory, about: its packed bytes plus the decoded messages (measured with
+    # tracemalloc at 2.6 KB for a one-turn conversation and 5x the packed size for longer ones).
+    size = 5 * (len(memo.messages.body) + len(memo.pinned.body) + len(state.summary)) + 2048
     return Encoded(blob, dropped, Resident(state, memo, size))
 
 

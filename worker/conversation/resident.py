@@ -23,7 +23,8 @@ from worker.conversation.state import ConversationState, Memo
 
 @dataclass(frozen=True, slots=True, eq=False)
 class Resident:
-    """A decoded state and the memo of its encoding. ``size`` is its packed size in bytes, what the cache counts."""
+    """A decoded state and the memo of its encoding. ``size`` is about what it takes in memory, in bytes (what the
+    cache counts)."""
 
     state: ConversationState
     memo: Memo
@@ -32,10 +33,10 @@ class Resident:
 
 
 class ResidentCache:
-    """The latest resident of each conversation, least recently used first out, within ``max_bytes`` of packed
-    state (decoded objects take a few times that in memory). Thread-safe; ``max_bytes=0`` keeps nothing."""
+    """The latest resident of each conversation, least recently used first out, within about ``max_bytes`` of
+    memory. Thread-safe; ``max_bytes=0`` keeps nothing."""
 
-    def __init__(self, max_bytes: int = 16 << 20) -> None:
+    def __init__(self, max_bytes: int = 64 << 20) -> None:
         self.max_bytes = max_bytes
         self._lock = threading.Lock()
         self._entries: OrderedDict[str, tuple[str, Resident]] = OrderedDict()
