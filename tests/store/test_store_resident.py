@@ -26,6 +26,18 @@ def test_every_write_of_the_blob_gets_a_new_tag(store: ConversationStore) -> Non
     assert all(tags) and len(set(tags)) == 4
 
 
+def test_two_writes_under_one_lease_get_different_tags(store: ConversationStore) -> None:
+    """One drain commits several inputs under one token: if only the token named a state, a worker whose commit
+    landed but whose reply was lost would keep the older state under the newer state's tag."""
+    store.accept(CID, b"p0", "id-0")
+    store.accept(CID, b"p1", "id-1")
+    begin = store.begin(CID, 10_000)
+    assert begin.snapshot is not None
+    first = store.commit(CID, begin.token, expected_version=0, input_id="id-0", new_state=b"s0")
+    second = store.commit(CID, begin.token, expected_version=first.version, input_id="id-1", new_state=b"s1")
+    assert first.tag and second.tag and first.tag != second.tag
+
+
 def test_a_commit_that_keeps_the_state_keeps_its_tag(store: ConversationStore) -> None:
     tag, _ = _turn(store, 0, b"s0")
     kept, _ = _turn(store, 1, None)  # a notice or a dead letter: the state is not written
