@@ -19,7 +19,7 @@ import logging
 from dataclasses import dataclass, replace
 
 from worker.conversation.compaction import drop_oldest_exchanges, droppable_exchanges
-from worker.conversation.history import exchanges
+from worker.conversation.history import CleanPrefix, exchanges
 from worker.conversation.messages import Message
 from worker.conversation.resident import Resident
 from worker.conversation.state import ConversationState, Memo, encode_with_memo
@@ -49,9 +49,11 @@ def _cap_pinned(state: ConversationState, max_pinned: int) -> tuple[Conversation
     return replace(state, pinned=state.pinned[over:]), over
 
 
-def encode_bounded(state: ConversationState, *, max_bytes: int, max_pinned: int, memo: Memo | None = None) -> Encoded:
+def encode_bounded(state: ConversationState, *, max_bytes: int, max_pinned: int, memo: Memo | None = None,
+                   clean: CleanPrefix | None = None) -> Encoded:
     """Encode ``state`` within ``max_pinned`` pinned items and ``max_bytes`` bytes (see the module); ``memo`` is
-    the previous encoding's (only the new messages are packed)."""
+    the previous encoding's (only the new messages are packed), ``clean`` how much of the history the turn's last
+    request found valid (kept with the resident for the next turn)."""
     state, dropped = _cap_pinned(state, max_pinned)
     blob, memo = encode_with_memo(state, memo)
 
@@ -79,7 +81,7 @@ def encode_bounded(state: ConversationState, *, max_bytes: int, max_pinned: int,
     # What the resident takes in memory, about: its packed bytes plus the decoded messages (measured with
     # tracemalloc at 2.6 KB for a one-turn conversation and 5x the packed size for longer ones).
     size = 5 * (len(memo.messages.body) + len(memo.pinned.body) + len(state.summary)) + 2048
-    return Encoded(blob, dropped, Resident(state, memo, size))
+    return Encoded(blob, dropped, Resident(state, memo, size, clean))
 
 
 def _slim(state: ConversationState) -> ConversationState:

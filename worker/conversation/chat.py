@@ -325,10 +325,7 @@ class Chat:
         return splice_blobs(newest, compacted, load=self.load, encode=self._encode)
 
     def _encode(self, st: ConversationState, memo: Memo | None = None, clean: CleanPrefix | None = None) -> Encoded:
-        encoded = encode_bounded(st, max_bytes=self.max_state_bytes, max_pinned=self.max_pinned, memo=memo)
-        if clean is not None and encoded.resident is not None:
-            return replace(encoded, resident=replace(encoded.resident, clean=clean))
-        return encoded
+        return encode_bounded(st, max_bytes=self.max_state_bytes, max_pinned=self.max_pinned, memo=memo, clean=clean)
 
 
 @dataclass

@@ -81,10 +81,11 @@ def repair_history(messages: Sequence[Message]) -> tuple[list[Message], Repair]:
 
 
 def _clean_part(messages: Sequence[Message], clean: CleanPrefix | None) -> int:
-    k = len(clean.messages) if clean is not None else 0
-    if clean is None or not k or k > len(messages) or not all(map(operator.is_, clean.messages, messages[:k])):
+    """How many leading messages ``clean`` vouches for: all of its own when ``messages`` starts with them."""
+    if clean is None:
         return 0
-    return k
+    k = len(clean.messages)
+    return k if k <= len(messages) and all(map(operator.is_, clean.messages, messages[:k])) else 0
 
 
 def repair_from(messages: Sequence[Message],

@@ -65,9 +65,6 @@ class ResidentCache:
                 _, (_, dropped) = self._entries.popitem(last=False)
                 self._bytes -= dropped.size
 
-    def forget(self, key: str) -> None:
-        self.put(key, "", None)
-
     def __len__(self) -> int:
         return len(self._entries)
 

@@ -181,9 +181,9 @@ _KEYS = {k: _pack(k) for k in ("p", "m", "sum", "sums", "pin", "ns", "seen", "u"
 
 def encode_with_memo(state: ConversationState, memo: Memo | None = None) -> tuple[bytes, Memo]:
     """:func:`encode_state`, reusing what ``memo`` (the previous encoding of this conversation) packed; returns the
-    blob and the memo of this encoding. msgpack
-    concatenates, so the payload is built from its parts byte for byte as one ``packb`` of the whole map would
-    write it: a turn's encoding costs the new messages and a copy, not the history."""
+    blob and the memo of this encoding. msgpack concatenates, so the payload is built from its parts byte for byte
+    as one ``packb`` of the whole map would write it: a turn's encoding costs the new messages and a copy, not the
+    history."""
     meta = state.meta
     msgs = _pack_messages(state.messages, memo.messages if memo else _NOTHING)
     pins = _pack_messages(state.pinned, memo.pinned if memo else _NOTHING)

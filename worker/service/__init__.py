@@ -43,8 +43,9 @@ class ConversationService:
 
     ``media`` prepares a message envelope for its turn (a photo fetched for a model that reads images, else its
     caption or the short answer; :mod:`worker.service.media`); the default fetches nothing. ``residents`` keeps each
-conversation's state decoded between its turns (:mod:`worker.conversation.resident`; default about 64 MiB). ``pacer`` holds every
-    send to the pace the fleet shares (:mod:`worker.service.pacing`); the default sends at once."""
+    conversation's state decoded between its turns (:mod:`worker.conversation.resident`; default about 64 MiB).
+    ``pacer`` holds every send to the pace the fleet shares (:mod:`worker.service.pacing`); the default sends at
+    once."""
 
     def __init__(self, store: Store, chat: Chat, channel: Channel, wake: Wake,
                  config: ServiceConfig | None = None, *, heartbeat: Heartbeat | None = None,
