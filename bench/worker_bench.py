@@ -1,6 +1,10 @@
 """Parley's worker measured where users feel it, each figure next to a baseline from the same run.
 
-    python bench/worker_bench.py [--quick]
+    python bench/worker_bench.py [--quick] [--broker redis|rabbitmq|both]
+
+``--broker rabbitmq`` runs the same parts with RabbitMQ as the broker (a fresh vhost on the machine's RabbitMQ,
+127.0.0.1:5672, made with rabbitmqctl; state stays on Redis); ``both`` runs them on each, one after the other, each
+against its own no-op baseline.
 
 1. Throughput of game events through the full path (enqueue, mailbox, state load, apply, Lua commit) against a
    no-op Celery task drained by the same worker configuration. Target: at least 0.8 of the no-op rate.
@@ -55,7 +59,13 @@ def pct(xs: list[float], p: float) -> float:
 
 
 class Rig:
-    def __init__(self, *, no_typing: bool = False) -> None:
+    def __init__(self, *, no_typing: bool = False, broker: str = "redis") -> None:
+        self.broker = broker
+        self.vhost = None
+        if broker == "rabbitmq":
+            from tests.support.rabbitmq import rabbitmq_vhost
+
+            self.vhost = rabbitmq_vhost()
         self.redis = start_redis()
         self.llm = FakeOpenAI().start()
         self.wa = FakeWhatsApp().start()
@@ -71,7 +81,10 @@ class Rig:
                               # On by default, as in production: each turn also posts a read mark with the typing
                               # indicator. --no-typing measures the turn without that post.
                               PARLEY_TYPING_INDICATOR="false" if no_typing else "true")
-        self.settings = Settings(redis_url=self.redis.url, key_prefix=self.env["PARLEY_KEY_PREFIX"])
+        if self.vhost is not None:
+            self.env["PARLEY_BROKER_URL"] = self.vhost.url
+        self.settings = Settings(redis_url=self.redis.url, key_prefix=self.env["PARLEY_KEY_PREFIX"],
+                                 broker_url=self.env.get("PARLEY_BROKER_URL"))
         from tasks.app import make_app
         from worker.client import ConversationClient
 
@@ -85,12 +98,17 @@ class Rig:
         return w
 
     def queue_empty(self) -> bool:
-        return self.r.llen(QUEUE) == 0
+        if self.vhost is None:
+            return self.r.llen(QUEUE) == 0
+        with self.app.connection_for_write() as conn:
+            return conn.default_channel.queue_declare(QUEUE, passive=True).message_count == 0
 
     def stop(self) -> None:
         self.wa.stop()
         self.llm.stop()
         self.redis.stop()
+        if self.vhost is not None:
+            self.vhost.delete()
 
 
 def noop_rate(rig: Rig, pool: str, concurrency: int, n: int) -> float:
@@ -275,9 +293,15 @@ def main() -> None:
     ap.add_argument("--llm", action="append", metavar="POOL:PROCESSES:CONCURRENCY",
                     help="part 3's worker layouts, e.g. --llm gevent:2:500 (default: gevent:1:1000, threads:1:600)")
     ap.add_argument("--no-typing", action="store_true", help="turn the read mark and typing indicator off")
+    ap.add_argument("--broker", choices=["redis", "rabbitmq", "both"], default="redis")
     args = ap.parse_args()
+    for broker in (["redis", "rabbitmq"] if args.broker == "both" else [args.broker]):
+        print(f"== broker: {broker}")
+        run(args, Rig(no_typing=args.no_typing, broker=broker))
+
+
+def run(args: argparse.Namespace, rig: Rig) -> None:
     n = 3000 if args.quick else 10000
-    rig = Rig(no_typing=args.no_typing)
     try:
         if "1" in args.only:
             for pool, conc in (("threads", 16), ("prefork", 2), ("gevent", 100)):

@@ -17,6 +17,7 @@ from celery import signals
 from celery.concurrency.prefork import TaskPool as PreforkPool
 
 from tasks import app
+from tasks.app import QUEUE
 from worker import metrics
 from worker.errors import ParleyError, StoreUnavailableError
 from worker.service import ConversationService, RetryLater
@@ -186,8 +187,11 @@ def _start_sweeper(sender: Any = None, **_: Any) -> None:
     threading.Thread(target=_sweeper_loop, args=(_stop,), name="parley-sweeper", daemon=True).start()
     port = get_settings().metrics_port
     if port:
-        from prometheus_client import start_http_server
+        from prometheus_client import REGISTRY, start_http_server
 
+        from worker.service.backlog import BacklogCollector
+
+        REGISTRY.register(BacklogCollector(service().store, QUEUE, get_settings().backlog_sample))
         start_http_server(port)
         log.info("serving Prometheus metrics", extra={"port": port})
 

@@ -8,7 +8,7 @@
                                            delivery status of each recent message
     parley trace CID [-n N]                the conversation's trace
     parley dead [CID] | parley replay CID INDEX
-    parley health                          exit 0 when Redis answers (container probe)
+    parley health                          exit 0 when Redis and the broker answer (container probe)
     parley config [--readme PATH]          every setting, its variable and default (a Markdown table), or
                                            refresh that table in the README at PATH
 """
@@ -140,8 +140,11 @@ def _cmd_replay(a: argparse.Namespace) -> int:
 
 
 def _cmd_health(a: argparse.Namespace) -> int:
+    from worker.broker import check_broker
+
     try:
         _store().ping()
+        check_broker(get_settings())
     except Exception as exc:
         print(f"unhealthy: {exc}", file=sys.stderr)
         return 1

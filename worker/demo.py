@@ -131,10 +131,12 @@ def run_demo(*, interactive: bool = False, turns: int | None = None, timeout: fl
         from worker.client import ConversationClient
 
         provider = settings.effective_provider()
-        print(f"Parley demo — Redis {redis_url}, model provider: {provider}, "
+        broker = "" if not settings.broker_url else f", broker {settings.broker_url.split('@')[-1]}"
+        print(f"Parley demo — Redis {redis_url}{broker}, model provider: {provider}, "
               f"replies: {'WhatsApp' if whatsapp else 'printed here'}")
         print(f"(worker log: {os.path.join(tempfile.gettempdir(), 'parley-demo-worker.log')})\n")
-        client = ConversationClient.from_url(redis_url)
+        # The worker reads PARLEY_BROKER_URL from the environment; the producer must publish to the same broker.
+        client = ConversationClient.from_url(redis_url, broker_url=settings.broker_url)
         cid = f"demo-{int(time.time())}"
         with worker_process(env) as proc:
             steps: Iterator[tuple[str, str]] = _interactive() if interactive else iter(GAME_SCRIPT[:turns])

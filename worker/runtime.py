@@ -11,7 +11,7 @@ from typing import Any
 
 import redis
 
-from worker import policy
+from worker import policy, sentinel
 from worker.conversation.chat import Chat
 from worker.conversation.compaction import Compactor
 from worker.conversation.model import Model
@@ -33,6 +33,8 @@ DEFAULT_MODELS = {"openai": "gpt-4o-mini", "anthropic": "claude-haiku-4-5", "loc
 def redis_client(settings: Settings) -> Any:
     """A redis-py client for conversation state (a cluster client when ``PARLEY_REDIS_CLUSTER`` is set)."""
     url = settings.effective_redis_url()
+    if sentinel.is_sentinel(url):
+        return _sentinel_master(sentinel.parse(url), settings)
     if settings.redis_cluster:
         from redis.cluster import RedisCluster
 
@@ -44,6 +46,19 @@ def redis_client(settings: Settings) -> Any:
     return redis.Redis(connection_pool=pool)
 
 
+def _sentinel_master(s: sentinel.SentinelURL, settings: Settings) -> Any:
+    """A client of whichever server the sentinels name master now: after a failover its next connection asks them
+    again, and a write the demoted master refuses (READONLY) drops the connection so the retry finds the new one."""
+    from redis.sentinel import Sentinel
+
+    kwargs = {"password": s.sentinel_password} if s.sentinel_password else {}
+    watchers = Sentinel(list(s.sentinels), socket_timeout=2.0,  # type: ignore[no-untyped-call]
+                        sentinel_kwargs={"socket_timeout": 2.0, **kwargs})
+    return watchers.master_for(  # type: ignore[no-untyped-call]
+        s.master, db=s.db, password=s.password, socket_timeout=10.0, socket_keepalive=True,
+        max_connections=settings.redis_max_connections, health_check_interval=30)
+
+
 def build_store(settings: Settings, client: Any = None) -> ConversationStore:
     limits = StoreLimits(
         max_inbox=settings.max_inbox,
@@ -52,6 +67,8 @@ def build_store(settings: Settings, client: Any = None) -> ConversationStore:
         trace_max=settings.trace_max,
         idle_ttl_ms=int(settings.idle_ttl_seconds * 1000) if settings.idle_ttl_seconds else 0,
         tombstone_ms=int(settings.delete_tombstone_seconds * 1000),
+        wait_replicas=settings.redis_wait_replicas,
+        wait_timeout_ms=int(settings.redis_wait_timeout * 1000),
     )
     return ConversationStore(client if client is not None else redis_client(settings), prefix=settings.key_prefix,
                              limits=limits)
@@ -190,6 +207,8 @@ def service_config(settings: Settings) -> ServiceConfig:
                           max_messages=settings.burst_max_messages, merge=settings.double_text == "merge",
                           max_merges=settings.double_text_max_merges),
         dead_letter_reply=settings.dead_letter_reply,
+        drain_max_turns=settings.drain_max_turns,
+        drain_max_seconds=settings.drain_max_seconds,
     )
 
 

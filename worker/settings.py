@@ -29,7 +29,16 @@ class Settings(BaseSettings):
     redis_url: str | None = Field(None, validation_alias=_std("REDIS_URL"),
                                   description="Redis for conversation state, mailboxes and outboxes. Unset: "
                                               "`parley demo` starts an embedded Redis; workers use redis://127.0.0.1:6379/0.")
-    broker_url: str | None = Field(None, description="Celery broker (standalone or Sentinel Redis). Default: REDIS_URL.")
+    broker_url: str | None = Field(None, description="Celery broker: Redis (standalone or Sentinel) or RabbitMQ "
+                                  "(amqp://...: a quorum queue, publisher confirms). Default: REDIS_URL.")
+    redis_wait_replicas: int = Field(0, ge=0, description="Replicas that must acknowledge each accepted input and "
+                                     "each commit before it counts as done (Redis WAIT). Set 1 with Sentinel, so a "
+                                     "failover cannot lose what a player was already answered; 0 = do not wait.")
+    redis_wait_timeout: float = Field(1.0, gt=0, description="Seconds a write waits for PARLEY_REDIS_WAIT_REPLICAS; "
+                                      "past it the write counts as an unknown outcome (the caller retries; "
+                                      "parley_redis_wait_short_total).")
+    broker_sentinel_master: str | None = Field(None, description="The master's name when PARLEY_BROKER_URL is a "
+                                               "redis+sentinel:// URL naming another (default: the URL's).")
     key_prefix: str = Field("parley", description="Prefix of every Redis key Parley writes.")
     redis_cluster: bool = Field(False, description="Treat REDIS_URL as a Redis Cluster for conversation state.")
     redis_max_connections: int = Field(200, description="Connections a process keeps to Redis for state; threads "
@@ -211,6 +220,13 @@ class Settings(BaseSettings):
                                         "resent (no worker waits meanwhile: the delivery checks again later).")
     deliver_inline: bool = Field(True, description="Deliver a drain's last reply in the drain task itself (one "
                                  "Celery hop fewer per turn); false hands every reply to a parley.deliver task.")
+    drain_max_turns: int = Field(100, ge=0, description="Inputs one drain applies before it hands the "
+                                 "conversation back to the queue (behind the other conversations' wake-ups), so a "
+                                 "flooding conversation or game engine cannot hold a worker slot while quiet "
+                                 "conversations wait. 0 = no bound.")
+    drain_max_seconds: float = Field(1.0, ge=0, description="Seconds one drain applies inputs before it hands the "
+                                     "conversation back to the queue (checked after each commit, so a long turn "
+                                     "finishes first). 0 = no bound.")
     reply_webhook_url: str | None = Field(None, description="Deliver replies as JSON POSTs here instead of WhatsApp.")
     whatsapp_window_hours: float = Field(24.0, ge=0, description="WhatsApp's customer-service window: free-form "
                                          "replies go only this long after the player's last message; later ones go "
@@ -244,6 +260,9 @@ class Settings(BaseSettings):
     log_json: bool = Field(False, description="Log JSON lines instead of text.")
     log_level: str = Field("INFO", description="Log level.")
     metrics_port: int | None = Field(None, description="Serve Prometheus metrics on this port in each worker.")
+    backlog_sample: int = Field(1000, ge=1, description="Conversations probed per metrics scrape for the autoscaling "
+                                "gauges (parley_queue_waiting_conversations, parley_queue_oldest_input_age_seconds): "
+                                "bounds a scrape's cost; above it the count is scaled from the sample.")
 
     @model_validator(mode="after")
     def _template_text(self) -> Settings:

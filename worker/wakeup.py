@@ -12,10 +12,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from worker.broker import QUEUE
 from worker.settings import Settings
-
-QUEUE = "parley"
-"""The queue the workers consume (``tasks.app.QUEUE``)."""
 
 DRAIN = "parley.drain"
 DELIVER = "parley.deliver"
@@ -25,34 +23,39 @@ Waker = Callable[[str], None]
 
 
 class CeleryWaker:
-    """Publishes ``task(conversation_id)`` to the workers' queue through a broker connection pool of its own."""
+    """Publishes ``task(conversation_id)`` to the workers' queue through a broker connection pool of its own.
+
+    ``conf``: the broker-dependent Celery settings (:func:`worker.broker.broker_conf`), so the queue is declared
+    exactly as the workers declare it (RabbitMQ refuses a quorum queue declared again as a classic one).
+    """
 
     def __init__(self, broker_url: str, *, task: str = DRAIN, transport_options: dict[str, Any] | None = None,
-                 pool_limit: int = 10) -> None:
+                 pool_limit: int = 10, conf: dict[str, Any] | None = None) -> None:
         from celery import Celery
 
         self.task = task
         self.app = Celery("parley-producer", broker=broker_url, set_as_current=False)
-        self.app.conf.update(
-            task_serializer="msgpack",
-            accept_content=["msgpack"],
-            task_default_queue=QUEUE,
-            task_ignore_result=True,
-            broker_transport_options=transport_options or {},
-            broker_pool_limit=pool_limit,
-            broker_connection_retry_on_startup=True,
-        )
+        settings: dict[str, Any] = {
+            "task_serializer": "msgpack",
+            "accept_content": ["msgpack"],
+            "task_default_queue": QUEUE,
+            "task_ignore_result": True,
+            "broker_transport_options": transport_options or {},
+            "broker_pool_limit": pool_limit,
+            "broker_connection_retry_on_startup": True,
+        }
+        settings.update(conf or {})
+        self.app.conf.update(settings)
 
     def __call__(self, conversation_id: str) -> None:
         self.app.send_task(self.task, args=[conversation_id], queue=QUEUE, serializer="msgpack")
 
 
 def celery_waker(settings: Settings, task: str = DRAIN) -> CeleryWaker:
-    """The default waker of :class:`~worker.client.ConversationClient`: the broker and transport options the
-    workers use (a different visibility timeout on the same Redis would change when unacked messages return)."""
-    options = {"visibility_timeout": settings.visibility_timeout,
-               "unacked_restore_interval": settings.broker_restore_interval,
-               "unacked_restore_throttle": settings.broker_restore_throttle,
-               "max_connections": settings.broker_max_connections}
-    return CeleryWaker(settings.effective_broker_url(), task=task, transport_options=options,
-                       pool_limit=min(settings.broker_max_connections, 100))
+    """The default waker of :class:`~worker.client.ConversationClient`: the broker, queue declaration and transport
+    options the workers use (a different visibility timeout on the same Redis would change when unacked messages
+    return; a different queue declaration on RabbitMQ is refused)."""
+    from worker.broker import broker_conf
+
+    conf = broker_conf(settings)
+    return CeleryWaker(conf["broker_url"], task=task, conf=conf)

@@ -158,10 +158,10 @@ def run_scenario(cluster: Cluster, load: Load,
     stop.set()
     if chaos_thread is not None:
         chaos_thread.join(60)
-    for i, w in enumerate(cluster.workers):
+    for w in cluster.workers:
         if not w.alive():
             out.notes.append(f"restarted {w.name} after the chaos")
-            cluster.workers[i] = WorkerProcess(w.name, w.env, pool=w.pool, concurrency=w.concurrency).start()
+            w.start()  # the same process settings (its network namespace too), a new process
     wait_until(settled, load.settle_timeout, interval=0.25)
     supervising.set()
     out.seconds = time.monotonic() - started

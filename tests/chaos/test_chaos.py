@@ -18,7 +18,7 @@ import pytest
 import redis
 
 from tests.chaos.harness import Load, Outcome, run_scenario
-from tests.e2e.conftest import Cluster
+from tests.e2e.conftest import BROKERS, Cluster
 from tests.support.store_kit import raw
 from worker.settings import Settings
 
@@ -43,6 +43,7 @@ def report(name: str, out: Outcome) -> None:
             f.write(json.dumps({"scenario": name, **{k: v for k, v in out.__dict__.items() if k != "notes"}}) + "\n")
 
 
+@BROKERS
 def test_sigkill_workers_at_random_moments(cluster: Cluster) -> None:
     def chaos(c: Cluster, stop: threading.Event, out: Outcome) -> None:
         while not stop.wait(random.uniform(0.3, 0.8)):
@@ -53,11 +54,12 @@ def test_sigkill_workers_at_random_moments(cluster: Cluster) -> None:
             w.start()
 
     out = run_scenario(cluster, load(pace=0.03), chaos)
-    report("sigkill", out)
+    report(f"sigkill ({cluster.broker})", out)
     assert out.faults >= 3
     out.assert_safe()
 
 
+@BROKERS
 def test_stalled_worker_past_its_lease(cluster: Cluster) -> None:
     cluster.llm.delay = 0.05
 
@@ -70,7 +72,7 @@ def test_stalled_worker_past_its_lease(cluster: Cluster) -> None:
             w.kill(signal.SIGCONT)
 
     out = run_scenario(cluster, load(pace=0.03), chaos)
-    report("sigstop", out)
+    report(f"sigstop ({cluster.broker})", out)
     out.assert_safe()
 
 

@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from tests.e2e.conftest import Cluster
+from tests.e2e.conftest import BROKERS, Cluster
 from tests.support.workers import wait_until
 from worker.conversation.messages import EVENT_PREFIX
 from worker.conversation.state import decode_state
@@ -16,6 +16,7 @@ from worker.conversation.state import decode_state
 pytestmark = pytest.mark.e2e
 
 
+@BROKERS
 @pytest.mark.parametrize("pool", ["threads", "gevent"])
 def test_many_conversations_in_order_once_each(cluster: Cluster, pool: str) -> None:
     cluster.start_worker("w1", pool=pool)
@@ -89,5 +90,6 @@ def test_worker_serves_prometheus_metrics(cluster: Cluster, pool: str) -> None:
     assert wait_until(lambda: 'parley_inputs_total{kind="message",outcome="applied"} 1.0' in scraped(), 10)
     text = scraped()
     for name in ("parley_turn_seconds_bucket", "parley_llm_seconds_bucket", "parley_tokens_total",
-                 'parley_deliveries_total{outcome="sent"}'):
+                 'parley_deliveries_total{outcome="sent"}', 'parley_queue_waiting_conversations{queue="parley"} 0.0',
+                 'parley_queue_oldest_input_age_seconds{queue="parley"}'):
         assert name in text, name

@@ -12,7 +12,7 @@ import uuid
 import pytest
 from kombu import Connection
 
-from tests.e2e.conftest import Cluster
+from tests.e2e.conftest import BROKERS, Cluster
 from tests.support.workers import wait_until
 
 pytestmark = pytest.mark.e2e
@@ -20,6 +20,7 @@ pytestmark = pytest.mark.e2e
 CID = "447700900555"
 
 
+@BROKERS
 @pytest.mark.parametrize("pool", ["threads", "gevent"])
 def test_sigkilled_worker_turn_is_resumed_by_another(cluster: Cluster, pool: str) -> None:
     cluster.llm.delay = 2.0
@@ -35,6 +36,7 @@ def test_sigkilled_worker_turn_is_resumed_by_another(cluster: Cluster, pool: str
     assert cluster.whatsapp.texts_for(CID) == ["ack:are you there?"]
 
 
+@BROKERS
 def test_stalled_worker_cannot_commit_over_newer_state(cluster: Cluster) -> None:
     cluster.llm.delay = 2.0
     a = cluster.start_worker("stalled")
@@ -61,12 +63,17 @@ class Canary:
         return (open, (self.path, "w"))
 
 
+@BROKERS
 def test_pickle_payload_in_the_queue_is_refused(cluster: Cluster) -> None:
     w = cluster.start_worker("w1")
     canary = os.path.join(tempfile.mkdtemp(), "pwned")
     body = pickle.dumps((Canary(canary),))  # what a hostile producer would push
     task_id = str(uuid.uuid4())
-    with Connection(cluster.redis.url) as conn:
+    with Connection(cluster.broker_url) as conn:
+        if cluster.broker == "rabbitmq":  # the queue must exist, or RabbitMQ drops the message unrouted
+            from worker.broker import quorum_queue
+
+            quorum_queue()(conn.default_channel).declare()
         producer = conn.Producer()
         producer.publish(body, routing_key="parley", exchange="", content_type="application/x-python-serialize",
                          content_encoding="binary", serializer=None,

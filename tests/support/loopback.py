@@ -22,7 +22,12 @@ class _Server(ThreadingHTTPServer):
 
 
 class LoopbackServer:
-    """Serves POSTs from ``answer`` on 127.0.0.1 and a free port, in a daemon thread."""
+    """Serves POSTs from ``answer`` on 127.0.0.1 and a free port, in a daemon thread.
+
+    ``bind_host`` (a class attribute) moves every server made afterwards to another local address: the partition
+    tests serve the model and WhatsApp stand-ins on the address their network namespaces can reach."""
+
+    bind_host = "127.0.0.1"
 
     def __init__(self, answer: Answer, answer_get: GetAnswer | None = None) -> None:
         class Handler(BaseHTTPRequestHandler):
@@ -82,12 +87,13 @@ class LoopbackServer:
             def log_message(self, *args: Any) -> None:
                 pass
 
-        self.server = _Server(("127.0.0.1", 0), Handler)
+        self.server = _Server((self.bind_host, 0), Handler)
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.server.server_address[1]}"
+        host, port = self.server.server_address[:2]
+        return f"http://{host}:{port}"
 
     def start(self) -> LoopbackServer:
         self.thread.start()

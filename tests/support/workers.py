@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -22,19 +23,30 @@ class WorkerProcess:
     concurrency: int = 8
     proc: subprocess.Popen[bytes] | None = field(default=None, repr=False)
     log_path: str = ""
+    wrap: tuple[str, ...] = ()  # a command prefix, e.g. ("ip", "netns", "exec", "host1"): it must exec the worker
+    # A chaos loop and the harness's supervisor may both restart a killed worker: without the lock both started
+    # one, and the process the second overwrote ran on as an orphan nobody killed.
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
     def start(self) -> WorkerProcess:
+        """Start the worker process; a no-op while the one started last is still running."""
+        with self._lock:
+            if self.alive():
+                return self
+            self._spawn()
+        return self
+
+    def _spawn(self) -> None:
         if not self.log_path:
             tag = self.env.get("PARLEY_KEY_PREFIX", "")
             self.log_path = os.path.join(tempfile.gettempdir(), f"parley-test-{tag}-{self.name}.log")
         log = open(self.log_path, "ab")  # noqa: SIM115
-        cmd = [sys.executable, "-m", "celery", "-A", "tasks", "worker", "--pool", self.pool,
+        cmd = [*self.wrap, sys.executable, "-m", "celery", "-A", "tasks", "worker", "--pool", self.pool,
                "--concurrency", str(self.concurrency), "-Q", "parley", "--loglevel", "INFO",
                "--without-gossip", "--without-mingle", "--without-heartbeat", "-n", f"{self.name}@%h"]
         self.proc = subprocess.Popen(cmd, env=self.env, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
                                      start_new_session=True)
         log.close()
-        return self
 
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None

@@ -43,6 +43,8 @@ class ServiceConfig:
     deliver_inline: bool = True
     trace_reply_chars: int = 4000
     burst: BurstPolicy = field(default_factory=BurstPolicy)
+    drain_max_turns: int = 0  # inputs a drain applies before it hands the conversation back; 0 = no bound
+    drain_max_seconds: float = 0.0  # the same bound in seconds (checked after each commit); 0 = no bound
     dead_letter_reply: str = ""  # the apology a player gets for a dead-lettered message; empty = none
 
 

@@ -70,6 +70,8 @@ class _Run:
     applied: int = 0
     replied: bool = False
     delivery: Claimed | None = None  # the delivery the last commit started, if it did
+    started: float = 0.0  # time.monotonic() when the drain took the lease
+    compact: bool = False  # this drain has asked for a compaction already
 
 
 class Drainer(ModelFailures[_Run]):
@@ -111,19 +113,46 @@ class Drainer(ModelFailures[_Run]):
         try:
             with self.heartbeat.holding(lambda: self.store.renew_lease(cid, token, lease_ms),
                                         lambda: self.store.release(cid, token), "drain") as beat:
-                run = _Run(cid, token, beat, kept)
+                run = _Run(cid, token, beat, kept, started=time.monotonic())
                 while snap is not None:
                     result = self._apply(run, snap, attempts)
                     if result is None:  # a burst still being typed: put off, the lease given up
                         break
                     metrics.MAILBOX_DEPTH.set(result.depth)
                     snap, attempts = result.next, result.next_attempts  # None: the mailbox emptied, lease given up
+                    if snap is not None and self._had_its_share(run):
+                        self._hand_back(run, snap)
+                        break
         except StaleLeaseError:  # the release above was a no-op: the fence is no longer ours
             metrics.STALE_COMMITS.inc()
             log.warning("lease lost; another worker owns the conversation", extra={"conversation_id": cid})
             return Drained(run.applied if run else 0)
         assert run is not None  # the body ran
         return Drained(run.applied, run.replied, run.delivery)
+
+    def ask_compaction(self, run: _Run) -> None:
+        """A commit left the state over its compaction threshold: a compact task now, so the summary is computed
+        while the drain goes on (the splice keeps the turns applied meanwhile), but only the first time in a drain:
+        a flood of turns would otherwise publish one task per turn, all but one finding the flag set."""
+        if not run.compact:
+            run.compact = True
+            self.wake("compact", run.cid)
+
+    def _had_its_share(self, run: _Run) -> bool:
+        """Whether this drain applied as many inputs, or ran as long, as one conversation may before the others
+        waiting in the queue get a turn (fair scheduling)."""
+        limit, seconds = self.config.drain_max_turns, self.config.drain_max_seconds
+        return bool((limit and run.applied >= limit) or (seconds and time.monotonic() - run.started >= seconds))
+
+    def _hand_back(self, run: _Run, snap: Snapshot) -> None:
+        """Give the conversation back to the queue with inputs waiting: the lease goes (the attempt the commit counted
+        at the new head given back, nothing held), then a new wake-up queues the conversation behind the others. A
+        crash between the two leaves it unleased with inputs waiting, which the sweeper finds."""
+        with run.beat.committing():
+            self.store.defer(run.cid, run.token, snap.input_id or "", 0)
+            run.beat.end()
+        metrics.DRAIN_YIELDS.inc()
+        self.wake("drain", run.cid)
 
     def _apply(self, run: _Run, snap: Snapshot, attempts: int) -> CommitResult | None:
         raw, input_id = snap.input or b"", snap.input_id or ""
@@ -167,7 +196,7 @@ class Drainer(ModelFailures[_Run]):
             metrics.INPUTS.labels("event", "applied").inc()
             count_pinned_dropped(result.pinned_dropped)
             if result.needs_compaction:
-                self.wake("compact", run.cid)
+                self.ask_compaction(run)
             return done
         if env.kind == "reset":
             done = self._commit(run, version, env, b"", None, {"reset": True})

@@ -87,7 +87,7 @@ class TurnRunner:
                                         "finish": result.finish_reason})
         d.after_reply(run, done)
         if result.needs_compaction:
-            d.wake("compact", run.cid)
+            d.ask_compaction(run)
         return done
 
     def _answer(self, inputs: tuple[Pending, ...], state: State) -> tuple[TurnResult, tuple[Pending, ...], int]:

@@ -13,6 +13,7 @@ import redis.exceptions as rexc
 
 from worker.errors import StoreError, StoreUnavailableError
 from worker.store.keys import ConversationKeys, GlobalKeys, validate_conversation_id
+from worker.store.replication import Replication
 from worker.store.scripts import ClaimReply, Scripts
 
 T = TypeVar("T")
@@ -33,6 +34,8 @@ class StoreLimits:
     journal_max: int = 512  # entries of one input's turn journal (model rounds + tool results)
     tombstone_ms: int = 2 * 86_400_000  # how long a delete keeps the input ids it saw (0: not at all)
     idle_ttl_ms: int = 0
+    wait_replicas: int = 0  # replicas that must acknowledge an accept or a commit (WAIT); 0: do not wait
+    wait_timeout_ms: int = 1000
 
 
 @dataclass(frozen=True)
@@ -204,7 +207,8 @@ class StoreBase:
         self.limits = limits or StoreLimits()
         self.g = GlobalKeys(prefix)
         self._cluster = hasattr(client, "get_nodes")  # a Cluster client sends a pipeline's commands per node
-        self._scripts = Scripts(client)
+        replication = Replication(0 if self._cluster else self.limits.wait_replicas, self.limits.wait_timeout_ms)
+        self._scripts = Scripts(client, replication)
 
     def keys(self, cid: str) -> ConversationKeys:
         # Built (and the id validated) once per conversation while it is among the recently used: a turn asks

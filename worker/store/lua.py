@@ -95,11 +95,13 @@ return {t, head, blob, s[2] or '0', a, after, tag, redis.call('EXISTS', KEYS[7])
 # KEYS: fence, lease, attempts, hold   ARGV: token, head id, hold_ms
 # A burst is still being typed: give the lease up without counting the attempt BEGIN counted at the head (waiting
 # is not a crash), and hold the conversation for the rest of the quiet period, so the wake-ups of the burst's own
-# messages return at once; the caller schedules the wake-up that ends the hold. -> 1, or -1 when the fence moved
+# messages return at once; the caller schedules the wake-up that ends the hold. With hold_ms 0 it is a hand-back
+# (fair scheduling): the lease is given up with inputs still waiting and nothing held, and the caller's new wake-up
+# puts the conversation at the back of the queue. -> 1, or -1 when the fence moved
 DEFER = """
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return -1 end
 if tonumber(redis.call('HINCRBY', KEYS[3], ARGV[2], -1)) <= 0 then redis.call('HDEL', KEYS[3], ARGV[2]) end
-redis.call('SET', KEYS[4], '1', 'PX', ARGV[3])
+if tonumber(ARGV[3]) > 0 then redis.call('SET', KEYS[4], '1', 'PX', ARGV[3]) end
 if redis.call('GET', KEYS[2]) == ARGV[1] then redis.call('DEL', KEYS[2]) end
 return 1
 """

@@ -77,7 +77,8 @@ class MailboxStore(StoreBase):
     def defer(self, cid: str, token: int, input_id: str, hold_ms: int) -> None:
         """Put the head input (a burst still being typed) off for ``hold_ms``: the lease is given up, the attempt
         counted at the head is given back and the conversation is held, so drains return at once until then; the
-        caller schedules the wake-up that ends the hold.
+        caller schedules the wake-up that ends the hold. ``hold_ms`` 0 holds nothing: the drain hands the
+        conversation back to the queue with inputs waiting (fair scheduling), and the caller's wake-up resumes it.
 
         Raises :class:`~worker.errors.StaleLeaseError`, changing nothing, when the lease is no longer ours.
         """

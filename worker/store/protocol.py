@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol, runtime_checkable
 
+from worker.store.backlog import Backlog
 from worker.store.base import AcceptResult, Begin, CommitResult, InflightOutcome, JournalRead, OutboxHead, StateRead
 from worker.store.rules import Pace, PaceLimits
 
@@ -73,6 +74,7 @@ class SweeperStore(Protocol):
     def try_lock(self, name: str, ttl_ms: int) -> bool: ...
     def ping(self) -> bool: ...
     def push_mark(self, key: str, mark: str) -> None: ...
+    def backlog(self, sample: int = 1000) -> Backlog: ...
 
 
 @runtime_checkable

@@ -8,8 +8,9 @@ separate commands, ordered so that a crash between them strands nothing.
 :class:`ConversationStore` is the composition of five parts split by who calls them, over one shared base
 (client, prefix, limits, scripts): :class:`~worker.store.mailbox.MailboxStore` (producers and the drain),
 :class:`~worker.store.journal.JournalStore` (the drain's turn journal), :class:`~worker.store.outbox.OutboxStore`
-(delivery), :class:`~worker.store.rules.RulesStore` (the customer-service window's clock and the shared pace) and
-:class:`~worker.store.admin.AdminStore` (sweeper, CLI).
+(delivery), :class:`~worker.store.rules.RulesStore` (the customer-service window's clock and the shared pace),
+:class:`~worker.store.admin.AdminStore` (sweeper, CLI) and :class:`~worker.store.backlog.BacklogStore` (autoscaling
+signals).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from typing import Any
 import redis
 
 from worker.store.admin import AdminStore
+from worker.store.backlog import Backlog, BacklogStore
 from worker.store.base import (
     AcceptResult,
     Begin,
@@ -37,12 +39,12 @@ from worker.store.outbox import OutboxStore
 from worker.store.protocol import DeliveryStore, DrainStore, PaceStore, Store, SweeperStore
 from worker.store.rules import Pace, PaceLimits, RulesStore
 
-__all__ = ["AcceptResult", "Begin", "CommitResult", "ConversationStore", "DeliveryStore", "DrainStore",
+__all__ = ["AcceptResult", "Backlog", "Begin", "CommitResult", "ConversationStore", "DeliveryStore", "DrainStore",
            "JournalRead", "OutboxHead", "Pace", "PaceLimits", "PaceStore", "Snapshot", "StateRead", "Store", "StoreLimits", "SweeperStore", "from_url", "join_entry",
            "split_entry"]
 
 
-class ConversationStore(MailboxStore, JournalStore, OutboxStore, RulesStore, AdminStore):
+class ConversationStore(MailboxStore, JournalStore, OutboxStore, RulesStore, AdminStore, BacklogStore):
     """Conversation storage on Redis (standalone, Sentinel-managed or Cluster)."""
 
 

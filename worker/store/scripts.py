@@ -13,6 +13,7 @@ from typing import Any
 
 from worker.store import lua
 from worker.store.keys import ConversationKeys, PaceKeys
+from worker.store.replication import Replication
 
 
 def _opt(value: Any) -> bytes | None:
@@ -130,7 +131,9 @@ class InflightReply:
 class Scripts:
     """The registered scripts of one client, shared by every part of the store."""
 
-    def __init__(self, client: Any) -> None:
+    def __init__(self, client: Any, replication: Replication | None = None) -> None:
+        self._client = client
+        self._replication = replication or Replication()
         s = client.register_script
         self._accept, self._begin, self._commit = s(lua.ACCEPT), s(lua.BEGIN), s(lua.COMMIT)
         self._release, self._renew, self._retry = s(lua.RELEASE), s(lua.RENEW_LEASE), s(lua.NOTE_RETRY)
@@ -156,8 +159,10 @@ class Scripts:
         """``pending`` is the sweeper's zset when it may be touched in the same script (not on a Cluster);
         ``inbound``: the input is a message the player sent (its time opens the customer-service window)."""
         keys = [k.inbox, k.seen, k.tomb, k.inbound, *([pending] if pending else []), *ttl_keys]
-        code, depth = self._accept(keys=keys, args=[input_id, entry, now_ms, max_inbox, dedupe_max, dedupe_ms,
-                                                    ttl_ms, k.cid if pending else "", "1" if inbound else ""])
+        code, depth = self._replication.call(
+            self._client, self._accept, keys=keys, what="accept",
+            args=[input_id, entry, now_ms, max_inbox, dedupe_max, dedupe_ms, ttl_ms, k.cid if pending else "",
+                  "1" if inbound else ""])
         return AcceptReply(int(code), int(depth))
 
     def begin(self, *, k: ConversationKeys, lease_ms: int, peek: int = 0, have: str = "") -> BeginReply:
@@ -172,7 +177,8 @@ class Scripts:
                trace_max: int, dead_max: int, ttl_ms: int, claim_ms: int, peek: int = 0,
                also: Sequence[str] = ()) -> CommitReply:
         """``also``: the ids of the inputs after the head that the same turn applied (a burst), in mailbox order."""
-        res = self._commit(
+        res = self._replication.call(
+            self._client, self._commit, what="commit",
             keys=[k.fence, k.state, k.inbox, k.attempts, k.outbox, k.trace, k.dead, k.lease, k.dlease, k.dfence,
                   k.sent, k.journal],
             args=[token, expected_version, input_id, mode, blob, reply_entry, trace_entry, dead_entry, lease_ms,
@@ -182,9 +188,9 @@ class Scripts:
                            _text(res[11]) or "")
 
     def defer(self, *, k: ConversationKeys, token: int, input_id: str, hold_ms: int) -> bool:
-        """False when the fence moved (nothing changed)."""
+        """False when the fence moved (nothing changed). ``hold_ms`` 0 holds nothing (a hand-back)."""
         return int(self._defer(keys=[k.fence, k.lease, k.attempts, k.hold],
-                               args=[token, input_id, max(1, hold_ms)])) == 1
+                               args=[token, input_id, max(0, hold_ms)])) == 1
 
     def release(self, *, fence: str, lease: str, token: int) -> bool:
         """Used for both leases: (fence, lease) or (dfence, dlease). True when the lease was ours and is gone."""
