@@ -30,9 +30,11 @@ The tree::
     │   ├── DeliveryRetryableError      (retryable)
     │   └── DeliveryPermanentError
     │       └── OutsideWindowError
-    └── MediaError
-        ├── MediaRejectedError          (permanent)
-        └── MediaUnavailableError       (retryable; also a ModelUnavailableError)
+    ├── MediaError
+    │   ├── MediaRejectedError          (permanent)
+    │   └── MediaUnavailableError       (retryable; also a ModelUnavailableError)
+    └── RecordError
+        └── DatabaseUnavailableError    (retryable)
 
 Every class carries ``retryable``: whether trying the same thing again later can succeed. Tasks use it
 to choose between a Celery retry and the dead-letter list.
@@ -248,5 +250,17 @@ class MediaUnavailableError(MediaError, ModelUnavailableError):
     It is also a :class:`ModelUnavailableError` on purpose: the drain already retries those with backoff (the
     input stays at the head of the mailbox, the retry is counted against ``PARLEY_MAX_MODEL_RETRIES``, then
     dead-lettered), which is what a media outage needs too. ``provider`` is ``"whatsapp-media"``."""
+
+    retryable = True
+
+
+class RecordError(ParleyError):
+    """Raised when a durable-record entry does not decode, or the record's database refuses what it is given
+    (a schema newer than this Parley, a query on a database whose schema was never created)."""
+
+
+class DatabaseUnavailableError(RecordError):
+    """Raised when the record's database (``PARLEY_DATABASE_URL``) cannot be reached or drops the connection; the
+    exporter leaves the stream as it was and tries again."""
 
     retryable = True

@@ -94,7 +94,7 @@ class Deliverer:
         except EnvelopeError as exc:
             dead = DeadLetter(what="reply", id=head.reply_id, reason="malformed", detail=str(exc),
                               payload=head.record)
-            self.store.dead_letter_reply(run.cid, run.token, head.reply_id, dead.to_bytes())
+            self.store.dead_letter_reply(run.cid, run.token, head.reply_id, dead.to_bytes(), "malformed")
             return 0, self._claim(run, partial(self.store.claim_next, run.cid, run.token, self.config.lease_ms))
         if head.crashed_in_window:
             provider_id = self.crashed.settle(run.cid, run.token, record.reply_id, head.part)  # or RetryLater
@@ -191,4 +191,4 @@ class Deliverer:
         metrics.DEAD_LETTERS.labels("reply", reason or str(code or "delivery")).inc()
         dead = DeadLetter(what="reply", id=record.reply_id, reason=named, detail=detail[:2000],
                           payload=record.to_bytes())
-        self.store.dead_letter_reply(run.cid, run.token, record.reply_id, dead.to_bytes())
+        self.store.dead_letter_reply(run.cid, run.token, record.reply_id, dead.to_bytes(), named)

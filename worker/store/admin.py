@@ -4,6 +4,7 @@ inspection, dead-letter replay, delivery statuses, delete)."""
 from __future__ import annotations
 
 from worker.errors import InvalidConversationIdError
+from worker.record import entries
 from worker.store.base import MessageStatus, StatusRecorded, StoreBase, join_entry, split_entry, store_errors
 
 # What the sweeper reads of each candidate conversation, in this order (see ``stranded``).
@@ -136,8 +137,13 @@ class AdminStore(StoreBase):
         that part is marked in flight the status is kept with it too, so a deliverer that finds it left in flight
         by a crash knows it reached the provider (see :meth:`~worker.store.outbox.OutboxStore.inflight_outcome`).
         The latest statuses of the ``limits.statuses_max`` most recent messages are kept."""
+        entry = None
+        if self.limits.record_max > 0:
+            entry = entries.status(cid, provider_id=provider_id, status=status, detail=detail, reply_id=reply_id,
+                                   part=part)
         res = self._scripts.record_status(k=self.keys(cid), provider_id=provider_id, status=status, detail=detail,
-                                          max_kept=self.limits.statuses_max, reply_id=reply_id, part=part)
+                                          max_kept=self.limits.statuses_max, reply_id=reply_id, part=part,
+                                          record=self._record_args(cid, entry))
         return StatusRecorded(res.moved, res.latest, res.for_part)
 
     @store_errors
@@ -174,6 +180,7 @@ class AdminStore(StoreBase):
         conversation back. New ids start a fresh conversation."""
         k = self.keys(cid)
         self._scripts.delete(k=k, now_ms=self._now_ms(), tomb_ms=self.limits.tombstone_ms,
-                             tomb_max=self.limits.dedupe_max_ids)
+                             tomb_max=self.limits.dedupe_max_ids,
+                             record=self._record_args(cid, self._entry(entries.deleted, cid)))
         self._r.zrem(self.g.pending, cid)
         self._r.zrem(self.g.dead_index, cid)

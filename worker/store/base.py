@@ -12,9 +12,9 @@ from typing import Any, TypeVar
 import redis.exceptions as rexc
 
 from worker.errors import StoreError, StoreUnavailableError
-from worker.store.keys import ConversationKeys, GlobalKeys, validate_conversation_id
+from worker.store.keys import ConversationKeys, GlobalKeys, RecordKeys, validate_conversation_id
 from worker.store.replication import Replication
-from worker.store.scripts import ClaimReply, Scripts
+from worker.store.scripts import ClaimReply, RecordArgs, Scripts
 
 T = TypeVar("T")
 
@@ -36,6 +36,7 @@ class StoreLimits:
     idle_ttl_ms: int = 0
     wait_replicas: int = 0  # replicas that must acknowledge an accept or a commit (WAIT); 0: do not wait
     wait_timeout_ms: int = 1000
+    record_max: int = 0  # entries kept in a durable-record stream before the oldest are dropped; 0: no record
 
 
 @dataclass(frozen=True)
@@ -209,6 +210,19 @@ class StoreBase:
         self._cluster = hasattr(client, "get_nodes")  # a Cluster client sends a pipeline's commands per node
         replication = Replication(0 if self._cluster else self.limits.wait_replicas, self.limits.wait_timeout_ms)
         self._scripts = Scripts(client, replication)
+        self.records = RecordKeys(prefix, clustered=self._cluster)
+
+    def _entry(self, build: Callable[..., bytes], *args: Any) -> bytes | None:
+        """``build(*args)``, a durable-record entry, only while the record is on (not built for nothing)."""
+        return build(*args) if self.limits.record_max > 0 else None
+
+    def _record_args(self, cid: str, entry: bytes | None) -> RecordArgs:
+        """Where ``cid``'s scripts append the durable record, with ``entry``; the keys are named even when the
+        record is off (a Cluster routes a script by all its keys, which must share the conversation's slot)."""
+        stream = self.records.stream(cid)
+        on = self.limits.record_max > 0 and bool(entry)
+        return RecordArgs(stream, self.records.dropped_of(stream), self.limits.record_max if on else 0,
+                          (entry or b"") if on else b"")
 
     def keys(self, cid: str) -> ConversationKeys:
         # Built (and the id validated) once per conversation while it is among the recently used: a turn asks

@@ -40,6 +40,12 @@ Global (no hash tag; never touched inside a per-conversation script): ``{prefix}
 conversations that may have work, for the sweeper), ``{prefix}:dead-index`` (zset: conversations with dead
 letters) and ``{prefix}:lock:<name>`` (short locks).
 
+The durable record (only while ``PARLEY_DATABASE_URL`` is set): ``{prefix}:{{rec.<n>}}:records`` (stream: what each
+commit, status and delete did, for the exporter to copy to PostgreSQL) and ``{prefix}:{{rec.<n>}}:dropped`` (counter:
+records the cap dropped before they were exported). On a standalone Redis there is one such stream (``n`` 0); on a
+Cluster one per slot, each ``rec.<n>`` chosen to hash to its slot, so a conversation's scripts can append to the
+stream of their own slot (see :class:`RecordKeys`).
+
 Per sender phone number (``{prefix}:{{wa:<phone number id>}}:<name>``, a hash tag of their own, so the pacing script
 touches one slot): ``rate`` (the number's throughput bucket) and ``to:<recipient>`` (the pair bucket of one
 recipient, shared by every conversation that writes to them). Both expire on their own once idle.
@@ -47,6 +53,8 @@ recipient, shared by every conversation that writes to them). Both expire on the
 
 from __future__ import annotations
 
+import binascii
+import functools
 import hashlib
 import re
 from dataclasses import dataclass, field
@@ -167,3 +175,57 @@ def _safe(part: str) -> str:
     if _ID.fullmatch(part):
         return part
     return "h." + hashlib.sha256(part.encode("utf-8", "surrogatepass")).hexdigest()[:32]
+
+
+SLOTS = 16384
+
+
+def key_slot(tag: str) -> int:
+    """The Redis Cluster slot of a hash tag (CRC16/XMODEM modulo 16384, as Redis computes it)."""
+    return binascii.crc_hqx(tag.encode(), 0) % SLOTS
+
+
+@functools.cache
+def _slot_tags() -> tuple[str, ...]:
+    """For each slot, the first ``rec.<n>`` that hashes to it (about 170,000 CRCs, ~0.1 s, once per process)."""
+    tags: list[str | None] = [None] * SLOTS
+    left, n = SLOTS, 0
+    while left:
+        tag = f"rec.{n}"
+        slot = key_slot(tag)
+        if tags[slot] is None:
+            tags[slot] = tag
+            left -= 1
+        n += 1
+    return tuple(t for t in tags if t is not None)
+
+
+@dataclass(frozen=True)
+class RecordKeys:
+    """The record streams: one on a standalone Redis; on a Cluster one per slot, in the slot of the conversations
+    that append to it (a script may only touch keys of one slot)."""
+
+    prefix: str
+    clustered: bool = False
+
+    def _tag_for(self, cid: str) -> str:
+        return _slot_tags()[key_slot(cid)] if self.clustered else "rec.0"
+
+    def stream(self, cid: str) -> str:
+        """The stream the scripts of conversation ``cid`` append to."""
+        return self._stream(self._tag_for(cid))
+
+    def dropped(self, cid: str) -> str:
+        """The counter of records dropped from ``cid``'s stream by its cap."""
+        return self.dropped_of(self.stream(cid))
+
+    def streams(self) -> list[str]:
+        """Every stream the exporter reads."""
+        return [self._stream(t) for t in (_slot_tags() if self.clustered else ("rec.0",))]
+
+    def _stream(self, tag: str) -> str:
+        return f"{self.prefix}:{{{tag}}}:records"
+
+    @staticmethod
+    def dropped_of(stream: str) -> str:
+        return stream.removesuffix(":records") + ":dropped"

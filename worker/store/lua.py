@@ -14,6 +14,29 @@ end
 """
 
 
+# The durable record: append one entry (``id``: its unique key in PostgreSQL, so a replayed export changes nothing;
+# ``r``: the msgpack record; ``x``: what only the script knows, e.g. a delivered reply's provider message ids) to the
+# stream of the conversation's slot. Bounded: at ``max`` entries the oldest go and
+# are counted in ``dropped`` (the exporter is down or behind; ops see the count). ``max`` 0 or an empty entry: the
+# record is off (no database configured), nothing is written.
+APPEND_RECORD = """
+local function append_record(stream, dropped, max, id, entry, extra)
+  max = tonumber(max or '0')
+  if not entry or entry == '' or max <= 0 then return end
+  local n = redis.call('XLEN', stream)
+  if n >= max then
+    redis.call('XTRIM', stream, 'MAXLEN', max - 1)
+    redis.call('INCRBY', dropped, n - max + 1)
+  end
+  if extra then
+    redis.call('XADD', stream, '*', 'id', id, 'r', entry, 'x', extra)
+  else
+    redis.call('XADD', stream, '*', 'id', id, 'r', entry)
+  end
+end
+"""
+
+
 # Fencing tokens: a missing fence (new conversation, or deleted, or expired after the idle TTL) starts from the
 # clock in microseconds, so a token from an earlier life of the conversation, held by a worker stalled since,
 # can never match again. Tokens travel as decimal strings: a Lua number would print as 1.79e+15.
@@ -155,10 +178,12 @@ local function start_delivery(dlease, dfence, outbox, sent, lease_ms)
 end
 """
 
-# KEYS: fence, state, inbox, attempts, outbox, trace, dead, lease, dlease, dfence, sent, journal
+# KEYS: fence, state, inbox, attempts, outbox, trace, dead, lease, dlease, dfence, sent, journal, record stream,
+#       record dropped counter
 # ARGV: token, expected_version, input_id, state_mode (keep|set|clear), blob, reply_entry, trace_entry,
-#       dead_entry, lease_ms, trace_max, dead_max, ttl_ms, claim_ms ('' or the delivery lease), peek, then the ids
-#       of the inputs after the head that the same turn applied (a burst), in mailbox order
+#       dead_entry, lease_ms, trace_max, dead_max, ttl_ms, claim_ms ('' or the delivery lease), peek, record entry
+#       ('' none), record max, then the ids of the inputs after the head that the same turn applied (a burst), in
+#       mailbox order
 # -> {version or code, depth or current version, released, next entry, attempts at next, kept blob,
 #     delivery token, delivery head entry, part, crashed, the ``peek`` entries after the next one, the state's tag}
 # The tag names the blob written: the writer's token and the new version, unique over the conversation's lives
@@ -167,13 +192,13 @@ end
 # atomic with the pop, so a producer's push either lands before (and is returned) or finds no lease.
 # With claim_ms, a commit that empties the mailbox also starts the delivery when nobody delivers: it takes the
 # delivery lease and claims the outbox head as BEGIN_DELIVERY does, saving the deliverer that round trip.
-COMMIT = START_DELIVERY + """
+COMMIT = START_DELIVERY + APPEND_RECORD + """
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return {-1, 0, 0, false, 0, false, 0, false, 0, 0, {}, ''} end
 local v = tonumber(redis.call('HGET', KEYS[2], 'version') or '0')
 if v ~= tonumber(ARGV[2]) then return {-2, v, 0, false, 0, false, 0, false, 0, 0, {}, ''} end
 if head_id(redis.call('LINDEX', KEYS[3], 0)) ~= ARGV[3] then return {-3, v, 0, false, 0, false, 0, false, 0, 0, {}, ''} end
 local n = 1
-for i = 15, #ARGV do
+for i = 17, #ARGV do
   if head_id(redis.call('LINDEX', KEYS[3], n)) ~= ARGV[i] then return {-3, v, 0, false, 0, false, 0, false, 0, 0, {}, ''} end
   n = n + 1
 end
@@ -187,7 +212,8 @@ local tag = redis.call('HGET', KEYS[2], 'tag') or ''
 redis.call('HSET', KEYS[2], 'version', v + 1)
 redis.call('LTRIM', KEYS[3], n, -1)
 redis.call('HDEL', KEYS[4], ARGV[3], ARGV[3] .. ':retries')
-for i = 15, #ARGV do redis.call('HDEL', KEYS[4], ARGV[i], ARGV[i] .. ':retries') end
+for i = 17, #ARGV do redis.call('HDEL', KEYS[4], ARGV[i], ARGV[i] .. ':retries') end
+append_record(KEYS[13], KEYS[14], ARGV[16], ARGV[1] .. ':' .. (v + 1), ARGV[15])
 redis.call('DEL', KEYS[12])  -- the input's turn journal: applied now, so nothing is left to replay
 if ARGV[6] ~= '' then redis.call('RPUSH', KEYS[5], ARGV[6]) end
 if ARGV[7] ~= '' then
@@ -328,25 +354,28 @@ if redis.call('GET', KEYS[1]) ~= ARGV[1] then return {-1, false, 0, 0} end
 return claim(KEYS[2], KEYS[3], KEYS[4], ARGV[1], ARGV[2])
 """
 
-# KEYS: dfence, outbox, sent, delivered, dlease
-# ARGV: token, reply_id, provider_id, delivered_max, lease_ms
+# KEYS: dfence, outbox, sent, delivered, dlease, record stream, record dropped counter
+# ARGV: token, reply_id, provider_id, delivered_max, lease_ms, record entry ('' none), record max
 # The last part of a reply was sent: record it, drop the reply from the outbox and claim the next one (or give
-# the lease up), in one round trip.
-SENT_LAST_CLAIM_NEXT = CLAIM + IDS_WITH + """
+# the lease up), in one round trip. The durable record gets the reply's provider message ids.
+SENT_LAST_CLAIM_NEXT = CLAIM + IDS_WITH + APPEND_RECORD + """
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return {-1, false, 0, 0} end
 if head_id(redis.call('LINDEX', KEYS[2], 0)) ~= ARGV[2] then return {-3, false, 0, 0} end
 local ids = ids_with(KEYS[3], ARGV[2], ARGV[3])
 redis.call('LPOP', KEYS[2])
 redis.call('DEL', KEYS[3])
+append_record(KEYS[6], KEYS[7], ARGV[7], 'o:' .. ARGV[1] .. ':' .. ARGV[2], ARGV[6], ids)
 redis.call('RPUSH', KEYS[4], ARGV[2] .. '\\t' .. ids)
 redis.call('LTRIM', KEYS[4], -tonumber(ARGV[4]), -1)
 return claim(KEYS[2], KEYS[3], KEYS[5], ARGV[1], ARGV[5])
 """
 
-# KEYS: dfence, outbox, sent, dead   ARGV: token, reply_id, dead_entry, dead_max
-DEAD_REPLY = HEAD_ID + """
+# KEYS: dfence, outbox, sent, dead, record stream, record dropped counter
+# ARGV: token, reply_id, dead_entry, dead_max, record entry ('' none), record max
+DEAD_REPLY = HEAD_ID + APPEND_RECORD + """
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return -1 end
 if head_id(redis.call('LINDEX', KEYS[2], 0)) ~= ARGV[2] then return -3 end
+append_record(KEYS[5], KEYS[6], ARGV[6], 'f:' .. ARGV[1] .. ':' .. ARGV[2], ARGV[5])
 redis.call('LPOP', KEYS[2])
 redis.call('DEL', KEYS[3])
 redis.call('RPUSH', KEYS[4], ARGV[3])
@@ -383,14 +412,18 @@ if s and tonumber(s) == tonumber(ARGV[2]) then return redis.call('ZREM', KEYS[1]
 return 0
 """
 
-# KEYS: tomb, seen, then every key of the conversation to delete   ARGV: now_ms, tomb_ms, tomb_max
+# KEYS: tomb, record stream, record dropped counter, seen, then every key of the conversation to delete
+# ARGV: now_ms, tomb_ms, tomb_max, record id, record entry ('' none), record max
+# The durable record gets the delete too, behind everything the conversation recorded before it: the exporter
+# erases the conversation from PostgreSQL when it reaches it, so a deletion reaches the database from any caller.
 # Delete, keeping the input ids seen in a tombstone (scored by the delete time) that expires after tomb_ms, so a
 # retried webhook of the deleted conversation dedupes instead of starting it again. Ids tombstoned longer ago
 # than tomb_ms go first, then the oldest beyond tomb_max. tomb_ms 0: no tombstone. -> ids in the tombstone
-DELETE_KEEPING_TOMBSTONE = """
+DELETE_KEEPING_TOMBSTONE = APPEND_RECORD + """
 local now, tomb_ms = tonumber(ARGV[1]), tonumber(ARGV[2])
+append_record(KEYS[2], KEYS[3], ARGV[6], ARGV[4], ARGV[5])
 if tomb_ms > 0 then
-  local ids = redis.call('ZRANGE', KEYS[2], 0, -1)
+  local ids = redis.call('ZRANGE', KEYS[4], 0, -1)
   for i = 1, #ids do redis.call('ZADD', KEYS[1], now, ids[i]) end
   redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now - tomb_ms)
   local c = redis.call('ZCARD', KEYS[1])
@@ -398,7 +431,7 @@ if tomb_ms > 0 then
   if c > max then redis.call('ZREMRANGEBYRANK', KEYS[1], 0, c - max - 1) end
   if #ids > 0 then redis.call('PEXPIRE', KEYS[1], tomb_ms) end
 end
-for i = 2, #KEYS do redis.call('DEL', KEYS[i]) end
+for i = 4, #KEYS do redis.call('DEL', KEYS[i]) end
 return redis.call('ZCARD', KEYS[1])
 """
 
@@ -414,15 +447,16 @@ local function rank(status)
 end
 """
 
-# KEYS: statuses, statusorder, sent
-# ARGV: provider_id, status, detail, max_kept, reply_id ('' when the status names no part), part
+# KEYS: statuses, statusorder, sent, record stream, record dropped counter
+# ARGV: provider_id, status, detail, max_kept, reply_id ('' when the status names no part), part, record entry
+#       ('' none), record max
 # One delivery status webhook. The message's latest status moves only forward (see STATUS_RANK); ``statuses`` keeps
 # the ``max_kept`` messages whose first status came last. When the status names a part of a reply (WhatsApp hands
 # back the biz_opaque_callback_data we sent it with) and that part is still marked in flight, the status is kept
 # with the part's progress too: proof that the send reached WhatsApp, which is what a deliverer that finds the part
 # left in flight by a crash needs (MARK_SENT and the claims keep those fields only for the part they are about).
 # -> {1 moved forward / 0 kept the one it had, the latest status, 1 when kept for the part in flight / 0}
-RECORD_STATUS = STATUS_RANK + """
+RECORD_STATUS = STATUS_RANK + APPEND_RECORD + """
 if redis.call('TYPE', KEYS[1])['ok'] == 'list' then redis.call('DEL', KEYS[1]) end  -- the log of earlier versions
 local now = redis.call('TIME')
 local ms = string.format('%d', tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000))
@@ -436,6 +470,7 @@ if rank(status) > rank(kept) then
   redis.call('HSET', KEYS[1], ARGV[1], status .. '\\t' .. ms .. '\\t' .. ARGV[3])
   moved = 1
   latest = status
+  append_record(KEYS[4], KEYS[5], ARGV[8], 's:' .. ARGV[1] .. ':' .. status, ARGV[7])
   if not cur then
     redis.call('ZADD', KEYS[2], 'NX', ms, ARGV[1])
     local n = redis.call('ZCARD', KEYS[2])

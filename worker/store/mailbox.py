@@ -98,7 +98,7 @@ class MailboxStore(StoreBase):
     def commit(self, cid: str, token: int, *, expected_version: int, input_id: str, new_state: bytes | None,
                reply: bytes | None = None, trace: bytes | None = None, dead: bytes | None = None,
                lease_ms: int = 180_000, claim_delivery_ms: int = 0, also: Sequence[str] = (),
-               peek: int = 0) -> CommitResult:
+               peek: int = 0, record: bytes | None = None) -> CommitResult:
         """Apply one input (or a burst: ``input_id`` and the ids in ``also`` after it) atomically: write the state (``None`` keeps it, ``b""`` clears it), remove the input
         from the mailbox, queue the reply (under the input's id), append the trace entry or the dead letter.
 
@@ -106,7 +106,8 @@ class MailboxStore(StoreBase):
         empty and the lease was given up in the same step (so no producer's wake-up can be lost). With
         ``claim_delivery_ms``, a released commit also takes the delivery lease and claims the outbox head when
         nobody delivers (``delivery``: what :meth:`begin_delivery` would return, one round trip fewer). ``peek``
-        is as for :meth:`begin`, for the next input.
+        is as for :meth:`begin`, for the next input. ``record``: the durable-record entry of what the commit
+        did, appended to the record stream in the same step (ignored while the record is off).
 
         Raises :class:`~worker.errors.StaleLeaseError` and changes nothing when another worker took the
         conversation over, the state version moved, or the inputs are no longer at the head of the mailbox.
@@ -121,8 +122,8 @@ class MailboxStore(StoreBase):
             k=k, token=token, expected_version=expected_version, input_id=input_id,
             mode=mode, blob=new_state or b"", reply_entry=join_entry(input_id, reply) if reply is not None else b"",
             trace_entry=trace or b"", dead_entry=dead or b"", lease_ms=lease_ms, trace_max=self.limits.trace_max,
-            dead_max=self.limits.dead_max, ttl_ms=self.limits.idle_ttl_ms, claim_ms=claim_delivery_ms, peek=peek,
-            also=also)
+            dead_max=self.limits.dead_max, ttl_ms=self.limits.idle_ttl_ms, claim_ms=claim_delivery_ms,
+            record=self._record_args(cid, record), peek=peek, also=also)
         return self._commit_result(cid, input_id, new_state, res)
 
     @staticmethod

@@ -4,6 +4,7 @@ delivery token; every send is marked in flight before it and sent after it, so a
 from __future__ import annotations
 
 from worker.errors import StaleLeaseError
+from worker.record import entries
 from worker.store.base import InflightOutcome, OutboxHead, StoreBase, claimed, store_errors
 from worker.store.scripts import ClaimReply
 
@@ -35,7 +36,8 @@ class OutboxStore(StoreBase):
         (or give the lease up when none is left), in one round trip."""
         res = self._scripts.sent_last_claim_next(k=self.keys(cid), token=token, reply_id=reply_id,
                                                  provider_id=provider_id, delivered_max=self.limits.delivered_max,
-                                                 lease_ms=lease_ms)
+                                                 lease_ms=lease_ms,
+                                                 record=self._record_args(cid, self._entry(entries.sent, cid, reply_id)))
         return self._claim_result(cid, res)
 
     @staticmethod
@@ -95,11 +97,13 @@ class OutboxStore(StoreBase):
         return n
 
     @store_errors
-    def dead_letter_reply(self, cid: str, token: int, reply_id: str, dead: bytes) -> None:
-        """Move the outbox head to the dead letters (``dead`` is the record to keep)."""
+    def dead_letter_reply(self, cid: str, token: int, reply_id: str, dead: bytes, reason: str = "") -> None:
+        """Move the outbox head to the dead letters (``dead`` is the record to keep; ``reason`` goes to the
+        durable record)."""
         self._r.zadd(self.g.dead_index, {cid: self._now_ms()})  # index first, as in commit
+        record = self._record_args(cid, self._entry(entries.failed, cid, reply_id, reason))
         if self._scripts.dead_reply(k=self.keys(cid), token=token, reply_id=reply_id, dead_entry=dead,
-                                    dead_max=self.limits.dead_max) < 0:
+                                    dead_max=self.limits.dead_max, record=record) < 0:
             raise StaleLeaseError(f"delivery of {reply_id} on {cid} was taken over")
 
     @store_errors

@@ -9,8 +9,8 @@ separate commands, ordered so that a crash between them strands nothing.
 (client, prefix, limits, scripts): :class:`~worker.store.mailbox.MailboxStore` (producers and the drain),
 :class:`~worker.store.journal.JournalStore` (the drain's turn journal), :class:`~worker.store.outbox.OutboxStore`
 (delivery), :class:`~worker.store.rules.RulesStore` (the customer-service window's clock and the shared pace),
-:class:`~worker.store.admin.AdminStore` (sweeper, CLI) and :class:`~worker.store.backlog.BacklogStore` (autoscaling
-signals).
+:class:`~worker.store.admin.AdminStore` (sweeper, CLI), :class:`~worker.store.backlog.BacklogStore` (autoscaling
+signals) and :class:`~worker.store.records.RecordStore` (the durable record's exporter).
 """
 
 from __future__ import annotations
@@ -37,14 +37,15 @@ from worker.store.journal import JournalStore
 from worker.store.mailbox import MailboxStore
 from worker.store.outbox import OutboxStore
 from worker.store.protocol import DeliveryStore, DrainStore, PaceStore, Store, SweeperStore
+from worker.store.records import RecordBacklog, RecordStore, StreamEntry
 from worker.store.rules import Pace, PaceLimits, RulesStore
 
 __all__ = ["AcceptResult", "Backlog", "Begin", "CommitResult", "ConversationStore", "DeliveryStore", "DrainStore",
-           "JournalRead", "OutboxHead", "Pace", "PaceLimits", "PaceStore", "Snapshot", "StateRead", "Store", "StoreLimits", "SweeperStore", "from_url", "join_entry",
-           "split_entry"]
+           "JournalRead", "OutboxHead", "Pace", "PaceLimits", "PaceStore", "RecordBacklog", "Snapshot", "StateRead", "Store",
+           "StoreLimits", "StreamEntry", "SweeperStore", "from_url", "join_entry", "split_entry"]
 
 
-class ConversationStore(MailboxStore, JournalStore, OutboxStore, RulesStore, AdminStore, BacklogStore):
+class ConversationStore(MailboxStore, JournalStore, OutboxStore, RulesStore, AdminStore, BacklogStore, RecordStore):
     """Conversation storage on Redis (standalone, Sentinel-managed or Cluster)."""
 
 

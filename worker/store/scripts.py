@@ -25,6 +25,17 @@ def _text(value: Any) -> str | None:
 
 
 @dataclass(frozen=True)
+class RecordArgs:
+    """Where a script appends the durable record of what it did, and that record: ``entry`` empty or ``max`` 0
+    means the record is off (no database configured) and nothing is appended."""
+
+    stream: str
+    dropped: str
+    max: int = 0
+    entry: bytes = b""
+
+
+@dataclass(frozen=True)
 class AcceptReply:
     """ACCEPT: ``code`` 1 accepted, 0 a duplicate id, -1 the mailbox is full; ``depth`` after it."""
 
@@ -174,15 +185,16 @@ class Scripts:
 
     def commit(self, *, k: ConversationKeys, token: int, expected_version: int, input_id: str,
                mode: str, blob: bytes, reply_entry: bytes, trace_entry: bytes, dead_entry: bytes, lease_ms: int,
-               trace_max: int, dead_max: int, ttl_ms: int, claim_ms: int, peek: int = 0,
+               trace_max: int, dead_max: int, ttl_ms: int, claim_ms: int, record: RecordArgs, peek: int = 0,
                also: Sequence[str] = ()) -> CommitReply:
         """``also``: the ids of the inputs after the head that the same turn applied (a burst), in mailbox order."""
         res = self._replication.call(
             self._client, self._commit, what="commit",
             keys=[k.fence, k.state, k.inbox, k.attempts, k.outbox, k.trace, k.dead, k.lease, k.dlease, k.dfence,
-                  k.sent, k.journal],
+                  k.sent, k.journal, record.stream, record.dropped],
             args=[token, expected_version, input_id, mode, blob, reply_entry, trace_entry, dead_entry, lease_ms,
-                  trace_max, dead_max, ttl_ms, str(claim_ms) if claim_ms > 0 else "", peek, *also])
+                  trace_max, dead_max, ttl_ms, str(claim_ms) if claim_ms > 0 else "", peek, record.entry,
+                  record.max, *also])
         return CommitReply(int(res[0]), int(res[1]), int(res[2]) == 1, _opt(res[3]), int(res[4] or 0),
                            _opt(res[5]), ClaimReply.parse(res[6:10]), [bytes(e) for e in res[10] or ()],
                            _text(res[11]) or "")
@@ -225,9 +237,10 @@ class Scripts:
         return ClaimReply.parse(self._claim_next(keys=[k.dfence, k.outbox, k.sent, k.dlease], args=[token, lease_ms]))
 
     def sent_last_claim_next(self, *, k: ConversationKeys, token: int, reply_id: str, provider_id: str,
-                             delivered_max: int, lease_ms: int) -> ClaimReply:
-        return ClaimReply.parse(self._sent_last(keys=[k.dfence, k.outbox, k.sent, k.delivered, k.dlease],
-                                                args=[token, reply_id, provider_id, delivered_max, lease_ms]))
+                             delivered_max: int, lease_ms: int, record: RecordArgs) -> ClaimReply:
+        return ClaimReply.parse(self._sent_last(
+            keys=[k.dfence, k.outbox, k.sent, k.delivered, k.dlease, record.stream, record.dropped],
+            args=[token, reply_id, provider_id, delivered_max, lease_ms, record.entry, record.max]))
 
     def mark_inflight(self, *, k: ConversationKeys, token: int, reply_id: str, part: int) -> int:
         return int(self._mark_inflight(keys=[k.dfence, k.sent], args=[token, reply_id, part]))
@@ -240,9 +253,10 @@ class Scripts:
         return int(self._mark_sent(keys=[k.dfence, k.outbox, k.sent, k.dlease],
                                    args=[token, reply_id, part, provider_id, lease_ms]))
 
-    def dead_reply(self, *, k: ConversationKeys, token: int, reply_id: str, dead_entry: bytes, dead_max: int) -> int:
-        return int(self._dead_reply(keys=[k.dfence, k.outbox, k.sent, k.dead],
-                                    args=[token, reply_id, dead_entry, dead_max]))
+    def dead_reply(self, *, k: ConversationKeys, token: int, reply_id: str, dead_entry: bytes, dead_max: int,
+                   record: RecordArgs) -> int:
+        return int(self._dead_reply(keys=[k.dfence, k.outbox, k.sent, k.dead, record.stream, record.dropped],
+                                    args=[token, reply_id, dead_entry, dead_max, record.entry, record.max]))
 
     def inflight_outcome(self, *, k: ConversationKeys, token: int, reply_id: str, part: int) -> InflightReply:
         code, status, provider_id, waited = self._inflight_outcome(keys=[k.dfence, k.outbox, k.sent],
@@ -266,11 +280,11 @@ class Scripts:
     # --- admin -------------------------------------------------------------------------------------
 
     def record_status(self, *, k: ConversationKeys, provider_id: str, status: str, detail: str, max_kept: int,
-                      reply_id: str | None, part: int) -> StatusReply:
+                      reply_id: str | None, part: int, record: RecordArgs) -> StatusReply:
         """``reply_id`` and ``part``: the reply part the status names (from the callback data), if any."""
         moved, latest, for_part = self._record_status(
-            keys=[k.statuses, k.statusorder, k.sent],
-            args=[provider_id, status, detail, max_kept, reply_id or "", part])
+            keys=[k.statuses, k.statusorder, k.sent, record.stream, record.dropped],
+            args=[provider_id, status, detail, max_kept, reply_id or "", part, record.entry, record.max])
         return StatusReply(int(moved) == 1, _text(latest) or "", int(for_part) == 1)
 
     def replay(self, *, dead: str, target: str, index: int, expected: bytes, entry: bytes) -> bool:
@@ -279,7 +293,8 @@ class Scripts:
     def zrem_if_score(self, *, zset: str, member: bytes, score: float) -> bool:
         return int(self._zrem_if(keys=[zset], args=[member, repr(score)])) == 1
 
-    def delete(self, *, k: ConversationKeys, now_ms: int, tomb_ms: int, tomb_max: int) -> int:
+    def delete(self, *, k: ConversationKeys, now_ms: int, tomb_ms: int, tomb_max: int, record: RecordArgs) -> int:
         """Delete every key of the conversation but its tombstone; returns the ids the tombstone holds."""
-        keys = [k.tomb, k.seen, *(key for key in k.all() if key != k.seen)]
-        return int(self._delete(keys=keys, args=[now_ms, tomb_ms, tomb_max]))
+        keys = [k.tomb, record.stream, record.dropped, k.seen, *(key for key in k.all() if key != k.seen)]
+        return int(self._delete(keys=keys, args=[now_ms, tomb_ms, tomb_max, f"d:{k.cid}:{now_ms}", record.entry,
+                                                 record.max]))

@@ -1,0 +1,221 @@
+"""Durable-record entries: built by the worker, appended by the store's scripts, turned into rows by the exporter.
+
+Pure (msgpack only): no Redis, no database. An entry is a msgpack map with ``v`` (format version), ``kind``, ``cid``
+(conversation id), ``at`` (seconds since the epoch) and the kind's own fields:
+
+=============  =====================================================================================================
+``turn``       ``inputs``, ``reply``, ``steps`` (tool calls with arguments, result, duration), ``usage``, ``model``,
+               ``finish``, ``model_calls``
+``event``      ``inputs`` (the game event)
+``reset``      ``inputs``
+``notice``     ``inputs``, ``reply``, ``why`` (a fixed answer in the model's place: ``budget``, ``producer``, ...)
+``compaction`` ``applied``, ``reason``, ``kept_new``
+``dead``       ``inputs`` (what could be decoded), ``reason``, ``detail``, ``reply`` (the apology, if any)
+``status``     ``provider_id``, ``status``, ``detail``, ``reply_id``, ``part`` (a delivery status webhook)
+``sent``       ``reply_id`` (the stream entry's ``x`` field adds the provider message ids of its parts)
+``failed``     ``reply_id``, ``reason`` (a reply that could not be delivered)
+``delete``     nothing more: the conversation was deleted; the exporter erases it from the database
+=============  =====================================================================================================
+
+Every entry travels with a unique id the scripts give it (see :mod:`worker.store.lua`), the primary key of its row.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import msgpack
+
+from worker.errors import RecordError
+
+VERSION = 1
+KINDS = frozenset({"turn", "event", "reset", "notice", "compaction", "dead", "status", "sent", "failed", "delete"})
+MAX_FIELD_CHARS = 16_000  # a tool result or argument kept in the record (the state keeps its own bound)
+
+
+@dataclass(frozen=True)
+class InputRecord:
+    """One input a commit applied: a player's message or a game event."""
+
+    id: str
+    kind: str
+    text: str = ""
+    media: str | None = None  # the media type of a photo, location, ... when the message carried one
+    pinned: bool = False
+
+    def to_map(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"id": self.id, "kind": self.kind, "text": self.text}
+        if self.media:
+            out["media"] = self.media
+        if self.pinned:
+            out["pinned"] = True
+        return out
+
+
+@dataclass
+class Step:
+    """One tool call of a turn: what the model asked for, what it got back and how long it took."""
+
+    call_id: str
+    tool: str
+    arguments: str
+    result: str | None = None
+    ms: float | None = None
+    replayed: bool = False
+
+    def to_map(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"call_id": self.call_id, "tool": self.tool, "args": _clip(self.arguments),
+                               "result": None if self.result is None else _clip(self.result)}
+        if self.ms is not None:
+            out["ms"] = round(self.ms, 1)
+        if self.replayed:
+            out["replayed"] = True
+        return out
+
+
+@dataclass
+class TurnUsage:
+    """Tokens a turn used over all its model rounds (the provider's figures)."""
+
+    prompt: int = 0
+    completion: int = 0
+    cached: int = 0
+    cache_write: int = 0
+    model: str | None = None
+
+    def add(self, prompt: int, completion: int, cached: int = 0, cache_write: int = 0,
+            model: str | None = None) -> None:
+        self.prompt += prompt
+        self.completion += completion
+        self.cached += cached
+        self.cache_write += cache_write
+        self.model = model or self.model
+
+    @property
+    def total(self) -> int:
+        return self.prompt + self.completion
+
+    def to_map(self) -> dict[str, int]:
+        return {"prompt": self.prompt, "completion": self.completion, "cached": self.cached,
+                "cache_write": self.cache_write}
+
+
+@dataclass
+class Trail:
+    """What a turn did besides its answer, collected while it runs (tool steps, usage over every round)."""
+
+    steps: list[Step] = field(default_factory=list)
+    usage: TurnUsage = field(default_factory=TurnUsage)
+
+
+def _clip(text: str) -> str:
+    return text if len(text) <= MAX_FIELD_CHARS else text[:MAX_FIELD_CHARS] + "…"
+
+
+def encode(kind: str, cid: str, *, at: float | None = None, **fields: Any) -> bytes:
+    """One entry, ready for a script to append. Raises :class:`~worker.errors.RecordError` for an unknown kind."""
+    if kind not in KINDS:
+        raise RecordError(f"unknown record kind {kind!r}")
+    entry = {"v": VERSION, "kind": kind, "cid": cid, "at": time.time() if at is None else at, **fields}
+    return msgpack.packb(entry, use_bin_type=True)
+
+
+def decode(raw: bytes) -> dict[str, Any]:
+    """An entry as a map; raises :class:`~worker.errors.RecordError` when it is not one."""
+    try:
+        entry = msgpack.unpackb(raw, raw=False)
+    except Exception as exc:  # msgpack raises several unrelated types for bad input
+        raise RecordError(f"record entry does not decode: {exc}") from exc
+    if not isinstance(entry, dict) or entry.get("kind") not in KINDS or not isinstance(entry.get("cid"), str):
+        raise RecordError("record entry is not a record (no kind or conversation id)")
+    if int(entry.get("v", 0)) > VERSION:
+        raise RecordError(f"record entry of format {entry.get('v')} is newer than this exporter ({VERSION})")
+    return entry
+
+
+def turn(cid: str, *, inputs: Sequence[InputRecord], reply_id: str, parts: Sequence[str], trail: Trail | None,
+         finish: str | None, model_calls: int, model: str | None) -> bytes:
+    """The record of a chat turn: every input it took in, every part of its answer, every tool call."""
+    trail = trail or Trail()
+    return encode("turn", cid, inputs=[i.to_map() for i in inputs], reply={"id": reply_id, "parts": list(parts)},
+                  steps=[s.to_map() for s in trail.steps], usage=trail.usage.to_map(),
+                  model=trail.usage.model or model, finish=finish, model_calls=model_calls)
+
+
+def applied(kind: str, cid: str, *, inputs: Sequence[InputRecord], reply_id: str | None = None,
+            parts: Sequence[str] = (), **fields: Any) -> bytes:
+    """The record of an input applied without the model (an event, a reset, a notice, a dead letter)."""
+    extra: dict[str, Any] = dict(fields)
+    if reply_id is not None:
+        extra["reply"] = {"id": reply_id, "parts": list(parts)}
+    return encode(kind, cid, inputs=[i.to_map() for i in inputs], **extra)
+
+
+def status(cid: str, *, provider_id: str, status: str, detail: str, reply_id: str | None, part: int) -> bytes:
+    return encode("status", cid, provider_id=provider_id, status=status, detail=detail, reply_id=reply_id,
+                  part=part)
+
+
+def sent(cid: str, reply_id: str) -> bytes:
+    return encode("sent", cid, reply_id=reply_id)
+
+
+def failed(cid: str, reply_id: str, reason: str) -> bytes:
+    return encode("failed", cid, reply_id=reply_id, reason=reason)
+
+
+def deleted(cid: str) -> bytes:
+    return encode("delete", cid)
+
+
+# --- rows (the exporter's side) ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Rows:
+    """The rows one batch of entries becomes, for each table (see :mod:`worker.record.migrations`)."""
+
+    records: list[tuple[Any, ...]] = field(default_factory=list)   # (record_id, cid, at, kind, body)
+    messages: list[tuple[Any, ...]] = field(default_factory=list)  # (record_id, seq, cid, at, role, input_id,
+    #                                                                 reply_id, part, text, tool, args, result, ms)
+    usage: list[tuple[Any, ...]] = field(default_factory=list)     # (record_id, cid, at, model, prompt, completion,
+    #                                                                 cached, cache_write)
+    deletes: list[tuple[str, float, str]] = field(default_factory=list)  # (cid, at, record_id), in stream order
+
+
+def to_rows(batch: Iterable[tuple[str, Mapping[str, Any], str | None]]) -> Rows:
+    """Rows for a batch of ``(record id, entry, provider ids)``; pure, so replaying a batch yields the same rows."""
+    rows = Rows()
+    for rid, e, extra in batch:
+        cid, at, kind = e["cid"], float(e["at"]), e["kind"]
+        body = {k: v for k, v in e.items() if k not in ("v", "cid", "at", "kind")}
+        if extra:
+            body["provider_ids"] = extra.split(",")
+        rows.records.append((rid, cid, at, kind, body))
+        if kind == "delete":
+            rows.deletes.append((cid, at, rid))
+            continue
+        seq = 0
+        for i in e.get("inputs") or ():
+            rows.messages.append((rid, seq, cid, at, "player" if i.get("kind") == "message" else "event", i.get("id"),
+                                  None, None, i.get("text") or "", None, None, None, None))
+            seq += 1
+        for s in e.get("steps") or ():
+            rows.messages.append((rid, seq, cid, at, "tool", None, None, None, "", s.get("tool"), s.get("args"),
+                                  s.get("result"), s.get("ms")))
+            seq += 1
+        reply = e.get("reply")
+        if reply:
+            for n, text in enumerate(reply.get("parts") or ()):
+                rows.messages.append((rid, seq, cid, at, "assistant", None, reply.get("id"), n, text, None, None, None,
+                                      None))
+                seq += 1
+        u = e.get("usage")
+        if kind == "turn" and u:
+            rows.usage.append((rid, cid, at, e.get("model") or "", int(u.get("prompt") or 0),
+                               int(u.get("completion") or 0), int(u.get("cached") or 0),
+                               int(u.get("cache_write") or 0)))
+    return rows

@@ -1,0 +1,94 @@
+"""The durable record's read side in Redis: what the exporter takes from the record streams, and when it may let
+go of it.
+
+The scripts append (see ``APPEND_RECORD`` in :mod:`worker.store.lua`); this part reads a batch oldest first, and
+deletes exactly the entries whose rows the database committed (``XDEL`` by id: entries appended meanwhile, or a
+batch another exporter is still writing, are not touched). Reading is not claiming: two exporters on one stream
+would write the same rows twice, which the rows' unique keys make harmless, so one exporter per deployment is
+enough and more are safe.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from worker.store.base import StoreBase, store_errors
+
+
+@dataclass(frozen=True)
+class StreamEntry:
+    """One entry of a record stream: ``entry_id`` (the stream's, ``<ms>-<n>``), ``record_id`` (the row's unique key),
+    ``raw`` (the msgpack record) and ``extra`` (what the script added: a delivered reply's provider ids)."""
+
+    entry_id: bytes
+    record_id: str
+    raw: bytes
+    extra: str | None
+
+    @property
+    def ms(self) -> int:
+        """When the entry was appended (Redis's clock, from the stream id)."""
+        return int(self.entry_id.split(b"-", 1)[0])
+
+
+@dataclass(frozen=True)
+class RecordBacklog:
+    """What waits in the record streams: ``entries`` in all, the ``oldest_age_s`` of the oldest, and ``dropped``
+    (entries the cap threw away before they were exported, since the streams began)."""
+
+    entries: int
+    oldest_age_s: float
+    dropped: int
+
+
+class RecordStore(StoreBase):
+    """The exporter's access to the record streams."""
+
+    def record_streams(self) -> list[str]:
+        """The streams that hold entries now (on a Cluster, one per slot: the empty ones are skipped)."""
+        streams = self.records.streams()
+        if len(streams) == 1:
+            return streams
+        pipe = self._r.pipeline(transaction=False)
+        for s in streams:
+            pipe.xlen(s)
+        return [s for s, n in zip(streams, pipe.execute(), strict=True) if n]
+
+    @store_errors
+    def read_records(self, stream: str, count: int) -> list[StreamEntry]:
+        """Up to ``count`` entries of ``stream``, oldest first."""
+        out = []
+        for eid, fields in self._r.xrange(stream, "-", "+", count=count):
+            extra = fields.get(b"x")
+            out.append(StreamEntry(bytes(eid), bytes(fields.get(b"id", b"")).decode("utf-8", "replace"),
+                                   bytes(fields.get(b"r", b"")), None if extra is None else bytes(extra).decode()))
+        return out
+
+    @store_errors
+    def ack_records(self, stream: str, entry_ids: Sequence[bytes]) -> int:
+        """Delete the entries whose rows are committed; returns how many were still there."""
+        return int(self._r.xdel(stream, *entry_ids)) if entry_ids else 0
+
+    @store_errors
+    def record_backlog(self) -> RecordBacklog:
+        """Entries waiting, the oldest one's age and the dropped count, over every stream (one pipelined trip; on
+        a Cluster two, the first finding the streams that hold entries)."""
+        streams = self.record_streams()
+        pipe = self._r.pipeline(transaction=False)
+        for s in streams:
+            pipe.xlen(s)
+            pipe.xrange(s, "-", "+", count=1)
+            pipe.get(self.records.dropped_of(s))
+        answers = pipe.execute() if streams else []
+        entries, dropped, oldest = 0, 0, None
+        for i in range(len(streams)):
+            n, first, d = answers[3 * i: 3 * i + 3]
+            entries += int(n or 0)
+            dropped += int(d or 0)
+            if first:
+                ms = int(bytes(first[0][0]).split(b"-", 1)[0])
+                oldest = ms if oldest is None else min(oldest, ms)
+        age = max(0.0, time.time() - oldest / 1000) if oldest is not None else 0.0
+        return RecordBacklog(entries, age, dropped)
