@@ -92,3 +92,18 @@ MEDIA = Counter("parley_media_total",
                 "model), notice (no caption: the short answer went back), retry (a fetch that can pass failed); "
                 "reason says why when the model did not see it (model, no_fetcher, too_large, not_image, refused, ...).",
                 ["outcome", "reason"])
+BUDGET_REFUSALS = Counter("parley_token_budget_refusals_total",
+                          "Chat turns answered with PARLEY_TOKEN_BUDGET_REPLY because the conversation used its daily "
+                          "token budget (the model was not called).")
+# The durable record's exporter (parley exporter). The gauges are set by each export pass.
+RECORDS_EXPORTED = Counter("parley_records_exported_total", "Record entries written to PostgreSQL (rows committed, "
+                           "then deleted from the stream).")
+RECORDS_UNREADABLE = Counter("parley_records_unreadable_total",
+                             "Record entries that did not decode: kept in the database's raw form, never lost.")
+RECORD_BACKLOG = Gauge("parley_record_backlog_entries", "Record entries waiting in the Redis streams for the exporter.")
+RECORD_LAG = Gauge("parley_record_lag_seconds", "Age of the oldest record entry not yet exported (0 when none waits): "
+                   "how far behind the database is.")
+RECORD_DROPPED = Gauge("parley_record_dropped_total", "Record entries the stream cap dropped before they were exported "
+                       "(PARLEY_RECORD_STREAM_MAX; the exporter was down or behind), since the streams began.")
+EXPORT_ERRORS = Counter("parley_exporter_errors_total", "Export passes that failed (database or Redis unavailable); the "
+                        "stream is left as it was and the pass is tried again.", ["what"])

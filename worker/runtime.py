@@ -69,6 +69,7 @@ def build_store(settings: Settings, client: Any = None) -> ConversationStore:
         tombstone_ms=int(settings.delete_tombstone_seconds * 1000),
         wait_replicas=settings.redis_wait_replicas,
         wait_timeout_ms=int(settings.redis_wait_timeout * 1000),
+        record_max=settings.record_stream_max if settings.database_url else 0,
     )
     return ConversationStore(client if client is not None else redis_client(settings), prefix=settings.key_prefix,
                              limits=limits)
@@ -209,6 +210,10 @@ def service_config(settings: Settings) -> ServiceConfig:
         dead_letter_reply=settings.dead_letter_reply,
         drain_max_turns=settings.drain_max_turns,
         drain_max_seconds=settings.drain_max_seconds,
+        record=bool(settings.database_url),
+        model_name=settings.llm_model,
+        daily_token_budget=settings.daily_token_budget,
+        token_budget_reply=settings.token_budget_reply,
     )
 
 

@@ -256,6 +256,25 @@ class Settings(BaseSettings):
                                            "a longer one hands the reply to a later delivery task, holding no "
                                            "worker meanwhile.")
 
+    # --- the durable record (PostgreSQL) ---
+    database_url: str | None = Field(None, validation_alias=_std("DATABASE_URL"),
+                                     description="PostgreSQL for the durable record (postgresql://user@host/db). "
+                                     "Set: every commit, delivery, status and delete is also appended to a capped "
+                                     "Redis stream that `parley exporter` copies here. Unset: no record.")
+    record_stream_max: int = Field(100_000, ge=1, description="Entries a record stream keeps for the exporter; "
+                                   "past it the oldest are dropped and counted (parley_record_dropped_total), so "
+                                   "an exporter that is down never makes Redis grow without bound.")
+    exporter_batch: int = Field(500, ge=1, description="Record entries the exporter writes per database "
+                                "transaction.")
+    exporter_idle_seconds: float = Field(0.5, gt=0, description="How long the exporter sleeps when the streams are "
+                                         "empty.")
+    daily_token_budget: int = Field(0, ge=0, description="Tokens (prompt + completion) one conversation (a "
+                                    "player) may use per UTC day; over it the player gets PARLEY_TOKEN_BUDGET_REPLY "
+                                    "and the model is not called. Counted in Redis, so it works without a "
+                                    "database. 0 = no budget.")
+    token_budget_reply: str = Field("We've chatted a lot today! Let's pick this up again tomorrow.",
+                                    description="The answer a player over the daily token budget gets.")
+
     # --- observability ---
     log_json: bool = Field(False, description="Log JSON lines instead of text.")
     log_level: str = Field("INFO", description="Log level.")

@@ -46,6 +46,10 @@ class ServiceConfig:
     drain_max_turns: int = 0  # inputs a drain applies before it hands the conversation back; 0 = no bound
     drain_max_seconds: float = 0.0  # the same bound in seconds (checked after each commit); 0 = no bound
     dead_letter_reply: str = ""  # the apology a player gets for a dead-lettered message; empty = none
+    record: bool = False  # build durable-record entries (a database is configured)
+    model_name: str | None = None  # the configured model, for the record when a provider names none
+    daily_token_budget: int = 0  # tokens a conversation may use per UTC day; 0 = no budget
+    token_budget_reply: str = ""  # what a player over the budget gets instead of the model's answer
 
 
 class RetryLater(Exception):

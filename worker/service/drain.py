@@ -39,6 +39,7 @@ from worker.service.journal import StoreJournal
 from worker.service.media import MediaPreparer
 from worker.service.model_failures import ModelFailures
 from worker.service.presence import Presence
+from worker.service.recording import Recorder
 from worker.service.turn import TurnRunner
 from worker.store.base import CommitResult, OutboxHead, Snapshot
 from worker.store.protocol import DrainStore
@@ -92,6 +93,7 @@ class Drainer(ModelFailures[_Run]):
         self.config = replace(config, burst=replace(config.burst, reads_images=sees))
         self.heartbeat = heartbeat
         self.presence = presence if presence is not None else Presence.disabled()
+        self.recorder = Recorder(config.record, config.model_name)
 
     def drain(self, cid: str) -> Drained:
         """Apply every input waiting for ``cid``, in order.
@@ -192,14 +194,15 @@ class Drainer(ModelFailures[_Run]):
             result = self.chat.apply_event(state, env.text or "", pinned=env.pinned)
             state, version = self._quarantine_if(run, state, version, result.state_problem)
             done = self._commit(run, version, env, result.state, None, {"event": env.text},
-                                resident=result.resident)
+                                resident=result.resident, record=self.recorder.applied("event", run.cid, [env]))
             metrics.INPUTS.labels("event", "applied").inc()
             count_pinned_dropped(result.pinned_dropped)
             if result.needs_compaction:
                 self.ask_compaction(run)
             return done
         if env.kind == "reset":
-            done = self._commit(run, version, env, b"", None, {"reset": True})
+            done = self._commit(run, version, env, b"", None, {"reset": True},
+                                record=self.recorder.applied("reset", run.cid, [env]))
             metrics.INPUTS.labels("reset", "applied").inc()
             return done
         return self._splice(run, env, state, version)
@@ -247,13 +250,17 @@ class Drainer(ModelFailures[_Run]):
         # The player sees their messages read and someone typing while the burst waits (best effort, off-thread).
         self.presence.acknowledge(run.cid, [p.id for p in decision.inputs if p.env.kind == "message"])
 
-    def _notice(self, run: _Run, env: Envelope, version: int, text: str, why: str) -> CommitResult:
-        """A fixed short answer in the input's place (no model call, the state unchanged)."""
-        record = ReplyRecord(reply_id=env.message_id, conversation_id=run.cid, recipient=env.recipient or run.cid,
-                             parts=split_message(text), reply_to=env.reply_to)
+    def _notice(self, run: _Run, env: Envelope, version: int, text: str, why: str,
+                also: Sequence[Envelope] = ()) -> CommitResult:
+        """A fixed short answer in the place of the input (and of the inputs ``also`` after it, a burst): no model
+        call, the state unchanged."""
+        last = also[-1] if also else env
+        record = ReplyRecord(reply_id=env.message_id, conversation_id=run.cid, recipient=last.recipient or run.cid,
+                             parts=split_message(text), reply_to=last.reply_to)
         done = self._commit(run, version, env, None, record.to_bytes(), {"notice": why, "reply": text},
-                            claim_delivery=self.config.deliver_inline)
-        metrics.INPUTS.labels(env.kind, "applied").inc()
+                            claim_delivery=self.config.deliver_inline, also=[e.message_id for e in also],
+                            record=self.recorder.applied("notice", run.cid, [env, *also], record, why=why))
+        metrics.INPUTS.labels(env.kind, "applied").inc(1 + len(also))
         metrics.NOTICES.labels(why).inc()
         self.after_reply(run, done)
         return done
@@ -270,7 +277,9 @@ class Drainer(ModelFailures[_Run]):
         result = self.chat.splice(state, env.state or b"")
         new_state = result.state if result.applied else None
         done = self._commit(run, version, env, new_state, None,
-                            {"splice": result.applied, "reason": result.reason, "kept_new": result.kept_new_messages})
+                            {"splice": result.applied, "reason": result.reason, "kept_new": result.kept_new_messages},
+                            record=self.recorder.applied("compaction", run.cid, [env], applied=result.applied,
+                                                         reason=result.reason, kept_new=result.kept_new_messages))
         self.store.clear_compacting(run.cid)
         metrics.COMPACTIONS.labels("spliced" if result.applied else "stale").inc()
         if result.applied:  # a stale splice changed nothing, so it dropped nothing
@@ -290,12 +299,14 @@ class Drainer(ModelFailures[_Run]):
 
     def _commit(self, run: _Run, version: int, env: Envelope, new_state: bytes | None, reply: bytes | None,
                 trace: dict[str, Any], *, claim_delivery: bool = False, also: Sequence[str] = (),
-                resident: Resident | None = None) -> CommitResult:
-        """``resident``: ``new_state`` decoded, kept for the next turn when the commit lands."""
+                resident: Resident | None = None, record: bytes | None = None, tokens: int = 0) -> CommitResult:
+        """``resident``: ``new_state`` decoded, kept for the next turn when the commit lands; ``record``: the
+        durable record's entry (see :class:`~worker.service.recording.Recorder`)."""
         entry = {"at": time.time(), "id": env.message_id, "kind": env.kind, **trace}
         done = self._store_commit(run, version, env.message_id, new_state=new_state, reply=reply,
                                   trace=msgpack.packb(entry, use_bin_type=True), dead=None,
-                                  claim_delivery_ms=self.config.lease_ms if claim_delivery else 0, also=also)
+                                  claim_delivery_ms=self.config.lease_ms if claim_delivery else 0, also=also,
+                                  record=record, tokens=tokens)
         if new_state is not None:
             self._keep(run, done.tag, resident)
         return done
@@ -320,7 +331,8 @@ class Drainer(ModelFailures[_Run]):
         done = self._store_commit(run, snap.version, input_id, new_state=None, reply=apology,
                                   trace=msgpack.packb(entry, use_bin_type=True), dead=dead.to_bytes(),
                                   claim_delivery_ms=self.config.lease_ms if apology and self.config.deliver_inline
-                                  else 0)
+                                  else 0, record=self.recorder.dead(run.cid, input_id, snap.input, reason, detail,
+                                                                    apology))
         if apology:
             self.after_reply(run, done)
         return done
@@ -341,13 +353,13 @@ class Drainer(ModelFailures[_Run]):
 
     def _store_commit(self, run: _Run, version: int, input_id: str, *, new_state: bytes | None,
                       reply: bytes | None, trace: bytes, dead: bytes | None, claim_delivery_ms: int = 0,
-                      also: Sequence[str] = ()) -> CommitResult:
+                      also: Sequence[str] = (), record: bytes | None = None, tokens: int = 0) -> CommitResult:
         """The commit, with the heartbeat held off while it runs and stopped when it gave the lease up."""
         with run.beat.committing():
             done = self.store.commit(run.cid, run.token, expected_version=version, input_id=input_id,
                                      new_state=new_state, reply=reply, trace=trace, dead=dead,
                                      lease_ms=self.config.lease_ms, claim_delivery_ms=claim_delivery_ms,
-                                     also=also, peek=self.config.burst.peek)
+                                     also=also, peek=self.config.burst.peek, record=record, tokens=tokens)
             if done.next is None:
                 run.beat.end()
         run.applied += 1 + len(also)

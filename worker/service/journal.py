@@ -10,6 +10,7 @@ damaged journal costs a repeated call at worst, never a stuck input.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Mapping, Sequence
 
 from worker import metrics
@@ -17,6 +18,7 @@ from worker.conversation.journal import decode_result, decode_round, encode_resu
 from worker.conversation.messages import Message
 from worker.conversation.model import ModelResponse
 from worker.errors import StateDecodeError
+from worker.record.entries import Step, Trail
 from worker.store.protocol import DrainStore
 
 log = logging.getLogger("parley.service")
@@ -32,6 +34,10 @@ class StoreJournal:
         self._rounds: list[ModelResponse] | None = [] if empty else None
         self._results: dict[tuple[int, str], Message] = {}
         self._burst: tuple[str, ...] | None = None
+        # What the turn did, for the durable record: every tool call with its result and duration, and the tokens
+        # of every round (a crashed run's replayed rounds included: that run never committed, so never counted).
+        self.trail = Trail()
+        self._mark = time.perf_counter()
 
     def _load(self) -> list[ModelResponse]:
         if self._rounds is None:
@@ -49,6 +55,10 @@ class StoreJournal:
                 except StateDecodeError as exc:
                     self._damaged(f"result {key}: {exc.detail}")
             self._rounds = rounds
+            for response in rounds:
+                self._trail_round(response, replayed=True)
+            for (_, call_id), result in self._results.items():
+                self._trail_result(call_id, result, None)
             if rounds or self._results:
                 metrics.JOURNAL_REPLAYS.inc()
                 log.info("turn resumed from its journal", extra={"conversation_id": self.cid,
@@ -88,9 +98,28 @@ class StoreJournal:
 
     def record_round(self, step: int, response: ModelResponse) -> None:
         self._record(step, None, encode_round(response))
+        self._trail_round(response, replayed=False)
 
     def record_result(self, step: int, result: Message) -> None:
         self._record(step, result.tool_call_id, encode_result(result))
+        now = time.perf_counter()
+        self._trail_result(result.tool_call_id, result, (now - self._mark) * 1000)
+        self._mark = now
+
+    def _trail_round(self, response: ModelResponse, *, replayed: bool) -> None:
+        u = response.usage
+        if u is not None:
+            self.trail.usage.add(u.prompt_tokens, u.completion_tokens, u.cached_tokens, u.cache_creation_tokens,
+                                 response.model)
+        for call in response.message.tool_calls:
+            self.trail.steps.append(Step(call.id, call.name, call.arguments, replayed=replayed))
+        self._mark = time.perf_counter()
+
+    def _trail_result(self, call_id: str | None, result: Message, ms: float | None) -> None:
+        for step in reversed(self.trail.steps):
+            if step.call_id == call_id and step.result is None:
+                step.result, step.ms = result.content, ms
+                return
 
     def _record(self, step: int, call_id: str | None, entry: bytes) -> None:
         if not self.store.record_step(self.cid, self.token, self.input_id, step=step, call_id=call_id, entry=entry):

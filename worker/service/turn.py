@@ -53,6 +53,11 @@ class TurnRunner:
         d, run = self.d, self.r
         started = time.perf_counter()
         state, version = d.state_of(run, snap), snap.version
+        budget = d.config.daily_token_budget
+        if budget and d.store.tokens_today(run.cid) >= budget:  # abuse and cost control: no model call
+            metrics.BUDGET_REFUSALS.inc()
+            return d._notice(run, inputs[0].env, version, d.config.token_budget_reply, "budget",
+                             also=[p.env for p in inputs[1:]])
         if len(inputs) == 1:
             notice = self._prepare(inputs[0]).notice
             if notice is not None:  # a photo alone that the model cannot see: the short answer, no turn
@@ -71,10 +76,15 @@ class TurnRunner:
             trace["burst"] = [p.id for p in inputs]
         if merges:
             trace["merges"] = merges
+        trail = self.journal.trail
+        if result.usage is not None:  # the final round (the journal saw only the rounds that called tools)
+            u = result.usage
+            trail.usage.add(u.prompt_tokens, u.completion_tokens, u.cached_tokens, u.cache_creation_tokens)
         # Inline delivery starts in the commit that ends the drain (if it does): one round trip fewer per reply.
         done = d._commit(run, version, head.env, result.state, record.to_bytes(), trace,
                          claim_delivery=d.config.deliver_inline, also=[p.id for p in inputs[1:]],
-                         resident=result.resident)
+                         resident=result.resident, tokens=trail.usage.total,
+                         record=d.recorder.turn(run.cid, [p.env for p in inputs], record, result, trail))
         metrics.TURN_SECONDS.observe(time.perf_counter() - started)
         kinds = [p.env.kind for p in inputs]
         metrics.INPUTS.labels("message", "applied").inc(kinds.count("message"))

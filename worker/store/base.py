@@ -19,6 +19,11 @@ from worker.store.scripts import ClaimReply, RecordArgs, Scripts
 T = TypeVar("T")
 
 
+def utc_day(at: float | None = None) -> str:
+    """The UTC day of ``at`` (default now), as the usage counters name it: ``YYYY-MM-DD``."""
+    return time.strftime("%Y-%m-%d", time.gmtime(at))
+
+
 @dataclass(frozen=True)
 class StoreLimits:
     """Bounds on everything that could grow."""

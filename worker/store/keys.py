@@ -32,6 +32,8 @@ Per conversation (``{prefix}:{{cid}}:<name>``):
                 bounds ``statuses`` to the most recent ones
 ``journal``     hash: the head input's turn journal (model rounds, tool results), deleted by its commit
 ``inbound``     string: ms of the player's last message accepted (opens WhatsApp's customer-service window)
+``usage``       hash: UTC day (``YYYY-MM-DD``) -> tokens the conversation's turns used that day (the daily budget);
+                expires three days after the last turn
 ``tomb``        zset: input ids of a deleted conversation (score: ms of the delete), so Meta's retries of
                 its old webhooks dedupe; not one of :data:`NAMES` (delete keeps it), expires on its own
 ==============  ==================================================================================
@@ -66,7 +68,7 @@ _ID = re.compile(r"[A-Za-z0-9._@+=-]{1,128}")
 
 NAMES = ("state", "inbox", "seen", "fence", "lease", "attempts", "outbox", "sent", "dfence", "dlease",
          "delivered", "trace", "quarantine", "dead", "compacting", "statuses", "statusorder", "hold",
-         "journal", "inbound")
+         "journal", "inbound", "usage")
 
 
 def validate_conversation_id(cid: object) -> str:
@@ -116,6 +118,7 @@ class ConversationKeys:
     hold: str = field(init=False)
     journal: str = field(init=False)
     inbound: str = field(init=False)
+    usage: str = field(init=False)
 
     def __post_init__(self) -> None:
         validate_conversation_id(self.cid)

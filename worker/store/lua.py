@@ -179,11 +179,12 @@ end
 """
 
 # KEYS: fence, state, inbox, attempts, outbox, trace, dead, lease, dlease, dfence, sent, journal, record stream,
-#       record dropped counter
+#       record dropped counter, usage
 # ARGV: token, expected_version, input_id, state_mode (keep|set|clear), blob, reply_entry, trace_entry,
 #       dead_entry, lease_ms, trace_max, dead_max, ttl_ms, claim_ms ('' or the delivery lease), peek, record entry
-#       ('' none), record max, then the ids of the inputs after the head that the same turn applied (a burst), in
-#       mailbox order
+#       ('' none), record max, usage day ('' none), tokens, then the ids of the inputs after the head that the same
+#       turn applied (a burst), in mailbox order
+# ``usage`` counts the conversation's tokens per UTC day (the daily token budget reads it); it keeps three days.
 # -> {version or code, depth or current version, released, next entry, attempts at next, kept blob,
 #     delivery token, delivery head entry, part, crashed, the ``peek`` entries after the next one, the state's tag}
 # The tag names the blob written: the writer's token and the new version, unique over the conversation's lives
@@ -198,7 +199,7 @@ local v = tonumber(redis.call('HGET', KEYS[2], 'version') or '0')
 if v ~= tonumber(ARGV[2]) then return {-2, v, 0, false, 0, false, 0, false, 0, 0, {}, ''} end
 if head_id(redis.call('LINDEX', KEYS[3], 0)) ~= ARGV[3] then return {-3, v, 0, false, 0, false, 0, false, 0, 0, {}, ''} end
 local n = 1
-for i = 17, #ARGV do
+for i = 19, #ARGV do
   if head_id(redis.call('LINDEX', KEYS[3], n)) ~= ARGV[i] then return {-3, v, 0, false, 0, false, 0, false, 0, 0, {}, ''} end
   n = n + 1
 end
@@ -212,8 +213,12 @@ local tag = redis.call('HGET', KEYS[2], 'tag') or ''
 redis.call('HSET', KEYS[2], 'version', v + 1)
 redis.call('LTRIM', KEYS[3], n, -1)
 redis.call('HDEL', KEYS[4], ARGV[3], ARGV[3] .. ':retries')
-for i = 17, #ARGV do redis.call('HDEL', KEYS[4], ARGV[i], ARGV[i] .. ':retries') end
+for i = 19, #ARGV do redis.call('HDEL', KEYS[4], ARGV[i], ARGV[i] .. ':retries') end
 append_record(KEYS[13], KEYS[14], ARGV[16], ARGV[1] .. ':' .. (v + 1), ARGV[15])
+if ARGV[17] and ARGV[17] ~= '' and tonumber(ARGV[18]) > 0 then
+  redis.call('HINCRBY', KEYS[15], ARGV[17], tonumber(ARGV[18]))
+  redis.call('PEXPIRE', KEYS[15], 259200000)
+end
 redis.call('DEL', KEYS[12])  -- the input's turn journal: applied now, so nothing is left to replay
 if ARGV[6] ~= '' then redis.call('RPUSH', KEYS[5], ARGV[6]) end
 if ARGV[7] ~= '' then

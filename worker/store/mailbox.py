@@ -20,6 +20,7 @@ from worker.store.base import (
     join_entry,
     split_entry,
     store_errors,
+    utc_day,
 )
 from worker.store.scripts import CommitReply
 
@@ -98,7 +99,7 @@ class MailboxStore(StoreBase):
     def commit(self, cid: str, token: int, *, expected_version: int, input_id: str, new_state: bytes | None,
                reply: bytes | None = None, trace: bytes | None = None, dead: bytes | None = None,
                lease_ms: int = 180_000, claim_delivery_ms: int = 0, also: Sequence[str] = (),
-               peek: int = 0, record: bytes | None = None) -> CommitResult:
+               peek: int = 0, record: bytes | None = None, tokens: int = 0) -> CommitResult:
         """Apply one input (or a burst: ``input_id`` and the ids in ``also`` after it) atomically: write the state (``None`` keeps it, ``b""`` clears it), remove the input
         from the mailbox, queue the reply (under the input's id), append the trace entry or the dead letter.
 
@@ -107,7 +108,8 @@ class MailboxStore(StoreBase):
         ``claim_delivery_ms``, a released commit also takes the delivery lease and claims the outbox head when
         nobody delivers (``delivery``: what :meth:`begin_delivery` would return, one round trip fewer). ``peek``
         is as for :meth:`begin`, for the next input. ``record``: the durable-record entry of what the commit
-        did, appended to the record stream in the same step (ignored while the record is off).
+        did, appended to the record stream in the same step (ignored while the record is off); ``tokens``: what
+        the turn used, added to the conversation's count for today (see :meth:`tokens_today`).
 
         Raises :class:`~worker.errors.StaleLeaseError` and changes nothing when another worker took the
         conversation over, the state version moved, or the inputs are no longer at the head of the mailbox.
@@ -123,8 +125,13 @@ class MailboxStore(StoreBase):
             mode=mode, blob=new_state or b"", reply_entry=join_entry(input_id, reply) if reply is not None else b"",
             trace_entry=trace or b"", dead_entry=dead or b"", lease_ms=lease_ms, trace_max=self.limits.trace_max,
             dead_max=self.limits.dead_max, ttl_ms=self.limits.idle_ttl_ms, claim_ms=claim_delivery_ms,
-            record=self._record_args(cid, record), peek=peek, also=also)
+            record=self._record_args(cid, record), peek=peek, also=also, usage_day=utc_day(), tokens=tokens)
         return self._commit_result(cid, input_id, new_state, res)
+
+    @store_errors
+    def tokens_today(self, cid: str) -> int:
+        """Tokens the conversation's turns used today (UTC), as its commits counted them."""
+        return int(self._r.hget(self.keys(cid).usage, utc_day()) or 0)
 
     @staticmethod
     def _commit_result(cid: str, input_id: str, new_state: bytes | None, res: CommitReply) -> CommitResult:

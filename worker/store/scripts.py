@@ -186,15 +186,15 @@ class Scripts:
     def commit(self, *, k: ConversationKeys, token: int, expected_version: int, input_id: str,
                mode: str, blob: bytes, reply_entry: bytes, trace_entry: bytes, dead_entry: bytes, lease_ms: int,
                trace_max: int, dead_max: int, ttl_ms: int, claim_ms: int, record: RecordArgs, peek: int = 0,
-               also: Sequence[str] = ()) -> CommitReply:
+               also: Sequence[str] = (), usage_day: str = "", tokens: int = 0) -> CommitReply:
         """``also``: the ids of the inputs after the head that the same turn applied (a burst), in mailbox order."""
         res = self._replication.call(
             self._client, self._commit, what="commit",
             keys=[k.fence, k.state, k.inbox, k.attempts, k.outbox, k.trace, k.dead, k.lease, k.dlease, k.dfence,
-                  k.sent, k.journal, record.stream, record.dropped],
+                  k.sent, k.journal, record.stream, record.dropped, k.usage],
             args=[token, expected_version, input_id, mode, blob, reply_entry, trace_entry, dead_entry, lease_ms,
                   trace_max, dead_max, ttl_ms, str(claim_ms) if claim_ms > 0 else "", peek, record.entry,
-                  record.max, *also])
+                  record.max, usage_day if tokens > 0 else "", tokens, *also])
         return CommitReply(int(res[0]), int(res[1]), int(res[2]) == 1, _opt(res[3]), int(res[4] or 0),
                            _opt(res[5]), ClaimReply.parse(res[6:10]), [bytes(e) for e in res[10] or ()],
                            _text(res[11]) or "")

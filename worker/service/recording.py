@@ -1,0 +1,63 @@
+"""The worker's side of the durable record: each commit's entry, built from what the drain applied.
+
+Nothing here does I/O: the entry rides in the commit (the store's script appends it to the record stream in the
+same step as the state and the reply), so the record holds exactly what was committed, once. While no database is
+configured the recorder is off and builds nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from worker.conversation.results import TurnResult
+from worker.envelopes import Envelope, ReplyRecord, decode_envelope, decode_reply
+from worker.errors import EnvelopeError
+from worker.record import entries
+from worker.record.entries import InputRecord, Trail
+
+
+def input_of(env: Envelope) -> InputRecord:
+    """What the record keeps of one input: its id, kind and text, and the kind of media it carried."""
+    media = env.media.mime_type or env.media.kind if env.media is not None else None
+    return InputRecord(env.message_id, env.kind, env.text or "", media, env.pinned)
+
+
+class Recorder:
+    """Builds the record entry of each commit; ``on`` False (no database) builds none."""
+
+    def __init__(self, on: bool = False, model: str | None = None) -> None:
+        self.on, self.model = on, model
+
+    def turn(self, cid: str, envs: Sequence[Envelope], reply: ReplyRecord, result: TurnResult,
+             trail: Trail | None) -> bytes | None:
+        """``trail``: the turn's tool calls and its usage over every round, the final one included."""
+        if not self.on:
+            return None
+        return entries.turn(cid, inputs=[input_of(e) for e in envs], reply_id=reply.reply_id, parts=reply.parts,
+                            trail=trail, finish=result.finish_reason, model_calls=result.model_calls,
+                            model=self.model)
+
+    def applied(self, kind: str, cid: str, envs: Sequence[Envelope], reply: ReplyRecord | None = None,
+                **fields: Any) -> bytes | None:
+        """An input applied without the model: ``event``, ``reset``, ``notice``, ``compaction``."""
+        if not self.on:
+            return None
+        return entries.applied(kind, cid, inputs=[input_of(e) for e in envs if kind != "compaction"],
+                               reply_id=reply.reply_id if reply else None, parts=reply.parts if reply else (),
+                               **fields)
+
+    def dead(self, cid: str, input_id: str, payload: bytes | None, reason: str, detail: str,
+             apology: bytes | None) -> bytes | None:
+        """A dead-lettered input: what of it decodes, why, and the apology the player got."""
+        if not self.on:
+            return None
+        try:
+            inputs = [input_of(decode_envelope(payload or b""))]
+        except EnvelopeError:
+            inputs = [InputRecord(input_id, "malformed")]
+        reply = None
+        if apology:
+            reply = decode_reply(apology)
+        return entries.applied("dead", cid, inputs=inputs, reply_id=reply.reply_id if reply else None,
+                               parts=reply.parts if reply else (), reason=reason, detail=detail[:2000])
