@@ -11,6 +11,10 @@
     parley health                          exit 0 when Redis and the broker answer (container probe)
     parley config [--readme PATH]          every setting, its variable and default (a Markdown table), or
                                            refresh that table in the README at PATH
+    parley db upgrade | parley db version  the durable record's schema in PostgreSQL (PARLEY_DATABASE_URL)
+    parley exporter [--once]               copy the record streams to PostgreSQL
+    parley transcript CID [--json]         the whole conversation from PostgreSQL
+    parley usage [--since DAY] [--conversation CID]   tokens per conversation and UTC day
 """
 
 from __future__ import annotations
@@ -68,8 +72,11 @@ def _cmd_reset(a: argparse.Namespace) -> int:
 
 
 def _cmd_delete(a: argparse.Namespace) -> int:
+    from worker.record.commands import erase_everywhere
+
     _client().delete(a.conversation_id)
-    print(f"deleted {a.conversation_id}")
+    erased = erase_everywhere(a.conversation_id)
+    print(f"deleted {a.conversation_id}" + (f" (and {erased} records in the database)" if erased is not None else ""))
     return 0
 
 
@@ -230,6 +237,9 @@ def _build_parser() -> argparse.ArgumentParser:
     c = sub.add_parser("config", help="print every setting (or --readme README.md to refresh its table)")
     c.add_argument("--readme", metavar="PATH")
     c.set_defaults(fn=_cmd_config)
+    from worker.record.commands import add_parsers
+
+    add_parsers(sub)
     return p
 
 

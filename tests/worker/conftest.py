@@ -45,9 +45,10 @@ class Harness:
 
 
 def make_harness(model: ScriptedModel | None = None, *, compactor: object = None, config: ServiceConfig | None = None,
-                 channel: object = None, redis_client: object = None, **chat_kw: object) -> Harness:
+                 channel: object = None, redis_client: object = None, limits: StoreLimits | None = None,
+                 **chat_kw: object) -> Harness:
     r = redis_client if redis_client is not None else fakeredis.FakeRedis(server=fakeredis.FakeServer())
-    store = ConversationStore(r, prefix=f"h{uuid.uuid4().hex[:6]}", limits=StoreLimits())
+    store = ConversationStore(r, prefix=f"h{uuid.uuid4().hex[:6]}", limits=limits or StoreLimits())
     model = model or ScriptedModel(default=lambda req: "ack:" + req.messages[-1].content)
     chat = Chat(model=model, compactor=compactor, auto_compact=False, **chat_kw)  # type: ignore[arg-type]
     ch = channel or RecordingChannel()

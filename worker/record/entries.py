@@ -22,6 +22,7 @@ Every entry travels with a unique id the scripts give it (see :mod:`worker.store
 
 from __future__ import annotations
 
+import base64
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -173,49 +174,68 @@ def deleted(cid: str) -> bytes:
 
 # --- rows (the exporter's side) ----------------------------------------------------------------------------------
 
+Position = tuple[int, int]
+"""A stream entry's place: (ms, sequence) of its id, Redis's clock. A conversation's entries share one stream, so
+this orders them whatever host built them."""
+
 
 @dataclass(frozen=True)
 class Rows:
-    """The rows one batch of entries becomes, for each table (see :mod:`worker.record.migrations`)."""
+    """The rows one batch of entries becomes, for each table (see :mod:`worker.record.migrations`), in stream
+    order. ``unreadable`` counts entries that did not decode: they are kept whole (base64) as ``unreadable`` records
+    of conversation ``""``, never lost."""
 
-    records: list[tuple[Any, ...]] = field(default_factory=list)   # (record_id, cid, at, kind, body)
-    messages: list[tuple[Any, ...]] = field(default_factory=list)  # (record_id, seq, cid, at, role, input_id,
+    records: list[tuple[Any, ...]] = field(default_factory=list)   # (record_id, cid, ms, seq, kind, body)
+    messages: list[tuple[Any, ...]] = field(default_factory=list)  # (record_id, n, cid, ms, role, input_id,
     #                                                                 reply_id, part, text, tool, args, result, ms)
-    usage: list[tuple[Any, ...]] = field(default_factory=list)     # (record_id, cid, at, model, prompt, completion,
+    usage: list[tuple[Any, ...]] = field(default_factory=list)     # (record_id, cid, ms, model, prompt, completion,
     #                                                                 cached, cache_write)
-    deletes: list[tuple[str, float, str]] = field(default_factory=list)  # (cid, at, record_id), in stream order
+    deletes: list[tuple[str, str, Position]] = field(default_factory=list)  # (cid, record_id, position)
+    unreadable: int = 0
 
 
-def to_rows(batch: Iterable[tuple[str, Mapping[str, Any], str | None]]) -> Rows:
-    """Rows for a batch of ``(record id, entry, provider ids)``; pure, so replaying a batch yields the same rows."""
+def to_rows(batch: Iterable[tuple[str, Position, bytes, str | None]]) -> Rows:
+    """Rows for a batch of ``(record id, stream position, raw entry, provider ids)``; pure, so a replayed batch
+    yields the same rows."""
     rows = Rows()
-    for rid, e, extra in batch:
-        cid, at, kind = e["cid"], float(e["at"]), e["kind"]
-        body = {k: v for k, v in e.items() if k not in ("v", "cid", "at", "kind")}
+    unreadable = 0
+    for rid, (ms, seq), raw, extra in batch:
+        try:
+            e = decode(raw)
+        except RecordError as exc:
+            unreadable += 1
+            rows.records.append((rid, "", ms, seq, "unreadable",
+                                 {"raw": base64.b64encode(raw).decode(), "error": exc.args[0] if exc.args else ""}))
+            continue
+        cid, kind = e["cid"], e["kind"]
+        body = {k: v for k, v in e.items() if k not in ("v", "cid", "kind")}
         if extra:
             body["provider_ids"] = extra.split(",")
-        rows.records.append((rid, cid, at, kind, body))
+        rows.records.append((rid, cid, ms, seq, kind, body))
         if kind == "delete":
-            rows.deletes.append((cid, at, rid))
+            rows.deletes.append((cid, rid, (ms, seq)))
             continue
-        seq = 0
-        for i in e.get("inputs") or ():
-            rows.messages.append((rid, seq, cid, at, "player" if i.get("kind") == "message" else "event", i.get("id"),
-                                  None, None, i.get("text") or "", None, None, None, None))
-            seq += 1
-        for s in e.get("steps") or ():
-            rows.messages.append((rid, seq, cid, at, "tool", None, None, None, "", s.get("tool"), s.get("args"),
-                                  s.get("result"), s.get("ms")))
-            seq += 1
-        reply = e.get("reply")
-        if reply:
-            for n, text in enumerate(reply.get("parts") or ()):
-                rows.messages.append((rid, seq, cid, at, "assistant", None, reply.get("id"), n, text, None, None, None,
-                                      None))
-                seq += 1
+        _messages(rows, rid, cid, ms, e)
         u = e.get("usage")
         if kind == "turn" and u:
-            rows.usage.append((rid, cid, at, e.get("model") or "", int(u.get("prompt") or 0),
+            rows.usage.append((rid, cid, ms, e.get("model") or "", int(u.get("prompt") or 0),
                                int(u.get("completion") or 0), int(u.get("cached") or 0),
                                int(u.get("cache_write") or 0)))
-    return rows
+    return Rows(rows.records, rows.messages, rows.usage, rows.deletes, unreadable)
+
+
+def _messages(rows: Rows, rid: str, cid: str, ms: int, e: Mapping[str, Any]) -> None:
+    n = 0
+    for i in e.get("inputs") or ():
+        role = "player" if i.get("kind") == "message" else "event"
+        rows.messages.append((rid, n, cid, ms, role, i.get("id"), None, None, i.get("text") or "", None, None, None,
+                              None))
+        n += 1
+    for s in e.get("steps") or ():
+        rows.messages.append((rid, n, cid, ms, "tool", None, None, None, "", s.get("tool"), s.get("args"),
+                              s.get("result"), s.get("ms")))
+        n += 1
+    reply = e.get("reply") or {}
+    for part, text in enumerate(reply.get("parts") or ()):
+        rows.messages.append((rid, n, cid, ms, "assistant", None, reply.get("id"), part, text, None, None, None, None))
+        n += 1

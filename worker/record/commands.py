@@ -1,0 +1,147 @@
+"""The durable record's commands: ``parley db upgrade``, ``parley exporter``, ``parley transcript``,
+``parley usage`` (wired into :mod:`worker.cli`)."""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import signal
+import sys
+from typing import Any
+
+from worker.errors import ConfigurationError
+from worker.settings import Settings, get_settings
+
+
+def _url(settings: Settings) -> str:
+    if not settings.database_url:
+        raise ConfigurationError("PARLEY_DATABASE_URL is not set: the durable record is off")
+    return settings.database_url
+
+
+def _conn() -> Any:
+    from worker.record import database
+
+    return database.connect(_url(get_settings()))
+
+
+def cmd_db(a: argparse.Namespace) -> int:
+    from worker.record import database
+
+    with _conn() as conn:
+        if a.action == "upgrade":
+            applied = database.upgrade(conn)
+            print(f"applied {', '.join(applied)}" if applied else "the schema is up to date")
+        print(f"schema version {database.schema_version(conn)}")
+    return 0
+
+
+def cmd_exporter(a: argparse.Namespace) -> int:
+    from worker.record import database
+    from worker.record.exporter import Exporter
+    from worker.runtime import build_store
+
+    settings = get_settings()
+    url = _url(settings)
+    store = build_store(settings)
+    exporter = Exporter(store, lambda: database.connect(url), batch=settings.exporter_batch)
+    try:
+        if a.once:
+            total = 0
+            while True:  # until the streams are empty: what cron or a beat entry wants from one call
+                done = exporter.export_once()
+                total += done.exported
+                if done.exported == 0:
+                    break
+            print(f"exported {total} record entries")
+            return 0
+        if settings.metrics_port:
+            from prometheus_client import start_http_server
+
+            start_http_server(settings.metrics_port)
+        stopping: list[bool] = []
+        signal.signal(signal.SIGTERM, lambda *_: stopping.append(True))
+        print("exporter running (SIGTERM or Ctrl-C stops it after the current batch)", file=sys.stderr)
+        try:
+            exporter.run(idle=settings.exporter_idle_seconds, stop=lambda: bool(stopping))
+        except KeyboardInterrupt:
+            pass
+        return 0
+    finally:
+        exporter.close()
+
+
+def cmd_transcript(a: argparse.Namespace) -> int:
+    from worker.record import database
+
+    with _conn() as conn:
+        database.require_schema(conn)
+        lines = database.transcript(conn, a.conversation_id)
+    if a.json:
+        for line in lines:
+            print(json.dumps({k: v for k, v in line.__dict__.items() if v is not None}, default=str,
+                             ensure_ascii=False))
+        return 0
+    if not lines:
+        print(f"no record of {a.conversation_id}", file=sys.stderr)
+        return 1
+    for line in lines:
+        print(format_line(line))
+    return 0
+
+
+def format_line(line: Any) -> str:
+    """One transcript line for people: time, who, what."""
+    when = line.at.strftime("%Y-%m-%d %H:%M:%S")
+    if line.role == "tool":
+        took = f" ({line.tool_ms:.0f} ms)" if line.tool_ms is not None else ""
+        return f"{when}  tool       {line.tool}({line.tool_arguments}) -> {line.tool_result}{took}"
+    if line.role == "assistant":
+        status = f"  [{line.status}]" if line.status else ""
+        return f"{when}  assistant  {line.text}{status}"
+    return f"{when}  {line.role:<9}  {line.text}"
+
+
+def cmd_usage(a: argparse.Namespace) -> int:
+    from worker.record import database
+
+    since = dt.date.fromisoformat(a.since) if a.since else dt.datetime.now(dt.UTC).date() - dt.timedelta(days=7)
+    with _conn() as conn:
+        database.require_schema(conn)
+        rows = database.usage(conn, since, a.conversation)
+    print(f"{'day':<10}  {'conversation':<24}  {'turns':>6}  {'prompt':>10}  {'completion':>10}  {'cached':>10}"
+          f"  {'total':>10}")
+    for r in rows:
+        print(f"{r.day.isoformat():<10}  {r.conversation_id:<24}  {r.turns:>6}  {r.prompt_tokens:>10}  "
+              f"{r.completion_tokens:>10}  {r.cached_tokens:>10}  {r.total:>10}")
+    return 0
+
+
+def erase_everywhere(cid: str) -> int | None:
+    """After ``delete``: erase the conversation from the database at once too (the delete's record entry does it
+    again when the exporter reaches it). ``None`` when no database is configured."""
+    settings = get_settings()
+    if not settings.database_url:
+        return None
+    from worker.record import database
+
+    with _conn() as conn, conn.transaction():
+        return database.erase(conn, cid)
+
+
+def add_parsers(sub: Any) -> None:
+    db = sub.add_parser("db", help="the durable record's schema in PostgreSQL (PARLEY_DATABASE_URL)")
+    db.add_argument("action", choices=["upgrade", "version"])
+    db.set_defaults(fn=cmd_db)
+    ex = sub.add_parser("exporter", help="copy the record streams to PostgreSQL (the Procfile's exporter process)")
+    ex.add_argument("--once", action="store_true", help="export until the streams are empty, then exit")
+    ex.set_defaults(fn=cmd_exporter)
+    tr = sub.add_parser("transcript", help="the whole conversation from PostgreSQL, in order")
+    tr.add_argument("conversation_id")
+    tr.add_argument("--json", action="store_true", help="one JSON object per line")
+    tr.set_defaults(fn=cmd_transcript)
+    us = sub.add_parser("usage", help="tokens per conversation and UTC day, from PostgreSQL")
+    us.add_argument("--since", help="first day (YYYY-MM-DD); default a week ago")
+    us.add_argument("--conversation", help="only this conversation")
+    us.set_defaults(fn=cmd_usage)

@@ -1,0 +1,114 @@
+"""The exporter: moves the record streams' entries into PostgreSQL, in batches, without losing or doubling any.
+
+One pass, per stream that holds entries: read the oldest ``batch`` entries, turn them into rows, write the rows in
+one transaction, commit, and only then delete those entries from the stream (by id). A crash anywhere leaves the
+entries in the stream; the next pass writes them again and the rows' unique keys make that change nothing. So the
+exporter may be killed at any moment, and two of them at once are harmless (each row lands once).
+
+Run it as the Procfile's ``exporter`` process (``parley exporter``), or ``parley exporter --once`` from cron or a
+Celery beat entry. Its lag, backlog and the entries the stream cap dropped are Prometheus gauges.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from worker import metrics
+from worker.errors import DatabaseUnavailableError, StoreError
+from worker.record import database
+from worker.record.entries import to_rows
+from worker.store.records import RecordStore, StreamEntry
+
+log = logging.getLogger("parley.exporter")
+
+
+@dataclass(frozen=True)
+class Pass:
+    """What one pass did: entries written (and trimmed), unreadable ones among them, streams read."""
+
+    exported: int
+    unreadable: int
+    streams: int
+
+
+class Exporter:
+    """Copies record entries from ``store``'s streams to the database ``connect()`` opens."""
+
+    def __init__(self, store: RecordStore, connect: Callable[[], Any], *, batch: int = 500) -> None:
+        self.store, self._connect, self.batch = store, connect, batch
+        self._conn: Any = None
+
+    def _db(self) -> Any:
+        if self._conn is None or self._conn.closed:
+            self._conn = self._connect()
+            database.require_schema(self._conn)
+        return self._conn
+
+    def close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+    def export_once(self) -> Pass:
+        """One pass over every stream, until each is empty or has given one full batch (so no stream starves the
+        others); raises :class:`DatabaseUnavailableError` or :class:`StoreError` with the streams as they were."""
+        exported = unreadable = 0
+        streams = self.store.record_streams()
+        for stream in streams:
+            entries = self.store.read_records(stream, self.batch)
+            if entries:
+                n, bad = self._write(stream, entries)
+                exported, unreadable = exported + n, unreadable + bad
+        self.observe()
+        return Pass(exported, unreadable, len(streams))
+
+    def _write(self, stream: str, entries: list[StreamEntry]) -> tuple[int, int]:
+        rows = to_rows((e.record_id, _position(e.entry_id), e.raw, e.extra) for e in entries)
+        conn = self._db()
+        try:
+            with conn.transaction():
+                database.write(conn, rows)
+        except DatabaseUnavailableError:
+            self.close()  # a broken connection is opened anew next time
+            raise
+        # Committed: now, and only now, the entries may leave the stream.
+        self.store.ack_records(stream, [e.entry_id for e in entries])
+        metrics.RECORDS_EXPORTED.inc(len(entries))
+        if rows.unreadable:
+            metrics.RECORDS_UNREADABLE.inc(rows.unreadable)
+            log.warning("record entries did not decode; kept raw", extra={"count": rows.unreadable})
+        return len(entries), rows.unreadable
+
+    def observe(self) -> None:
+        """Set the backlog, lag and dropped gauges from the streams."""
+        backlog = self.store.record_backlog()
+        metrics.RECORD_BACKLOG.set(backlog.entries)
+        metrics.RECORD_LAG.set(backlog.oldest_age_s)
+        metrics.RECORD_DROPPED.set(backlog.dropped)
+
+    def run(self, *, idle: float = 0.5, stop: Callable[[], bool] = lambda: False) -> None:
+        """Pass after pass until ``stop()``: at once while there is work, ``idle`` seconds apart when there is
+        none, backing off (up to 30 s) while the database or Redis is unavailable."""
+        failures = 0
+        while not stop():
+            try:
+                done = self.export_once()
+                failures = 0
+            except (DatabaseUnavailableError, StoreError) as exc:
+                failures += 1
+                what = "database" if isinstance(exc, DatabaseUnavailableError) else "redis"
+                metrics.EXPORT_ERRORS.labels(what).inc()
+                log.warning("export pass failed; retrying", extra={"what": what, "detail": str(exc)})
+                time.sleep(min(30.0, idle * 2 ** min(failures, 6)))
+                continue
+            if done.exported == 0:
+                time.sleep(idle)
+
+
+def _position(entry_id: bytes) -> tuple[int, int]:
+    ms, _, seq = entry_id.partition(b"-")
+    return int(ms), int(seq or 0)

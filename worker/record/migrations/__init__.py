@@ -1,0 +1,31 @@
+"""The durable record's schema: plain versioned SQL files (``NNNN_name.sql``), applied in order by
+``parley db upgrade`` (see :func:`worker.record.database.upgrade`), each in the transaction that records it in
+``parley_schema``. A migration is never edited once released: a change is a new file."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from importlib import resources
+
+_NAME = re.compile(r"(\d{4})_([a-z0-9_]+)\.sql")
+
+
+@dataclass(frozen=True)
+class Migration:
+    version: int
+    name: str
+    sql: str
+
+
+def migrations() -> list[Migration]:
+    """Every migration shipped with this Parley, oldest first."""
+    out = []
+    for entry in resources.files(__name__).iterdir():
+        m = _NAME.fullmatch(entry.name)
+        if m:
+            out.append(Migration(int(m.group(1)), m.group(2), entry.read_text(encoding="utf-8")))
+    out.sort(key=lambda m: m.version)
+    if [m.version for m in out] != list(range(1, len(out) + 1)):
+        raise RuntimeError(f"migrations are not numbered 1..n: {[m.version for m in out]}")
+    return out
