@@ -33,7 +33,7 @@ def _exporter(h: Harness, url: str, batch: int = 500) -> Exporter:
 
 
 def _count(db: Any, table: str) -> int:
-    n = int(db.execute(f"SELECT count(*) FROM {table}").fetchone()[0])  # noqa: S608 - a test's own table names
+    n = int(db.execute(f"SELECT count(*) FROM {table}").fetchone()[0])
     db.rollback()
     return n
 

@@ -34,7 +34,7 @@ def test_two_upgrades_at_once_apply_each_migration_once(database_url: str) -> No
         c = database.connect(database_url)
         try:
             results.append(database.upgrade(c))
-        except Exception as exc:  # noqa: BLE001 - reported below
+        except Exception as exc:
             results.append(exc)
         finally:
             c.close()

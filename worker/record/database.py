@@ -70,21 +70,20 @@ def upgrade(conn: Any) -> list[str]:
     Raises :class:`RecordError` when the database's schema is newer than this Parley knows."""
     known = migrations()
     applied: list[str] = []
-    with errors():
-        with conn.transaction():
-            conn.execute("SELECT pg_advisory_xact_lock(%s)", (_MIGRATION_LOCK,))
-            conn.execute("CREATE TABLE IF NOT EXISTS parley_schema (version integer PRIMARY KEY, name text NOT NULL,"
-                         " applied_at timestamptz NOT NULL DEFAULT now())")
-            have = {int(r[0]) for r in conn.execute("SELECT version FROM parley_schema")}
-            if have and max(have) > len(known):
-                raise RecordError(f"the record database is at schema {max(have)}; this Parley knows up to "
-                                  f"{len(known)}: upgrade Parley")
-            for m in known:
-                if m.version in have:
-                    continue
-                conn.execute(m.sql)
-                conn.execute("INSERT INTO parley_schema (version, name) VALUES (%s, %s)", (m.version, m.name))
-                applied.append(f"{m.version:04d}_{m.name}")
+    with errors(), conn.transaction():
+        conn.execute("SELECT pg_advisory_xact_lock(%s)", (_MIGRATION_LOCK,))
+        conn.execute("CREATE TABLE IF NOT EXISTS parley_schema (version integer PRIMARY KEY, name text NOT NULL,"
+                     " applied_at timestamptz NOT NULL DEFAULT now())")
+        have = {int(r[0]) for r in conn.execute("SELECT version FROM parley_schema")}
+        if have and max(have) > len(known):
+            raise RecordError(f"the record database is at schema {max(have)}; this Parley knows up to "
+                              f"{len(known)}: upgrade Parley")
+        for m in known:
+            if m.version in have:
+                continue
+            conn.execute(m.sql)
+            conn.execute("INSERT INTO parley_schema (version, name) VALUES (%s, %s)", (m.version, m.name))
+            applied.append(f"{m.version:04d}_{m.name}")
     return applied
 
 
