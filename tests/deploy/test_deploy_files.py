@@ -26,7 +26,8 @@ def known_env() -> set[str]:
 def test_procfile_names_every_process() -> None:
     procs = dict(line.split(":", 1) for line in (ROOT / "Procfile").read_text().splitlines()
                  if line.strip() and not line.startswith("#"))
-    assert set(procs) == {"worker", "webhook"}
+    assert set(procs) == {"worker", "webhook", "exporter"}
+    assert procs["exporter"].strip() == "parley exporter"
     assert "celery -A tasks worker" in procs["worker"] and "--pool ${PARLEY_POOL:-gevent}" in procs["worker"]
     assert "worker.ingress.app:app" in procs["webhook"]
 
@@ -46,6 +47,10 @@ def test_compose_file_is_valid_and_uses_known_settings() -> None:
     assert services["worker"]["command"][:4] == ["celery", "-A", "tasks", "worker"]
     # Supervised: a process that exits (a crash, a kill) is started again; the sweeper resumes its work.
     assert all(services[n].get("restart") in ("unless-stopped", "always") for n in ("redis", "worker", "webhook"))
+    # The durable record: PostgreSQL and the exporter, behind the "record" profile.
+    assert services["exporter"]["profiles"] == ["record"] and services["postgres"]["profiles"] == ["record"]
+    assert "parley exporter" in " ".join(services["exporter"]["command"])
+    assert not set(services["exporter"]["environment"]) - known
 
 
 def test_dockerfile_copies_what_exists() -> None:
