@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import pathlib
 import signal
 import subprocess
 import sys
@@ -55,11 +56,11 @@ def test_the_transcript_in_postgresql_matches_every_input_and_reply(cluster: Clu
             # Settled: every reply delivered (its ``sent`` entry appended) and the exporter caught up.
             wait_until(lambda: all(store.outbox_depth(c) == 0 for c in cids), 30)
             reader = type(store)(store._r, prefix=store.prefix, limits=StoreLimits(record_max=1))
-            assert wait_until(lambda: reader.record_backlog().entries == 0, 60), open(log_path).read()[-3000:]
+            assert wait_until(lambda: reader.record_backlog().entries == 0, 60), pathlib.Path(log_path).read_text()[-3000:]
         finally:
             exporter.send_signal(signal.SIGTERM)
             code = exporter.wait(30)
-            output = open(log_path).read()
+            output = pathlib.Path(log_path).read_text()
             os.unlink(log_path)
         assert code == 0, output[-3000:]
         conn = database.connect(url)
