@@ -268,6 +268,9 @@ class Settings(BaseSettings):
                                 "transaction.")
     exporter_idle_seconds: float = Field(0.5, gt=0, description="How long the exporter sleeps when the streams are "
                                          "empty.")
+    export_every_seconds: float = Field(0.0, ge=0, description="Run the exporter as a Celery beat entry this often "
+                                        "(`celery -A tasks beat`, or a worker with -B) instead of the Procfile's "
+                                        "exporter process. 0 = no beat entry.")
     daily_token_budget: int = Field(0, ge=0, description="Tokens (prompt + completion) one conversation (a "
                                     "player) may use per UTC day; over it the player gets PARLEY_TOKEN_BUDGET_REPLY "
                                     "and the model is not called. Counted in Redis, so it works without a "

@@ -1,0 +1,44 @@
+"""The durable record's exporter as a Celery task, for deployments that would rather not run the Procfile's
+``exporter`` process: with ``PARLEY_EXPORT_EVERY_SECONDS`` set, Celery beat (``celery -A tasks beat``, or a worker
+started with ``-B``) sends ``parley.export_records`` that often, and a worker runs export passes until the streams
+are empty. Two such tasks at once are harmless (rows are keyed by record id), only wasteful."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from tasks import app
+from worker.errors import DatabaseUnavailableError, StoreError
+from worker.settings import get_settings
+
+log = logging.getLogger("parley.tasks")
+
+_exporter: Any = None
+
+
+@app.task(name="parley.export_records", ignore_result=True, acks_late=False)
+def export_records() -> int:
+    """Export until the record streams are empty; returns the entries written. A failure waits for the next beat
+    (the entries stay in the streams)."""
+    global _exporter
+    settings = get_settings()
+    if not settings.database_url:
+        return 0
+    if _exporter is None:
+        from worker.record import database
+        from worker.record.exporter import Exporter
+        from worker.runtime import build_store
+
+        url = settings.database_url
+        _exporter = Exporter(build_store(settings), lambda: database.connect(url), batch=settings.exporter_batch)
+    total = 0
+    try:
+        while True:
+            n = int(_exporter.export_once().exported)
+            total += n
+            if n == 0:
+                return total
+    except (DatabaseUnavailableError, StoreError) as exc:
+        log.warning("export task failed; the next beat tries again", extra={"detail": str(exc)})
+        return total
