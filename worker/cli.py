@@ -93,6 +93,7 @@ def _cmd_show(a: argparse.Namespace) -> int:
             "outbox_depth": store.outbox_depth(a.conversation_id),
             "dead_letters": len(store.dead_letters(a.conversation_id)),
             "quarantined_states": len(store.quarantined(a.conversation_id)),
+            "tokens_today": store.tokens_today(a.conversation_id),  # what PARLEY_DAILY_TOKEN_BUDGET is checked against
             "last_replies": [{"id": t.get("id"), "reply": t.get("reply"), "prompt_tokens": t.get("prompt_tokens")}
                              for t in trace if t.get("reply")][-5:],
             "delivered": [{"id": rid, "provider_ids": ids, "statuses": [latest.get(i) for i in ids]}
