@@ -191,3 +191,21 @@ def test_without_a_database_nothing_is_recorded() -> None:
     h.run()
     assert h.store.record_streams() == [h.store.records.stream(CID)]
     assert h.store.record_backlog().entries == 0
+
+
+def test_the_dropped_gauge_keeps_counting_a_stream_the_exporter_emptied(db: Any, database_url: str) -> None:
+    from worker import metrics
+    from worker.store.keys import RecordKeys
+
+    h = make_harness(config=ServiceConfig(system_prompt="You are a test.", record=True), limits=StoreLimits(record_max=3))
+    h.store.records = RecordKeys(h.store.prefix, clustered=True)  # one stream per slot: an empty one is not looked at
+    for i in range(5):
+        h.client.send_message(CID, f"line {i}", message_id=f"m{i}")
+    h.run()  # 5 turns + 5 sent replies into a stream capped at 3
+    exporter = _exporter(h, database_url)
+    assert exporter.export_once().exported == 3
+    assert metrics.RECORD_DROPPED._value.get() == 7
+    assert exporter.export_once().streams == 0  # emptied: no stream holds entries now ...
+    assert metrics.RECORD_DROPPED._value.get() == 7  # ... and what its cap dropped is still counted
+    assert metrics.RECORD_BACKLOG._value.get() == 0
+    exporter.close()

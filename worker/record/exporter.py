@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -41,6 +41,9 @@ class Exporter:
     def __init__(self, store: RecordStore, connect: Callable[[], Any], *, batch: int = 500) -> None:
         self.store, self._connect, self.batch = store, connect, batch
         self._conn: Any = None
+        # Streams whose cap has dropped entries: their counters stay in the dropped gauge after the exporter has
+        # emptied them (on a Cluster, an empty stream is not among those a pass looks at).
+        self._dropping: set[str] = set()
 
     def _db(self) -> Any:
         if self._conn is None or self._conn.closed:
@@ -63,7 +66,7 @@ class Exporter:
             if entries:
                 n, bad = self._write(stream, entries)
                 exported, unreadable = exported + n, unreadable + bad
-        self.observe()
+        self.observe(streams)
         return Pass(exported, unreadable, len(streams))
 
     def _write(self, stream: str, entries: list[StreamEntry]) -> tuple[int, int]:
@@ -83,9 +86,12 @@ class Exporter:
             log.warning("record entries did not decode; kept raw", extra={"count": rows.unreadable})
         return len(entries), rows.unreadable
 
-    def observe(self) -> None:
-        """Set the backlog, lag and dropped gauges from the streams."""
-        backlog = self.store.record_backlog()
+    def observe(self, streams: Sequence[str] | None = None) -> None:
+        """Set the backlog, lag and dropped gauges from ``streams`` (default: those holding entries now) and the
+        streams known to have dropped entries."""
+        look = self.store.record_streams() if streams is None else streams
+        backlog = self.store.record_backlog(sorted({*look, *self._dropping}))
+        self._dropping.update(backlog.dropping)
         metrics.RECORD_BACKLOG.set(backlog.entries)
         metrics.RECORD_LAG.set(backlog.oldest_age_s)
         metrics.RECORD_DROPPED.set(backlog.dropped)

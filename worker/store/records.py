@@ -41,6 +41,7 @@ class RecordBacklog:
     entries: int
     oldest_age_s: float
     dropped: int
+    dropping: tuple[str, ...] = ()  # the streams whose cap dropped entries (their counters count towards ``dropped``)
 
 
 class RecordStore(StoreBase):
@@ -72,10 +73,11 @@ class RecordStore(StoreBase):
         return int(self._r.xdel(stream, *entry_ids)) if entry_ids else 0
 
     @store_errors
-    def record_backlog(self) -> RecordBacklog:
-        """Entries waiting, the oldest one's age and the dropped count, over every stream (one pipelined trip; on
-        a Cluster two, the first finding the streams that hold entries)."""
-        streams = self.record_streams()
+    def record_backlog(self, streams: Sequence[str] | None = None) -> RecordBacklog:
+        """Entries waiting, the oldest one's age and the dropped count, over ``streams`` (default: those that hold
+        entries now, found first, which on a Cluster is one more pipelined trip); one pipelined trip."""
+        if streams is None:
+            streams = self.record_streams()
         pipe = self._r.pipeline(transaction=False)
         for s in streams:
             pipe.xlen(s)
@@ -83,12 +85,15 @@ class RecordStore(StoreBase):
             pipe.get(self.records.dropped_of(s))
         answers = pipe.execute() if streams else []
         entries, dropped, oldest = 0, 0, None
-        for i in range(len(streams)):
+        dropping = []
+        for i, stream in enumerate(streams):
             n, first, d = answers[3 * i: 3 * i + 3]
             entries += int(n or 0)
             dropped += int(d or 0)
+            if d:
+                dropping.append(stream)
             if first:
                 ms = int(bytes(first[0][0]).split(b"-", 1)[0])
                 oldest = ms if oldest is None else min(oldest, ms)
         age = max(0.0, time.time() - oldest / 1000) if oldest is not None else 0.0
-        return RecordBacklog(entries, age, dropped)
+        return RecordBacklog(entries, age, dropped, tuple(dropping))
