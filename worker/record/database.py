@@ -35,7 +35,8 @@ def connect(url: str) -> Any:
     if psycopg is None:
         raise ConfigurationError("PARLEY_DATABASE_URL needs psycopg: pip install 'parley[postgres]'")
     try:
-        # Autocommit: a read never leaves a transaction open; writes group themselves with conn.transaction().
+        # Autocommit: a read never leaves a transaction open (so no read needs a rollback); writes group themselves
+        # with conn.transaction().
         return psycopg.connect(url, connect_timeout=5, autocommit=True)
     except psycopg.OperationalError as exc:
         raise DatabaseUnavailableError(f"cannot reach the record database: {exc}".strip()) from exc
@@ -58,11 +59,8 @@ def schema_version(conn: Any) -> int:
     with errors():
         exists = conn.execute("SELECT to_regclass('parley_schema') IS NOT NULL").fetchone()[0]
         if not exists:
-            conn.rollback()
             return 0
-        version = conn.execute("SELECT coalesce(max(version), 0) FROM parley_schema").fetchone()[0]
-        conn.rollback()
-        return int(version)
+        return int(conn.execute("SELECT coalesce(max(version), 0) FROM parley_schema").fetchone()[0])
 
 
 def upgrade(conn: Any) -> list[str]:
@@ -128,13 +126,16 @@ def _insert(conn: Any, records: Sequence[tuple[Any, ...]], rows: Rows) -> None:
                 " tool_arguments, tool_result, tool_ms) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"
                 " ON CONFLICT (record_id, seq) DO NOTHING",
                 [(m[0], m[1], m[2], _ts(m[3] / 1000), *m[4:]) for m in msgs])
-        usage = [u for u in rows.usage if u[0] in ids]
+        usage = []
+        for u in rows.usage:
+            if u[0] in ids:
+                at = _ts(u[2] / 1000)
+                usage.append((u[0], u[1], at, at.date(), *u[3:]))
         if usage:
             cur.executemany(
                 "INSERT INTO usage (record_id, conversation_id, at, day, model, prompt_tokens, completion_tokens,"
                 " cached_tokens, cache_write_tokens) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)"
-                " ON CONFLICT (record_id) DO NOTHING",
-                [(u[0], u[1], _ts(u[2] / 1000), _ts(u[2] / 1000).date(), *u[3:]) for u in usage])
+                " ON CONFLICT (record_id) DO NOTHING", usage)
         spans: dict[str, tuple[int, int]] = {}
         for _, cid, ms, _, kind, _ in records:
             if kind in ("unreadable", "delete"):
@@ -198,7 +199,6 @@ def transcript(conn: Any, cid: str) -> list[Line]:
         events = conn.execute(
             "SELECT kind, body FROM records WHERE conversation_id = %s AND kind IN ('sent', 'status', 'failed')"
             " ORDER BY stream_ms, stream_seq", (cid,)).fetchall()
-        conn.rollback()
     ids: dict[tuple[str, int], str] = {}  # (reply id, part) -> provider message id
     best: dict[str, str] = {}  # provider message id -> latest status
     failed: set[str] = set()
@@ -247,5 +247,4 @@ def usage(conn: Any, since: dt.date, conversation_id: str | None = None) -> list
             " FROM usage WHERE day >= %s AND (%s::text IS NULL OR conversation_id = %s)"
             " GROUP BY conversation_id, day ORDER BY day, conversation_id",
             (since, conversation_id, conversation_id)).fetchall()
-        conn.rollback()
     return [UsageRow(r[0], r[1], int(r[2]), int(r[3]), int(r[4]), int(r[5])) for r in rows]

@@ -30,6 +30,7 @@ from typing import Any
 
 import msgpack
 
+from worker.conversation.model import Usage
 from worker.errors import RecordError
 
 VERSION = 1
@@ -87,12 +88,13 @@ class TurnUsage:
     cache_write: int = 0
     model: str | None = None
 
-    def add(self, prompt: int, completion: int, cached: int = 0, cache_write: int = 0,
-            model: str | None = None) -> None:
-        self.prompt += prompt
-        self.completion += completion
-        self.cached += cached
-        self.cache_write += cache_write
+    def add(self, usage: Usage | None, model: str | None = None) -> None:
+        """Add one round trip's usage as the provider reported it (``None``: it reported none)."""
+        if usage is not None:
+            self.prompt += usage.prompt_tokens
+            self.completion += usage.completion_tokens
+            self.cached += usage.cached_tokens
+            self.cache_write += usage.cache_creation_tokens
         self.model = model or self.model
 
     @property
@@ -179,7 +181,7 @@ Position = tuple[int, int]
 this orders them whatever host built them."""
 
 
-@dataclass(frozen=True)
+@dataclass
 class Rows:
     """The rows one batch of entries becomes, for each table (see :mod:`worker.record.migrations`), in stream
     order. ``unreadable`` counts entries that did not decode: they are kept whole (base64) as ``unreadable`` records
@@ -198,12 +200,11 @@ def to_rows(batch: Iterable[tuple[str, Position, bytes, str | None]]) -> Rows:
     """Rows for a batch of ``(record id, stream position, raw entry, provider ids)``; pure, so a replayed batch
     yields the same rows."""
     rows = Rows()
-    unreadable = 0
     for rid, (ms, seq), raw, extra in batch:
         try:
             e = decode(raw)
         except RecordError as exc:
-            unreadable += 1
+            rows.unreadable += 1
             rows.records.append((rid, "", ms, seq, "unreadable",
                                  {"raw": base64.b64encode(raw).decode(), "error": exc.args[0] if exc.args else ""}))
             continue
@@ -221,7 +222,7 @@ def to_rows(batch: Iterable[tuple[str, Position, bytes, str | None]]) -> Rows:
             rows.usage.append((rid, cid, ms, e.get("model") or "", int(u.get("prompt") or 0),
                                int(u.get("completion") or 0), int(u.get("cached") or 0),
                                int(u.get("cache_write") or 0)))
-    return Rows(rows.records, rows.messages, rows.usage, rows.deletes, unreadable)
+    return rows
 
 
 def _messages(rows: Rows, rid: str, cid: str, ms: int, e: Mapping[str, Any]) -> None:

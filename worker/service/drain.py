@@ -278,7 +278,7 @@ class Drainer(ModelFailures[_Run]):
         new_state = result.state if result.applied else None
         done = self._commit(run, version, env, new_state, None,
                             {"splice": result.applied, "reason": result.reason, "kept_new": result.kept_new_messages},
-                            record=self.recorder.applied("compaction", run.cid, [env], applied=result.applied,
+                            record=self.recorder.applied("compaction", run.cid, [], applied=result.applied,
                                                          reason=result.reason, kept_new=result.kept_new_messages))
         self.store.clear_compacting(run.cid)
         metrics.COMPACTIONS.labels("spliced" if result.applied else "stale").inc()

@@ -107,10 +107,7 @@ class StoreJournal:
         self._mark = now
 
     def _trail_round(self, response: ModelResponse, *, replayed: bool) -> None:
-        u = response.usage
-        if u is not None:
-            self.trail.usage.add(u.prompt_tokens, u.completion_tokens, u.cached_tokens, u.cache_creation_tokens,
-                                 response.model)
+        self.trail.usage.add(response.usage, response.model)
         for call in response.message.tool_calls:
             self.trail.steps.append(Step(call.id, call.name, call.arguments, replayed=replayed))
         self._mark = time.perf_counter()

@@ -40,10 +40,11 @@ class Recorder:
 
     def applied(self, kind: str, cid: str, envs: Sequence[Envelope], reply: ReplyRecord | None = None,
                 **fields: Any) -> bytes | None:
-        """An input applied without the model: ``event``, ``reset``, ``notice``, ``compaction``."""
+        """An input applied without the model: ``event``, ``reset``, ``notice``, ``compaction`` (whose splice input
+        is Parley's own, not the player's or the game's: it passes no ``envs``)."""
         if not self.on:
             return None
-        return entries.applied(kind, cid, inputs=[input_of(e) for e in envs if kind != "compaction"],
+        return entries.applied(kind, cid, inputs=[input_of(e) for e in envs],
                                reply_id=reply.reply_id if reply else None, parts=reply.parts if reply else (),
                                **fields)
 

@@ -77,9 +77,7 @@ class TurnRunner:
         if merges:
             trace["merges"] = merges
         trail = self.journal.trail
-        if result.usage is not None:  # the final round (the journal saw only the rounds that called tools)
-            u = result.usage
-            trail.usage.add(u.prompt_tokens, u.completion_tokens, u.cached_tokens, u.cache_creation_tokens)
+        trail.usage.add(result.usage)  # the final round (the journal saw only the rounds that called tools)
         # Inline delivery starts in the commit that ends the drain (if it does): one round trip fewer per reply.
         done = d._commit(run, version, head.env, result.state, record.to_bytes(), trace,
                          claim_delivery=d.config.deliver_inline, also=[p.id for p in inputs[1:]],

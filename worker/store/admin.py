@@ -137,10 +137,8 @@ class AdminStore(StoreBase):
         that part is marked in flight the status is kept with it too, so a deliverer that finds it left in flight
         by a crash knows it reached the provider (see :meth:`~worker.store.outbox.OutboxStore.inflight_outcome`).
         The latest statuses of the ``limits.statuses_max`` most recent messages are kept."""
-        entry = None
-        if self.limits.record_max > 0:
-            entry = entries.status(cid, provider_id=provider_id, status=status, detail=detail, reply_id=reply_id,
-                                   part=part)
+        entry = self._entry(entries.status, cid, provider_id=provider_id, status=status, detail=detail,
+                            reply_id=reply_id, part=part)
         res = self._scripts.record_status(k=self.keys(cid), provider_id=provider_id, status=status, detail=detail,
                                           max_kept=self.limits.statuses_max, reply_id=reply_id, part=part,
                                           record=self._record_args(cid, entry))

@@ -217,9 +217,9 @@ class StoreBase:
         self._scripts = Scripts(client, replication)
         self.records = RecordKeys(prefix, clustered=self._cluster)
 
-    def _entry(self, build: Callable[..., bytes], *args: Any) -> bytes | None:
-        """``build(*args)``, a durable-record entry, only while the record is on (not built for nothing)."""
-        return build(*args) if self.limits.record_max > 0 else None
+    def _entry(self, build: Callable[..., bytes], *args: Any, **kwargs: Any) -> bytes | None:
+        """``build(*args, **kwargs)``, a durable-record entry, only while the record is on (not built for nothing)."""
+        return build(*args, **kwargs) if self.limits.record_max > 0 else None
 
     def _record_args(self, cid: str, entry: bytes | None) -> RecordArgs:
         """Where ``cid``'s scripts append the durable record, with ``entry``; the keys are named even when the
