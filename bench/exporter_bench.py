@@ -70,13 +70,8 @@ def worker(url: str, prefix: str, db_url: str | None, conversations: int, turns:
 def export_all(store: Any, db_url: str, batch: int) -> tuple[float, int]:
     exporter = Exporter(store, lambda: database.connect(db_url), batch=batch)
     exporter._db()  # connect and check the schema outside the timing
-    total = 0
     started = time.perf_counter()
-    while True:
-        n = exporter.export_once().exported
-        if n == 0:
-            break
-        total += n
+    total = exporter.export_all()
     elapsed = time.perf_counter() - started
     exporter.close()
     return elapsed, total

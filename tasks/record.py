@@ -19,8 +19,8 @@ _exporter: Any = None
 
 @app.task(name="parley.export_records", ignore_result=True, acks_late=False)
 def export_records() -> int:
-    """Export until the record streams are empty; returns the entries written. A failure waits for the next beat
-    (the entries stay in the streams)."""
+    """Export until the record streams are empty; returns the entries written (0 when a pass failed: the entries
+    not written stay in the streams, and the next beat tries again)."""
     global _exporter
     settings = get_settings()
     if not settings.database_url:
@@ -32,13 +32,8 @@ def export_records() -> int:
 
         url = settings.database_url
         _exporter = Exporter(build_store(settings), lambda: database.connect(url), batch=settings.exporter_batch)
-    total = 0
     try:
-        while True:
-            n = int(_exporter.export_once().exported)
-            total += n
-            if n == 0:
-                return total
+        return int(_exporter.export_all())
     except (DatabaseUnavailableError, StoreError) as exc:
         log.warning("export task failed; the next beat tries again", extra={"detail": str(exc)})
-        return total
+        return 0

@@ -48,13 +48,7 @@ def cmd_exporter(a: argparse.Namespace) -> int:
     exporter = Exporter(store, lambda: database.connect(url), batch=settings.exporter_batch)
     try:
         if a.once:
-            total = 0
-            while True:  # until the streams are empty: what cron or a beat entry wants from one call
-                done = exporter.export_once()
-                total += done.exported
-                if done.exported == 0:
-                    break
-            print(f"exported {total} record entries")
+            print(f"exported {exporter.export_all()} record entries")
             return 0
         if settings.metrics_port:
             from prometheus_client import start_http_server

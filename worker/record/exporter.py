@@ -69,6 +69,14 @@ class Exporter:
         self.observe(streams)
         return Pass(exported, unreadable, len(streams))
 
+    def export_all(self) -> int:
+        """Passes until the streams are empty (what ``--once``, cron or a beat entry wants from one call); returns
+        the entries written."""
+        total = 0
+        while n := self.export_once().exported:
+            total += n
+        return total
+
     def _write(self, stream: str, entries: list[StreamEntry]) -> tuple[int, int]:
         rows = to_rows((e.record_id, _position(e.entry_id), e.raw, e.extra) for e in entries)
         conn = self._db()
