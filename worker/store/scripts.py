@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from worker.store import lua
+from worker.store.direct import register
 from worker.store.keys import ConversationKeys, PaceKeys
 from worker.store.replication import Replication
 
@@ -145,7 +146,10 @@ class Scripts:
     def __init__(self, client: Any, replication: Replication | None = None) -> None:
         self._client = client
         self._replication = replication or Replication()
-        s = client.register_script
+
+        def s(text: str) -> Any:
+            return register(client, text)
+
         self._accept, self._begin, self._commit = s(lua.ACCEPT), s(lua.BEGIN), s(lua.COMMIT)
         self._release, self._renew, self._retry = s(lua.RELEASE), s(lua.RENEW_LEASE), s(lua.NOTE_RETRY)
         self._quarantine = s(lua.QUARANTINE)
