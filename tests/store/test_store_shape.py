@@ -42,12 +42,12 @@ def test_every_script_wrapper_takes_named_arguments_only() -> None:
 
 
 def test_commit_answers_in_one_shape_on_every_path(store: ConversationStore) -> None:
-    """Refused, handed the next input, released, released with a delivery started: eleven fields each time."""
+    """Refused, handed the next input, released, released with a delivery started: thirteen fields each time."""
     commit = raw(store).register_script(lua.COMMIT)
     k = store.keys(CID)
     stream = store.records.stream(CID)
     keys = [k.fence, k.state, k.inbox, k.attempts, k.outbox, k.trace, k.dead, k.lease, k.dlease, k.dfence, k.sent,
-            k.journal, stream, store.records.dropped_of(stream), k.usage]
+            k.journal, stream, store.records.dropped_of(stream), k.usage, k.inbound]
 
     def run(token: int, version: int, input_id: str, claim: str = "") -> list[object]:
         return list(commit(keys=keys, args=[token, version, input_id, "set", b"s", f"{input_id}\nr".encode(), b"",
@@ -61,7 +61,7 @@ def test_commit_answers_in_one_shape_on_every_path(store: ConversationStore) -> 
     assert shapes[0][0] == -1 and shapes[1][2] == 0 and shapes[2][2] == 1 and shapes[2][6]
     store.accept(CID, b"x", "id-2")
     shapes.append(run(lease.token, 2, "id-2"))  # released, nothing claimed (a deliverer holds the lease)
-    assert all(len(s) == 12 for s in shapes), shapes
+    assert all(len(s) == 13 for s in shapes), shapes
 
 
 def test_record_step_answers_in_one_shape(store: ConversationStore) -> None:
@@ -80,14 +80,18 @@ def test_record_step_answers_in_one_shape(store: ConversationStore) -> None:
 
 
 def test_claims_answer_in_one_shape(store: ConversationStore) -> None:
+    """Nothing to send, fenced out, claimed (with the player's last message time), busy: five fields each time."""
     k = store.keys(CID)
     begin = raw(store).register_script(lua.BEGIN_DELIVERY)
     claim_next = raw(store).register_script(lua.CLAIM_NEXT)
-    assert len(begin(keys=[k.dlease, k.dfence, k.outbox, k.sent], args=[10_000])) == 4  # nothing to send
-    assert len(claim_next(keys=[k.dfence, k.outbox, k.sent, k.dlease], args=[1, 10_000])) == 4  # fenced out
+    begin_keys = [k.dlease, k.dfence, k.outbox, k.sent, k.inbound]
+    assert len(begin(keys=begin_keys, args=[10_000])) == 5  # nothing to send
+    assert len(claim_next(keys=[k.dfence, k.outbox, k.sent, k.dlease, k.inbound], args=[1, 10_000])) == 5  # fenced
     raw(store).rpush(k.outbox, b"r1\nreply")
-    assert len(begin(keys=[k.dlease, k.dfence, k.outbox, k.sent], args=[10_000])) == 4  # claimed
-    assert len(begin(keys=[k.dlease, k.dfence, k.outbox, k.sent], args=[10_000])) == 4  # busy
+    raw(store).set(k.inbound, 1_764_000_000_000)
+    claimed = begin(keys=begin_keys, args=[10_000])
+    assert len(claimed) == 5 and claimed[4] == b"1764000000000"  # claimed
+    assert len(begin(keys=begin_keys, args=[10_000])) == 5  # busy
 
 
 def test_statuses_answer_in_one_shape(store: ConversationStore) -> None:

@@ -138,3 +138,17 @@ def test_channels_without_a_window_send_whatever_the_time() -> None:
     h.client.send_notice(CID, "The game starts in an hour.")
     h.run()
     assert [text for _, text, _ in h.channel.sent] == ["The game starts in an hour."]
+
+
+def test_the_window_is_read_with_the_claim_not_in_a_round_trip_of_its_own(api: FakeWhatsApp,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """The claim that hands the deliverer a reply also reads when the player last wrote; the deliverer asks the
+    store separately only for a head built without that read."""
+    h = whatsapp(api, Template("game_update"))
+    reads: list[str] = []
+    real = h.store.last_inbound
+    monkeypatch.setattr(h.store, "last_inbound", lambda cid: reads.append(cid) or real(cid))
+    for i in range(3):
+        h.client.send_message(CID, f"question {i}", message_id=f"wamid.in{i}", reply_to=f"wamid.in{i}")
+        h.run()
+    assert [m["type"] for m in api.received] == ["text"] * 3 and reads == []

@@ -79,12 +79,17 @@ class OutboxHead:
     """The outbox head claimed for a send: the reply and the part to send next (already marked in flight).
     ``crashed_in_window`` is true when that part was left in flight by an earlier deliverer that never marked it
     sent: a worker died between the send and the mark (or just before the send), so the part may already have
-    reached the user."""
+    reached the user. ``last_inbound`` is when the player last wrote (seconds since the epoch; None when no
+    message is known), read with the claim: the customer-service window the send must respect. It can only be
+    older than the truth by the time the send takes (the time only moves forward), so it errs on the strict side.
+    ``inbound_read`` is False for a head built without that read: ask the store."""
 
     record: bytes
     reply_id: str
     part: int
     crashed_in_window: bool
+    last_inbound: float | None = None
+    inbound_read: bool = False
 
 
 @dataclass(frozen=True)
@@ -174,7 +179,8 @@ def join_entry(entry_id: str, payload: bytes) -> bytes:
 
 def claimed(reply: ClaimReply) -> OutboxHead:
     rid, payload = split_entry(reply.entry or b"")
-    return OutboxHead(payload, rid, reply.part, reply.crashed)
+    inbound = None if reply.inbound_ms is None else reply.inbound_ms / 1000
+    return OutboxHead(payload, rid, reply.part, reply.crashed, inbound, inbound_read=True)
 
 
 def store_errors(fn: Callable[..., T]) -> Callable[..., T]:

@@ -143,14 +143,16 @@ end
 # Claiming the outbox head for a send: which part is next, whether a part was left in flight by a crash
 # (so it may already have reached the user), and the in-flight mark for the part about to be sent, written
 # before the send. When the outbox is empty the delivery lease is given up in the same script, so a reply
-# committed meanwhile cannot be left without a deliverer (the delivery side of the lost wake-up).
-# -> {1, head entry, part, crashed} or {0, false, 0, 0}
+# committed meanwhile cannot be left without a deliverer (the delivery side of the lost wake-up). The claim also
+# reads when the player last wrote (``inbound``, ms): the customer-service window the send must respect, read
+# here rather than in a round trip of its own before every reply.
+# -> {1, head entry, part, crashed, last inbound ms or false} or {0, false, 0, 0, false}
 CLAIM = HEAD_ID + SENT_FOR + """
-local function claim(outbox, sent, dlease, token, lease_ms)
+local function claim(outbox, sent, dlease, token, lease_ms, inbound)
   local head = redis.call('LINDEX', outbox, 0)
   if not head then
     if redis.call('GET', dlease) == token then redis.call('DEL', dlease) end
-    return {0, false, 0, 0}
+    return {0, false, 0, 0, false}
   end
   local rid = head_id(head)
   sent_for(sent, rid)
@@ -161,32 +163,33 @@ local function claim(outbox, sent, dlease, token, lease_ms)
   if p[1] == rid and p[3] == rid .. ':' .. part then crashed = 1 end
   redis.call('HSET', sent, 'reply_id', rid, 'part', part, 'inflight', rid .. ':' .. part)
   redis.call('SET', dlease, token, 'PX', lease_ms)
-  return {1, head, part, crashed}
+  return {1, head, part, crashed, redis.call('GET', inbound)}
 end
 """
 
 # Starting a delivery: take the delivery lease with a fresh fencing token and claim the outbox head. Returns
-# {-1, ...} when another worker delivers, {0, ...} when nothing waits, else {token, head entry, part, crashed}. Shared by
-# BEGIN_DELIVERY and by the commit that ends a drain, so both start a delivery the same way.
+# {-1, ...} when another worker delivers, {0, ...} when nothing waits, else {token, head entry, part, crashed, last
+# inbound}. Shared by BEGIN_DELIVERY and by the commit that ends a drain, so both start a delivery the same way.
 START_DELIVERY = CLAIM + NEXT_TOKEN + """
-local function start_delivery(dlease, dfence, outbox, sent, lease_ms)
-  if redis.call('EXISTS', dlease) == 1 then return {-1, false, 0, 0} end
-  if redis.call('LLEN', outbox) == 0 then return {0, false, 0, 0} end
+local function start_delivery(dlease, dfence, outbox, sent, lease_ms, inbound)
+  if redis.call('EXISTS', dlease) == 1 then return {-1, false, 0, 0, false} end
+  if redis.call('LLEN', outbox) == 0 then return {0, false, 0, 0, false} end
   local t = next_token(dfence)
-  local c = claim(outbox, sent, dlease, t, lease_ms)
-  return {t, c[2], c[3], c[4]}
+  local c = claim(outbox, sent, dlease, t, lease_ms, inbound)
+  return {t, c[2], c[3], c[4], c[5]}
 end
 """
 
 # KEYS: fence, state, inbox, attempts, outbox, trace, dead, lease, dlease, dfence, sent, journal, record stream,
-#       record dropped counter, usage
+#       record dropped counter, usage, inbound
 # ARGV: token, expected_version, input_id, state_mode (keep|set|clear), blob, reply_entry, trace_entry,
 #       dead_entry, lease_ms, trace_max, dead_max, ttl_ms, claim_ms ('' or the delivery lease), peek, record entry
 #       ('' none), record max, usage day ('' none), tokens, then the ids of the inputs after the head that the same
 #       turn applied (a burst), in mailbox order
 # ``usage`` counts the conversation's tokens per UTC day (the daily token budget reads it); it keeps three days.
 # -> {version or code, depth or current version, released, next entry, attempts at next, kept blob,
-#     delivery token, delivery head entry, part, crashed, the ``peek`` entries after the next one, the state's tag}
+#     delivery token, delivery head entry, part, crashed, the ``peek`` entries after the next one, the state's tag,
+#     the last inbound ms read by the delivery claim}
 # The tag names the blob written: the writer's token and the new version, unique over the conversation's lives
 # (tokens never repeat, see NEXT_TOKEN), so a worker that kept a state decoded knows when it is still the stored one.
 # The commit hands back the next input (counting an attempt at it), or gives the lease up when there is none:
@@ -194,13 +197,13 @@ end
 # With claim_ms, a commit that empties the mailbox also starts the delivery when nobody delivers: it takes the
 # delivery lease and claims the outbox head as BEGIN_DELIVERY does, saving the deliverer that round trip.
 COMMIT = START_DELIVERY + APPEND_RECORD + """
-if redis.call('GET', KEYS[1]) ~= ARGV[1] then return {-1, 0, 0, false, 0, false, 0, false, 0, 0, {}, ''} end
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return {-1, 0, 0, false, 0, false, 0, false, 0, 0, {}, '', false} end
 local v = tonumber(redis.call('HGET', KEYS[2], 'version') or '0')
-if v ~= tonumber(ARGV[2]) then return {-2, v, 0, false, 0, false, 0, false, 0, 0, {}, ''} end
-if head_id(redis.call('LINDEX', KEYS[3], 0)) ~= ARGV[3] then return {-3, v, 0, false, 0, false, 0, false, 0, 0, {}, ''} end
+if v ~= tonumber(ARGV[2]) then return {-2, v, 0, false, 0, false, 0, false, 0, 0, {}, '', false} end
+if head_id(redis.call('LINDEX', KEYS[3], 0)) ~= ARGV[3] then return {-3, v, 0, false, 0, false, 0, false, 0, 0, {}, '', false} end
 local n = 1
 for i = 19, #ARGV do
-  if head_id(redis.call('LINDEX', KEYS[3], n)) ~= ARGV[i] then return {-3, v, 0, false, 0, false, 0, false, 0, 0, {}, ''} end
+  if head_id(redis.call('LINDEX', KEYS[3], n)) ~= ARGV[i] then return {-3, v, 0, false, 0, false, 0, false, 0, 0, {}, '', false} end
   n = n + 1
 end
 local mode = ARGV[4]
@@ -238,10 +241,10 @@ local depth = redis.call('LLEN', KEYS[3])
 if depth == 0 then
   redis.call('DEL', KEYS[8])
   if ARGV[13] ~= '' then
-    local d = start_delivery(KEYS[9], KEYS[10], KEYS[5], KEYS[11], ARGV[13])
-    if tonumber(d[1]) > 0 then return {v + 1, 0, 1, false, 0, false, d[1], d[2], d[3], d[4], {}, tag} end  -- else: busy, or nothing to send
+    local d = start_delivery(KEYS[9], KEYS[10], KEYS[5], KEYS[11], ARGV[13], KEYS[16])
+    if tonumber(d[1]) > 0 then return {v + 1, 0, 1, false, 0, false, d[1], d[2], d[3], d[4], {}, tag, d[5]} end  -- else: busy, or nothing to send
   end
-  return {v + 1, 0, 1, false, 0, false, 0, false, 0, 0, {}, tag}
+  return {v + 1, 0, 1, false, 0, false, 0, false, 0, 0, {}, tag, false}
 end
 redis.call('SET', KEYS[8], ARGV[1], 'PX', ARGV[9])
 local nxt = redis.call('LINDEX', KEYS[3], 0)
@@ -252,7 +255,7 @@ if mode == 'keep' then blob = redis.call('HGET', KEYS[2], 'blob') end
 local after = {}
 local peek = tonumber(ARGV[14] or '0')
 if peek > 0 then after = redis.call('LRANGE', KEYS[3], 1, peek) end
-return {v + 1, depth, 0, nxt, a, blob, 0, false, 0, 0, after, tag}
+return {v + 1, depth, 0, nxt, a, blob, 0, false, 0, 0, after, tag, false}
 """
 
 # KEYS: fence, inbox, journal   ARGV: token, input_id, field, entry, max_entries, ttl_ms
@@ -345,34 +348,34 @@ redis.call('SET', KEYS[4], ARGV[1], 'PX', ARGV[5])
 return 1
 """
 
-# KEYS: dlease, dfence, outbox, sent   ARGV: lease_ms
+# KEYS: dlease, dfence, outbox, sent, inbound   ARGV: lease_ms
 # Start delivering in one round trip: {-1} another worker delivers, {0} nothing to send, else take the delivery
-# lease and claim the head: {token, head entry, part, crashed}.
+# lease and claim the head: {token, head entry, part, crashed, last inbound}.
 BEGIN_DELIVERY = START_DELIVERY + """
-return start_delivery(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[1])
+return start_delivery(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[1], KEYS[5])
 """
 
-# KEYS: dfence, outbox, sent, dlease   ARGV: token, lease_ms
+# KEYS: dfence, outbox, sent, dlease, inbound   ARGV: token, lease_ms
 # Claim the next reply, or give the delivery lease up when the outbox is empty.
 CLAIM_NEXT = CLAIM + """
-if redis.call('GET', KEYS[1]) ~= ARGV[1] then return {-1, false, 0, 0} end
-return claim(KEYS[2], KEYS[3], KEYS[4], ARGV[1], ARGV[2])
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return {-1, false, 0, 0, false} end
+return claim(KEYS[2], KEYS[3], KEYS[4], ARGV[1], ARGV[2], KEYS[5])
 """
 
-# KEYS: dfence, outbox, sent, delivered, dlease, record stream, record dropped counter
+# KEYS: dfence, outbox, sent, delivered, dlease, record stream, record dropped counter, inbound
 # ARGV: token, reply_id, provider_id, delivered_max, lease_ms, record entry ('' none), record max
 # The last part of a reply was sent: record it, drop the reply from the outbox and claim the next one (or give
 # the lease up), in one round trip. The durable record gets the reply's provider message ids.
 SENT_LAST_CLAIM_NEXT = CLAIM + IDS_WITH + APPEND_RECORD + """
-if redis.call('GET', KEYS[1]) ~= ARGV[1] then return {-1, false, 0, 0} end
-if head_id(redis.call('LINDEX', KEYS[2], 0)) ~= ARGV[2] then return {-3, false, 0, 0} end
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return {-1, false, 0, 0, false} end
+if head_id(redis.call('LINDEX', KEYS[2], 0)) ~= ARGV[2] then return {-3, false, 0, 0, false} end
 local ids = ids_with(KEYS[3], ARGV[2], ARGV[3])
 redis.call('LPOP', KEYS[2])
 redis.call('DEL', KEYS[3])
 append_record(KEYS[6], KEYS[7], ARGV[7], 'o:' .. ARGV[1] .. ':' .. ARGV[2], ARGV[6], ids)
 redis.call('RPUSH', KEYS[4], ARGV[2] .. '\\t' .. ids)
 redis.call('LTRIM', KEYS[4], -tonumber(ARGV[4]), -1)
-return claim(KEYS[2], KEYS[3], KEYS[5], ARGV[1], ARGV[5])
+return claim(KEYS[2], KEYS[3], KEYS[5], ARGV[1], ARGV[5], KEYS[8])
 """
 
 # KEYS: dfence, outbox, sent, dead, record stream, record dropped counter

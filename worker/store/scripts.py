@@ -63,16 +63,19 @@ class BeginReply:
 @dataclass(frozen=True)
 class ClaimReply:
     """A claim of the outbox head: ``code`` 1 (or a delivery token, when the claim started a delivery) with the
-    head entry, its next part and whether that part was left in flight; 0 nothing to send; negative refused."""
+    head entry, its next part, whether that part was left in flight and when the player last wrote (ms, None when
+    no message is known), read in the same step; 0 nothing to send; negative refused."""
 
     code: int
     entry: bytes | None
     part: int
     crashed: bool
+    inbound_ms: int | None
 
     @classmethod
     def parse(cls, res: list[Any]) -> ClaimReply:
-        return cls(int(res[0]), _opt(res[1]), int(res[2] or 0), int(res[3] or 0) == 1)
+        return cls(int(res[0]), _opt(res[1]), int(res[2] or 0), int(res[3] or 0) == 1,
+                   None if res[4] is None else int(res[4]))
 
 
 @dataclass(frozen=True)
@@ -195,12 +198,12 @@ class Scripts:
         res = self._replication.call(
             self._client, self._commit, what="commit",
             keys=[k.fence, k.state, k.inbox, k.attempts, k.outbox, k.trace, k.dead, k.lease, k.dlease, k.dfence,
-                  k.sent, k.journal, record.stream, record.dropped, k.usage],
+                  k.sent, k.journal, record.stream, record.dropped, k.usage, k.inbound],
             args=[token, expected_version, input_id, mode, blob, reply_entry, trace_entry, dead_entry, lease_ms,
                   trace_max, dead_max, ttl_ms, str(claim_ms) if claim_ms > 0 else "", peek, record.entry,
                   record.max, usage_day if tokens > 0 else "", tokens, *also])
         return CommitReply(int(res[0]), int(res[1]), int(res[2]) == 1, _opt(res[3]), int(res[4] or 0),
-                           _opt(res[5]), ClaimReply.parse(res[6:10]), [bytes(e) for e in res[10] or ()],
+                           _opt(res[5]), ClaimReply.parse([*res[6:10], res[12]]), [bytes(e) for e in res[10] or ()],
                            _text(res[11]) or "")
 
     def defer(self, *, k: ConversationKeys, token: int, input_id: str, hold_ms: int) -> bool:
@@ -235,15 +238,17 @@ class Scripts:
     # --- outbox ------------------------------------------------------------------------------------
 
     def begin_delivery(self, *, k: ConversationKeys, lease_ms: int) -> ClaimReply:
-        return ClaimReply.parse(self._begin_delivery(keys=[k.dlease, k.dfence, k.outbox, k.sent], args=[lease_ms]))
+        return ClaimReply.parse(self._begin_delivery(keys=[k.dlease, k.dfence, k.outbox, k.sent, k.inbound],
+                                                     args=[lease_ms]))
 
     def claim_next(self, *, k: ConversationKeys, token: int, lease_ms: int) -> ClaimReply:
-        return ClaimReply.parse(self._claim_next(keys=[k.dfence, k.outbox, k.sent, k.dlease], args=[token, lease_ms]))
+        return ClaimReply.parse(self._claim_next(keys=[k.dfence, k.outbox, k.sent, k.dlease, k.inbound],
+                                                 args=[token, lease_ms]))
 
     def sent_last_claim_next(self, *, k: ConversationKeys, token: int, reply_id: str, provider_id: str,
                              delivered_max: int, lease_ms: int, record: RecordArgs) -> ClaimReply:
         return ClaimReply.parse(self._sent_last(
-            keys=[k.dfence, k.outbox, k.sent, k.delivered, k.dlease, record.stream, record.dropped],
+            keys=[k.dfence, k.outbox, k.sent, k.delivered, k.dlease, record.stream, record.dropped, k.inbound],
             args=[token, reply_id, provider_id, delivered_max, lease_ms, record.entry, record.max]))
 
     def mark_inflight(self, *, k: ConversationKeys, token: int, reply_id: str, part: int) -> int:
