@@ -21,7 +21,7 @@ import queue
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 import msgpack
@@ -51,6 +51,10 @@ class Meta:
     turns: int = 0
     events: int = 0
     compactions: int = 0
+
+    def after_turn(self, now: float) -> Meta:
+        """One more turn, the last activity at ``now`` (built directly, as :func:`_changed` is, and tested alike)."""
+        return Meta(self.epoch, self.started_at, now, self.turns + 1, self.events, self.compactions)
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,11 +93,28 @@ class ConversationState:
         for m in messages:
             added.append(m.with_seq(seq))
             seq += 1
-        return replace(self, messages=self.messages + tuple(added), next_seq=seq)
+        return _changed(self, self.messages + tuple(added), seq, self.seen_seq, self.last_usage, self.meta)
+
+    def with_usage(self, usage: Usage, seen_seq: int) -> ConversationState:
+        """A new state recording a round trip's reported ``usage`` and the highest ``seq`` its prompt held."""
+        return _changed(self, self.messages, self.next_seq, seen_seq, usage, self.meta)
+
+    def with_meta(self, meta: Meta) -> ConversationState:
+        """A new state with ``meta`` in place of its metadata."""
+        return _changed(self, self.messages, self.next_seq, self.seen_seq, self.last_usage, meta)
 
     @property
     def last_seq(self) -> int:
         return self.next_seq - 1
+
+
+def _changed(s: ConversationState, messages: tuple[Message, ...], next_seq: int, seen_seq: int,
+             last_usage: Usage | None, meta: Meta) -> ConversationState:
+    """``s`` with the fields a turn changes replaced: what :func:`dataclasses.replace` does, built directly. A turn
+    makes several new states and ``replace`` walks the fields' metadata each time (about twice the cost). Every
+    field is passed, in order: tests/conversation/test_state_codec.py fails when a field is added and not here."""
+    return ConversationState(s.provider, messages, s.summary, s.summary_seq, s.pinned, next_seq, seen_seq, last_usage,
+                             s.generation, meta)
 
 
 # --- encoding -------------------------------------------------------------------------------------
