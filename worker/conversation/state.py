@@ -140,11 +140,9 @@ def _enc_message(m: Message) -> dict[str, Any]:
     return d
 
 
-def _version_for(state: ConversationState) -> int:
-    """The oldest format that holds ``state`` (see the module docstring)."""
-    if any(m.media is not None for m in state.messages) or any(m.media is not None for m in state.pinned):
-        return MEDIA_VERSION
-    return 1
+def _version_for(messages: Packed, pinned: Packed) -> int:
+    """The oldest format that holds a state of these messages and pinned items (see the module docstring)."""
+    return MEDIA_VERSION if messages.media or pinned.media else 1
 
 
 def _enc_usage(u: Usage | None) -> list[int] | None:
@@ -155,10 +153,12 @@ def _enc_usage(u: Usage | None) -> list[int] | None:
 
 @dataclass(frozen=True, slots=True)
 class Packed:
-    """The encoding of a run of messages (without its array header), kept with the messages it encodes."""
+    """The encoding of a run of messages (without its array header), kept with the messages it encodes, and whether
+    any of them holds a photo (which decides the format version: known here, the history is not scanned again)."""
 
     messages: tuple[Message, ...]
     body: bytes
+    media: bool
 
 
 @dataclass(frozen=True, slots=True)
@@ -171,7 +171,7 @@ class Memo:
     pinned: Packed
 
 
-_NOTHING = Packed((), b"")
+_NOTHING = Packed((), b"", False)
 
 
 def _array_header(n: int) -> bytes:
@@ -187,10 +187,11 @@ def _pack_messages(messages: tuple[Message, ...], before: Packed) -> Packed:
     if k and k <= len(messages) and all(map(operator.is_, before.messages, messages[:k])):
         if k == len(messages):
             return before
-        body = before.body + b"".join(msgpack.packb(_enc_message(m), use_bin_type=True) for m in messages[k:])
-    else:
-        body = b"".join(msgpack.packb(_enc_message(m), use_bin_type=True) for m in messages)
-    return Packed(messages, body)
+        added = messages[k:]
+        body = before.body + b"".join(msgpack.packb(_enc_message(m), use_bin_type=True) for m in added)
+        return Packed(messages, body, before.media or any(m.media is not None for m in added))
+    body = b"".join(msgpack.packb(_enc_message(m), use_bin_type=True) for m in messages)
+    return Packed(messages, body, any(m.media is not None for m in messages))
 
 
 def _pack(value: Any) -> bytes:
@@ -227,7 +228,7 @@ def encode_with_memo(state: ConversationState, memo: Memo | None = None) -> tupl
     if len(body) > COMPRESS_OVER:
         body = _compress(body)
         flags |= FLAG_ZSTD
-    return MAGIC + bytes([_version_for(state), flags]) + body, Memo(msgs, pins)
+    return MAGIC + bytes([_version_for(msgs, pins), flags]) + body, Memo(msgs, pins)
 
 
 # A compression context costs more to set up (~10 µs) than compressing a typical state: reuse them. A pool, not a
