@@ -81,8 +81,9 @@ class TurnRunner:
             trace["merges"] = merges
         trail = self.journal.trail
         trail.usage.add(result.usage)  # the final round (the journal saw only the rounds that called tools)
+        data = record.to_bytes()
         # Inline delivery starts in the commit that ends the drain (if it does): one round trip fewer per reply.
-        done = d._commit(run, version, head.env, result.state, record.to_bytes(), trace,
+        done = d._commit(run, version, head.env, result.state, data, trace,
                          claim_delivery=d.config.deliver_inline, also=[p.id for p in inputs[1:]],
                          resident=result.resident, tokens=trail.usage.total,
                          record=d.recorder.turn(run.cid, [p.env for p in inputs], record, result, trail))
@@ -96,7 +97,7 @@ class TurnRunner:
         log.info("turn applied", extra={"conversation_id": run.cid, "message_id": head.id, "kind": "message",
                                         "inputs": len(inputs), "parts": len(record.parts),
                                         "finish": result.finish_reason})
-        d.after_reply(run, done)
+        d.after_reply(run, done, (data, record))
         if result.needs_compaction:
             d.ask_compaction(run)
         return done
