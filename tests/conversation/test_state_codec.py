@@ -20,8 +20,11 @@ from worker.conversation.state import (
     MIGRATIONS,
     ConversationState,
     Meta,
+    _enc_message,
+    _enc_usage,
     decode_state,
     encode_state,
+    encode_with_memo,
     load_state,
 )
 from worker.errors import StateDecodeError
@@ -205,3 +208,22 @@ def test_fast_paths_equal_replace() -> None:
     meta = Meta("f", 2.0, 3.0, 4, 5, 6)
     assert s.with_meta(meta) == replace(s, meta=meta)
     assert s.meta.after_turn(9.5) == replace(s.meta, turns=4, last_activity=9.5)
+
+
+def test_the_encoding_is_one_packb_of_the_whole_map_byte_for_byte() -> None:
+    """The encoder builds the payload from parts (the memoised runs, small maps for the other fields); the bytes must
+    be those of one msgpack.packb of the whole map, in the documented key order, with every field set and not."""
+    _, s = _every_field_set()
+    for state in (s, ConversationState(provider="anthropic"), replace(s, last_usage=None, pinned=())):
+        meta = state.meta
+        whole = {"p": state.provider, "m": [_enc_message(x) for x in state.messages], "sum": state.summary,
+                 "sums": state.summary_seq, "pin": [_enc_message(x) for x in state.pinned], "ns": state.next_seq,
+                 "seen": state.seen_seq, "u": _enc_usage(state.last_usage), "g": state.generation,
+                 "meta": [meta.epoch, meta.started_at, meta.last_activity, meta.turns, meta.events,
+                          meta.compactions]}
+        blob, memo = encode_with_memo(state)
+        assert blob[4] == 0 and blob[5:] == msgpack.packb(whole, use_bin_type=True)
+        grown = state.append(Message(role="assistant", content="more"))
+        whole["m"] = [_enc_message(x) for x in grown.messages]
+        whole["ns"] = grown.next_seq
+        assert encode_with_memo(grown, memo)[0][5:] == msgpack.packb(whole, use_bin_type=True)
