@@ -4,6 +4,7 @@ counts, transcripts, and a turn that carries attachments into every request."""
 from __future__ import annotations
 
 import pathlib
+from dataclasses import replace
 
 import msgpack
 import pytest
@@ -23,6 +24,7 @@ from worker.conversation.state import (
     ConversationState,
     decode_state,
     encode_state,
+    encode_with_memo,
     load_state,
 )
 from worker.conversation.tokens import IMAGE_TOKENS, EstimateCounter
@@ -150,3 +152,20 @@ def test_a_bad_user_message_is_refused(user: Message) -> None:
 def test_attachments_must_be_attachments() -> None:
     with pytest.raises(InvalidMessageError):
         Chat(model=ScriptedModel()).run_turn(None, user="hi", attachments={"x": b"raw"})  # type: ignore[dict-item]
+
+
+def test_the_version_follows_photos_through_the_memo() -> None:
+    """The encoder knows from what it packed whether a photo is held: a photo added after a memoised encoding makes
+    the blob version 2; once compaction drops it (the history repacked), version 1 again; a pinned one counts."""
+    plain = ConversationState.fresh("openai").append(msgs.user("hi"), Message(role="assistant", content="ok"))
+    blob, memo = encode_with_memo(plain)
+    assert blob[3] == 1
+    with_photo = plain.append(msgs.user("look", media=PHOTO))
+    blob, memo = encode_with_memo(with_photo, memo)
+    assert blob[3] == 2
+    blob, memo = encode_with_memo(with_photo.append(Message(role="assistant", content="nice")), memo)
+    assert blob[3] == 2
+    dropped = replace(with_photo, messages=with_photo.messages[:2])
+    assert encode_with_memo(dropped, memo)[0][3] == 1
+    pinned = replace(dropped, pinned=(msgs.user("keep", media=PHOTO).with_seq(3),))
+    assert encode_with_memo(pinned, memo)[0][3] == 2

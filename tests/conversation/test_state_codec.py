@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pathlib
-from dataclasses import replace
+from dataclasses import fields, replace
 
 import msgpack
 import pytest
@@ -11,7 +11,7 @@ import zstandard
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from worker.conversation.messages import Message, ToolCall
+from worker.conversation.messages import MediaRef, Message, ToolCall
 from worker.conversation.model import Usage
 from worker.conversation.state import (
     FLAG_ZSTD,
@@ -20,8 +20,11 @@ from worker.conversation.state import (
     MIGRATIONS,
     ConversationState,
     Meta,
+    _enc_message,
+    _enc_usage,
     decode_state,
     encode_state,
+    encode_with_memo,
     load_state,
 )
 from worker.errors import StateDecodeError
@@ -170,3 +173,57 @@ messages_strategy = st.lists(
 def test_encode_decode_round_trips(messages: list[Message], summary: str) -> None:
     s = replace(ConversationState.fresh("openai").append(*messages), summary=summary)
     assert decode_state(encode_state(s)) == s
+
+
+# --- the direct constructions of the turn's hot path are dataclasses.replace ----------------------------------------
+
+def _every_field_set() -> tuple[Message, ConversationState]:
+    """A message and a state with every field away from its default, so a field a fast path drops shows."""
+    m = Message(role="user", content="hi", tool_calls=(ToolCall("c", "f"),), tool_call_id="t", name="n",
+                is_error=True, pinned=True, seq=3, raw={"k": 1}, media=MediaRef("img", "image/png"))
+    s = ConversationState(provider="openai", messages=(m,), summary="s", summary_seq=2, pinned=(m,), next_seq=9,
+                          seen_seq=4, last_usage=Usage(5, 6), generation=7,
+                          meta=Meta("e", 1.0, 2.0, 3, 4, 5))
+    return m, s
+
+
+def test_fast_paths_know_every_field() -> None:
+    """``Message.with_seq``, ``Meta.after_turn`` and the state's ``append``/``with_usage``/``with_meta`` pass every
+    field by position: one added to a class must be added there too (then add it here)."""
+    assert [f.name for f in fields(Message)] == ["role", "content", "tool_calls", "tool_call_id", "name",
+                                                 "is_error", "pinned", "seq", "raw", "media"]
+    assert [f.name for f in fields(ConversationState)] == ["provider", "messages", "summary", "summary_seq",
+                                                           "pinned", "next_seq", "seen_seq", "last_usage",
+                                                           "generation", "meta"]
+    assert [f.name for f in fields(Meta)] == ["epoch", "started_at", "last_activity", "turns", "events",
+                                              "compactions"]
+
+
+def test_fast_paths_equal_replace() -> None:
+    m, s = _every_field_set()
+    renumbered = m.with_seq(11)
+    assert renumbered == replace(m, seq=11) and renumbered.raw is m.raw  # raw is not compared by ==
+    assert s.append(m) == replace(s, messages=(m, replace(m, seq=9)), next_seq=10)
+    assert s.with_usage(Usage(8, 9), 8) == replace(s, last_usage=Usage(8, 9), seen_seq=8)
+    meta = Meta("f", 2.0, 3.0, 4, 5, 6)
+    assert s.with_meta(meta) == replace(s, meta=meta)
+    assert s.meta.after_turn(9.5) == replace(s.meta, turns=4, last_activity=9.5)
+
+
+def test_the_encoding_is_one_packb_of_the_whole_map_byte_for_byte() -> None:
+    """The encoder builds the payload from parts (the memoised runs, small maps for the other fields); the bytes must
+    be those of one msgpack.packb of the whole map, in the documented key order, with every field set and not."""
+    _, s = _every_field_set()
+    for state in (s, ConversationState(provider="anthropic"), replace(s, last_usage=None, pinned=())):
+        meta = state.meta
+        whole = {"p": state.provider, "m": [_enc_message(x) for x in state.messages], "sum": state.summary,
+                 "sums": state.summary_seq, "pin": [_enc_message(x) for x in state.pinned], "ns": state.next_seq,
+                 "seen": state.seen_seq, "u": _enc_usage(state.last_usage), "g": state.generation,
+                 "meta": [meta.epoch, meta.started_at, meta.last_activity, meta.turns, meta.events,
+                          meta.compactions]}
+        blob, memo = encode_with_memo(state)
+        assert blob[4] == 0 and blob[5:] == msgpack.packb(whole, use_bin_type=True)
+        grown = state.append(Message(role="assistant", content="more"))
+        whole["m"] = [_enc_message(x) for x in grown.messages]
+        whole["ns"] = grown.next_seq
+        assert encode_with_memo(grown, memo)[0][5:] == msgpack.packb(whole, use_bin_type=True)

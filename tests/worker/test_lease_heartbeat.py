@@ -15,6 +15,7 @@ from worker import ScriptedModel, metrics
 from worker.conversation.model import ModelRequest
 from worker.delivery.channel import RecordingChannel
 from worker.service import ConversationService, Heartbeat, ServiceConfig
+from worker.service.heartbeat import Beat
 
 CID = "447700900321"
 LEASE_MS = 600
@@ -152,3 +153,45 @@ def test_renewal_stops_when_another_worker_took_the_lease_and_after_max_hold() -
     assert hb.tick() == 1 and sorted(calls) == ["kept", "kept", "taken"]  # the refused one is renewed no more
     time.sleep(0.25)  # no commit for longer than max_hold: a stuck turn lets its lease run out
     assert hb.tick() == 0 and len(calls) == 3 and kept.active is False
+
+
+def test_holding_stops_the_beat_before_it_gives_the_lease_up_and_only_on_an_error() -> None:
+    hb = Heartbeat(0.0, 60.0, autostart=False)
+    seen: list[str] = []
+    beats: list[Beat] = []
+
+    def release() -> None:
+        seen.append(f"release (renewing: {beats[0].active}, {hb.tick()} renewed)")
+
+    with hb.holding(lambda: True, release, "drain") as beat:
+        beats.append(beat)
+        assert beat.active and hb.tick() == 1
+    assert not beat.active and hb.tick() == 0 and seen == []  # a clean end: the body gave the lease up itself
+    beats.clear()
+    try:
+        with hb.holding(lambda: True, release, "drain") as beat:
+            beats.append(beat)
+            raise KeyError("boom")
+    except KeyError:
+        pass
+    else:
+        raise AssertionError("the error was swallowed")
+    assert seen == ["release (renewing: False, 0 renewed)"]
+
+
+def test_committing_restarts_the_stuck_turn_clock_only_when_the_commit_returned() -> None:
+    hb = Heartbeat(0.0, 60.0, autostart=False)
+    beat = hb.start(lambda: True, "drain")
+    beat.since = 0.0
+    try:
+        with beat.committing():
+            raise ValueError("the store refused")
+    except ValueError:
+        pass
+    assert beat.since == 0.0
+    with beat.committing(), beat.committing():  # re-entrant: a commit inside another's guard
+        pass
+    assert beat.since > 0.0
+    done = threading.Event()
+    threading.Thread(target=lambda: (beat.end(), done.set()), daemon=True).start()  # the lock was released
+    assert done.wait(5) and not beat.active

@@ -10,7 +10,7 @@ from tests.worker.conftest import make_harness
 from worker import KeepLastExchanges, ScriptedModel, Summarize
 from worker.conversation.state import decode_state
 from worker.delivery.channel import RecordingChannel
-from worker.envelopes import Envelope, decode_dead_letter
+from worker.envelopes import Envelope, ReplyRecord, decode_dead_letter, decode_reply
 from worker.errors import (
     DeliveryPermanentError,
     DeliveryRetryableError,
@@ -20,7 +20,7 @@ from worker.errors import (
     OversizeInputError,
     RateLimitedError,
 )
-from worker.service import RetryLater, ServiceConfig
+from worker.service import RetryLater, ServiceConfig, delivery
 
 CID = "447700900123"
 
@@ -292,3 +292,25 @@ def test_the_commit_that_ends_the_drain_starts_the_inline_delivery(monkeypatch: 
     assert [t for _, t, _ in h.channel.sent] == ["ack:one"]
     assert h.store.outbox_depth(CID) == 0 and raw(h.store).exists(h.store.keys(CID).dlease) == 0
     assert h.store.delivered(CID)[0][0] == "m1"
+
+
+def test_the_inline_delivery_sends_the_reply_it_committed_without_decoding_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The drain hands the reply it just wrote to the delivery with its record: the head that is those bytes is sent
+    from it; a reply queued before it (its delivery left to a deliver task) is still read from the outbox, in order."""
+    h = make_harness()
+    decoded: list[bytes] = []
+
+    def counting(data: bytes) -> ReplyRecord:
+        decoded.append(data)
+        return decode_reply(data)
+
+    monkeypatch.setattr(delivery, "decode_reply", counting)
+    h.client.send_message(CID, "one", message_id="m1")
+    h.service.drain(CID)
+    assert [t for _, t, _ in h.channel.sent] == ["ack:one"] and decoded == []
+    h.client.send_message(CID, "two", message_id="m2")
+    h.client.send_message(CID, "three", message_id="m3")
+    h.woken.clear()
+    h.service.drain(CID)  # m2's reply waits for a deliver task; the inline delivery sends it first
+    assert [t for _, t, _ in h.channel.sent] == ["ack:one", "ack:two", "ack:three"]
+    assert [decode_reply(d).reply_id for d in decoded] == ["m2"]

@@ -256,8 +256,7 @@ class Chat:
         checked = _Checked(None if reset else loaded.clean)
         loop = _tool_loop(self, system, extra_preamble, journal or NoJournal(), files, checked)
         out = loop.run(st.append(*added, turn_user))
-        out.state = replace(out.state, meta=replace(out.state.meta, turns=out.state.meta.turns + 1,
-                                                    last_activity=now))
+        out.state = out.state.with_meta(out.state.meta.after_turn(now))
         return self._finish_turn(out, loaded.problem, reset, None if reset else loaded.memo, checked.clean)
 
     def _call(self, request: ModelRequest) -> ModelResponse:

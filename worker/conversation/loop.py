@@ -63,7 +63,7 @@ class ToolLoop:
             response = self._respond(step, replay, st, tool_choice, out)
             out.finish_reason = response.finish_reason
             if response.usage is not None:
-                st = replace(st, last_usage=response.usage, seen_seq=seen)
+                st = st.with_usage(response.usage, seen)
             final = self._final(response, tool_choice, out)
             if final is not None:
                 out.reply, out.state = final[0], st.append(final[1])

@@ -14,7 +14,7 @@ beside the history in :attr:`~worker.conversation.model.ModelRequest.attachments
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from worker.errors import InvalidMessageError
@@ -88,7 +88,11 @@ class Message:
     media: MediaRef | None = None  # user messages only; the content is then the caption and may be empty
 
     def with_seq(self, seq: int) -> Message:
-        return replace(self, seq=seq)
+        # What dataclasses.replace(self, seq=seq) returns, built directly: every message a turn adds is renumbered,
+        # and replace walks the fields' metadata (twice the cost). Every field is passed, in order;
+        # tests/conversation/test_state_codec.py fails when a field is added and not here.
+        return Message(self.role, self.content, self.tool_calls, self.tool_call_id, self.name, self.is_error,
+                       self.pinned, seq, self.raw, self.media)
 
 
 def user(text: str, media: MediaRef | None = None) -> Message:

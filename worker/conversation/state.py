@@ -21,7 +21,7 @@ import queue
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 import msgpack
@@ -51,6 +51,10 @@ class Meta:
     turns: int = 0
     events: int = 0
     compactions: int = 0
+
+    def after_turn(self, now: float) -> Meta:
+        """One more turn, the last activity at ``now`` (built directly, as :func:`_changed` is, and tested alike)."""
+        return Meta(self.epoch, self.started_at, now, self.turns + 1, self.events, self.compactions)
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,11 +93,28 @@ class ConversationState:
         for m in messages:
             added.append(m.with_seq(seq))
             seq += 1
-        return replace(self, messages=self.messages + tuple(added), next_seq=seq)
+        return _changed(self, self.messages + tuple(added), seq, self.seen_seq, self.last_usage, self.meta)
+
+    def with_usage(self, usage: Usage, seen_seq: int) -> ConversationState:
+        """A new state recording a round trip's reported ``usage`` and the highest ``seq`` its prompt held."""
+        return _changed(self, self.messages, self.next_seq, seen_seq, usage, self.meta)
+
+    def with_meta(self, meta: Meta) -> ConversationState:
+        """A new state with ``meta`` in place of its metadata."""
+        return _changed(self, self.messages, self.next_seq, self.seen_seq, self.last_usage, meta)
 
     @property
     def last_seq(self) -> int:
         return self.next_seq - 1
+
+
+def _changed(s: ConversationState, messages: tuple[Message, ...], next_seq: int, seen_seq: int,
+             last_usage: Usage | None, meta: Meta) -> ConversationState:
+    """``s`` with the fields a turn changes replaced: what :func:`dataclasses.replace` does, built directly. A turn
+    makes several new states and ``replace`` walks the fields' metadata each time (about twice the cost). Every
+    field is passed, in order: tests/conversation/test_state_codec.py fails when a field is added and not here."""
+    return ConversationState(s.provider, messages, s.summary, s.summary_seq, s.pinned, next_seq, seen_seq, last_usage,
+                             s.generation, meta)
 
 
 # --- encoding -------------------------------------------------------------------------------------
@@ -119,11 +140,9 @@ def _enc_message(m: Message) -> dict[str, Any]:
     return d
 
 
-def _version_for(state: ConversationState) -> int:
-    """The oldest format that holds ``state`` (see the module docstring)."""
-    if any(m.media is not None for m in state.messages) or any(m.media is not None for m in state.pinned):
-        return MEDIA_VERSION
-    return 1
+def _version_for(messages: Packed, pinned: Packed) -> int:
+    """The oldest format that holds a state of these messages and pinned items (see the module docstring)."""
+    return MEDIA_VERSION if messages.media or pinned.media else 1
 
 
 def _enc_usage(u: Usage | None) -> list[int] | None:
@@ -134,10 +153,12 @@ def _enc_usage(u: Usage | None) -> list[int] | None:
 
 @dataclass(frozen=True, slots=True)
 class Packed:
-    """The encoding of a run of messages (without its array header), kept with the messages it encodes."""
+    """The encoding of a run of messages (without its array header), kept with the messages it encodes, and whether
+    any of them holds a photo (which decides the format version: known here, the history is not scanned again)."""
 
     messages: tuple[Message, ...]
     body: bytes
+    media: bool
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,7 +171,7 @@ class Memo:
     pinned: Packed
 
 
-_NOTHING = Packed((), b"")
+_NOTHING = Packed((), b"", False)
 
 
 def _array_header(n: int) -> bytes:
@@ -166,10 +187,11 @@ def _pack_messages(messages: tuple[Message, ...], before: Packed) -> Packed:
     if k and k <= len(messages) and all(map(operator.is_, before.messages, messages[:k])):
         if k == len(messages):
             return before
-        body = before.body + b"".join(msgpack.packb(_enc_message(m), use_bin_type=True) for m in messages[k:])
-    else:
-        body = b"".join(msgpack.packb(_enc_message(m), use_bin_type=True) for m in messages)
-    return Packed(messages, body)
+        added = messages[k:]
+        body = before.body + b"".join(msgpack.packb(_enc_message(m), use_bin_type=True) for m in added)
+        return Packed(messages, body, before.media or any(m.media is not None for m in added))
+    body = b"".join(msgpack.packb(_enc_message(m), use_bin_type=True) for m in messages)
+    return Packed(messages, body, any(m.media is not None for m in messages))
 
 
 def _pack(value: Any) -> bytes:
@@ -206,7 +228,7 @@ def encode_with_memo(state: ConversationState, memo: Memo | None = None) -> tupl
     if len(body) > COMPRESS_OVER:
         body = _compress(body)
         flags |= FLAG_ZSTD
-    return MAGIC + bytes([_version_for(state), flags]) + body, Memo(msgs, pins)
+    return MAGIC + bytes([_version_for(msgs, pins), flags]) + body, Memo(msgs, pins)
 
 
 # A compression context costs more to set up (~10 µs) than compressing a typical state: reuse them. A pool, not a

@@ -25,7 +25,7 @@ from worker.envelopes import Envelope
 from worker.errors import DeliveryError, StoreError
 from worker.service.config import RetryLater, ServiceConfig, Wake, observe_round_trip
 from worker.service.delivery import Deliverer
-from worker.service.drain import Claimed, Drained, Drainer
+from worker.service.drain import Claimed, Drained, Drainer, Written
 from worker.service.heartbeat import Heartbeat
 from worker.service.media import MediaPreparer, Prepared
 from worker.service.pacing import Pacer
@@ -72,12 +72,12 @@ class ConversationService:
         drain ended with; returns how many inputs were applied."""
         drained = self.drainer.drain(cid)
         if drained.replied:
-            self._deliver_after_drain(cid, drained.delivery)
+            self._deliver_after_drain(cid, drained.delivery, drained.reply)
         return drained.applied
 
-    def deliver(self, cid: str, *, claimed: Claimed | None = None) -> int:
+    def deliver(self, cid: str, *, claimed: Claimed | None = None, reply: Written | None = None) -> int:
         """Send every reply waiting in ``cid``'s outbox, in order (see :meth:`Deliverer.deliver`)."""
-        return self.deliverer.deliver(cid, claimed)
+        return self.deliverer.deliver(cid, claimed, reply)
 
     def queue_compaction(self, cid: str) -> bool:
         """Compute a compaction off to the side and queue it as a splice input; returns whether one was queued.
@@ -107,7 +107,7 @@ class ConversationService:
             if not queued:
                 self.store.clear_compacting(cid)
 
-    def _deliver_after_drain(self, cid: str, claimed: Claimed | None) -> None:
+    def _deliver_after_drain(self, cid: str, claimed: Claimed | None, reply: Written | None = None) -> None:
         """Deliver the replies this drain committed, in this task (one Celery hop fewer per turn), or ask for a
         deliver task when ``deliver_inline`` is off. A failure never fails the drain, which has committed: it
         becomes a scheduled delivery (and the sweeper is the net under that)."""
@@ -117,7 +117,7 @@ class ConversationService:
         try:
             # A typing indicator still on its way would show again after the reply: let it land first.
             self.presence.settle(cid)
-            self.deliver(cid, claimed=claimed)
+            self.deliver(cid, claimed=claimed, reply=reply)
             return
         except RetryLater as exc:
             self._wake_delivery(cid, exc.countdown)

@@ -6,6 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from prometheus_client import Histogram
+
 from worker import metrics
 from worker.conversation.chat import RoundTrip
 from worker.service.burst import BurstPolicy
@@ -66,16 +68,25 @@ _TOKENS_IN, _TOKENS_OUT, _TOKENS_CACHED, _TOKENS_WRITE = (metrics.TOKENS.labels(
                                                           for k in ("in", "out", "cached", "cache_write"))
 
 
+# By purpose (a handful: the chat's calls, the summariser's), bound on first use for the same reason.
+_LLM_SECONDS: dict[str, Histogram] = {}
+
+
 def observe_round_trip(rt: RoundTrip) -> None:
     """Record one model round trip in the metrics (the chat's observer). A call that came back means the
     provider accepts the key again, so the auth alarm is cleared."""
-    metrics.LLM_SECONDS.labels(rt.purpose).observe(rt.seconds)
+    seconds = _LLM_SECONDS.get(rt.purpose)
+    if seconds is None:  # two threads may both bind it: labels() hands both the same child
+        seconds = _LLM_SECONDS[rt.purpose] = metrics.LLM_SECONDS.labels(rt.purpose)
+    seconds.observe(rt.seconds)
     metrics.PROVIDER_AUTH_FAILING.set(0)
     if rt.usage is not None:
         _TOKENS_IN.inc(rt.usage.prompt_tokens)
         _TOKENS_OUT.inc(rt.usage.completion_tokens)
-        _TOKENS_CACHED.inc(rt.usage.cached_tokens)
-        _TOKENS_WRITE.inc(rt.usage.cache_creation_tokens)
+        if rt.usage.cached_tokens:  # adding 0 changes nothing; most round trips have neither
+            _TOKENS_CACHED.inc(rt.usage.cached_tokens)
+        if rt.usage.cache_creation_tokens:
+            _TOKENS_WRITE.inc(rt.usage.cache_creation_tokens)
 
 
 def count_pinned_dropped(n: int) -> None:

@@ -33,6 +33,9 @@ from worker.store.protocol import DeliveryStore
 
 log = logging.getLogger("parley.service")
 
+# Bound once: looking a labelled child up costs more than the increment (every part sent).
+_SENT = metrics.DELIVERIES.labels("sent")
+
 
 @dataclass
 class _Run:
@@ -57,7 +60,8 @@ class Deliverer:
         # Checked once: an isinstance against a runtime Protocol walks its members (tens of µs a reply).
         self.windowed: WindowedChannel | None = channel if isinstance(channel, WindowedChannel) else None
 
-    def deliver(self, cid: str, claimed: tuple[int, OutboxHead] | None = None) -> int:
+    def deliver(self, cid: str, claimed: tuple[int, OutboxHead] | None = None,
+                reply: tuple[bytes, ReplyRecord] | None = None) -> int:
         """Send every reply waiting in ``cid``'s outbox, part by part, in order; returns parts sent.
 
         Raises :class:`RetryLater` on throttling or channel failure (once a reply has failed
@@ -65,7 +69,8 @@ class Deliverer:
         once and go on. Redis round trips: one to start (lease and claim), one before each further part (the
         in-flight mark) and one after each reply (sent mark, plus the claim of the next reply or the release of
         the lease). ``claimed`` is a start already made (the token and claimed head from the commit that ended
-        a drain): then there is no round trip to start.
+        a drain): then there is no round trip to start. ``reply`` is a reply the caller just queued, as written and
+        as its record: when it comes up, it is sent from that record instead of decoded again.
         """
         head: OutboxHead | None
         if claimed is not None:
@@ -81,14 +86,16 @@ class Deliverer:
                                     lambda: self.store.release_delivery(cid, token), "delivery") as beat:
             run = _Run(cid, token, beat)
             while head is not None:
-                n, head = self._deliver_head(run, head)
+                n, head = self._deliver_head(run, head, reply)
                 sent += n
         return sent
 
-    def _deliver_head(self, run: _Run, head: OutboxHead) -> tuple[int, OutboxHead | None]:
-        """Send the claimed head reply from its next part; returns the parts sent and the next claimed head."""
+    def _deliver_head(self, run: _Run, head: OutboxHead,
+                      known: tuple[bytes, ReplyRecord] | None = None) -> tuple[int, OutboxHead | None]:
+        """Send the claimed head reply from its next part; returns the parts sent and the next claimed head. ``known``:
+        a reply as written and decoded; used when the head is those very bytes (the decoding would give it again)."""
         try:
-            record = decode_reply(head.record)
+            record = known[1] if known is not None and head.record == known[0] else decode_reply(head.record)
             if head.part >= len(record.parts):
                 raise EnvelopeError(f"reply has {len(record.parts)} part(s); nothing left at part {head.part}")
         except EnvelopeError as exc:
@@ -154,7 +161,7 @@ class Deliverer:
                     reason = f"outside_window:{exc.code}" if exc.code else "outside_window"
                 self._dead_reply(run, record, str(exc), exc.code, reason=reason)
                 return part - start, self._claim(run, partial(self.store.claim_next, cid, token, lease_ms))
-            metrics.DELIVERIES.labels("sent").inc()
+            _SENT.inc()
             if part == last or sent.rest:
                 return part - start + 1, self._claim(run, partial(
                     self.store.sent_last_claim_next, cid, token, record.reply_id, sent.message_id, lease_ms))

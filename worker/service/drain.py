@@ -49,15 +49,19 @@ log = logging.getLogger("parley.service")
 Claimed = tuple[int, OutboxHead]
 """A delivery already started: the delivery token and the claimed outbox head."""
 
+Written = tuple[bytes, ReplyRecord]
+"""A reply a commit queued, as written to the outbox and as the record it was encoded from."""
+
 
 @dataclass(frozen=True)
 class Drained:
-    """What a drain did: inputs applied, whether its last commit queued a reply (to deliver now), and the
-    delivery that commit started, if it did."""
+    """What a drain did: inputs applied, whether its last commit queued a reply (to deliver now), the delivery that
+    commit started, if it did, and that reply (its delivery need not decode it again)."""
 
     applied: int
     replied: bool = False
     delivery: Claimed | None = None
+    reply: Written | None = None
 
 
 @dataclass
@@ -71,6 +75,7 @@ class _Run:
     applied: int = 0
     replied: bool = False
     delivery: Claimed | None = None  # the delivery the last commit started, if it did
+    reply: Written | None = None  # the reply the last commit queued, when it queued one (see Drained)
     started: float = 0.0  # time.monotonic() when the drain took the lease
     compact: bool = False  # this drain has asked for a compaction already
 
@@ -130,7 +135,7 @@ class Drainer(ModelFailures[_Run]):
             log.warning("lease lost; another worker owns the conversation", extra={"conversation_id": cid})
             return Drained(run.applied if run else 0)
         assert run is not None  # the body ran
-        return Drained(run.applied, run.replied, run.delivery)
+        return Drained(run.applied, run.replied, run.delivery, run.reply)
 
     def ask_compaction(self, run: _Run) -> None:
         """A commit left the state over its compaction threshold: a compact task now, so the summary is computed
@@ -257,19 +262,22 @@ class Drainer(ModelFailures[_Run]):
         last = also[-1] if also else env
         record = ReplyRecord(reply_id=env.message_id, conversation_id=run.cid, recipient=last.recipient or run.cid,
                              parts=split_message(text), reply_to=last.reply_to)
-        done = self._commit(run, version, env, None, record.to_bytes(), {"notice": why, "reply": text},
+        data = record.to_bytes()
+        done = self._commit(run, version, env, None, data, {"notice": why, "reply": text},
                             claim_delivery=self.config.deliver_inline, also=[e.message_id for e in also],
                             record=self.recorder.applied("notice", run.cid, [env, *also], record, why=why))
         metrics.INPUTS.labels(env.kind, "applied").inc(1 + len(also))
         metrics.NOTICES.labels(why).inc()
-        self.after_reply(run, done)
+        self.after_reply(run, done, (data, record))
         return done
 
-    def after_reply(self, run: _Run, done: CommitResult) -> None:
-        """A commit queued a reply: deliver it in this task when the drain ends here, else alongside."""
+    def after_reply(self, run: _Run, done: CommitResult, reply: Written | None = None) -> None:
+        """A commit queued a reply (``reply``, when the caller has it decoded): deliver it in this task when the
+        drain ends here, else alongside."""
         if done.next is None:
             run.replied = True
             run.delivery = done.delivery
+            run.reply = reply
         else:
             self.wake("deliver", run.cid)  # more inputs wait: deliver without holding the next turn up
 

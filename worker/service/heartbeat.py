@@ -16,8 +16,9 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator
-from contextlib import AbstractContextManager, contextmanager
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+from types import TracebackType
 
 from worker import metrics
 from worker.errors import StoreError
@@ -45,13 +46,12 @@ class Beat:
         self.since = now  # the start, or the last commit: the stuck-turn clock
         self.active = True
         self._lock = threading.RLock()
+        self._committing = _Committing(self)
 
-    @contextmanager
-    def committing(self) -> Iterator[None]:
-        """Run a store call that commits (and may give the lease up) with no renewal in parallel."""
-        with self._lock:
-            yield
-            self.since = time.monotonic()
+    def committing(self) -> AbstractContextManager[None]:
+        """Run a store call that commits (and may give the lease up) with no renewal in parallel. The stuck-turn
+        clock restarts when the call returns (not when it raises)."""
+        return self._committing
 
     def end(self) -> None:
         """Renew no more (waits for a renewal in progress)."""
@@ -74,6 +74,47 @@ class Beat:
                 return True
             self.renewed = now
             return self.active
+
+
+class _Committing:
+    """:meth:`Beat.committing` (a class, not a generator: a turn commits twice, and a generator-based context manager
+    costs several times the lock it takes). Holds no state of its own, so one per beat serves every use, nested
+    ones included (the lock is re-entrant)."""
+
+    __slots__ = ("beat",)
+
+    def __init__(self, beat: Beat) -> None:
+        self.beat = beat
+
+    def __enter__(self) -> None:
+        self.beat._lock.acquire()
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        try:
+            if exc_type is None:
+                self.beat.since = time.monotonic()
+        finally:
+            self.beat._lock.release()
+
+
+class _Holding:
+    """:meth:`Heartbeat.holding` (a class for the same reason as :class:`_Committing`: twice a turn)."""
+
+    __slots__ = ("beat", "heartbeat", "release", "renew", "what")
+
+    def __init__(self, heartbeat: Heartbeat, renew: Renew, release: Callable[[], None], what: str) -> None:
+        self.heartbeat, self.renew, self.release, self.what = heartbeat, renew, release, what
+
+    def __enter__(self) -> Beat:
+        self.beat = self.heartbeat.start(self.renew, self.what)
+        return self.beat
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.heartbeat.stop(self.beat)  # first, so no renewal can land after the release below
+        if exc_type is not None:
+            self.release()
 
 
 class Heartbeat:
@@ -102,20 +143,11 @@ class Heartbeat:
                 self._thread.start()
         return beat
 
-    @contextmanager
-    def holding(self, renew: Renew, release: Callable[[], None], what: str) -> Iterator[Beat]:
+    def holding(self, renew: Renew, release: Callable[[], None], what: str) -> AbstractContextManager[Beat]:
         """Keep a lease alive while the body runs. On an error the beat stops first and the lease is given up
         after it (``release``), so no renewal can land after the release and take the lease back; the error goes
         on. The body ends the beat itself when its last commit gave the lease up (see :class:`Beat`)."""
-        beat = self.start(renew, what)
-        try:
-            yield beat
-        except BaseException:
-            self.stop(beat)
-            release()
-            raise
-        finally:
-            self.stop(beat)
+        return _Holding(self, renew, release, what)
 
     def stop(self, beat: Beat) -> None:
         """Stop renewing ``beat``'s lease (it may then be given up safely)."""

@@ -38,6 +38,9 @@ if TYPE_CHECKING:
 log = logging.getLogger("parley.service")
 
 
+# Bound once: looking a labelled child up costs more than the increment (every turn).
+_MESSAGES_APPLIED = metrics.INPUTS.labels("message", "applied")
+
 # What the model reads for a photo that could not be loaded, when other messages of a burst carry the turn.
 UNLOADED_PHOTO = "[The player sent a photo that could not be loaded]"
 
@@ -78,14 +81,15 @@ class TurnRunner:
             trace["merges"] = merges
         trail = self.journal.trail
         trail.usage.add(result.usage)  # the final round (the journal saw only the rounds that called tools)
+        data = record.to_bytes()
         # Inline delivery starts in the commit that ends the drain (if it does): one round trip fewer per reply.
-        done = d._commit(run, version, head.env, result.state, record.to_bytes(), trace,
+        done = d._commit(run, version, head.env, result.state, data, trace,
                          claim_delivery=d.config.deliver_inline, also=[p.id for p in inputs[1:]],
                          resident=result.resident, tokens=trail.usage.total,
                          record=d.recorder.turn(run.cid, [p.env for p in inputs], record, result, trail))
         metrics.TURN_SECONDS.observe(time.perf_counter() - started)
         kinds = [p.env.kind for p in inputs]
-        metrics.INPUTS.labels("message", "applied").inc(kinds.count("message"))
+        _MESSAGES_APPLIED.inc(kinds.count("message"))
         if "event" in kinds:
             metrics.INPUTS.labels("event", "applied").inc(kinds.count("event"))
         metrics.BURST_INPUTS.observe(len(inputs))
@@ -93,7 +97,7 @@ class TurnRunner:
         log.info("turn applied", extra={"conversation_id": run.cid, "message_id": head.id, "kind": "message",
                                         "inputs": len(inputs), "parts": len(record.parts),
                                         "finish": result.finish_reason})
-        d.after_reply(run, done)
+        d.after_reply(run, done, (data, record))
         if result.needs_compaction:
             d.ask_compaction(run)
         return done
