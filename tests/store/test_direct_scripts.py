@@ -83,15 +83,15 @@ def _lose_next_send(store: ConversationStore) -> list[object]:
     """The pooled connection's next command fails as if the server had reset it; returns what it was."""
     pool = store._r.connection_pool
     conn = pool.get_connection()
-    real_send, lost = conn.send_command, []
+    real_send, lost = conn.send_packed_command, []
 
-    def send_once_lost(*args: object, **kwargs: object) -> None:
+    def send_once_lost(command: list[bytes], check_health: bool = True) -> None:
         if not lost:
-            lost.append(args[0])
+            lost.append(b"".join(command).split(b"\r\n")[2])  # the command's name
             raise redis.ConnectionError("connection reset by peer")
-        real_send(*args, **kwargs)
+        real_send(command, check_health)
 
-    conn.send_command = send_once_lost  # type: ignore[method-assign]
+    conn.send_packed_command = send_once_lost  # type: ignore[method-assign]
     pool.release(conn)
     return lost
 
@@ -107,7 +107,7 @@ def test_a_connection_lost_mid_call_follows_the_clients_retry(server: RedisServe
         with pytest.raises(StoreUnavailableError):
             store.accept("447700900007", b"payload", "m2")
         assert _turn(store, "447700900007", 2) == 2  # and the pool's next connection works
-    assert lost == ["EVALSHA"]
+    assert lost == [b"EVALSHA"]
 
 
 def test_a_server_gone_is_an_outage_and_keeps_the_pool_usable(server: RedisServer) -> None:

@@ -20,11 +20,17 @@ Sentinel-managed server). A Cluster client routes by slot and fakeredis has no w
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import redis
 from redis.exceptions import NoScriptError
+
+_hiredis_pack: Callable[[tuple[Any, ...]], bytes] | None
+try:  # a dependency (redis[hiredis]); packing through it directly skips redis-py's per-argument type checks
+    from hiredis import pack_command as _hiredis_pack
+except ImportError:  # pragma: no cover
+    _hiredis_pack = None
 
 
 class DirectScript:
@@ -52,13 +58,19 @@ class DirectScript:
 
     def _send(self, conn: Any, keys: Sequence[Any], args: Sequence[Any]) -> Any:
         try:
-            conn.send_command("EVALSHA", self._script.sha, len(keys), *keys, *args)
-            return conn.read_response()
+            return self._evalsha(conn, keys, args)
         except NoScriptError:
             conn.send_command("SCRIPT", "LOAD", self._script.script)
             self._script.sha = conn.read_response().decode()
-            conn.send_command("EVALSHA", self._script.sha, len(keys), *keys, *args)
-            return conn.read_response()
+            return self._evalsha(conn, keys, args)
+
+    def _evalsha(self, conn: Any, keys: Sequence[Any], args: Sequence[Any]) -> Any:
+        command = ("EVALSHA", self._script.sha, len(keys), *keys, *args)
+        if _hiredis_pack is not None:
+            conn.send_packed_command([_hiredis_pack(command)])
+        else:  # pragma: no cover
+            conn.send_command(*command)
+        return conn.read_response()
 
 
 def register(client: Any, text: str) -> Any:
