@@ -74,8 +74,9 @@ DRAIN_YIELDS = Counter("parley_drain_yields_total",
                        "Drains that handed their conversation back to the queue with inputs still waiting "
                        "(PARLEY_DRAIN_MAX_TURNS / PARLEY_DRAIN_MAX_SECONDS), so other conversations got a turn.")
 REPLICATION_SHORT = Counter("parley_redis_wait_short_total",
-                            "Writes (accept, commit) that fewer replicas than PARLEY_REDIS_WAIT_REPLICAS acknowledged "
-                            "within PARLEY_REDIS_WAIT_TIMEOUT: reported to the caller as an unknown outcome (retried).", ["what"])
+                            "Writes (accept, commit, delivery claim, sent mark) that fewer replicas than "
+                            "PARLEY_REDIS_WAIT_REPLICAS acknowledged within PARLEY_REDIS_WAIT_TIMEOUT: reported to the "
+                            "caller as an unknown outcome (retried).", ["what"])
 DOUBLE_TEXT_MERGES = Counter("parley_double_text_merges_total",
                              "Turns run again because chat messages arrived while the model answered (merge mode).")
 DISCARDED_MODEL_CALLS = Counter("parley_discarded_model_calls_total",

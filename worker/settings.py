@@ -31,9 +31,10 @@ class Settings(BaseSettings):
                                               "`parley demo` starts an embedded Redis; workers use redis://127.0.0.1:6379/0.")
     broker_url: str | None = Field(None, description="Celery broker: Redis (standalone or Sentinel) or RabbitMQ "
                                   "(amqp://...: a quorum queue, publisher confirms). Default: REDIS_URL.")
-    redis_wait_replicas: int = Field(0, ge=0, description="Replicas that must acknowledge each accepted input and "
-                                     "each commit before it counts as done (Redis WAIT). Set 1 with Sentinel, so a "
-                                     "failover cannot lose what a player was already answered; 0 = do not wait.")
+    redis_wait_replicas: int = Field(0, ge=0, description="Replicas that must acknowledge each accepted input, "
+                                     "each commit and each delivery claim and sent mark before it counts as done "
+                                     "(Redis WAIT). Set 1 with Sentinel, so a failover cannot lose what a player was "
+                                     "already answered; 0 = do not wait.")
     redis_wait_timeout: float = Field(1.0, gt=0, description="Seconds a write waits for PARLEY_REDIS_WAIT_REPLICAS; "
                                       "past it the write counts as an unknown outcome (the caller retries; "
                                       "parley_redis_wait_short_total).")

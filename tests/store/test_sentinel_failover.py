@@ -132,3 +132,25 @@ def test_a_write_the_replica_did_not_acknowledge_is_an_unknown_outcome(sentinel:
     assert waited >= 0.25  # the WAIT ran on the writing connection and waited for its timeout
     assert store.inbox_depth(CID) == 2  # it did reach the master: a producer's retry deduplicates on its id
     assert not store.accept(CID, b"p", "i1").accepted
+
+
+def test_a_delivery_claim_waits_for_the_replica_too(sentinel: SentinelSetup) -> None:
+    """A claim marks the part in flight before the send. Not replicated, a failover could drop the mark, and the
+    next deliverer would send the part again without knowing it might have gone (a resend nobody counts); so the
+    claim waits like the commit, and one no replica acknowledged is an unknown outcome the next claim sees."""
+    store = _store(sentinel, timeout=0.3)
+    store.accept(CID, b"p", "i0")
+    begin = store.begin(CID, 10_000)
+    assert begin.snapshot is not None
+    store.commit(CID, begin.token, expected_version=0, input_id="i0", new_state=b"s", reply=b"r")
+    replica = sentinel.procs["b"]
+    os.kill(replica.pid, signal.SIGSTOP)
+    try:
+        with pytest.raises(StoreUnavailableError, match="0 of 1 replicas"):
+            store.begin_delivery(CID, 300)
+    finally:
+        os.kill(replica.pid, signal.SIGCONT)
+    time.sleep(0.4)  # the unacknowledged claim's delivery lease runs out
+    token, head = _retry(lambda: store.begin_delivery(CID, 10_000))
+    assert token is not None and head is not None and head.reply_id == "i0"
+    assert head.crashed_in_window  # the claim did reach the master: its part counts as possibly sent

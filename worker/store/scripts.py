@@ -237,30 +237,38 @@ class Scripts:
 
     # --- outbox ------------------------------------------------------------------------------------
 
+    # The claims and the marks around a send wait for the replicas like the accept and the commit: a claim lost in a
+    # failover would let the next deliverer send the part again without knowing it was in flight (a resend nobody
+    # counts), and a lost sent mark would resend a part the player has.
+
     def begin_delivery(self, *, k: ConversationKeys, lease_ms: int) -> ClaimReply:
-        return ClaimReply.parse(self._begin_delivery(keys=[k.dlease, k.dfence, k.outbox, k.sent, k.inbound],
-                                                     args=[lease_ms]))
+        return ClaimReply.parse(self._replication.call(
+            self._client, self._begin_delivery, keys=[k.dlease, k.dfence, k.outbox, k.sent, k.inbound],
+            args=[lease_ms], what="claim"))
 
     def claim_next(self, *, k: ConversationKeys, token: int, lease_ms: int) -> ClaimReply:
-        return ClaimReply.parse(self._claim_next(keys=[k.dfence, k.outbox, k.sent, k.dlease, k.inbound],
-                                                 args=[token, lease_ms]))
+        return ClaimReply.parse(self._replication.call(
+            self._client, self._claim_next, keys=[k.dfence, k.outbox, k.sent, k.dlease, k.inbound],
+            args=[token, lease_ms], what="claim"))
 
     def sent_last_claim_next(self, *, k: ConversationKeys, token: int, reply_id: str, provider_id: str,
                              delivered_max: int, lease_ms: int, record: RecordArgs) -> ClaimReply:
-        return ClaimReply.parse(self._sent_last(
+        return ClaimReply.parse(self._replication.call(
+            self._client, self._sent_last, what="sent",
             keys=[k.dfence, k.outbox, k.sent, k.delivered, k.dlease, record.stream, record.dropped, k.inbound],
             args=[token, reply_id, provider_id, delivered_max, lease_ms, record.entry, record.max]))
 
     def mark_inflight(self, *, k: ConversationKeys, token: int, reply_id: str, part: int) -> int:
-        return int(self._mark_inflight(keys=[k.dfence, k.sent], args=[token, reply_id, part]))
+        return int(self._replication.call(self._client, self._mark_inflight, keys=[k.dfence, k.sent],
+                                          args=[token, reply_id, part], what="claim"))
 
     def clear_inflight(self, *, k: ConversationKeys, token: int) -> int:
         return int(self._clear_inflight(keys=[k.dfence, k.sent], args=[token]))
 
     def mark_sent(self, *, k: ConversationKeys, token: int, reply_id: str, part: int, provider_id: str,
                   lease_ms: int) -> int:
-        return int(self._mark_sent(keys=[k.dfence, k.outbox, k.sent, k.dlease],
-                                   args=[token, reply_id, part, provider_id, lease_ms]))
+        return int(self._replication.call(self._client, self._mark_sent, keys=[k.dfence, k.outbox, k.sent, k.dlease],
+                                          args=[token, reply_id, part, provider_id, lease_ms], what="sent"))
 
     def dead_reply(self, *, k: ConversationKeys, token: int, reply_id: str, dead_entry: bytes, dead_max: int,
                    record: RecordArgs) -> int:
