@@ -60,7 +60,7 @@ def test_a_message_refused_for_a_full_mailbox_still_opened_the_window(client: re
 def test_every_claim_reads_it_with_the_head(store: ConversationStore) -> None:
     """The deliverer learns the window's clock from the claim itself (no round trip of its own): the commit that
     starts a delivery, begin_delivery, claim_next and the claim after a sent reply all carry it, equal to what
-    last_inbound says, and a claim with no message known says so (None, but read)."""
+    last_inbound says, and a claim with no message known says None."""
     store.accept(CID, b"event", "evt-1")  # not from the player: the window stays unknown
     lease = store.begin(CID, 10_000)
     assert lease.snapshot is not None
@@ -68,7 +68,7 @@ def test_every_claim_reads_it_with_the_head(store: ConversationStore) -> None:
                            claim_delivery_ms=10_000)
     assert started.delivery is not None
     token, head = started.delivery
-    assert head.inbound_read and head.last_inbound is None
+    assert head.last_inbound is None
     store.accept(CID, b"m1", "wamid.1", inbound=True)
     store.accept(CID, b"m2", "wamid.2", inbound=True)
     at = store.last_inbound(CID)
@@ -77,10 +77,10 @@ def test_every_claim_reads_it_with_the_head(store: ConversationStore) -> None:
     handed_on = store.commit(CID, lease.token, expected_version=1, input_id="wamid.1", new_state=b"s", reply=b"r2")
     assert handed_on.next is not None  # wamid.2 waits: the lease stays ours for it
     nxt = store.sent_last_claim_next(CID, token, head.reply_id, "wamid.out1", 10_000)
-    assert nxt is not None and nxt.reply_id == "wamid.1" and nxt.inbound_read and nxt.last_inbound == at
+    assert nxt is not None and nxt.reply_id == "wamid.1" and nxt.last_inbound == at
     store.release_delivery(CID, token)
     token2, again = store.begin_delivery(CID, 10_000)
-    assert token2 is not None and again is not None and again.inbound_read and again.last_inbound == at
+    assert token2 is not None and again is not None and again.last_inbound == at
     store.dead_letter_reply(CID, token2, again.reply_id, b"dead", "test")
     store.commit(CID, lease.token, expected_version=2, input_id="wamid.2", new_state=b"s", reply=b"r3")
     claimed = store.claim_next(CID, token2, 10_000)

@@ -142,8 +142,8 @@ def test_channels_without_a_window_send_whatever_the_time() -> None:
 
 def test_the_window_is_read_with_the_claim_not_in_a_round_trip_of_its_own(api: FakeWhatsApp,
                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
-    """The claim that hands the deliverer a reply also reads when the player last wrote; the deliverer asks the
-    store separately only for a head built without that read."""
+    """The claim that hands the deliverer a reply also reads when the player last wrote: the deliverer never asks
+    the store for it separately."""
     h = whatsapp(api, Template("game_update"))
     reads: list[str] = []
     real = h.store.last_inbound

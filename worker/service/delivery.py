@@ -107,13 +107,7 @@ class Deliverer:
             provider_id = self.crashed.settle(run.cid, run.token, record.reply_id, head.part)  # or RetryLater
             if provider_id is not None:
                 return self._skip_sent_part(run, record, head, provider_id)
-        return self._send_record(run, record, head.part, self._last_inbound(run.cid, head))
-
-    def _last_inbound(self, cid: str, head: OutboxHead) -> float | None:
-        """When the player last wrote, for a windowed channel: as the claim read it, else from the store."""
-        if self.windowed is None:
-            return None
-        return head.last_inbound if head.inbound_read else self.store.last_inbound(cid)
+        return self._send_record(run, record, head.part, head.last_inbound)
 
     def _skip_sent_part(self, run: _Run, record: ReplyRecord, head: OutboxHead,
                         provider_id: str) -> tuple[int, OutboxHead | None]:
@@ -125,13 +119,14 @@ class Deliverer:
                                                provider_id, lease_ms))
         self.store.mark_sent(cid, token, record.reply_id, part, provider_id, lease_ms)
         self.store.mark_inflight(cid, token, record.reply_id, part + 1)
-        return self._send_record(run, record, part + 1, self._last_inbound(cid, head))
+        return self._send_record(run, record, part + 1, head.last_inbound)
 
     def _send_record(self, run: _Run, record: ReplyRecord, start: int,
                      inbound: float | None) -> tuple[int, OutboxHead | None]:
         """Send ``record`` from part ``start`` (already claimed: marked in flight); returns the parts sent and
         the next claimed head (None when the outbox is empty and the lease was given up). ``inbound``: when the
-        player last wrote, read once a reply (the time only moves forward, so a stale read can only be stricter)."""
+        player last wrote, as the claim read it (the time only moves forward, so a stale read can only be stricter);
+        only a windowed channel looks at it."""
         cid, token, lease_ms = run.cid, run.token, self.config.lease_ms
         last = len(record.parts) - 1
         for part in range(start, len(record.parts)):

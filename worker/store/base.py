@@ -81,15 +81,13 @@ class OutboxHead:
     sent: a worker died between the send and the mark (or just before the send), so the part may already have
     reached the user. ``last_inbound`` is when the player last wrote (seconds since the epoch; None when no
     message is known), read with the claim: the customer-service window the send must respect. It can only be
-    older than the truth by the time the send takes (the time only moves forward), so it errs on the strict side.
-    ``inbound_read`` is False for a head built without that read: ask the store."""
+    older than the truth by the time the send takes (the time only moves forward), so it errs on the strict side."""
 
     record: bytes
     reply_id: str
     part: int
     crashed_in_window: bool
-    last_inbound: float | None = None
-    inbound_read: bool = False
+    last_inbound: float | None
 
 
 @dataclass(frozen=True)
@@ -180,7 +178,7 @@ def join_entry(entry_id: str, payload: bytes) -> bytes:
 def claimed(reply: ClaimReply) -> OutboxHead:
     rid, payload = split_entry(reply.entry or b"")
     inbound = None if reply.inbound_ms is None else reply.inbound_ms / 1000
-    return OutboxHead(payload, rid, reply.part, reply.crashed, inbound, inbound_read=True)
+    return OutboxHead(payload, rid, reply.part, reply.crashed, inbound)
 
 
 def store_errors(fn: Callable[..., T]) -> Callable[..., T]:
