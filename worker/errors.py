@@ -28,11 +28,14 @@ The tree::
     │   └── InboxFullError              (also an InputError)
     ├── DeliveryError
     │   ├── DeliveryRetryableError      (retryable)
-    │   └── DeliveryPermanentError
-    │       └── OutsideWindowError
+    │   │   └── SendOutcomeUnknownError
+    │   ├── DeliveryPermanentError
+    │   │   └── OutsideWindowError
+    │   └── WhatsAppTokenError          (retryable: held until the token works)
     ├── MediaError
     │   ├── MediaRejectedError          (permanent)
     │   └── MediaUnavailableError       (retryable; also a ModelUnavailableError)
+    │       └── MediaTokenError         (held until the token works)
     └── RecordError
         └── DatabaseUnavailableError    (retryable)
 
@@ -210,6 +213,12 @@ class DeliveryRetryableError(DeliveryError):
         self.retry_after = retry_after
 
 
+class SendOutcomeUnknownError(DeliveryRetryableError):
+    """Raised when a send timed out after the request went out (or was answered 200 without a message id): it may
+    have reached WhatsApp. The deliverer treats the part as one a crash left in flight (status webhooks decide when
+    they are on; otherwise the resend is counted in ``parley_duplicate_send_window_total``)."""
+
+
 class DeliveryPermanentError(DeliveryError):
     """Raised when the channel refused the message for good (131047 outside the 24-hour window, bad recipient,
     expired token); the reply is dead-lettered with the reason."""
@@ -219,6 +228,19 @@ class OutsideWindowError(DeliveryPermanentError):
     """Raised when a WhatsApp reply falls outside the 24-hour customer-service window (the player's last message is
     older, or the API answered 131047) and no template is configured to send instead; the reply is dead-lettered
     with the reason ``outside_window``. ``code`` is 131047 when the API said so, None when no call was made."""
+
+
+class WhatsAppTokenError(DeliveryError):
+    """Raised when WhatsApp rejects the access token (error code 190, or a 401 without a code). No reply is at
+    fault: deliveries are held (never dead-lettered) and retried with backoff until the token works again;
+    ``parley_whatsapp_token_rejected`` is 1 meanwhile. ``refusals`` is how many refusals in a row this process saw."""
+
+    retryable = True
+
+    def __init__(self, message: str, *, code: int | None = None, status: int | None = None,
+                 refusals: int = 1) -> None:
+        super().__init__(message, code=code, status=status)
+        self.refusals = refusals
 
 
 class InboxFullError(StoreError, InputError):
@@ -252,6 +274,11 @@ class MediaUnavailableError(MediaError, ModelUnavailableError):
     dead-lettered), which is what a media outage needs too. ``provider`` is ``"whatsapp-media"``."""
 
     retryable = True
+
+
+class MediaTokenError(MediaUnavailableError):
+    """Raised when the media endpoints reject the access token (error code 190, or a 401 without a code). The
+    photo is not at fault: the drain holds the input (no retry budget, no dead letter) until the token works."""
 
 
 class RecordError(ParleyError):

@@ -108,3 +108,10 @@ RECORD_DROPPED = Gauge("parley_record_dropped_total", "Record entries the stream
                        "(PARLEY_RECORD_STREAM_MAX; the exporter was down or behind), since the streams began.")
 EXPORT_ERRORS = Counter("parley_exporter_errors_total", "Export passes that failed (database or Redis unavailable); the "
                         "stream is left as it was and the pass is tried again.", ["what"])
+WHATSAPP_TOKEN_REJECTED = Gauge("parley_whatsapp_token_rejected",
+                                "1 while WhatsApp rejects the access token (error code 190, or a 401 without a "
+                                "code): replies and photo fetches are held, nothing is dead-lettered; 0 again after "
+                                "the next send or fetch it accepts.")
+WHATSAPP_TOKEN_REFUSALS = Counter("parley_whatsapp_token_refusals_total",
+                                  "WhatsApp calls refused for the access token, by what was held: send (a reply "
+                                  "part) or media (a photo fetch).", ["what"])

@@ -182,11 +182,13 @@ def build_media_preparer(settings: Settings, model: Model) -> MediaPreparer:
     reads = bool(getattr(model, "reads_images", False))  # a model from outside may predate the attribute
     fetcher = None
     if settings.whatsapp_access_token and reads:
-        from worker.delivery.media import CloudMediaFetcher
+        from worker.delivery.media import CloudMediaFetcher, MediaHosts
 
         fetcher = CloudMediaFetcher(settings.whatsapp_api_base_url, settings.whatsapp_access_token.get_secret_value(),
-                                    settings.media_max_bytes)
-    return MediaPreparer(fetcher, reads_images=reads, unsupported_reply=settings.unsupported_reply)
+                                    settings.media_max_bytes,
+                                    hosts=MediaHosts.of(settings.media_hosts, settings.media_allow_http))
+    return MediaPreparer(fetcher, reads_images=reads, unsupported_reply=settings.unsupported_reply,
+                         turn_max_bytes=settings.media_turn_max_bytes)
 
 
 def service_config(settings: Settings) -> ServiceConfig:

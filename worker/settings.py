@@ -187,6 +187,16 @@ class Settings(BaseSettings):
                                                   "(the model knows where the player is) or a chat turn (answered).")
     media_max_bytes: int = Field(5 * 1024 * 1024, gt=0, description="Largest image fetched from the Cloud API for "
                                  "the model; larger ones are refused and answered with unsupported_reply.")
+    media_turn_max_bytes: int = Field(8 * 1024 * 1024, gt=0, description="Bytes of photos one turn may fetch and "
+                                      "hold (a burst may carry many); the photos past it are not fetched and the "
+                                      "model reads that a photo came that could not be loaded.")
+    # NoDecode: a comma list, as a person writes it, not JSON.
+    media_hosts: Annotated[list[str], NoDecode] = Field(["lookaside.fbsbx.com"], min_length=1, description="Hosts "
+                                                        "a photo is downloaded from (the access token goes with the "
+                                                        "download), comma-separated; `*.example.com` for "
+                                                        "subdomains. Over https only; any other host is refused.")
+    media_allow_http: bool = Field(False, description="Tests only: let photo downloads use plain http to a loopback "
+                                   "address (a local stand-in for Meta). Never to any other address.")
     unsupported_reply: str = Field("Sorry, I can only read text messages, locations and photos.",
                                    description="Short answer to a voice note, video, document, sticker, contact, "
                                                "unsupported or unknown message (and a photo the model cannot read "
@@ -302,6 +312,14 @@ class Settings(BaseSettings):
             return v
         steps = [p.strip().lower() for p in v.split(",") if p.strip()]
         return steps or None
+
+    @field_validator("media_hosts", mode="before")
+    @classmethod
+    def _split_hosts(cls, v: object) -> object:
+        """``lookaside.fbsbx.com, *.example.com`` -> a list of host names."""
+        if not isinstance(v, str):
+            return v
+        return [p.strip() for p in v.split(",") if p.strip()]
 
     @field_validator("reset_phrases", mode="before")
     @classmethod

@@ -13,8 +13,9 @@ from prometheus_client import REGISTRY
 
 from tests.support.fake_whatsapp import FakeWhatsApp
 from worker.delivery.channel import ConsoleChannel, ReadReceipts, RecordingChannel, WebhookChannel
+from worker.delivery.token import ACCEPTED_LOG, REJECTED_LOG, TokenHealth
 from worker.delivery.whatsapp import WhatsAppSender, classify_error, is_bsuid
-from worker.errors import DeliveryPermanentError, DeliveryRetryableError
+from worker.errors import DeliveryPermanentError, DeliveryRetryableError, SendOutcomeUnknownError, WhatsAppTokenError
 
 FIXTURES = pathlib.Path(__file__).resolve().parents[3] / "shared" / "fixtures" / "whatsapp"
 SEND_FIXTURES = sorted(FIXTURES.glob("send_*.json")) if FIXTURES.is_dir() else []
@@ -62,7 +63,7 @@ def test_business_scoped_user_ids_go_in_recipient(api: FakeWhatsApp) -> None:
 
 @pytest.mark.parametrize(("code", "status", "retryable"), [
     (130429, 400, True), (130429, 429, True), (131056, 400, True), (4, 429, True), (80007, 400, True),
-    (131047, 400, False), (131026, 400, False), (100, 400, False), (190, 401, False), (131000, 500, True),
+    (131047, 400, False), (131026, 400, False), (100, 400, False), (131000, 500, True),
     (999999, 400, False), (999999, 503, True),
 ])
 def test_errors_are_classified_by_code(api: FakeWhatsApp, code: int, status: int, retryable: bool) -> None:
@@ -70,6 +71,56 @@ def test_errors_are_classified_by_code(api: FakeWhatsApp, code: int, status: int
     with pytest.raises(DeliveryRetryableError if retryable else DeliveryPermanentError) as info:
         sender(api).send_text("447700900123", "x")
     assert info.value.code == code and info.value.status == status
+
+
+@pytest.mark.parametrize(("status", "body"), [
+    (401, {"error": {"message": "Error validating access token", "type": "OAuthException", "code": 190}}),
+    (400, {"error": {"message": "Error validating access token", "type": "OAuthException", "code": 190,
+                     "error_subcode": 463}}),
+    (401, {"error": {"message": "Unauthorized"}}),  # a 401 without a code (a proxy, an older revision)
+    (401, None),
+])
+def test_a_rejected_token_is_its_own_error_neither_retried_nor_permanent(status: int, body: object) -> None:
+    err = classify_error(status, body, {})
+    assert isinstance(err, WhatsAppTokenError)
+    assert not isinstance(err, DeliveryRetryableError | DeliveryPermanentError)
+
+
+def test_the_token_alarm_says_so_once_per_change_of_state(api: FakeWhatsApp, caplog: pytest.LogCaptureFixture) -> None:
+    health = TokenHealth()
+    s = sender(api, token=health)
+    api.fail(190, status=401, times=5)
+    gauge = "parley_whatsapp_token_rejected"
+    with caplog.at_level("WARNING", logger="parley.delivery"):
+        for n in range(1, 6):
+            with pytest.raises(WhatsAppTokenError) as info:
+                s.send_text("447700900123", "x")
+            assert info.value.refusals == n and REGISTRY.get_sample_value(gauge) == 1
+        s.send_text("447700900123", "x")
+        s.send_text("447700900123", "y")
+    assert REGISTRY.get_sample_value(gauge) == 0
+    said = [r.getMessage() for r in caplog.records if r.name == "parley.delivery"]
+    assert len(said) == 2 and said[0].startswith(REJECTED_LOG) and said[1].startswith(ACCEPTED_LOG)
+    assert "5 refusals" in said[1]
+
+
+def test_a_timeout_after_the_send_went_out_is_an_unknown_outcome(api: FakeWhatsApp) -> None:
+    api.delay = 1.0
+    with pytest.raises(SendOutcomeUnknownError):
+        sender(api, timeout=0.2).send_text("447700900123", "x")
+
+
+def test_a_connect_timeout_is_plainly_retryable() -> None:
+    import httpx
+
+    def refuse(request: httpx.Request) -> httpx.Response:
+        raise httpx.ConnectTimeout("no route", request=request)
+
+    s = WhatsAppSender(phone_number_id="1", access_token="t", base_url="http://127.0.0.1:9/v21.0",
+                       transport=httpx.MockTransport(refuse))
+    with pytest.raises(DeliveryRetryableError) as info:
+        s.send_text("447700900123", "x")
+    assert not isinstance(info.value, SendOutcomeUnknownError)
 
 
 def test_timeouts_and_unreachable_are_retryable(api: FakeWhatsApp) -> None:
@@ -100,8 +151,11 @@ def test_real_send_payloads(path: pathlib.Path) -> None:
         return
     err = classify_error(status, payload, {})
     code = path.stem.split("_")[2]
-    expected_retryable = code in ("130429", "131056", "4")
-    assert err.retryable is expected_retryable, (path.name, err)
+    if code == "190":  # a rejected token holds deliveries: neither a retry of the reply nor a dead letter
+        assert isinstance(err, WhatsAppTokenError), (path.name, err)
+    else:
+        expected_retryable = code in ("130429", "131056", "4")
+        assert err.retryable is expected_retryable, (path.name, err)
     assert str(err.code) == code
 
 

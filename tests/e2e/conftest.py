@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import pytest
 
 from tests.support.fake_openai import FakeOpenAI
-from tests.support.fake_whatsapp import FakeWhatsApp
+from tests.support.fake_whatsapp import MEDIA_ENV, FakeWhatsApp
 from tests.support.rabbitmq import rabbitmq_vhost
 from tests.support.redis_sentinel import SentinelSetup, start_sentinel
 from tests.support.redis_server import RedisServer, start_redis
@@ -74,7 +74,7 @@ def cluster_env(redis_url: str, llm: FakeOpenAI, wa: FakeWhatsApp, extra: dict[s
         PARLEY_MAX_RETRY_DELAY="4",
         # These suites send a player many replies within seconds; at Meta's pair rate (the default) the later ones
         # would wait minutes. tests/e2e/test_pacing.py is where the pace is tested.
-        **{"PARLEY_WHATSAPP_RECIPIENT_PER_MINUTE": "600", **extra},
+        **{"PARLEY_WHATSAPP_RECIPIENT_PER_MINUTE": "600", **MEDIA_ENV, **extra},
     )
 
 

@@ -24,6 +24,12 @@ from typing import Any
 
 from tests.support.loopback import LoopbackServer
 
+#: The settings that let a worker download photos from this stand-in (plain http to 127.0.0.1): an explicit test
+#: configuration, never a default (the default is https to Meta's media host only).
+MEDIA_SETTINGS: dict[str, Any] = {"media_hosts": ["127.0.0.1"], "media_allow_http": True}
+#: The same, as the environment of a worker process.
+MEDIA_ENV = {"PARLEY_MEDIA_HOSTS": "127.0.0.1", "PARLEY_MEDIA_ALLOW_HTTP": "true"}
+
 
 @dataclass
 class RateLimit:
@@ -47,7 +53,9 @@ class FakeMedia:
     ``declared_size``: the ``file_size`` the JSON claims (default: the truth). ``stream``: send the bytes without a
     Content-Length, in 64 KiB chunks, ``repeat`` times over (a server that lies and never stops).
     ``content_length``: the header to send instead of the truth. ``info_error`` / ``download_error``:
-    ``(status, payload)`` to answer instead. ``delay``: seconds before the download answers.
+    ``(status, payload)`` to answer instead. ``delay``: seconds before the download answers. ``url``: the download
+    URL the JSON names instead of this server's. ``redirect``: answer the download (or, with an ``info_error`` of
+    302, the JSON request) with a 302 to this URL.
     """
 
     data: bytes
@@ -59,6 +67,8 @@ class FakeMedia:
     info_error: tuple[int, Any] | None = None
     download_error: tuple[int, Any] | None = None
     delay: float = 0.0
+    url: str | None = None
+    redirect: str | None = None
 
 
 class FakeWhatsApp:
@@ -206,8 +216,8 @@ class FakeWhatsApp:
             return 400, {"error": {"message": "Unsupported get request. Object with ID does not exist",
                                    "type": "GraphMethodException", "code": 100, "fbtrace_id": "x"}}, {}
         if item.info_error is not None:
-            return item.info_error[0], item.info_error[1], {}
-        return 200, {"messaging_product": "whatsapp", "url": f"{self.http.url}/download/{media_id}",
+            return item.info_error[0], item.info_error[1], {"Location": item.redirect} if item.redirect else {}
+        return 200, {"messaging_product": "whatsapp", "url": item.url or f"{self.http.url}/download/{media_id}",
                      "mime_type": item.mime_type, "sha256": hashlib.sha256(item.data).hexdigest(),
                      "file_size": item.declared_size if item.declared_size is not None else len(item.data),
                      "id": media_id}, {}
@@ -217,6 +227,8 @@ class FakeWhatsApp:
         if item is None:
             return 404, b"not found", {}
         time.sleep(item.delay)
+        if item.redirect is not None and item.info_error is None:
+            return 302, b"", {"Location": item.redirect}
         if item.download_error is not None:
             return item.download_error[0], item.download_error[1], {}
         headers = {"Content-Type": item.mime_type}

@@ -280,7 +280,7 @@ class Pictures:
     def __init__(self, **pictures: bytes) -> None:
         self.pictures, self.fetched = pictures, []  # type: ignore[var-annotated]
 
-    def fetch(self, media_id: str) -> Attachment:
+    def fetch(self, media_id: str, max_bytes: int | None = None) -> Attachment:
         self.fetched.append(media_id)
         if media_id not in self.pictures:
             raise MediaRejectedError("unknown media id", reason="refused", status=400)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.support.fake_whatsapp import FakeWhatsApp
+from tests.support.fake_whatsapp import MEDIA_SETTINGS, FakeWhatsApp
 from worker import metrics
 from worker.conversation.chat import Chat
 from worker.conversation.messages import MediaRef
@@ -34,7 +34,7 @@ class Fetcher:
         self.outcome = outcome
         self.asked: list[str] = []
 
-    def fetch(self, media_id: str) -> Attachment:
+    def fetch(self, media_id: str, max_bytes: int | None = None) -> Attachment:
         self.asked.append(media_id)
         if isinstance(self.outcome, Exception):
             raise self.outcome
@@ -97,7 +97,7 @@ def test_built_from_settings_with_the_real_fetcher_against_the_fake_cloud_api() 
     try:
         wa.add_media("777", b"\x89PNG pixels", "image/png")
         settings = Settings(_env_file=None, whatsapp_api_base_url=wa.base_url, whatsapp_access_token="tok",  # type: ignore[call-arg]
-                            media_max_bytes=1024, unsupported_reply=SORRY)
+                            media_max_bytes=1024, unsupported_reply=SORRY, **MEDIA_SETTINGS)
         preparer = build_media_preparer(settings, ScriptedModel(reads_images=True))
         assert isinstance(preparer.fetcher, CloudMediaFetcher) and preparer.fetcher.max_bytes == 1024
         prepared = preparer.prepare(photo(""))

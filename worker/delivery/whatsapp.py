@@ -2,8 +2,14 @@
 
 Errors are classified by ``error.code``, not by HTTP status: Meta documents 400 for throttling codes
 (130429, 131056) in current revisions and 429 in older ones. Throttling, transient and 5xx failures are
-retryable; a message outside the 24-hour window (131047), an undeliverable recipient (131026), an invalid
-parameter (100) or an expired token (190) are permanent.
+retryable; a message outside the 24-hour window (131047), an undeliverable recipient (131026) or an invalid
+parameter (100) are permanent. A rejected access token (190, or a 401 without a code) is neither: it is
+:class:`~worker.errors.WhatsAppTokenError`, which holds deliveries until the token works (see
+:mod:`worker.delivery.token`).
+
+A send that timed out once the request was on its way (a read or write timeout), or that was answered 200 without a
+message id, may have reached Meta: it raises :class:`~worker.errors.SendOutcomeUnknownError`, and the deliverer
+treats the part as one a crash left in flight. A connect or pool timeout never sent anything: plainly retryable.
 
 Replies go through :meth:`WhatsAppSender.send_reply`, which keeps the 24-hour customer-service window (see
 :mod:`worker.delivery.window`): outside it, or when the API answers 131047, the rest of the reply goes as the
@@ -26,8 +32,16 @@ import httpx
 
 from worker import metrics
 from worker.delivery.channel import Pace, Sent
+from worker.delivery.token import TOKEN, TokenHealth
 from worker.delivery.window import ServiceWindow
-from worker.errors import DeliveryError, DeliveryPermanentError, DeliveryRetryableError, OutsideWindowError
+from worker.errors import (
+    DeliveryError,
+    DeliveryPermanentError,
+    DeliveryRetryableError,
+    OutsideWindowError,
+    SendOutcomeUnknownError,
+    WhatsAppTokenError,
+)
 from worker.httppool import ClientPool, single_connection, tls_context
 from worker.retry_after import parse_retry_after
 
@@ -42,9 +56,11 @@ log = logging.getLogger("parley.delivery")
 RETRYABLE_CODES = frozenset({
     1, 2, 4, 17, 32, 613, 80007, 130429, 131000, 131016, 131048, 131056, 131057, 133004, 133016,
 })
+# "Error validating access token": expired, revoked or wrong. Held until the token works, never dead-lettered.
+TOKEN_REJECTED = 190
 # Codes that will fail the same way again: dead-letter with the reason.
 PERMANENT_CODES = frozenset({
-    0, 3, 10, 100, 190, 200, 368, 131005, 131008, 131009, 131021, 131026, 131030, 131031, 131042, 131045,
+    0, 3, 10, 100, 200, 368, 131005, 131008, 131009, 131021, 131026, 131030, 131031, 131042, 131045,
     131047, 131049, 131051, 131052, 131053, 131062, 132000, 132001, 132005, 132007, 132012, 132015, 132016,
     133000, 133010,
 })
@@ -90,6 +106,8 @@ def classify_error(status: int, body: Any, headers: Any = None) -> DeliveryError
         details = str(err["error_data"].get("details", ""))
     text = " — ".join(x for x in (message or f"HTTP {status}", details) if x)
     retry_after = _retry_after(headers)
+    if code == TOKEN_REJECTED or (code is None and status == 401):
+        return WhatsAppTokenError(text, code=code, status=status)
     if code is not None and code in RETRYABLE_CODES:
         return DeliveryRetryableError(text, code=code, status=status, retry_after=retry_after)
     if code is not None and code in PERMANENT_CODES:
@@ -119,14 +137,17 @@ class WhatsAppSender:
 
     Each send leases a client from the sender's pool (see :mod:`worker.httppool`), so threads and greenlets share it.
     ``send_text`` returns the message id (wamid) or raises :class:`DeliveryRetryableError` /
-    :class:`DeliveryPermanentError`.
+    :class:`DeliveryPermanentError` / :class:`WhatsAppTokenError`. ``token`` is told of every send the API refused
+    for the token and of every send it accepted (default: the process's :data:`~worker.delivery.token.TOKEN`).
     """
 
     def __init__(self, *, phone_number_id: str, access_token: str, base_url: str = DEFAULT_BASE_URL,
                  timeout: float = 15.0, connect_timeout: float = 5.0, transport: httpx.BaseTransport | None = None,
-                 window: ServiceWindow | None = None, clock: Callable[[], float] = time.time) -> None:
+                 window: ServiceWindow | None = None, clock: Callable[[], float] = time.time,
+                 token: TokenHealth | None = None) -> None:
         self.phone_number_id = phone_number_id
         self.window = window or ServiceWindow()
+        self.token = token or TOKEN
         self._clock = clock
         self.url = f"{base_url.rstrip('/')}/{phone_number_id}/messages"
         headers = {"Authorization": f"Bearer {access_token}", "Content-Type": "application/json"}
@@ -193,9 +214,11 @@ class WhatsAppSender:
         try:
             with self._clients.lease() as client:
                 response = client.post(self.url, json=body)
+        except (httpx.ConnectTimeout, httpx.PoolTimeout) as exc:
+            raise DeliveryRetryableError(f"WhatsApp API timed out before the send: {exc}") from exc
         except httpx.TimeoutException as exc:
-            # The request may or may not have reached Meta; a resend may duplicate (counted by the caller).
-            raise DeliveryRetryableError(f"WhatsApp API timed out: {exc}") from exc
+            # The request may have reached Meta: the deliverer settles it as a crash would have left it.
+            raise SendOutcomeUnknownError(f"WhatsApp API timed out after the send went out: {exc}") from exc
         except httpx.HTTPError as exc:
             raise DeliveryRetryableError(f"WhatsApp API unreachable: {exc}") from exc
         try:
@@ -203,12 +226,18 @@ class WhatsAppSender:
         except ValueError:
             payload = None
         if response.status_code != 200:
-            raise classify_error(response.status_code, payload, response.headers)
+            err = classify_error(response.status_code, payload, response.headers)
+            if isinstance(err, WhatsAppTokenError):
+                err.refusals = self.token.refused("send", str(err))
+            elif err.code is not None and response.status_code < 500:
+                self.token.accepted()  # Meta's own error about the message: the token passed its check
+            raise err
+        self.token.accepted()
         try:
             return str(payload["messages"][0]["id"])  # type: ignore[index]
         except (TypeError, KeyError, IndexError):
-            # 200 without a message id: we cannot tell whether it was accepted. Retrying may duplicate.
-            raise DeliveryRetryableError("WhatsApp API answered 200 without a message id", status=200) from None
+            # 200 without a message id: we cannot tell whether it was accepted. Resending may duplicate.
+            raise SendOutcomeUnknownError("WhatsApp API answered 200 without a message id", status=200) from None
 
     def mark_read(self, message_id: str, *, typing: bool) -> None:
         """Mark an inbound message (and, on WhatsApp's side, the earlier ones of the chat) read; with ``typing``

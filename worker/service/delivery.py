@@ -10,11 +10,19 @@ The platform's rules: a windowed channel (WhatsApp) is given the player's last m
 between the text, the template and :class:`~worker.errors.OutsideWindowError` (dead-lettered as ``outside_window``);
 every API call first waits for the shared pace (:mod:`worker.service.pacing`), whose long waits end the delivery
 with :class:`RetryLater` without counting a failure.
+
+Two failures are not the reply's: a rejected access token (:class:`~worker.errors.WhatsAppTokenError`) holds the
+conversation's delivery, nothing counted against the reply and nothing dead-lettered, retried with backoff (up to
+``max_retry_delay``) until the token works, when delivery resumes in order (the alarm is
+:mod:`worker.delivery.token`'s). A send whose outcome is unknown (:class:`~worker.errors.SendOutcomeUnknownError`: it
+timed out after the request went out) keeps its in-flight mark, so the next attempt settles it as a crash-window part
+(:mod:`worker.service.inflight`) instead of resending it at once.
 """
 
 from __future__ import annotations
 
 import logging
+import random
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -23,7 +31,14 @@ from functools import partial
 from worker import metrics
 from worker.delivery.channel import Channel, Sent, WindowedChannel
 from worker.envelopes import DeadLetter, ReplyRecord, decode_reply, part_callback
-from worker.errors import DeliveryPermanentError, DeliveryRetryableError, EnvelopeError, OutsideWindowError
+from worker.errors import (
+    DeliveryPermanentError,
+    DeliveryRetryableError,
+    EnvelopeError,
+    OutsideWindowError,
+    SendOutcomeUnknownError,
+    WhatsAppTokenError,
+)
 from worker.service.config import RetryLater, ServiceConfig
 from worker.service.heartbeat import Beat, Heartbeat
 from worker.service.inflight import CrashedSends
@@ -139,9 +154,14 @@ class Deliverer:
             except RetryLater:  # the pace: nothing went out, and our own pacing is no failure of the reply
                 self.store.clear_inflight(cid, token)
                 raise
-            except DeliveryRetryableError as exc:
+            except WhatsAppTokenError as exc:  # refused before it went anywhere; the operator's to fix, not the reply's
                 self.store.clear_inflight(cid, token)
-                metrics.DELIVERIES.labels("retry").inc()
+                metrics.DELIVERIES.labels("held").inc()
+                raise RetryLater(f"WhatsApp rejected the access token: {exc}", self._held_for(exc)) from exc
+            except DeliveryRetryableError as exc:
+                if not isinstance(exc, SendOutcomeUnknownError):
+                    self.store.clear_inflight(cid, token)  # else kept: the next attempt settles it as a crash's
+                metrics.DELIVERIES.labels("unknown" if isinstance(exc, SendOutcomeUnknownError) else "retry").inc()
                 failures = self.store.note_delivery_failure(cid, token, record.reply_id)
                 if failures < self.config.delivery_max_attempts:
                     raise RetryLater(f"channel unavailable: {exc}",
@@ -175,6 +195,12 @@ class Deliverer:
         pace()
         return Sent(self.channel.send_text(record.recipient, record.parts[part], reply_to=reply_to,
                                            callback_data=callback))
+
+    def _held_for(self, exc: WhatsAppTokenError) -> float:
+        """Seconds until the held delivery probes the token again: exponential in the refusals in a row, with
+        jitter (so held conversations do not all probe at once), up to ``max_retry_delay``."""
+        backoff = min(self.config.max_retry_delay, 2.0 ** min(exc.refusals, 10))
+        return backoff * (0.5 + random.random() / 2)
 
     def _pace(self, recipient: str) -> None:
         if self.pacer is not None:

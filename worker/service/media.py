@@ -9,34 +9,68 @@ The drainer calls :meth:`MediaPreparer.prepare` for each ``message`` envelope be
   marked so the model knows a photo came that it cannot see; without a caption, a notice (the configured short
   answer) instead of a turn;
 - a fetch that can pass (timeout, 5xx, throttling) raises :class:`~worker.errors.MediaUnavailableError`, which the
-  drain retries as it does a model outage (it is a :class:`~worker.errors.ModelUnavailableError`).
+  drain retries as it does a model outage (it is a :class:`~worker.errors.ModelUnavailableError`);
+- a fetch refused for the access token raises :class:`~worker.errors.MediaTokenError`: the drain holds the input
+  (:func:`hold_for_token`) as it does for a rejected model key, never falling back to the caption for it.
+
+One turn holds at most ``turn_max_bytes`` of photos (:class:`TurnPhotos`, one per turn): the photos past it are not
+fetched, and the model reads that a photo came that could not be loaded (never a silent drop). Each photo also
+costs its base64 copy in the request body while the model call runs: about 2.4 times its size in all.
 """
 
 from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Protocol
+from typing import NoReturn, Protocol
 
 from worker import metrics
 from worker.conversation import messages as msgs
 from worker.conversation.messages import MediaRef, Message
 from worker.conversation.model import Attachment
 from worker.envelopes import Envelope
-from worker.errors import InvalidMessageError, MediaRejectedError, MediaUnavailableError
+from worker.errors import InvalidMessageError, MediaRejectedError, MediaTokenError, MediaUnavailableError
+from worker.service.config import ServiceConfig
+from worker.service.recovery import retry_later
 from worker.settings import Settings
+from worker.store.protocol import DrainStore
 
 log = logging.getLogger("parley.service")
 
 # What the model reads for a photo it cannot see, before the caption.
 UNSEEN_CAPTION_PREFIX = "[The player sent a photo you cannot see, with this caption:] "
 DEFAULT_UNSUPPORTED_REPLY: str = Settings.model_fields["unsupported_reply"].default
+DEFAULT_TURN_MAX_BYTES: int = Settings.model_fields["media_turn_max_bytes"].default
 
 
 class Fetcher(Protocol):
-    """Gets a photo's bytes by media id (:class:`worker.delivery.media.CloudMediaFetcher`)."""
+    """Gets a photo's bytes by media id (:class:`worker.delivery.media.CloudMediaFetcher`), at most ``max_bytes``
+    of them when given (else the fetcher's own limit)."""
 
-    def fetch(self, media_id: str) -> Attachment: ...
+    def fetch(self, media_id: str, max_bytes: int | None = None) -> Attachment: ...
+
+
+class TurnPhotos:
+    """What is left of one turn's photo bytes (``limit``); a turn runner keeps one for the turn."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.held = 0
+
+    @property
+    def left(self) -> int:
+        return max(0, self.limit - self.held)
+
+
+def hold_for_token(store: DrainStore, config: ServiceConfig, cid: str, token: int, env: Envelope,
+                   exc: MediaTokenError) -> NoReturn:
+    """WhatsApp refused the access token for a photo: hold the conversation and raise
+    :class:`~worker.service.config.RetryLater`, with the backoff of an outage and no end (the input is never
+    dead-lettered for it), as for a rejected model key. The alarm (gauge and one log line per change) is
+    :mod:`worker.delivery.token`'s; the retry after the token is fixed fetches the photo."""
+    retries = store.note_retry(cid, token, env.message_id)
+    metrics.INPUTS.labels(env.kind, "held").inc()
+    retry_later(store, config, cid, retries, f"WhatsApp rejected the access token for a photo: {exc}")
 
 
 @dataclass(frozen=True)
@@ -53,14 +87,22 @@ class MediaPreparer:
     """Turns a ``message`` envelope into what the turn needs (see the module docstring)."""
 
     def __init__(self, fetcher: Fetcher | None = None, reads_images: bool = False,
-                 unsupported_reply: str = DEFAULT_UNSUPPORTED_REPLY) -> None:
+                 unsupported_reply: str = DEFAULT_UNSUPPORTED_REPLY,
+                 turn_max_bytes: int = DEFAULT_TURN_MAX_BYTES) -> None:
         self.fetcher = fetcher
         self.reads_images = reads_images
         self.unsupported_reply = unsupported_reply
+        self.turn_max_bytes = turn_max_bytes
 
-    def prepare(self, env: Envelope) -> Prepared:
-        """What the turn for ``env`` gets. Raises :class:`MediaUnavailableError` when a fetch failed in a way that
-        can pass (retry the input later), :class:`InvalidMessageError` for an envelope that is not a message."""
+    def turn_photos(self) -> TurnPhotos:
+        """The photo budget of one turn (pass it to every :meth:`prepare` of that turn)."""
+        return TurnPhotos(self.turn_max_bytes)
+
+    def prepare(self, env: Envelope, photos: TurnPhotos | None = None) -> Prepared:
+        """What the turn for ``env`` gets; ``photos``: the turn's budget, which a fetched photo draws on (None:
+        only the fetcher's own limit). Raises :class:`MediaUnavailableError` (or :class:`MediaTokenError`) when a
+        fetch failed in a way that can pass (retry the input later), :class:`InvalidMessageError` for an envelope
+        that is not a message."""
         if env.kind != "message":
             raise InvalidMessageError(f"only a message is prepared for a turn, not a {env.kind}")
         caption = env.text or ""
@@ -68,19 +110,31 @@ class MediaPreparer:
             return Prepared(message=msgs.user(caption))
         if not self.reads_images or self.fetcher is None:
             return self._unseen(env, caption, "model" if not self.reads_images else "no_fetcher")
+        if photos is not None and photos.left <= 0:
+            return self._not_loaded(env, caption, "turn_budget", f"the turn already holds {photos.held} bytes")
         try:
-            picture = self.fetcher.fetch(env.media.id)
+            if photos is None:
+                picture = self.fetcher.fetch(env.media.id)
+            else:
+                picture = self.fetcher.fetch(env.media.id, max_bytes=photos.left)
         except MediaRejectedError as exc:
-            log.warning("photo not fetched; answering without it", extra={
-                "conversation_id": env.conversation_id, "message_id": env.message_id, "reason": exc.reason,
-                "error": exc.message})
-            return self._unseen(env, caption, exc.reason)
+            return self._not_loaded(env, caption, exc.reason, exc.message)
+        except MediaTokenError:
+            metrics.MEDIA.labels("retry", "token").inc()
+            raise
         except MediaUnavailableError:
             metrics.MEDIA.labels("retry", "unavailable").inc()
             raise
+        if photos is not None:
+            photos.held += len(picture.data)
         metrics.MEDIA.labels("attached", "").inc()
         ref = MediaRef(id=env.media.id, mime_type=picture.mime_type)
         return Prepared(message=msgs.user(caption, media=ref), attachment=(env.media.id, picture))
+
+    def _not_loaded(self, env: Envelope, caption: str, reason: str, error: str) -> Prepared:
+        log.warning("photo not fetched; answering without it", extra={
+            "conversation_id": env.conversation_id, "message_id": env.message_id, "reason": reason, "error": error})
+        return self._unseen(env, caption, reason)
 
     def _unseen(self, env: Envelope, caption: str, reason: str) -> Prepared:
         """The caption alone, marked as a photo's; without a caption, the short answer."""

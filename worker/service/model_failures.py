@@ -16,8 +16,16 @@ from typing import Generic, Protocol, TypeVar
 from worker import metrics
 from worker.conversation.chat import Chat, State
 from worker.envelopes import Envelope
-from worker.errors import AuthenticationError, ContextLengthError, InputError, ModelError, ModelResponseError
+from worker.errors import (
+    AuthenticationError,
+    ContextLengthError,
+    InputError,
+    MediaTokenError,
+    ModelError,
+    ModelResponseError,
+)
 from worker.service.config import ServiceConfig
+from worker.service.media import hold_for_token
 from worker.service.recovery import compact_for_context, hold_for_auth, retry_later
 from worker.store.base import CommitResult, Snapshot
 from worker.store.protocol import DrainStore
@@ -64,6 +72,8 @@ class ModelFailures(Generic[RunT]):
         """
         if isinstance(exc, AuthenticationError):
             hold_for_auth(self.store, self.config, run.cid, run.token, env, exc)
+        if isinstance(exc, MediaTokenError):  # WhatsApp's token, for a photo: held the same way
+            hold_for_token(self.store, self.config, run.cid, run.token, env, exc)
         reason = "model_rejected"
         if exc.retryable:
             bad_response = isinstance(exc, ModelResponseError)

@@ -51,6 +51,7 @@ class TurnRunner:
     def __init__(self, drainer: Drainer, run: _Run, journal: StoreJournal) -> None:
         self.d, self.r, self.journal = drainer, run, journal
         self._prepared: dict[str, Prepared] = {}  # by input id: a merge does not fetch a photo again
+        self._photos = drainer.media.turn_photos()  # the bytes of photos this turn may hold
 
     def run(self, inputs: tuple[Pending, ...], snap: Snapshot) -> CommitResult:
         d, run = self.d, self.r
@@ -148,5 +149,5 @@ class TurnRunner:
 
     def _prepare(self, p: Pending) -> Prepared:
         if p.id not in self._prepared:
-            self._prepared[p.id] = self.d.media.prepare(p.env)
+            self._prepared[p.id] = self.d.media.prepare(p.env, self._photos)
         return self._prepared[p.id]

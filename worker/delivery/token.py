@@ -1,0 +1,67 @@
+"""Whether WhatsApp accepts the access token, as this process's sends and photo fetches last saw it.
+
+A rejected token (error code 190, or a 401 without a code) is the operator's mistake, not the replies': the
+deliverer and the drain hold their work and retry it with backoff instead of dead-lettering it (see
+:mod:`worker.service.delivery` and :mod:`worker.service.media`). This module keeps the one signal an alert
+watches: the gauge ``parley_whatsapp_token_rejected`` and one log line per change of state (rejected, accepted
+again), however many replies and photos hit the refusal meanwhile.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+
+from worker import metrics
+
+log = logging.getLogger("parley.delivery")
+
+#: Logged once when the token starts being refused (an alert may match it).
+REJECTED_LOG = "WhatsApp rejects the access token"
+#: Logged once when a call is accepted again after refusals.
+ACCEPTED_LOG = "WhatsApp accepts the access token again"
+
+
+class TokenHealth:
+    """The token's state for this process: ``refused`` after a call the API refused for the token, ``accepted``
+    after a call it answered (cheap when nothing changed: one attribute read)."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self.clock = clock
+        self.rejected_since: float | None = None
+        self.refusals = 0
+        self._lock = threading.Lock()
+
+    def refused(self, what: str, detail: str) -> int:
+        """Count one refusal of ``what`` (``send`` or ``media``); returns the refusals in a row so far."""
+        metrics.WHATSAPP_TOKEN_REFUSALS.labels(what).inc()
+        with self._lock:
+            self.refusals += 1
+            refusals, first = self.refusals, self.rejected_since is None
+            if first:
+                self.rejected_since = self.clock()
+        if first:
+            metrics.WHATSAPP_TOKEN_REJECTED.set(1)
+            log.error("%s (%s): replies and photo fetches are held and retried with backoff, nothing is "
+                      "dead-lettered, until WHATSAPP_ACCESS_TOKEN is fixed", REJECTED_LOG, detail,
+                      extra={"what": what, "error": detail})
+        return refusals
+
+    def accepted(self) -> None:
+        """The API answered a call with the token: clear the alarm if it was raised."""
+        if self.rejected_since is None:
+            return
+        with self._lock:
+            since, refusals = self.rejected_since, self.refusals
+            if since is None:
+                return
+            self.rejected_since, self.refusals = None, 0
+        metrics.WHATSAPP_TOKEN_REJECTED.set(0)
+        log.warning("%s after %.0f s and %d refusals: held replies and photos resume", ACCEPTED_LOG,
+                    self.clock() - since, refusals, extra={"refusals": refusals})
+
+
+TOKEN = TokenHealth()
+"""The process's token state, shared by its senders and fetchers (they use the same token)."""
