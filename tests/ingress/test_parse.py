@@ -297,3 +297,18 @@ def test_callback_data_names_a_reply_part_or_nothing(data: object, ref: tuple[st
 
 def test_a_reply_id_too_long_for_the_field_sends_no_callback_data() -> None:
     assert part_callback("447700900123", "r" * 500, 0) is None
+
+
+@pytest.mark.parametrize("bad", ["..", ".", "1\n", "../../me/accounts", "1/../..", "1?fields=access_token", "1#",
+                                 "1%2F..", " 1", "a:b", "1" * 129])
+def test_an_image_whose_id_is_not_a_media_id_is_never_queued_with_it(bad: str) -> None:
+    """The id would become part of a URL that carries the access token: checked before it is queued. With a
+    caption the words are still the player's (no photo); without one the player gets the short answer, and the
+    record says why (the ingress logs it and counts it with the notices)."""
+    with_caption = {"id": bad, "caption": "look"}
+    [rec] = parse_webhook(body({"messages": [msg(**{"from": "1", "type": "image", "text": None,
+                                                    "image": with_caption})]}))
+    assert isinstance(rec, InboundMessage) and rec.text == "look" and rec.media is None
+    [rec] = parse_webhook(body({"messages": [msg(**{"from": "1", "type": "image", "text": None,
+                                                    "image": {"id": bad}})]}))
+    assert isinstance(rec, InboundNotice) and rec.type == "image:bad_media_id" and "invalid media id" in rec.reason

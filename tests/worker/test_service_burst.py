@@ -20,6 +20,7 @@ from worker.service.burst import BurstPolicy
 from worker.service.drain import Drainer
 from worker.service.media import DEFAULT_UNSUPPORTED_REPLY, MediaPreparer
 from worker.service.presence import Presence
+from worker.service.turn import UNLOADED_PHOTO
 
 CID = "447700900555"
 QUIET = 0.3
@@ -284,12 +285,14 @@ class Pictures:
         self.fetched.append(media_id)
         if media_id not in self.pictures:
             raise MediaRejectedError("unknown media id", reason="refused", status=400)
+        if max_bytes is not None and len(self.pictures[media_id]) > max_bytes:
+            raise MediaRejectedError("over what the turn has left", reason="turn_budget")
         return Attachment("image/jpeg", self.pictures[media_id])
 
 
-def seeing_harness(fetcher: Pictures, **burst: object) -> Harness:
+def seeing_harness(fetcher: Pictures, turn_max_bytes: int = 8 << 20, **burst: object) -> Harness:
     h = make_harness(ScriptedModel(default=echo_all, reads_images=True), config=config(**burst))
-    media = MediaPreparer(fetcher, reads_images=True, unsupported_reply="text only")
+    media = MediaPreparer(fetcher, reads_images=True, unsupported_reply="text only", turn_max_bytes=turn_max_bytes)
     h.service.media = media
     h.service.drainer = Drainer(h.store, h.service.chat, h.service.wake, h.service.config, h.service.heartbeat,
                                 media=media)
@@ -310,6 +313,21 @@ def test_a_bare_photo_and_the_question_after_it_are_one_turn_that_sees_the_pictu
     assert fetcher.fetched == ["m1"]
     st = decode_state(h.store.read_state(CID).blob)
     assert st.messages[0].media is not None and b"\xff\xd8jpeg" not in (h.store.read_state(CID).blob or b"")
+
+
+def test_one_turn_holds_photos_up_to_its_byte_budget_and_the_model_reads_the_rest_were_not_loaded() -> None:
+    fetcher = Pictures(**{f"m{i}": bytes([i]) * 1000 for i in range(5)})
+    h = seeing_harness(fetcher, turn_max_bytes=2500)
+    for i in range(5):
+        h.client.send_message(CID, "", message_id=f"wamid.{i}", media=Media(id=f"m{i}", mime_type="image/jpeg"))
+    h.client.send_message(CID, "which is the theatre?", message_id="wamid.9")
+    h.run()
+    settle(h)
+    [req] = h.model.requests
+    assert sorted(req.attachments) == ["m0", "m1"]  # 2,000 of the 2,500 bytes; the third would pass the budget
+    photos = [m.content if m.media is None else m.media.id for m in req.messages[-6:-1]]
+    assert photos == ["m0", "m1"] + [UNLOADED_PHOTO] * 3  # described, not dropped
+    assert fetcher.fetched == [f"m{i}" for i in range(5)]  # each later one asked for no more than the 500 left
 
 
 def test_a_photo_that_cannot_be_loaded_gets_the_short_answer_alone_or_a_placeholder_in_a_burst() -> None:

@@ -7,12 +7,13 @@ import pytest
 
 from tests.support.fake_whatsapp import MEDIA_SETTINGS, FakeWhatsApp
 from worker import metrics
+from worker.conversation import messages as msgs
 from worker.conversation.chat import Chat
 from worker.conversation.messages import MediaRef
 from worker.conversation.model import Attachment
 from worker.conversation.scripted import ScriptedModel
 from worker.conversation.state import decode_state
-from worker.delivery.media import CloudMediaFetcher
+from worker.delivery.media import CloudMediaFetcher, MediaHosts
 from worker.envelopes import Envelope, Media
 from worker.errors import InputError, MediaRejectedError, MediaUnavailableError, ModelUnavailableError
 from worker.runtime import build_media_preparer
@@ -20,6 +21,7 @@ from worker.service import ConversationService
 from worker.service.media import UNSEEN_CAPTION_PREFIX, MediaPreparer, Prepared
 from worker.settings import Settings
 
+LOOPBACK = {"hosts": ["127.0.0.1"], "allow_http": True}  # the stand-in serves plain http on loopback
 JPEG = Attachment("image/jpeg", b"\xff\xd8 pixels")
 SORRY = "I can only read text."
 
@@ -132,3 +134,42 @@ def test_the_service_has_a_preparer_that_fetches_nothing_by_default() -> None:
     service = ConversationService(None, Chat(model=ScriptedModel()), None, lambda *a, **k: None)  # type: ignore[arg-type]
     assert isinstance(service.media, MediaPreparer) and service.media.fetcher is None
     assert service.media.prepare(photo(None)).notice == Settings(_env_file=None).unsupported_reply  # type: ignore[call-arg]
+
+
+@pytest.mark.parametrize("bad", ["1\n", "..", "../me"])
+def test_a_bad_media_id_from_any_producer_is_a_clear_outcome_not_a_crashed_turn(bad: str) -> None:
+    """An envelope queued by a producer (or before the ingress checked ids): the fetcher refuses the id before any
+    request; the turn goes on with the caption (or the short answer), counted under reason bad_id."""
+    wa = FakeWhatsApp().start()
+    try:
+        fetcher = CloudMediaFetcher(wa.base_url, "test-token", hosts=MediaHosts.of(**LOOPBACK))
+        preparer = MediaPreparer(fetcher, reads_images=True, unsupported_reply=SORRY)
+        before = count("caption", "bad_id"), count("notice", "bad_id")
+        assert preparer.prepare(photo("where?", media_id=bad)).message == msgs.user(UNSEEN_CAPTION_PREFIX + "where?")
+        assert preparer.prepare(photo(None, media_id=bad)) == Prepared(notice=SORRY)
+        assert (count("caption", "bad_id"), count("notice", "bad_id")) == (before[0] + 1, before[1] + 1)
+        assert wa.gets == []
+    finally:
+        wa.stop()
+
+
+def test_photos_past_the_turn_budget_are_described_as_not_loaded_not_dropped() -> None:
+    """A burst of photos: the ones that fit the turn's bytes are fetched; the rest are not downloaded, and the
+    model reads that a photo came (its caption marked, or the 'could not be loaded' line), counted as turn_budget."""
+    wa = FakeWhatsApp().start()
+    try:
+        for i in range(5):
+            wa.add_media(f"{i}", bytes([i]) * 3000)
+        fetcher = CloudMediaFetcher(wa.base_url, "test-token", 4000, hosts=MediaHosts.of(**LOOPBACK))
+        preparer = MediaPreparer(fetcher, reads_images=True, unsupported_reply=SORRY, turn_max_bytes=7000)
+        photos = preparer.turn_photos()
+        before = count("caption", "turn_budget") + count("notice", "turn_budget")
+        got = [preparer.prepare(photo(f"p{i}", media_id=f"{i}"), photos) for i in range(5)]
+        assert [g.attachment is not None for g in got] == [True, True, False, False, False]
+        assert photos.held == 6000
+        # The others did not fit what was left (1000 bytes, by their declared size): never downloaded.
+        assert [p for p, _ in wa.gets if p.startswith("/download/")] == ["/download/0", "/download/1"]
+        assert [g.message.content for g in got[2:] if g.message] == [UNSEEN_CAPTION_PREFIX + f"p{i}" for i in (2, 3, 4)]
+        assert count("caption", "turn_budget") + count("notice", "turn_budget") == before + 3
+    finally:
+        wa.stop()

@@ -48,6 +48,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field, ValidationError
 
+from worker.delivery.ids import is_media_id
 from worker.envelopes import Media, parse_part_callback
 from worker.errors import InvalidConversationIdError
 from worker.store.keys import validate_conversation_id
@@ -270,7 +271,7 @@ def reaction_text(reaction: dict[str, Any]) -> str | None:
 
 def _media(image: dict[str, Any]) -> Media | None:
     media_id = _str(image.get("id"))
-    if media_id is None:
+    if media_id is None or not is_media_id(media_id):  # never queued: it would become part of a URL with the token
         return None
     try:
         return Media(id=media_id, mime_type=_str(image.get("mime_type")), sha256=_str(image.get("sha256")))
@@ -318,6 +319,9 @@ def _message(msg: dict[str, Any], contacts: list[dict[str, Any]], location_as: L
         if media is not None or caption.strip():
             # Without a usable media id the caption alone is still the player's words.
             return InboundMessage(text=caption, media=media, **turn)
+        if image.get("id") is not None:  # an id that is not a media id, and no caption: the short answer, saying why
+            return InboundNotice(wamid=wamid, conversation_id=cid, sender=cid, type="image:bad_media_id",
+                                 reason="image with an invalid media id", timestamp=ts, user_id=user_id)
     elif kind == "location":
         said = location_text(_dict(msg.get("location")))
         if said is not None:
