@@ -14,8 +14,9 @@ The drainer calls :meth:`MediaPreparer.prepare` for each ``message`` envelope be
   (:func:`hold_for_token`) as it does for a rejected model key, never falling back to the caption for it.
 
 One turn holds at most ``turn_max_bytes`` of photos (:class:`TurnPhotos`, one per turn): the photos past it are not
-fetched, and the model reads that a photo came that could not be loaded (never a silent drop). Each photo also
-costs its base64 copy in the request body while the model call runs: about 2.4 times its size in all.
+fetched, and the model reads that a photo came that could not be loaded (never a silent drop). While the model call
+runs, the request's base64 and JSON copies add about four times the photos' bytes (measured with the OpenAI
+provider), so the limit bounds a turn's memory to about five times itself.
 """
 
 from __future__ import annotations
