@@ -114,4 +114,4 @@ WHATSAPP_TOKEN_REJECTED = Gauge("parley_whatsapp_token_rejected",
                                 "the next send or fetch it accepts.")
 WHATSAPP_TOKEN_REFUSALS = Counter("parley_whatsapp_token_refusals_total",
                                   "WhatsApp calls refused for the access token, by what was held: send (a reply "
-                                  "part) or media (a photo fetch).", ["what"])
+                                  "part), media (a photo fetch) or receipt (a read receipt, dropped).", ["what"])

@@ -222,7 +222,7 @@ def test_mark_read_with_typing_posts_the_cloud_api_body(api: FakeWhatsApp) -> No
     assert api.sent == [] and presence_count("sent") == before + 2
 
 
-@pytest.mark.parametrize(("code", "status"), [(130429, 400), (131047, 400), (100, 400), (190, 401), (131000, 500)])
+@pytest.mark.parametrize(("code", "status"), [(130429, 400), (131047, 400), (100, 400), (131000, 500)])
 def test_mark_read_swallows_api_errors_and_counts_them(api: FakeWhatsApp, code: int, status: int,
                                                        caplog: pytest.LogCaptureFixture) -> None:
     before = presence_count("rejected")
@@ -230,6 +230,23 @@ def test_mark_read_swallows_api_errors_and_counts_them(api: FakeWhatsApp, code: 
     sender(api).mark_read("wamid.in1", typing=True)  # does not raise
     assert presence_count("rejected") == before + 1 and api.reads == []
     assert [r.levelname for r in caplog.records if r.name == "parley.delivery"] == ["WARNING"]
+
+
+def test_a_receipt_refused_for_the_token_is_counted_and_raises_the_alarm_once(
+        api: FakeWhatsApp, caplog: pytest.LogCaptureFixture) -> None:
+    """Every turn sends a receipt: with the token rejected, a warning per receipt would bury the one line that
+    matters. They are counted, and the token's alarm says it once."""
+    before = presence_count("rejected")
+    health = TokenHealth()
+    s = sender(api, token=health)
+    api.fail_reads(190, status=401, times=3)
+    with caplog.at_level("WARNING", logger="parley.delivery"):
+        for _ in range(3):
+            s.mark_read("wamid.in1", typing=True)  # does not raise
+        s.mark_read("wamid.in2", typing=False)
+    assert presence_count("rejected") == before + 3 and health.rejected_since is None
+    said = [r.getMessage() for r in caplog.records if r.name == "parley.delivery"]
+    assert len(said) == 2 and said[0].startswith(REJECTED_LOG) and said[1].startswith(ACCEPTED_LOG)
 
 
 def test_mark_read_swallows_timeouts_and_unreachable(api: FakeWhatsApp) -> None:

@@ -242,7 +242,8 @@ class WhatsAppSender:
     def mark_read(self, message_id: str, *, typing: bool) -> None:
         """Mark an inbound message (and, on WhatsApp's side, the earlier ones of the chat) read; with ``typing``
         also show the typing indicator, which lasts until the next reply or 25 s. Never raises for the API's
-        failures: they are logged at warning level and counted in ``parley_presence_total``."""
+        failures: they are logged at warning level and counted in ``parley_presence_total`` (a rejected token only
+        by the token's alarm, once: every turn sends a receipt)."""
         body: dict[str, Any] = {"messaging_product": "whatsapp", "status": "read", "message_id": message_id}
         if typing:
             body["typing_indicator"] = {"type": "text"}
@@ -262,8 +263,13 @@ class WhatsAppSender:
             return
         if status != 200:
             err = classify_error(status, payload, None)
+            if isinstance(err, WhatsAppTokenError):  # the token's alarm says it once, not a line per receipt
+                metrics.PRESENCE.labels("rejected").inc()
+                self.token.refused("receipt", str(err))
+                return
             self._receipt_failed("rejected", message_id, str(err), code=err.code, status=status)
             return
+        self.token.accepted()
         metrics.PRESENCE.labels("sent").inc()
 
     @staticmethod
