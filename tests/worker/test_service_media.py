@@ -173,3 +173,29 @@ def test_photos_past_the_turn_budget_are_described_as_not_loaded_not_dropped() -
         assert count("caption", "turn_budget") + count("notice", "turn_budget") == before + 3
     finally:
         wa.stop()
+
+
+def test_by_default_photos_come_only_over_https_from_metas_media_host() -> None:
+    """The stand-in's plain-http loopback download is refused unless the test configuration says otherwise: the
+    default is no hole."""
+    wa = FakeWhatsApp(access_token="tok").start()
+    try:
+        wa.add_media("777", b"\x89PNG pixels", "image/png")
+        settings = Settings(_env_file=None, whatsapp_api_base_url=wa.base_url, whatsapp_access_token="tok",  # type: ignore[call-arg]
+                            unsupported_reply=SORRY)
+        assert settings.media_hosts == ["lookaside.fbsbx.com"] and not settings.media_allow_http
+        before = count("notice", "bad_host")
+        assert build_media_preparer(settings, ScriptedModel(reads_images=True)).prepare(photo("")) == Prepared(
+            notice=SORRY)
+        assert count("notice", "bad_host") == before + 1
+        assert [p for p, _ in wa.gets] == ["/v21.0/777"]  # the download was never requested
+    finally:
+        wa.stop()
+
+
+def test_media_hosts_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PARLEY_MEDIA_HOSTS", "lookaside.fbsbx.com, *.fbcdn.net")
+    assert Settings(_env_file=None).media_hosts == ["lookaside.fbsbx.com", "*.fbcdn.net"]  # type: ignore[call-arg]
+    monkeypatch.setenv("PARLEY_MEDIA_HOSTS", " ")
+    with pytest.raises(ValueError):
+        Settings(_env_file=None)  # type: ignore[call-arg]
