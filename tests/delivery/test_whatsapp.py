@@ -110,6 +110,12 @@ def test_a_timeout_after_the_send_went_out_is_an_unknown_outcome(api: FakeWhatsA
         sender(api, timeout=0.2).send_text("447700900123", "x")
 
 
+def test_a_200_without_a_message_id_is_an_unknown_outcome(api: FakeWhatsApp) -> None:
+    api.fault = lambda body: (200, {"messaging_product": "whatsapp"}, {})
+    with pytest.raises(SendOutcomeUnknownError):
+        sender(api).send_text("447700900123", "x")
+
+
 def test_a_connect_timeout_is_plainly_retryable() -> None:
     import httpx
 

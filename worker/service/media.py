@@ -114,10 +114,7 @@ class MediaPreparer:
         if photos is not None and photos.left <= 0:
             return self._not_loaded(env, caption, "turn_budget", f"the turn already holds {photos.held} bytes")
         try:
-            if photos is None:
-                picture = self.fetcher.fetch(env.media.id)
-            else:
-                picture = self.fetcher.fetch(env.media.id, max_bytes=photos.left)
+            picture = self.fetcher.fetch(env.media.id, max_bytes=photos.left if photos is not None else None)
         except MediaRejectedError as exc:
             return self._not_loaded(env, caption, exc.reason, exc.message)
         except MediaTokenError:
