@@ -115,6 +115,7 @@ class StatusUpdate(BaseModel):
     conversation_id: str
     reply_id: str | None = None
     part: int = 0
+    timestamp: str | None = None
     errors: list[tuple[int | None, str]] = Field(default_factory=list,
                                                  description="(code, message or title + details) per error.")
 
@@ -346,12 +347,51 @@ def _status(st: dict[str, Any], contacts: list[dict[str, Any]]) -> Record:
     ref = parse_part_callback(st.get("biz_opaque_callback_data"))
     if ref is not None:
         return StatusUpdate(wamid=wamid, status=status, conversation_id=ref.conversation_id, reply_id=ref.reply_id,
-                            part=ref.part, errors=_errors(st))
+                            part=ref.part, errors=_errors(st), timestamp=_timestamp(st.get("timestamp")))
     cid, _ = _choose_identity(_phone(st.get("recipient_id")), _str(st.get("recipient_user_id")), contacts)
     bad = _invalid_id(cid)
     if bad is not None or cid is None:
         return Unsupported(kind="status", wamid=wamid, reason=bad or "no id")
-    return StatusUpdate(wamid=wamid, status=status, conversation_id=cid, errors=_errors(st))
+    return StatusUpdate(wamid=wamid, status=status, conversation_id=cid, errors=_errors(st),
+                        timestamp=_timestamp(st.get("timestamp")))
+
+
+# --- size and age --------------------------------------------------------------------------------------
+
+#: Meta batches at most 1000 updates in one POST; each is an entry, a change and a message or status at most, so
+#: a body with more items than this is not Meta's, and walking it would cost seconds and gigabytes (a signed 8 MiB
+#: body of empty entries makes millions of records).
+MAX_WEBHOOK_ITEMS = 10_000
+
+
+class TooManyUpdatesError(ValueError):
+    """Raised when a webhook body holds more entries, changes, messages and statuses than
+    :data:`MAX_WEBHOOK_ITEMS`."""
+
+
+def check_update_count(body: Any, limit: int = MAX_WEBHOOK_ITEMS) -> None:
+    """Raise :class:`TooManyUpdatesError` when ``body`` holds more than ``limit`` items; stops counting at the limit,
+    so the check costs at most ``limit`` steps whatever the body."""
+    count = 0
+    for entry in _list(_dict(body).get("entry")):
+        count += 1
+        for change in _list(_dict(entry).get("changes")):
+            value = _dict(_dict(change).get("value"))
+            count += 1 + len(_list(value.get("messages"))) + len(_list(value.get("statuses")))
+            if count > limit:
+                break
+        if count > limit:
+            raise TooManyUpdatesError(f"more than {limit} entries, changes, messages and statuses in one webhook "
+                                      f"(Meta sends at most 1000 updates)")
+
+
+def record_age(rec: Record, now: float) -> float | None:
+    """Seconds since the message or status was sent (its ``timestamp``, Unix seconds), ``None`` when it has none
+    that reads as one (Meta always sends it; an unreadable one is not held against the player)."""
+    ts = getattr(rec, "timestamp", None)
+    if not isinstance(ts, str) or not ts.isascii() or not ts.isdigit() or len(ts) > 12:
+        return None
+    return now - int(ts)
 
 
 def parse_webhook(body: Any, *, location_as: LocationAs = "event") -> list[Record]:
