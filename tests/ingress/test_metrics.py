@@ -22,11 +22,14 @@ from prometheus_client import REGISTRY
 from starlette.testclient import TestClient
 
 from tests.ingress.test_ingress import SECRET, VERIFY, Rig, meta_bytes, sign, text_body, text_value
-from tests.support.redis_server import free_port, skip_or_fail
+from tests.ingress.test_outcomes import real_redis
+from tests.support.redis_server import free_port
 from worker.client import ConversationClient
 from worker.ingress.app import create_app
 from worker.store.base import StoreLimits
 from worker.store.redis_store import ConversationStore
+
+__all__ = ["real_redis"]
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
@@ -132,12 +135,7 @@ def procfile_command(port: int) -> list[str]:
 
 
 @pytest.fixture
-def webhook_process(tmp_path: pathlib.Path) -> Iterator[tuple[str, str]]:
-    r = redis.Redis(host="127.0.0.1", port=6379, socket_connect_timeout=0.5)
-    try:
-        r.ping()
-    except redis.RedisError as exc:
-        skip_or_fail(f"no redis-server answers at 127.0.0.1:6379 ({exc})")
+def webhook_process(tmp_path: pathlib.Path, real_redis: redis.Redis) -> Iterator[tuple[str, str]]:
     prefix = f"test{uuid.uuid4().hex[:12]}"
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PARLEY_", "PROMETHEUS_"))}
@@ -166,9 +164,8 @@ def webhook_process(tmp_path: pathlib.Path) -> Iterator[tuple[str, str]]:
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait(10)
-        for key in r.scan_iter(match=f"{prefix}:*", count=1000):
-            r.delete(key)
-        r.close()
+        for key in real_redis.scan_iter(match=f"{prefix}:*", count=1000):
+            real_redis.delete(key)
 
 
 def scraped(text: str, name: str, outcome: str) -> float:
