@@ -78,6 +78,15 @@ def test_a_signed_body_far_beyond_metas_batches_is_refused_before_it_is_walked(r
     assert elapsed < 2.0  # walked, the 200,000 empty entries took seconds (and hundreds of MB)
 
 
+def test_millions_of_objects_anywhere_in_a_body_are_refused_while_decoding(rig: Rig) -> None:
+    counts = Counts()
+    # Not under "entry": counting updates after decoding would not see them, and decoding them all costs the most.
+    raw = b'{"entry": [], "padding": [' + b",".join([b"{}"] * 400_000) + b"]}"
+    r = rig.post(raw)
+    assert r.status_code == 413 and "JSON objects" in r.json()["error"]
+    assert counts.post_delta() == {"too_large": 1}
+
+
 def test_a_batch_of_metas_size_is_not_refused(rig: Rig) -> None:
     value: dict[str, Any] = {"messages": [], "contacts": []}
     for i in range(1000):  # Meta's most: 1000 updates in one POST

@@ -19,7 +19,6 @@ Redis calls are blocking, so they run in Starlette's thread pool and never stall
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from dataclasses import dataclass
@@ -48,6 +47,7 @@ from worker.ingress.parse import (
     TooManyUpdatesError,
     Unsupported,
     check_update_count,
+    decode_webhook,
     parse_webhook,
     record_age,
     verify_handshake,
@@ -74,7 +74,7 @@ class _TooLarge(Exception):
     pass
 
 
-async def _read_body(request: Request, limit: int) -> bytes:
+async def _read_body(request: Request, limit: int) -> bytearray:
     """The body, refused as soon as it passes ``limit`` (the declared length first, then each chunk as it comes):
     an oversized body is never held whole."""
     declared = request.headers.get("content-length")
@@ -85,7 +85,7 @@ async def _read_body(request: Request, limit: int) -> bytes:
         if len(body) + len(chunk) > limit:
             raise _TooLarge
         body += chunk
-    return bytes(body)
+    return body  # not copied into bytes: the HMAC and the JSON decoder read a bytearray as well
 
 
 @dataclass(frozen=True)
@@ -221,7 +221,7 @@ class _Ingress:
     replies: _Replies
     max_age: float
 
-    def handle(self, raw: bytes, signature: str | None) -> Response:
+    def handle(self, raw: bytes | bytearray, signature: str | None) -> Response:
         """Verify, parse and apply one webhook body (blocking: runs in a worker thread, never on the event loop,
         so a large body does not stall the other requests)."""
         valid = verify_signature(raw, signature, self.app_secret)
@@ -230,8 +230,10 @@ class _Ingress:
             log.warning("webhook with a missing or wrong X-Hub-Signature-256 refused")
             return _answer("bad_signature", {"error": "missing or invalid X-Hub-Signature-256"}, 401)
         try:
-            body: Any = json.loads(raw)
-        except (ValueError, RecursionError) as exc:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+            body: Any = decode_webhook(raw)
+        except TooManyUpdatesError as exc:
+            return _answer("too_large", {"error": f"webhook body too large: {exc}"}, 413)
+        except ValueError as exc:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
             return _answer("invalid", {"error": f"malformed webhook body: not JSON ({exc})"}, 400)
         try:
             check_update_count(body)

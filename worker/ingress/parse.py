@@ -41,8 +41,10 @@ silently split one user's conversation in two). The id is never derived from the
 
 from __future__ import annotations
 
+import gc
 import hashlib
 import hmac
+import json
 import math
 from typing import Any, Literal
 
@@ -369,6 +371,39 @@ class TooManyUpdatesError(ValueError):
     :data:`MAX_WEBHOOK_ITEMS`."""
 
 
+#: JSON objects decoded from one body before it is refused: a Meta update holds a handful (the message, its text,
+#: context, contact and profile, ...), so this is ten times Meta's largest batch.
+MAX_WEBHOOK_OBJECTS = 100_000
+
+
+def decode_webhook(raw: bytes | bytearray, max_objects: int = MAX_WEBHOOK_OBJECTS) -> Any:
+    """The JSON of a webhook body. Raises ``ValueError`` when it is not JSON (or nested too deep), and
+    :class:`TooManyUpdatesError` as soon as it has decoded more than ``max_objects`` objects: a body of millions
+    of tiny objects is refused early instead of costing seconds and hundreds of MB. (The hook also hands the GIL
+    to other threads between objects, which the decoder alone would hold until it ends.)"""
+    left = max_objects
+
+    def count(obj: dict[str, Any]) -> dict[str, Any]:
+        nonlocal left
+        left -= 1
+        if left < 0:
+            raise TooManyUpdatesError(f"more than {max_objects} JSON objects in one webhook (Meta sends at most "
+                                      f"1000 updates)")
+        return obj
+
+    # The cyclic GC stays out of the decode: JSON makes no cycles, and a body of millions of small arrays would
+    # otherwise set off collection after collection (measured: 2.1 s instead of 0.4 s for 8 MiB of them).
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        return json.loads(raw, object_hook=count)
+    except RecursionError as exc:
+        raise ValueError(f"nested too deep ({exc})") from None
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
 def check_update_count(body: Any, limit: int = MAX_WEBHOOK_ITEMS) -> None:
     """Raise :class:`TooManyUpdatesError` when ``body`` holds more than ``limit`` items; stops counting at the limit,
     so the check costs at most ``limit`` steps whatever the body."""
@@ -433,7 +468,7 @@ def parse_webhook(body: Any, *, location_as: LocationAs = "event") -> list[Recor
 
 # --- authenticity -------------------------------------------------------------------------------------
 
-def verify_signature(raw_body: bytes, header: str | None, app_secret: str) -> bool:
+def verify_signature(raw_body: bytes | bytearray, header: str | None, app_secret: str) -> bool:
     """Whether ``X-Hub-Signature-256`` is ``sha256=`` + the hex HMAC-SHA256 of ``raw_body`` with the app secret.
 
     Always over the raw bytes as received — Meta signs the body as sent (non-ASCII ``\\uXXXX``-escaped), so a
