@@ -3,18 +3,23 @@
     uvicorn worker.ingress.app:app --host 0.0.0.0 --port 8080
 
 ``GET /webhook`` answers Meta's verification handshake (200 + the raw ``hub.challenge``, else 403).
-``POST /webhook`` checks ``X-Hub-Signature-256`` over the raw body (missing or wrong: 401, nothing queued),
-parses the batch and gives every player message an outcome through :class:`~worker.client.ConversationClient`
-(deduplicated on the wamid, so Meta's retries are harmless): chat turns (text, buttons, interactive replies,
-images), game events (locations, reactions), the configured short answer for what Parley cannot read (voice
-notes, video, documents, stickers, contacts, unsupported and unknown types); it records delivery statuses (each
-message's status only moves forward, and a status naming a reply part still in flight is kept with it), then
-answers 200 with a summary ``{"accepted", "events", "notices", "duplicates", "statuses", "ignored"}``
-(``accepted`` counts chat turns). A body that is not JSON or not a webhook: 400. Redis unavailable, or a
-conversation's mailbox full: 503, so Meta retries the whole batch (what was already queued deduplicates; the
-rest of the batch is still applied first). ``GET /healthz``: 200 when Redis answers, 503 otherwise.
+``POST /webhook`` reads the body up to ``PARLEY_WEBHOOK_MAX_BODY_BYTES`` (413 as soon as it passes), then, in a
+worker thread (a large body never stalls the event loop), checks ``X-Hub-Signature-256`` over the raw bytes
+(missing or wrong: 401, nothing queued), decodes and parses the batch (not JSON or not a webhook: 400; far more
+updates than Meta batches: 413) and gives every player message an outcome through
+:class:`~worker.client.ConversationClient` (deduplicated on the wamid, so Meta's retries are harmless): chat turns
+(text, buttons, interactive replies, images), game events (locations, reactions), the configured short answer for
+what Parley cannot read (voice notes, video, documents, stickers, contacts, unsupported and unknown types) and
+for what it must refuse as it is (text over the input limit: ``PARLEY_REFUSED_REPLY``). It records delivery
+statuses (each message's status only moves forward, and a status naming a reply part still in flight is kept with
+it). A message or status older than ``PARLEY_WEBHOOK_MAX_AGE_SECONDS`` is not applied (a replay). The answer is
+200 with a summary ``{"accepted", "events", "notices", "duplicates", "statuses", "ignored"}`` (``accepted`` counts
+chat turns). Redis unavailable, or a conversation's mailbox full: 503, so Meta retries the whole batch (what was
+already queued deduplicates; the rest of the batch is still applied first).
 
-Redis calls are blocking, so they run in Starlette's thread pool and never stall the event loop.
+``GET /healthz``: 200 when Redis answers, 503 otherwise; it also says whether the newest signature check failed.
+``GET /metrics``: the Prometheus metrics, every POST and every record counted by outcome (summed over uvicorn's
+worker processes, see :mod:`worker.ingress.multiproc`).
 """
 
 from __future__ import annotations
@@ -190,7 +195,8 @@ def _apply(client: ConversationClient, store: IngressStore, records: list[Record
             outcome = _record(client, store, rec, replies, at, max_age)
         except InboxFullError as exc:
             wamid = getattr(rec, "wamid", None) or ""
-            log.warning("inbound message refused, mailbox full: %s", exc, extra={"message_id": wamid})
+            log.warning("inbound %s refused, mailbox full: %s", getattr(rec, "type", "input"), exc,
+                        extra={"message_id": wamid, "message_type": getattr(rec, "type", None)})
             full.append(wamid)
             outcome = "mailbox_full"
         ingress_metrics.WEBHOOK_RECORDS.labels(outcome).inc()
