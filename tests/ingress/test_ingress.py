@@ -348,3 +348,15 @@ def test_fixtures_replayed_into_one_store_dedupe_on_shared_sample_wamids() -> No
         duplicates += s["duplicates"]
     # Different conversations (phone vs BSUID): dedupe is per conversation, so both are accepted.
     assert (accepted, duplicates) == (2, 0)
+
+
+def test_an_overlong_location_is_answered_with_the_short_answer() -> None:
+    rig = Rig()
+    rig.client.max_text_chars = 200
+    value = text_value("wamid.LOC", "447700900001", "unused")
+    value["messages"][0] = {"from": "447700900001", "id": "wamid.LOC", "timestamp": NOW, "type": "location",
+                            "location": {"latitude": 53.99, "longitude": -1.54, "name": "Harrogate " * 100}}
+    r = rig.post(meta_bytes({"entry": [{"changes": [{"field": "messages", "value": value}]}]}))
+    assert r.status_code == 200 and r.json()["notices"] == 1 and r.json()["events"] == 0
+    [env] = [decode_envelope(p) for _, p in rig.store.inbox("447700900001")]
+    assert (env.kind, env.text, env.reply_to, env.recipient) == ("notice", REFUSED, "wamid.LOC", "447700900001")
