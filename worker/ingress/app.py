@@ -236,19 +236,11 @@ class _Ingress:
             log.warning("webhook with a missing or wrong X-Hub-Signature-256 refused")
             return _answer("bad_signature", {"error": "missing or invalid X-Hub-Signature-256"}, 401)
         try:
-            body: Any = decode_webhook(raw)
-        except TooManyUpdatesError as exc:
-            return _answer("too_large", {"error": f"webhook body too large: {exc}"}, 413)
-        except ValueError as exc:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
-            return _answer("invalid", {"error": f"malformed webhook body: not JSON ({exc})"}, 400)
-        try:
-            check_update_count(body)
-            records = parse_webhook(body, location_as=self.location_as)
+            records = self.records(raw)
         except TooManyUpdatesError as exc:
             return _answer("too_large", {"error": f"webhook body too large: {exc}"}, 413)
         except ValueError as exc:
             return _answer("invalid", {"error": f"malformed webhook body: {exc}"}, 400)
-        del body  # the records are all that is needed now: the decoded body can go while Redis is called
         try:
             summary, full = _apply(self.client, self.store, records, replies=self.replies, max_age=self.max_age)
         except StoreError as exc:
@@ -265,12 +257,25 @@ class _Ingress:
         return _answer("ok", summary, 200)
 
 
+    def records(self, raw: bytes | bytearray) -> list[Record]:
+        """The records of a signed body. Raises :class:`TooManyUpdatesError` past Meta's batch sizes, and
+        ``ValueError`` when it is not JSON or not a webhook."""
+        try:
+            body: Any = decode_webhook(raw)
+        except TooManyUpdatesError:
+            raise
+        except ValueError as exc:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+            raise ValueError(f"not JSON ({exc})") from None
+        check_update_count(body)
+        return parse_webhook(body, location_as=self.location_as)
+
+
 def _answer(outcome: str, body: dict[str, Any], status: int) -> Response:
     ingress_metrics.WEBHOOKS.labels(outcome).inc()
     return JSONResponse(body, status_code=status)
 
 
-#: Bodies above this are parsed under :data:`_LARGE_BODIES`, so a burst of them cannot hold many decoded copies.
+#: Bodies above this are handled two at a time at most, so a burst of them cannot hold many decoded copies.
 LARGE_BODY_BYTES = 256 * 1024
 
 
@@ -282,8 +287,8 @@ def create_app(client: ConversationClient, store: IngressStore, *, app_secret: s
     ``unsupported_reply``, ``refused_reply`` and ``max_age_seconds`` are ``PARLEY_LOCATION_AS``,
     ``PARLEY_UNSUPPORTED_REPLY``, ``PARLEY_REFUSED_REPLY`` and ``PARLEY_WEBHOOK_MAX_AGE_SECONDS`` (default: the
     settings' defaults; a max age of 0 turns the age check off)."""
-    ingress = _Ingress(client, store, app_secret, location_as,
-                       _Replies(_default("unsupported_reply", unsupported_reply), _default("refused_reply", refused_reply)),
+    replies = _Replies(_default("unsupported_reply", unsupported_reply), _default("refused_reply", refused_reply))
+    ingress = _Ingress(client, store, app_secret, location_as, replies,
                        float(_default("webhook_max_age_seconds", max_age_seconds)))
     large_bodies = anyio.CapacityLimiter(2)
     if not app_secret:
