@@ -6,6 +6,9 @@ from __future__ import annotations
 import multiprocessing
 import os
 import pathlib
+import sys
+import tempfile
+import types
 
 import pytest
 
@@ -37,3 +40,16 @@ def test_siblings_share_the_supervisors_directory_and_dead_supervisors_are_clear
     second = multiproc.supervisor_dir(tmp_path)  # the sibling worker
     assert first == second == tmp_path / f"{me}-{started}"
     assert sorted(p.name for p in tmp_path.iterdir()) == [f"{me}-{started}"]
+
+
+def test_an_unusable_temporary_directory_leaves_each_worker_its_own_counts(
+        tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    monkeypatch.setattr(multiprocessing, "parent_process", lambda: FakeParent(os.getpid()))
+    environ = {k: v for k, v in os.environ.items() if k != multiproc.ENV}
+    monkeypatch.setattr(os, "environ", environ)
+    monkeypatch.setitem(sys.modules, "uvicorn", sys.modules.get("uvicorn") or types.ModuleType("uvicorn"))
+    monkeypatch.delitem(sys.modules, "prometheus_client", raising=False)  # as in a fresh worker, before anything imported it
+    (tmp_path / "not-a-dir").write_text("")  # (mode bits would not stop root)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "not-a-dir"))
+    multiproc.share_metrics_with_sibling_workers()  # no exception: the app still starts
+    assert multiproc.ENV not in environ

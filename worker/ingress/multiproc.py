@@ -14,6 +14,7 @@ documents). A single process (no ``--workers``, or tests) keeps the ordinary in-
 from __future__ import annotations
 
 import contextlib
+import logging
 import multiprocessing
 import os
 import pathlib
@@ -66,7 +67,12 @@ def share_metrics_with_sibling_workers() -> None:
     """Set ``PROMETHEUS_MULTIPROC_DIR`` in a uvicorn worker process, before prometheus-client is imported."""
     if ENV in os.environ or "prometheus_client" in sys.modules or "uvicorn" not in sys.modules:
         return
-    d = supervisor_dir()
+    try:
+        d = supervisor_dir()
+    except OSError as exc:  # an unusable temporary directory: each worker keeps its own counts, said once here
+        logging.getLogger("parley.ingress").warning(
+            "ingress metrics not shared between uvicorn workers (%s); set PROMETHEUS_MULTIPROC_DIR", exc)
+        return
     if d is not None:
         os.environ[ENV] = str(d)
 
