@@ -125,3 +125,53 @@ def test_verifying_and_parsing_run_off_the_event_loop(rig: Rig, monkeypatch: pyt
             release.set()
             post.join(20)
     assert answers == [200]
+
+
+def test_large_bodies_are_handled_two_at_a_time_and_small_ones_are_not_held_up(
+        rig: Rig, monkeypatch: pytest.MonkeyPatch) -> None:
+    inside: list[int] = []
+    most = 0
+    lock, release = threading.Lock(), threading.Event()
+    real_parse = ingress_app.parse_webhook
+
+    def slow_parse(body: Any, **kw: Any) -> Any:
+        nonlocal most
+        with lock:
+            inside.append(1)
+            most = max(most, len(inside))
+        try:
+            if len(body["entry"]) > 1:  # the large ones wait; the small one goes through
+                assert release.wait(20), "never released"
+            return real_parse(body, **kw)
+        finally:
+            with lock:
+                inside.pop()
+
+    monkeypatch.setattr(ingress_app, "parse_webhook", slow_parse)
+    app = create_app(rig.client, rig.store, app_secret=SECRET, verify_token=VERIFY)
+    large = httpx.Request("POST", "/", json={"entry": [{"changes": [], "pad": "x" * ingress_app.LARGE_BODY_BYTES}]
+                                             + [{}] * 10}).read()
+    with Served(app) as served:
+        url = f"http://127.0.0.1:{served.port}"
+        codes: list[int] = []
+
+        def post(raw: bytes) -> None:
+            codes.append(httpx.post(f"{url}/webhook", content=raw, headers={"X-Hub-Signature-256": sign(raw)},
+                                    timeout=30).status_code)
+
+        posts = [threading.Thread(target=post, args=(large,)) for _ in range(4)]
+        for t in posts:
+            t.start()
+        try:
+            deadline = time.monotonic() + 10
+            while len(inside) < 2 and time.monotonic() < deadline:
+                time.sleep(0.01)
+            time.sleep(0.3)  # room for a third to get in, were it allowed
+            assert len(inside) == 2
+            post(text_body())  # a small webhook meanwhile: answered at once
+            assert codes == [200]
+        finally:
+            release.set()
+            for t in posts:
+                t.join(30)
+    assert codes == [200] * 5 and most == 3  # two large ones and the small one at most
