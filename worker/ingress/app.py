@@ -40,7 +40,7 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
 from worker.client import ConversationClient, Submitted
-from worker.errors import InboxFullError, InputError, StoreError
+from worker.errors import InboxFullError, InputError, StoreError, WebhookTooLargeError
 from worker.ingress import metrics as ingress_metrics
 from worker.ingress.parse import (
     InboundEvent,
@@ -49,7 +49,6 @@ from worker.ingress.parse import (
     LocationAs,
     Record,
     StatusUpdate,
-    TooManyUpdatesError,
     Unsupported,
     check_update_count,
     decode_webhook,
@@ -237,7 +236,7 @@ class _Ingress:
             return _answer("bad_signature", {"error": "missing or invalid X-Hub-Signature-256"}, 401)
         try:
             records = self.records(raw)
-        except TooManyUpdatesError as exc:
+        except WebhookTooLargeError as exc:
             return _answer("too_large", {"error": f"webhook body too large: {exc}"}, 413)
         except ValueError as exc:
             return _answer("invalid", {"error": f"malformed webhook body: {exc}"}, 400)
@@ -258,11 +257,11 @@ class _Ingress:
 
 
     def records(self, raw: bytes | bytearray) -> list[Record]:
-        """The records of a signed body. Raises :class:`TooManyUpdatesError` past Meta's batch sizes, and
+        """The records of a signed body. Raises :class:`WebhookTooLargeError` past Meta's batch sizes, and
         ``ValueError`` when it is not JSON or not a webhook."""
         try:
             body: Any = decode_webhook(raw)
-        except TooManyUpdatesError:
+        except WebhookTooLargeError:
             raise
         except ValueError as exc:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
             raise ValueError(f"not JSON ({exc})") from None

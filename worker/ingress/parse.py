@@ -51,7 +51,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field, ValidationError
 
 from worker.envelopes import Media, parse_part_callback
-from worker.errors import InvalidConversationIdError
+from worker.errors import InvalidConversationIdError, WebhookTooLargeError
 from worker.store.keys import validate_conversation_id
 
 #: Interactive reply kinds whose ``title`` is what the user tapped.
@@ -366,11 +366,6 @@ def _status(st: dict[str, Any], contacts: list[dict[str, Any]]) -> Record:
 MAX_WEBHOOK_ITEMS = 10_000
 
 
-class TooManyUpdatesError(ValueError):
-    """Raised when a webhook body holds more entries, changes, messages and statuses than
-    :data:`MAX_WEBHOOK_ITEMS`."""
-
-
 #: JSON objects decoded from one body before it is refused: a Meta update holds a handful (the message, its text,
 #: context, contact and profile, ...), so this is ten times Meta's largest batch.
 MAX_WEBHOOK_OBJECTS = 100_000
@@ -378,7 +373,7 @@ MAX_WEBHOOK_OBJECTS = 100_000
 
 def decode_webhook(raw: bytes | bytearray, max_objects: int = MAX_WEBHOOK_OBJECTS) -> Any:
     """The JSON of a webhook body. Raises ``ValueError`` when it is not JSON (or nested too deep), and
-    :class:`TooManyUpdatesError` as soon as it has decoded more than ``max_objects`` objects: a body of millions
+    :class:`WebhookTooLargeError` as soon as it has decoded more than ``max_objects`` objects: a body of millions
     of tiny objects is refused early instead of costing seconds and hundreds of MB. (The hook also hands the GIL
     to other threads between objects, which the decoder alone would hold until it ends.)"""
     left = max_objects
@@ -387,7 +382,7 @@ def decode_webhook(raw: bytes | bytearray, max_objects: int = MAX_WEBHOOK_OBJECT
         nonlocal left
         left -= 1
         if left < 0:
-            raise TooManyUpdatesError(f"more than {max_objects} JSON objects in one webhook (Meta sends at most "
+            raise WebhookTooLargeError(f"more than {max_objects} JSON objects in one webhook (Meta sends at most "
                                       f"1000 updates)")
         return obj
 
@@ -405,7 +400,7 @@ def decode_webhook(raw: bytes | bytearray, max_objects: int = MAX_WEBHOOK_OBJECT
 
 
 def check_update_count(body: Any, limit: int = MAX_WEBHOOK_ITEMS) -> None:
-    """Raise :class:`TooManyUpdatesError` when ``body`` holds more than ``limit`` items; stops counting at the limit,
+    """Raise :class:`WebhookTooLargeError` when ``body`` holds more than ``limit`` items; stops counting at the limit,
     so the check costs at most ``limit`` steps whatever the body."""
     count = 0
     for entry in _list(_dict(body).get("entry")):
@@ -416,7 +411,7 @@ def check_update_count(body: Any, limit: int = MAX_WEBHOOK_ITEMS) -> None:
             if count > limit:
                 break
         if count > limit:
-            raise TooManyUpdatesError(f"more than {limit} entries, changes, messages and statuses in one webhook "
+            raise WebhookTooLargeError(f"more than {limit} entries, changes, messages and statuses in one webhook "
                                       f"(Meta sends at most 1000 updates)")
 
 
