@@ -73,7 +73,9 @@ class ConversationClient:
         return cls(build_store(s), wake or celery_waker(s), max_text_chars=s.max_input_chars)
 
     def _submit(self, env: Envelope, *, from_player: bool = False) -> Submitted:
-        if env.text is not None and len(env.text) > self.max_text_chars:
+        # A notice's text is the deployment's short answer, not the player's words: the input limit is not for it
+        # (the ingress answers a text over that limit with one).
+        if env.text is not None and env.kind != "notice" and len(env.text) > self.max_text_chars:
             raise OversizeInputError(f"text is {len(env.text)} characters; the limit is {self.max_text_chars}")
         result = self.store.accept(env.conversation_id, env.to_bytes(), env.message_id,
                                    inbound=from_player or _from_player(env))

@@ -81,6 +81,11 @@ class InvalidTextError(InputError):
     stored or sent."""
 
 
+class WebhookTooLargeError(InputError):
+    """Raised when a webhook body holds far more than Meta ever batches in one POST (more JSON objects or more
+    updates than the ingress's limits), so it is refused before it costs seconds and hundreds of MB."""
+
+
 class StateError(ParleyError):
     """Raised when a conversation state blob cannot be used."""
 

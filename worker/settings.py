@@ -201,6 +201,11 @@ class Settings(BaseSettings):
                                    description="Short answer to a voice note, video, document, sticker, contact, "
                                                "unsupported or unknown message (and a photo the model cannot read "
                                                "that has no caption).")
+    refused_reply: str = Field("Sorry, I couldn't read that message: it is too long. Please send a shorter one.",
+                               description="Short answer to a player's message Parley must refuse as it is (text "
+                                           "over PARLEY_MAX_INPUT_CHARS, a location whose name is as long, a "
+                                           "character that cannot be stored); empty = none (the message is dropped, "
+                                           "counted).")
     dead_letter_reply: str = Field("Sorry, something went wrong on my side and I couldn't answer that message. "
                                    "Please try again.", description="Apology sent when a player's message is "
                                    "dead-lettered (it stays replayable); empty = none.")
@@ -219,6 +224,13 @@ class Settings(BaseSettings):
                                                   description="App secret for X-Hub-Signature-256 on webhooks.")
     whatsapp_verify_token: SecretStr | None = Field(None, validation_alias=_std("WHATSAPP_VERIFY_TOKEN"),
                                                     description="Token for the webhook verification handshake.")
+    webhook_max_age_seconds: float = Field(3 * 86400.0, ge=0, description="The webhook ingress refuses (200, "
+                                           "counted as too_old, not applied) a message or status whose timestamp is "
+                                           "older than this, so a captured signed webhook cannot be replayed once its "
+                                           "message id left the dedupe memory. Above Meta's retry period (about 36 "
+                                           "hours), at most PARLEY_DEDUPE_SECONDS; 0 = off.")
+    webhook_max_body_bytes: int = Field(8 * 1024 * 1024, gt=0, description="Largest webhook body the ingress reads "
+                                        "(413 past it, checked while reading).")
     delivery_max_attempts: int = Field(8, description="Failed sends of one reply (throttling, 5xx) before it is "
                                        "dead-lettered; counted in Redis with the reply, whichever worker sends it.")
     delivery_part_interval: float = Field(0.0, description="Seconds between the parts of one split reply.")
@@ -296,6 +308,15 @@ class Settings(BaseSettings):
     backlog_sample: int = Field(1000, ge=1, description="Conversations probed per metrics scrape for the autoscaling "
                                 "gauges (parley_queue_waiting_conversations, parley_queue_oldest_input_age_seconds): "
                                 "bounds a scrape's cost; above it the count is scaled from the sample.")
+
+    @model_validator(mode="after")
+    def _webhook_age(self) -> Settings:
+        # Past the dedupe memory a replayed message id is new again: only the age check would still refuse it.
+        if self.webhook_max_age_seconds > self.dedupe_seconds:
+            raise ValueError(f"PARLEY_WEBHOOK_MAX_AGE_SECONDS ({self.webhook_max_age_seconds:g}) must not exceed "
+                             f"PARLEY_DEDUPE_SECONDS ({self.dedupe_seconds:g}): a webhook replayed in between would "
+                             f"be applied again")
+        return self
 
     @model_validator(mode="after")
     def _template_text(self) -> Settings:

@@ -9,6 +9,7 @@ import hashlib
 import hmac
 import json
 import pathlib
+import time
 from typing import Any
 
 import fakeredis
@@ -18,12 +19,16 @@ from starlette.testclient import TestClient
 from worker.client import ConversationClient
 from worker.envelopes import decode_envelope
 from worker.ingress.app import create_app
+from worker.settings import Settings
 from worker.store.redis_store import ConversationStore
 
 SECRET = "app-secret"
 VERIFY = "vibecoding"
 FIXTURES = pathlib.Path(__file__).resolve().parents[3] / "shared" / "fixtures" / "whatsapp"
 needs_fixtures = pytest.mark.skipif(not FIXTURES.is_dir(), reason="shared WhatsApp fixtures not present")
+#: Meta's timestamps are Unix seconds as a string; the ingress refuses one older than PARLEY_WEBHOOK_MAX_AGE_SECONDS.
+NOW = str(int(time.time()))
+REFUSED = Settings.model_fields["refused_reply"].default
 
 def sign(raw: bytes, secret: str = SECRET) -> str:
     return "sha256=" + hmac.new(secret.encode(), raw, hashlib.sha256).hexdigest()
@@ -34,7 +39,17 @@ def fixture_payload(name: str) -> dict[str, Any]:
     if not path.exists():
         pytest.skip(f"fixture {name} not present")
     payload: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))["payload"]
-    return payload
+    return fresh(payload)
+
+
+def fresh(obj: Any) -> Any:
+    """``obj`` as if Meta sent it now: every ``timestamp`` is the current time (the fixtures were captured years
+    ago, and the ingress refuses messages older than PARLEY_WEBHOOK_MAX_AGE_SECONDS)."""
+    if isinstance(obj, dict):
+        return {k: NOW if k == "timestamp" else fresh(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [fresh(v) for v in obj]
+    return obj
 
 
 def meta_bytes(payload: Any) -> bytes:
@@ -70,7 +85,7 @@ class Rig:
 def text_value(wamid: str, sender: str, text: str) -> dict[str, Any]:
     return {"messaging_product": "whatsapp", "metadata": {"phone_number_id": "1"},
             "contacts": [{"wa_id": sender, "profile": {"name": "Sam"}}],
-            "messages": [{"from": sender, "id": wamid, "timestamp": "1", "type": "text", "text": {"body": text}}]}
+            "messages": [{"from": sender, "id": wamid, "timestamp": NOW, "type": "text", "text": {"body": text}}]}
 
 
 def text_body(wamid: str = "wamid.A1", sender: str = "447700900123", text: str = "Where next?") -> bytes:
@@ -197,17 +212,26 @@ def test_oversized_body_is_413() -> None:
     assert http.post("/webhook", content=raw, headers={"X-Hub-Signature-256": sign(raw)}).status_code == 413
 
 
-def test_oversize_text_is_ignored_and_the_rest_of_the_batch_applied() -> None:
+def test_oversize_text_is_answered_with_the_short_answer_and_the_rest_of_the_batch_applied() -> None:
     rig = Rig()
     rig.client.max_text_chars = 10
     body = {"entry": [{"changes": [{"field": "messages", "value": text_value("wamid.L", "447700900001", "x" * 50)},
                                    {"field": "messages", "value": text_value("wamid.S", "447700900002", "short")}]}]}
     r = rig.post(meta_bytes(body))
-    assert r.status_code == 200 and r.json() == {"accepted": 1, "events": 0, "notices": 0, "duplicates": 0, "statuses": 0, "ignored": 1}
+    assert r.status_code == 200 and r.json() == {"accepted": 1, "events": 0, "notices": 1, "duplicates": 0, "statuses": 0, "ignored": 0}
     assert rig.inputs("447700900002") == [("wamid.S", "short")]
+    [(mid, payload)] = rig.store.inbox("447700900001")
+    notice = decode_envelope(payload)  # never silent: the player hears why, in order with any other reply
+    assert (mid, notice.kind, notice.reply_to, notice.recipient) == ("wamid.L", "notice", "wamid.L", "447700900001")
+    assert notice.text == REFUSED
+    assert rig.woken == ["447700900002", "447700900001"] or sorted(rig.woken) == ["447700900001", "447700900002"]
+    # Meta's retry of the same batch: the refused message is a duplicate of its notice, not a second answer.
+    again = rig.post(meta_bytes(body)).json()
+    assert again["duplicates"] == 2 and again["notices"] == 0
+    assert len(rig.store.inbox("447700900001")) == 1
 
 
-def test_a_lone_surrogate_in_a_text_is_ignored_and_the_rest_of_the_batch_applied() -> None:
+def test_a_lone_surrogate_in_a_text_is_answered_with_the_short_answer_and_the_rest_of_the_batch_applied() -> None:
     rig = Rig()
     # JSON may escape half a surrogate pair ("\\ud83d"): json.loads gives a str that UTF-8 cannot encode.
     body = {"entry": [{"changes": [{"field": "messages", "value": text_value("wamid.U", "447700900001", "hi \ud83d")},
@@ -215,8 +239,18 @@ def test_a_lone_surrogate_in_a_text_is_ignored_and_the_rest_of_the_batch_applied
     raw = json.dumps(body).encode()
     assert b"\\ud83d" in raw
     r = rig.post(raw)
-    assert r.status_code == 200 and r.json() == {"accepted": 1, "events": 0, "notices": 0, "duplicates": 0, "statuses": 0, "ignored": 1}
-    assert rig.inputs("447700900001") == [] and rig.inputs("447700900002") == [("wamid.S", "short")]
+    assert r.status_code == 200 and r.json() == {"accepted": 1, "events": 0, "notices": 1, "duplicates": 0, "statuses": 0, "ignored": 0}
+    assert rig.inputs("447700900001") == [("wamid.U", REFUSED)]
+    assert rig.inputs("447700900002") == [("wamid.S", "short")]
+
+
+def test_a_refusal_is_dropped_only_when_the_deployment_configured_no_short_answer() -> None:
+    rig = Rig()
+    rig.client.max_text_chars = 10
+    http = TestClient(create_app(rig.client, rig.store, app_secret=SECRET, verify_token=VERIFY, refused_reply=" "))
+    raw = text_body(text="x" * 50)
+    r = http.post("/webhook", content=raw, headers={"X-Hub-Signature-256": sign(raw)})
+    assert r.status_code == 200 and r.json()["ignored"] == 1 and rig.inputs("447700900123") == []
 
 
 def test_storage_outage_is_503_so_meta_retries() -> None:
@@ -238,14 +272,15 @@ def test_status_write_failure_is_503() -> None:
     rig = Rig()
     rig.server.connected = False  # Redis gone
     payload = {"entry": [{"changes": [{"field": "messages", "value": {"statuses": [
-        {"id": "wamid.S", "status": "read", "timestamp": "1", "recipient_id": "447700900123"}]}}]}]}
+        {"id": "wamid.S", "status": "read", "timestamp": NOW, "recipient_id": "447700900123"}]}}]}]}
     assert rig.post(meta_bytes(payload)).status_code == 503
     assert rig.http.get("/healthz").status_code == 503
 
 
 def test_healthz_ok_when_redis_answers() -> None:
     r = Rig().http.get("/healthz")
-    assert r.status_code == 200 and r.json() == {"ok": True}
+    assert r.status_code == 200 and r.json()["ok"] is True
+    assert set(r.json()) == {"ok", "webhook_signatures", "last_valid_signature_at", "last_bad_signature_at"}
 
 
 # --- batching ------------------------------------------------------------------------------------------
@@ -253,10 +288,10 @@ def test_healthz_ok_when_redis_answers() -> None:
 def test_a_batch_of_entries_messages_and_statuses_is_walked_in_full() -> None:
     rig = Rig()
     v1 = text_value("wamid.1", "447700900001", "one")
-    v1["messages"].append({"from": "447700900002", "id": "wamid.2", "timestamp": "2", "type": "text",
+    v1["messages"].append({"from": "447700900002", "id": "wamid.2", "timestamp": NOW, "type": "text",
                            "text": {"body": "two"}})
-    v1["statuses"] = [{"id": "wamid.out1", "status": "delivered", "timestamp": "3", "recipient_id": "447700900001"},
-                      {"id": "wamid.out2", "status": "failed", "timestamp": "4", "recipient_id": "447700900002",
+    v1["statuses"] = [{"id": "wamid.out1", "status": "delivered", "timestamp": NOW, "recipient_id": "447700900001"},
+                      {"id": "wamid.out2", "status": "failed", "timestamp": NOW, "recipient_id": "447700900002",
                        "errors": [{"code": 131047, "title": "Re-engagement message",
                                    "error_data": {"details": "More than 24 hours have passed"}}]}]
     v2 = text_value("wamid.3", "447700900001", "three")
@@ -313,3 +348,15 @@ def test_fixtures_replayed_into_one_store_dedupe_on_shared_sample_wamids() -> No
         duplicates += s["duplicates"]
     # Different conversations (phone vs BSUID): dedupe is per conversation, so both are accepted.
     assert (accepted, duplicates) == (2, 0)
+
+
+def test_an_overlong_location_is_answered_with_the_short_answer() -> None:
+    rig = Rig()
+    rig.client.max_text_chars = 200
+    value = text_value("wamid.LOC", "447700900001", "unused")
+    value["messages"][0] = {"from": "447700900001", "id": "wamid.LOC", "timestamp": NOW, "type": "location",
+                            "location": {"latitude": 53.99, "longitude": -1.54, "name": "Harrogate " * 100}}
+    r = rig.post(meta_bytes({"entry": [{"changes": [{"field": "messages", "value": value}]}]}))
+    assert r.status_code == 200 and r.json()["notices"] == 1 and r.json()["events"] == 0
+    [env] = [decode_envelope(p) for _, p in rig.store.inbox("447700900001")]
+    assert (env.kind, env.text, env.reply_to, env.recipient) == ("notice", REFUSED, "wamid.LOC", "447700900001")

@@ -91,8 +91,11 @@ class RedisRig:
         self.client = ConversationClient.from_url("redis://127.0.0.1:6379/0", key_prefix=self.prefix,
                                                   wake=self.woken.append, **settings)
         self.store = self.client.store
+        # max_age_seconds=0: the fixtures keep the timestamps they were captured with, years ago (the age check
+        # has its own tests in test_age.py).
         self.http = TestClient(create_app(self.client, self.store, app_secret=SECRET, verify_token=VERIFY,
-                                          location_as=location_as, unsupported_reply=unsupported_reply))
+                                          location_as=location_as, unsupported_reply=unsupported_reply,
+                                          max_age_seconds=0))
 
     def post(self, payload: Any) -> Any:
         raw = meta_bytes(payload)

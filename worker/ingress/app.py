@@ -3,27 +3,36 @@
     uvicorn worker.ingress.app:app --host 0.0.0.0 --port 8080
 
 ``GET /webhook`` answers Meta's verification handshake (200 + the raw ``hub.challenge``, else 403).
-``POST /webhook`` checks ``X-Hub-Signature-256`` over the raw body (missing or wrong: 401, nothing queued),
-parses the batch and gives every player message an outcome through :class:`~worker.client.ConversationClient`
-(deduplicated on the wamid, so Meta's retries are harmless): chat turns (text, buttons, interactive replies,
-images), game events (locations, reactions), the configured short answer for what Parley cannot read (voice
-notes, video, documents, stickers, contacts, unsupported and unknown types); it records delivery statuses (each
-message's status only moves forward, and a status naming a reply part still in flight is kept with it), then
-answers 200 with a summary ``{"accepted", "events", "notices", "duplicates", "statuses", "ignored"}``
-(``accepted`` counts chat turns). A body that is not JSON or not a webhook: 400. Redis unavailable, or a
-conversation's mailbox full: 503, so Meta retries the whole batch (what was already queued deduplicates; the
-rest of the batch is still applied first). ``GET /healthz``: 200 when Redis answers, 503 otherwise.
+``POST /webhook`` reads the body up to ``PARLEY_WEBHOOK_MAX_BODY_BYTES`` (413 as soon as it passes), then, in a
+worker thread (a large body never stalls the event loop), checks ``X-Hub-Signature-256`` over the raw bytes
+(missing or wrong: 401, nothing queued), decodes and parses the batch (not JSON or not a webhook: 400; far more
+updates than Meta batches: 413) and gives every player message an outcome through
+:class:`~worker.client.ConversationClient` (deduplicated on the wamid, so Meta's retries are harmless): chat turns
+(text, buttons, interactive replies, images), game events (locations, reactions), the configured short answer for
+what Parley cannot read (voice notes, video, documents, stickers, contacts, unsupported and unknown types) and
+for what it must refuse as it is (text over the input limit: ``PARLEY_REFUSED_REPLY``). It records delivery
+statuses (each message's status only moves forward, and a status naming a reply part still in flight is kept with
+it). A message or status older than ``PARLEY_WEBHOOK_MAX_AGE_SECONDS`` is not applied (a replay). The answer is
+200 with a summary ``{"accepted", "events", "notices", "duplicates", "statuses", "ignored"}`` (``accepted`` counts
+chat turns). Redis unavailable, or a conversation's mailbox full: 503, so Meta retries the whole batch (what was
+already queued deduplicates; the rest of the batch is still applied first).
 
-Redis calls are blocking, so they run in Starlette's thread pool and never stall the event loop.
+``GET /healthz``: 200 when Redis answers, 503 otherwise; it also says whether the newest signature check failed.
+``GET /metrics``: the Prometheus metrics, every POST and every record counted by outcome (summed over uvicorn's
+worker processes, see :mod:`worker.ingress.multiproc`).
 """
 
 from __future__ import annotations
 
-import json
 import logging
+import time
+from dataclasses import dataclass
 from functools import partial
 from typing import Any, Protocol
 
+import anyio
+import anyio.to_thread
+from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import ClientDisconnect, Request
@@ -31,7 +40,8 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
 from worker.client import ConversationClient, Submitted
-from worker.errors import InboxFullError, InputError, StoreError
+from worker.errors import InboxFullError, InputError, StoreError, WebhookTooLargeError
+from worker.ingress import metrics as ingress_metrics
 from worker.ingress.parse import (
     InboundEvent,
     InboundMessage,
@@ -40,7 +50,10 @@ from worker.ingress.parse import (
     Record,
     StatusUpdate,
     Unsupported,
+    check_update_count,
+    decode_webhook,
     parse_webhook,
+    record_age,
     verify_handshake,
     verify_signature,
 )
@@ -48,7 +61,7 @@ from worker.store.base import StatusRecorded
 
 log = logging.getLogger("parley.ingress")
 
-#: Meta batches at most 1000 updates per POST; a body far above that is not Meta.
+#: Meta batches at most 1000 updates per POST; a body far above that is not Meta (PARLEY_WEBHOOK_MAX_BODY_BYTES).
 DEFAULT_MAX_BODY_BYTES = 8 * 1024 * 1024
 
 
@@ -65,18 +78,27 @@ class _TooLarge(Exception):
     pass
 
 
-async def _read_body(request: Request, limit: int) -> bytes:
+async def _read_body(request: Request, limit: int) -> bytearray:
+    """The body, refused as soon as it passes ``limit`` (the declared length first, then each chunk as it comes):
+    an oversized body is never held whole."""
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > limit:
         raise _TooLarge
-    chunks: list[bytes] = []
-    size = 0
+    body = bytearray()
     async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
+        if len(body) + len(chunk) > limit:
             raise _TooLarge
-        chunks.append(chunk)
-    return b"".join(chunks)
+        body += chunk
+    return body  # not copied into bytes: the HMAC and the JSON decoder read a bytearray as well
+
+
+@dataclass(frozen=True)
+class _Replies:
+    """The configured short answers: ``unsupported`` (what Parley cannot read) and ``refused`` (what it must refuse
+    as it is); empty = the deployment chose silence."""
+
+    unsupported: str
+    refused: str
 
 
 def _submit(client: ConversationClient, rec: InboundMessage | InboundEvent | InboundNotice,
@@ -91,11 +113,74 @@ def _submit(client: ConversationClient, rec: InboundMessage | InboundEvent | Inb
                               recipient=rec.sender)
 
 
-_COUNTER = {InboundMessage: "accepted", InboundEvent: "events", InboundNotice: "notices"}
+_OUTCOME = {InboundMessage: "accepted", InboundEvent: "event", InboundNotice: "notice"}
+#: The metric's outcomes as the response's summary counts them (kept as it was for Meta and the logs).
+_SUMMARY = {"accepted": "accepted", "event": "events", "notice": "notices", "refused": "notices",
+            "duplicate": "duplicates", "status": "statuses", "ignored": "ignored", "too_old": "ignored",
+            "status_too_old": "ignored"}
 
 
-def _apply(client: ConversationClient, store: IngressStore, records: list[Record], *,
-           unsupported_reply: str) -> tuple[dict[str, int], list[str]]:
+def _input(client: ConversationClient, rec: InboundMessage | InboundEvent | InboundNotice,
+           replies: _Replies) -> str:
+    """Queue one player's message; its outcome. Raises :class:`InboxFullError` (the caller answers 503)."""
+    if isinstance(rec, InboundNotice) and not replies.unsupported.strip():
+        # PARLEY_UNSUPPORTED_REPLY set empty: the deployment chose silence for what Parley cannot read.
+        _report(Unsupported(kind=rec.type, wamid=rec.wamid, reason=f"{rec.reason}; no short answer configured"))
+        return "ignored"
+    try:
+        r = _submit(client, rec, replies.unsupported)
+    except InboxFullError:  # an InputError too, but retrying later does help: never drop it
+        raise
+    except InputError as exc:  # oversize text, a lone surrogate, ...: retrying the batch would not help
+        return _refuse(client, rec, replies.refused, exc)
+    if isinstance(rec, InboundNotice) and not r.duplicate:
+        log.info("inbound %s answered with the short answer: %s", rec.type, rec.reason,
+                 extra={"message_id": rec.wamid, "message_type": rec.type})
+    return "duplicate" if r.duplicate else _OUTCOME[type(rec)]
+
+
+def _refuse(client: ConversationClient, rec: InboundMessage | InboundEvent | InboundNotice, reply: str,
+            exc: InputError) -> str:
+    """The player's message cannot be queued as it is: they get the configured short answer instead (in order with
+    the other replies, deduplicated on their message's id like the message would have been)."""
+    extra = {"message_id": rec.wamid, "message_type": rec.type, "error": type(exc).__name__}
+    if not reply.strip():
+        log.warning("inbound %s refused, no short answer configured: %s", rec.type, exc, extra=extra)
+        return "ignored"
+    log.warning("inbound %s refused, answered with the short answer: %s", rec.type, exc, extra=extra)
+    recipient = rec.conversation_id if isinstance(rec, InboundEvent) else rec.sender
+    r = client.send_notice(rec.conversation_id, reply, message_id=rec.wamid, reply_to=rec.wamid, recipient=recipient)
+    return "duplicate" if r.duplicate else "refused"
+
+
+def _too_old(rec: Record, now: float, max_age: float) -> bool:
+    age = record_age(rec, now) if max_age > 0 else None
+    if age is None or age <= max_age:
+        return False
+    log.warning("webhook %s older than PARLEY_WEBHOOK_MAX_AGE_SECONDS (%.0f s > %.0f s) not applied",
+                "status" if isinstance(rec, StatusUpdate) else "message", age, max_age,
+                extra={"message_id": getattr(rec, "wamid", None)})
+    return True
+
+
+def _record(client: ConversationClient, store: IngressStore, rec: Record, replies: _Replies, now: float,
+            max_age: float) -> str:
+    if isinstance(rec, InboundMessage | InboundEvent | InboundNotice):
+        return "too_old" if _too_old(rec, now, max_age) else _input(client, rec, replies)
+    if isinstance(rec, StatusUpdate):
+        if _too_old(rec, now, max_age):
+            return "status_too_old"
+        # Forward only (a late `delivered` never hides a `read`); a status naming a reply part still in flight
+        # is also kept with the part, so a deliverer recovering from a crash does not send it twice.
+        store.record_status(rec.conversation_id, rec.wamid, rec.status, rec.detail(), reply_id=rec.reply_id,
+                            part=rec.part)
+        return "status"
+    _report(rec)
+    return "ignored"
+
+
+def _apply(client: ConversationClient, store: IngressStore, records: list[Record], *, replies: _Replies,
+           max_age: float = 0.0, now: float | None = None) -> tuple[dict[str, int], list[str]]:
     """Queue the inputs and record the statuses of one batch (blocking; runs in the thread pool).
 
     Returns the summary and the wamids a full mailbox refused: the whole batch is walked all the same (other
@@ -103,45 +188,26 @@ def _apply(client: ConversationClient, store: IngressStore, records: list[Record
     deduplicates then)."""
     summary = {"accepted": 0, "events": 0, "notices": 0, "duplicates": 0, "statuses": 0, "ignored": 0}
     full: list[str] = []
+    at = time.time() if now is None else now
     for rec in records:
-        if isinstance(rec, InboundNotice) and not unsupported_reply.strip():
-            # PARLEY_UNSUPPORTED_REPLY set empty: the deployment chose silence for what Parley cannot read.
-            _report(Unsupported(kind=rec.type, wamid=rec.wamid, reason=f"{rec.reason}; no short answer configured"))
-            summary["ignored"] += 1
-        elif isinstance(rec, InboundMessage | InboundEvent | InboundNotice):
-            try:
-                r = _submit(client, rec, unsupported_reply)
-            except InboxFullError as exc:  # an InputError too, but retrying later does help: never drop it
-                log.warning("inbound %s refused, mailbox full: %s", rec.type, exc,
-                            extra={"message_id": rec.wamid, "message_type": rec.type})
-                full.append(rec.wamid)
-                continue
-            except InputError as exc:  # oversize text, a lone surrogate, ...: retrying the batch would not help
-                log.warning("inbound %s refused: %s", rec.type, exc,
-                            extra={"message_id": rec.wamid, "message_type": rec.type, "error": type(exc).__name__})
-                summary["ignored"] += 1
-                continue
-            outcome = "duplicates" if r.duplicate else _COUNTER[type(rec)]
-            summary[outcome] += 1
-            if isinstance(rec, InboundNotice) and not r.duplicate:
-                log.info("inbound %s answered with the short answer: %s", rec.type, rec.reason,
-                         extra={"message_id": rec.wamid, "message_type": rec.type})
-        elif isinstance(rec, StatusUpdate):
-            # Forward only (a late `delivered` never hides a `read`); a status naming a reply part still in flight
-            # is also kept with the part, so a deliverer recovering from a crash does not send it twice.
-            store.record_status(rec.conversation_id, rec.wamid, rec.status, rec.detail(), reply_id=rec.reply_id,
-                                part=rec.part)
-            summary["statuses"] += 1
-        else:
-            _report(rec)
-            summary["ignored"] += 1
+        try:
+            outcome = _record(client, store, rec, replies, at, max_age)
+        except InboxFullError as exc:
+            wamid = getattr(rec, "wamid", None) or ""
+            log.warning("inbound %s refused, mailbox full: %s", getattr(rec, "type", "input"), exc,
+                        extra={"message_id": wamid, "message_type": getattr(rec, "type", None)})
+            full.append(wamid)
+            outcome = "mailbox_full"
+        ingress_metrics.WEBHOOK_RECORDS.labels(outcome).inc()
+        if outcome in _SUMMARY:
+            summary[_SUMMARY[outcome]] += 1
     return summary, full
 
 
-def _default_unsupported_reply() -> str:
+def _default(setting: str, given: Any) -> Any:
     from worker.settings import Settings
 
-    return str(Settings.model_fields["unsupported_reply"].default)
+    return Settings.model_fields[setting].default if given is None else given
 
 
 def _report(rec: Unsupported) -> None:
@@ -149,13 +215,81 @@ def _report(rec: Unsupported) -> None:
     log.log(level, "webhook record ignored: %s: %s", rec.kind, rec.reason, extra={"message_id": rec.wamid})
 
 
+@dataclass(frozen=True)
+class _Ingress:
+    """What one POST needs, bound at start-up."""
+
+    client: ConversationClient
+    store: IngressStore
+    app_secret: str
+    location_as: LocationAs
+    replies: _Replies
+    max_age: float
+
+    def handle(self, raw: bytes | bytearray, signature: str | None) -> Response:
+        """Verify, parse and apply one webhook body (blocking: runs in a worker thread, never on the event loop,
+        so a large body does not stall the other requests)."""
+        valid = verify_signature(raw, signature, self.app_secret)
+        ingress_metrics.signature_checked(valid)
+        if not valid:
+            log.warning("webhook with a missing or wrong X-Hub-Signature-256 refused")
+            return _answer("bad_signature", {"error": "missing or invalid X-Hub-Signature-256"}, 401)
+        try:
+            records = self.records(raw)
+        except WebhookTooLargeError as exc:
+            return _answer("too_large", {"error": f"webhook body too large: {exc}"}, 413)
+        except ValueError as exc:
+            return _answer("invalid", {"error": f"malformed webhook body: {exc}"}, 400)
+        try:
+            summary, full = _apply(self.client, self.store, records, replies=self.replies, max_age=self.max_age)
+        except StoreError as exc:
+            # Redis down, failing over or refusing writes. Meta retries for about a day and a half; whatever
+            # this batch already queued is deduplicated on the retry.
+            log.error("webhook batch not stored, answering 503: %s", exc)
+            return _answer("unavailable", {"error": "storage unavailable, retry later"}, 503)
+        if full:
+            # Answering 200 would lose those messages for good; Meta retries a 5xx for about a day and a half,
+            # by which time the workers have drained the mailbox. The rest of the batch is queued already.
+            log.error("webhook batch partly refused (%d input(s) found a full mailbox), answering 503", len(full),
+                      extra={"message_ids": full})
+            return _answer("mailbox_full", {"error": "a conversation's mailbox is full, retry later", **summary}, 503)
+        return _answer("ok", summary, 200)
+
+
+    def records(self, raw: bytes | bytearray) -> list[Record]:
+        """The records of a signed body. Raises :class:`WebhookTooLargeError` past Meta's batch sizes, and
+        ``ValueError`` when it is not JSON or not a webhook."""
+        try:
+            body: Any = decode_webhook(raw)
+        except WebhookTooLargeError:
+            raise
+        except ValueError as exc:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+            raise ValueError(f"not JSON ({exc})") from None
+        check_update_count(body)
+        return parse_webhook(body, location_as=self.location_as)
+
+
+def _answer(outcome: str, body: dict[str, Any], status: int) -> Response:
+    ingress_metrics.WEBHOOKS.labels(outcome).inc()
+    return JSONResponse(body, status_code=status)
+
+
+#: Bodies above this are handled two at a time at most, so a burst of them cannot hold many decoded copies.
+LARGE_BODY_BYTES = 256 * 1024
+
+
 def create_app(client: ConversationClient, store: IngressStore, *, app_secret: str, verify_token: str,
                max_body_bytes: int = DEFAULT_MAX_BODY_BYTES, location_as: LocationAs = "event",
-               unsupported_reply: str | None = None) -> Starlette:
-    """An ingress bound to a producer client and a store (tests pass fakeredis-backed ones). ``location_as`` and
-    ``unsupported_reply`` are ``PARLEY_LOCATION_AS`` and ``PARLEY_UNSUPPORTED_REPLY`` (default: the settings'
-    defaults)."""
-    reply = unsupported_reply if unsupported_reply is not None else _default_unsupported_reply()
+               unsupported_reply: str | None = None, refused_reply: str | None = None,
+               max_age_seconds: float | None = None) -> Starlette:
+    """An ingress bound to a producer client and a store (tests pass fakeredis-backed ones). ``location_as``,
+    ``unsupported_reply``, ``refused_reply`` and ``max_age_seconds`` are ``PARLEY_LOCATION_AS``,
+    ``PARLEY_UNSUPPORTED_REPLY``, ``PARLEY_REFUSED_REPLY`` and ``PARLEY_WEBHOOK_MAX_AGE_SECONDS`` (default: the
+    settings' defaults; a max age of 0 turns the age check off)."""
+    replies = _Replies(_default("unsupported_reply", unsupported_reply), _default("refused_reply", refused_reply))
+    ingress = _Ingress(client, store, app_secret, location_as, replies,
+                       float(_default("webhook_max_age_seconds", max_age_seconds)))
+    large_bodies = anyio.CapacityLimiter(2)
     if not app_secret:
         log.error("no WhatsApp app secret configured: every webhook POST will be refused (401)")
 
@@ -172,49 +306,41 @@ def create_app(client: ConversationClient, store: IngressStore, *, app_secret: s
         try:
             raw = await _read_body(request, max_body_bytes)
         except _TooLarge:
-            return JSONResponse({"error": f"body larger than {max_body_bytes} bytes"}, status_code=413)
+            return _answer("too_large", {"error": f"body larger than {max_body_bytes} bytes"}, 413)
         except ClientDisconnect:
             return Response(status_code=400)
-        if not verify_signature(raw, request.headers.get("x-hub-signature-256"), app_secret):
-            log.warning("webhook with a missing or wrong X-Hub-Signature-256 refused")
-            return JSONResponse({"error": "missing or invalid X-Hub-Signature-256"}, status_code=401)
-        try:
-            body: Any = json.loads(raw)
-        except (ValueError, RecursionError) as exc:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
-            return JSONResponse({"error": f"malformed webhook body: not JSON ({exc})"}, status_code=400)
-        try:
-            records = parse_webhook(body, location_as=location_as)
-        except ValueError as exc:
-            return JSONResponse({"error": f"malformed webhook body: {exc}"}, status_code=400)
-        try:
-            summary, full = await run_in_threadpool(partial(_apply, unsupported_reply=reply), client, store, records)
-        except StoreError as exc:
-            # Redis down, failing over or refusing writes. Meta retries for about a day and a half; whatever
-            # this batch already queued is deduplicated on the retry.
-            log.error("webhook batch not stored, answering 503: %s", exc)
-            return JSONResponse({"error": "storage unavailable, retry later"}, status_code=503)
-        if full:
-            # Answering 200 would lose those messages for good; Meta retries a 5xx for about a day and a half,
-            # by which time the workers have drained the mailbox. The rest of the batch is queued already.
-            log.error("webhook batch partly refused (%d input(s) found a full mailbox), answering 503", len(full),
-                      extra={"message_ids": full})
-            return JSONResponse({"error": "a conversation's mailbox is full, retry later", **summary},
-                                status_code=503)
-        return JSONResponse(summary)
+        handle = partial(ingress.handle, raw, request.headers.get("x-hub-signature-256"))
+        if len(raw) > LARGE_BODY_BYTES:
+            return await anyio.to_thread.run_sync(handle, limiter=large_bodies)
+        return await run_in_threadpool(handle)
 
     async def healthz(request: Request) -> Response:
+        signatures = await run_in_threadpool(_signature_health)
         try:
             ok = await run_in_threadpool(store.ping)
         except Exception as exc:  # the detail (host, port) goes to the log, not to an unauthenticated caller
             log.warning("health check failed: %s", exc)
-            return JSONResponse({"ok": False, "error": type(exc).__name__}, status_code=503)
-        return JSONResponse({"ok": bool(ok)}, status_code=200 if ok else 503)
+            return JSONResponse({"ok": False, "error": type(exc).__name__, **signatures}, status_code=503)
+        return JSONResponse({"ok": bool(ok), **signatures}, status_code=200 if ok else 503)
+
+    async def metrics(request: Request) -> Response:
+        return Response(await run_in_threadpool(ingress_metrics.exposition), media_type=CONTENT_TYPE_LATEST)
 
     return Starlette(routes=[
         Route("/webhook", handshake, methods=["GET"]),
         Route("/webhook", receive, methods=["POST"]),
         Route("/healthz", healthz, methods=["GET"]),
+        Route("/metrics", metrics, methods=["GET"]),
     ])
+
+
+def _signature_health() -> dict[str, Any]:
+    """What ``/healthz`` says of signatures, never its status code: anyone can POST a bad signature, and a probe
+    failing on that would let them take the ingress out of service (and a restart cannot fix a wrong secret).
+    ``failing``: the newest signature check (over every worker) was refused, as when the app secret is wrong."""
+    valid, bad = ingress_metrics.signature_times()
+    state = "unknown" if not valid and not bad else ("failing" if bad > valid else "ok")
+    return {"webhook_signatures": state, "last_valid_signature_at": valid or None, "last_bad_signature_at": bad or None}
 
 
 def _from_env() -> Starlette:
@@ -229,7 +355,8 @@ def _from_env() -> Starlette:
     # it (one Redis connection pool, not two).
     client = ConversationClient.from_env()
     return create_app(client, client.store, app_secret=secret, verify_token=token, location_as=s.location_as,
-                      unsupported_reply=s.unsupported_reply)
+                      unsupported_reply=s.unsupported_reply, refused_reply=s.refused_reply,
+                      max_age_seconds=s.webhook_max_age_seconds, max_body_bytes=s.webhook_max_body_bytes)
 
 
 class _LazyApp:
