@@ -16,6 +16,9 @@ from worker.conversation.model import ToolSpec
 from worker.errors import ToolError
 
 _NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+# A handler (or an HTTP tool's JSON, which may escape half a pair) can return a lone surrogate that UTF-8 cannot
+# encode; it is not the caller's input to refuse, so it becomes U+FFFD and the turn goes on.
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,6 +109,7 @@ def run_tool(
     """Run one tool call and return its result message (``is_error`` when it failed)."""
 
     def result(text: str, error: bool = False) -> Message:
+        text = _LONE_SURROGATE.sub("\ufffd", text)
         if len(text) > max_chars:
             text = text[:max_chars] + f"\n[truncated: {len(text) - max_chars} more characters]"
         return Message(role="tool", content=text or "(empty result)", tool_call_id=call.id, name=call.name,
