@@ -1,6 +1,7 @@
 """The webhook ingress over HTTP (Starlette TestClient) against real payload shapes and hostile requests.
 
-Real shapes come from ``shared/fixtures/whatsapp`` next to the project (skipped when the folder is absent).
+Real shapes come from ``shared/fixtures/whatsapp`` next to the project (tests.support.whatsapp_fixtures: skipped
+when the folder is absent, failed in CI).
 """
 
 from __future__ import annotations
@@ -8,13 +9,13 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
-import pathlib
 from typing import Any
 
 import fakeredis
 import pytest
 from starlette.testclient import TestClient
 
+from tests.support.whatsapp_fixtures import fixture_payload, needs_fixtures
 from worker.client import ConversationClient
 from worker.envelopes import decode_envelope
 from worker.ingress.app import create_app
@@ -22,19 +23,9 @@ from worker.store.redis_store import ConversationStore
 
 SECRET = "app-secret"
 VERIFY = "vibecoding"
-FIXTURES = pathlib.Path(__file__).resolve().parents[3] / "shared" / "fixtures" / "whatsapp"
-needs_fixtures = pytest.mark.skipif(not FIXTURES.is_dir(), reason="shared WhatsApp fixtures not present")
 
 def sign(raw: bytes, secret: str = SECRET) -> str:
     return "sha256=" + hmac.new(secret.encode(), raw, hashlib.sha256).hexdigest()
-
-
-def fixture_payload(name: str) -> dict[str, Any]:
-    path = FIXTURES / name
-    if not path.exists():
-        pytest.skip(f"fixture {name} not present")
-    payload: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))["payload"]
-    return payload
 
 
 def meta_bytes(payload: Any) -> bytes:
