@@ -10,6 +10,7 @@ import time
 import pytest
 
 from tests.e2e.conftest import Cluster
+from tests.support.store_kit import settled
 from tests.support.workers import wait_until
 from worker.settings import Settings
 
@@ -52,6 +53,7 @@ def test_a_killed_workers_conversation_is_taken_over_at_the_default_settings(clu
     took = time.monotonic() - killed_at
     assert took <= TAKEOVER_LIMIT, took
     assert wait_until(lambda: len(cluster.whatsapp.texts_for(CID)) >= 2, 20), spare.log()
-    time.sleep(1.0)
+    store = cluster.store()
+    assert wait_until(lambda: settled(store, CID), 30), spare.log()  # no reply can come after this
     assert cluster.whatsapp.texts_for(CID) == ["ack:are you there?", "ack:and now?"]
     print(f"{pool}: answered {took:.1f} s after the SIGKILL")
