@@ -1,6 +1,6 @@
 """A lone surrogate ("\\ud800": a Python str holds it, UTF-8 cannot) in text a library caller passes is refused with
 the project's own InputError and a sentence, before anything is applied: the caller's state stays usable. Text
-the caller does not write (a tool's result) is made encodable instead, so the turn goes on."""
+the caller does not write (a tool's result, the model's reply) is made encodable instead, so the turn goes on."""
 
 from __future__ import annotations
 
@@ -65,3 +65,33 @@ def test_a_tool_result_with_a_lone_surrogate_becomes_a_replacement_character() -
     result = next(m for m in decode_state(state).messages if m.role == "tool")
     assert result.content == '{"place": "Harrogate \ufffd Theatre"}' and not result.is_error
     assert model.requests[1].messages[-1].content == result.content  # what the model read, too
+
+
+def test_a_model_reply_with_a_lone_surrogate_is_stored_with_a_replacement_character() -> None:
+    """A provider's JSON may escape half a surrogate pair ("\\ud800"): the reply, its tool calls and its wire form
+    are made encodable, and the state is saved."""
+    from worker.conversation import Message, ModelResponse
+
+    wire = {"role": "assistant", "content": f"Harrogate {LONE}", "tool_calls": []}
+
+    def reply(_: object) -> ModelResponse:
+        return ModelResponse(Message(role="assistant", content=f"Harrogate {LONE}", raw=wire))
+
+    model = ScriptedModel(default=reply)
+    text, state = Chat(model=model).chat_with_state(None, user="where?")
+    assert text == "Harrogate \ufffd"
+    stored = decode_state(state).messages[-1]
+    assert stored.content == "Harrogate \ufffd" and stored.raw == {**wire, "content": "Harrogate \ufffd"}
+    assert wire["content"] == f"Harrogate {LONE}"  # the provider's object itself is left as it was
+
+
+def test_a_tool_call_with_a_lone_surrogate_in_its_arguments_is_stored() -> None:
+    from worker.conversation import Message, ModelResponse, ToolCall
+
+    call = ToolCall("c1", "lookup", f'{{"place": "x{LONE}"}}')  # the arguments as the provider's JSON decoded them
+    answers = [ModelResponse(Message(role="assistant", tool_calls=(call,)), finish_reason="tool_calls"),
+               ModelResponse(Message(role="assistant", content="done"))]
+    model = ScriptedModel(default=lambda _: answers.pop(0))
+    _, state = Chat(model=model, tools=[make_tool()]).chat_with_state(None, user="go")
+    stored = decode_state(state).messages
+    assert stored[1].tool_calls[0].arguments == '{"place": "x\ufffd"}' and stored[-1].content == "done"

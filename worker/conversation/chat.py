@@ -43,7 +43,7 @@ from worker.conversation.state import (
     load_state,
 )
 from worker.conversation.tokens import EstimateCounter, TokenCounter
-from worker.conversation.tools import Tool, check_tools
+from worker.conversation.tools import Tool, check_tools, without_lone_surrogates
 from worker.errors import InvalidMessageError, InvalidTextError, OversizeInputError, StateDecodeError
 
 __all__ = ["Chat", "CompactionReport", "EventResult", "RoundTrip", "SpliceResult", "TurnResult"]
@@ -283,7 +283,7 @@ class Chat:
         return self._finish_turn(out, loaded.problem, reset, None if reset else loaded.memo, checked.clean)
 
     def _call(self, request: ModelRequest) -> ModelResponse:
-        return complete_observed(self.model, request, self.observer)
+        return _encodable(complete_observed(self.model, request, self.observer))
 
     def _finish_turn(self, out: LoopOutcome, problem: StateDecodeError | None, reset: str | None,
                      memo: Memo | None, clean: CleanPrefix | None) -> TurnResult:
@@ -348,6 +348,19 @@ class Chat:
 
     def _encode(self, st: ConversationState, memo: Memo | None = None, clean: CleanPrefix | None = None) -> Encoded:
         return encode_bounded(st, max_bytes=self.max_state_bytes, max_pinned=self.max_pinned, memo=memo, clean=clean)
+
+
+def _encodable(response: ModelResponse) -> ModelResponse:
+    """The reply with any lone surrogate a provider's JSON escaped replaced by U+FFFD (the model's text is not the
+    caller's input to refuse): the state it joins can be encoded."""
+    m = response.message
+    content, raw = without_lone_surrogates(m.content), without_lone_surrogates(m.raw)
+    calls = tuple(msgs.ToolCall(c.id, without_lone_surrogates(c.name), without_lone_surrogates(c.arguments))
+                  for c in m.tool_calls)
+    if content is m.content and raw is m.raw and all(
+            a.name is b.name and a.arguments is b.arguments for a, b in zip(calls, m.tool_calls, strict=True)):
+        return response
+    return replace(response, message=replace(m, content=content, tool_calls=calls, raw=raw))
 
 
 @dataclass
