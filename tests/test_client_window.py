@@ -10,7 +10,8 @@ import fakeredis
 import pytest
 import redis
 
-from tests.ingress.test_outcomes import FILES, OUTCOMES, RedisRig, needs_fixtures, payload_of, real_redis
+from tests.ingress.test_outcomes import OUTCOMES, RedisRig, payload_of, real_redis
+from tests.support.whatsapp_fixtures import fixture_names
 from worker.client import ConversationClient
 from worker.store.redis_store import ConversationStore
 
@@ -45,8 +46,7 @@ def rig(real_redis: redis.Redis) -> Iterator[RedisRig]:
     rig.cleanup()
 
 
-@needs_fixtures
-@pytest.mark.parametrize("name", [f for f in FILES if OUTCOMES.get(f) not in (None, "refused")])
+@pytest.mark.parametrize("name", fixture_names(keep=lambda f: OUTCOMES.get(f) not in (None, "refused")))
 def test_every_inbound_fixture_opens_the_window_or_not(rig: RedisRig, name: str) -> None:
     assert rig.post(payload_of(name)).status_code == 200
     opened = [k for k in rig.r.scan_iter(match=f"{rig.prefix}:*:inbound")]

@@ -27,6 +27,7 @@ from typing import Any
 import msgpack
 
 from worker.settings import Settings, get_settings
+from worker.terminal import for_terminal, json_for_terminal
 
 
 def _client() -> Any:
@@ -42,7 +43,8 @@ def _store() -> Any:
 
 
 def _print(obj: Any) -> None:
-    print(json.dumps(obj, indent=2, ensure_ascii=False, default=_default))
+    # Players' and models' text is in it (show, trace): controls escaped so it cannot drive the terminal.
+    print(json_for_terminal(obj, indent=2, default=_default))
 
 
 def _default(o: Any) -> Any:
@@ -120,7 +122,7 @@ def _cmd_dead(a: argparse.Namespace) -> int:
     for cid in cids:
         for i, raw in enumerate(store.dead_letters(cid)):
             d = decode_dead_letter(raw)
-            print(f"{cid} [{i}] {d.what} {d.id}: {d.reason} — {d.detail} (attempts {d.attempts})")
+            print(for_terminal(f"{cid} [{i}] {d.what} {d.id}: {d.reason} — {d.detail} (attempts {d.attempts})"))
     return 0
 
 
@@ -143,7 +145,7 @@ def _cmd_replay(a: argparse.Namespace) -> int:
     from worker.wakeup import DELIVER, DRAIN, celery_waker
 
     celery_waker(get_settings(), DRAIN if target == "inbox" else DELIVER)(a.conversation_id)
-    print(f"replayed {d.what} {d.id} of {a.conversation_id} ({d.reason})")
+    print(for_terminal(f"replayed {d.what} {d.id} of {a.conversation_id} ({d.reason})"))
     return 0
 
 
@@ -154,7 +156,7 @@ def _cmd_health(a: argparse.Namespace) -> int:
         _store().ping()
         check_broker(get_settings())
     except Exception as exc:
-        print(f"unhealthy: {exc}", file=sys.stderr)
+        print(for_terminal(f"unhealthy: {exc}"), file=sys.stderr)
         return 1
     print("ok")
     return 0
@@ -255,7 +257,7 @@ def main(argv: list[str] | None = None) -> int:
         from worker.errors import ParleyError
 
         if isinstance(exc, ParleyError):
-            print(f"error: {exc}", file=sys.stderr)
+            print(for_terminal(f"error: {exc}"), file=sys.stderr)
             return 2
         raise
 

@@ -11,6 +11,7 @@ from collections.abc import Iterator
 import pytest
 
 from tests.support.fake_whatsapp import FakeWhatsApp
+from tests.support.workers import wait_until
 from worker.delivery.media import CloudMediaFetcher, MediaHosts
 from worker.delivery.token import TokenHealth
 from worker.errors import MediaRejectedError, MediaTokenError, MediaUnavailableError, ModelUnavailableError
@@ -71,8 +72,8 @@ def test_a_server_that_lies_and_streams_without_end_is_cut_off(wa: FakeWhatsApp)
         fetcher(wa).fetch("liar")
     assert info.value.reason == "too_large"
     assert time.monotonic() - started < 5
-    time.sleep(0.2)
-    assert wa.streamed < 32 * 1024 * 1024  # the server gave up long before its 128 MiB: we hung up
+    assert wait_until(lambda: wa.streams_ended == 1, 10)  # the server's stream is over: its count is final
+    assert 0 < wa.streamed < 32 * 1024 * 1024  # the server gave up long before its 128 MiB: we hung up
 
 
 def test_a_lying_content_length_under_the_truth_reads_no_more_than_it_says(wa: FakeWhatsApp) -> None:

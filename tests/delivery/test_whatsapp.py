@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import io
-import json
-import pathlib
 from collections.abc import Iterator
 from unittest.mock import patch
 
@@ -12,13 +10,17 @@ import pytest
 from prometheus_client import REGISTRY
 
 from tests.support.fake_whatsapp import FakeWhatsApp
+from tests.support.whatsapp_fixtures import fixture_file, fixture_names
 from worker.delivery.channel import ConsoleChannel, ReadReceipts, RecordingChannel, WebhookChannel
 from worker.delivery.token import ACCEPTED_LOG, REJECTED_LOG, TokenHealth
 from worker.delivery.whatsapp import WhatsAppSender, classify_error, is_bsuid
-from worker.errors import DeliveryPermanentError, DeliveryRetryableError, SendOutcomeUnknownError, WhatsAppTokenError
-
-FIXTURES = pathlib.Path(__file__).resolve().parents[3] / "shared" / "fixtures" / "whatsapp"
-SEND_FIXTURES = sorted(FIXTURES.glob("send_*.json")) if FIXTURES.is_dir() else []
+from worker.errors import (
+    DeliveryError,
+    DeliveryPermanentError,
+    DeliveryRetryableError,
+    SendOutcomeUnknownError,
+    WhatsAppTokenError,
+)
 
 
 @pytest.fixture
@@ -147,21 +149,32 @@ def test_pooled_client_is_reused(api: FakeWhatsApp) -> None:
     assert s._clients.created == 1 and s._clients.idle() == 1 and len(api.sent) == 3
 
 
-@pytest.mark.skipif(not SEND_FIXTURES, reason="shared WhatsApp fixtures not present")
-@pytest.mark.parametrize("path", SEND_FIXTURES, ids=lambda p: p.name)
-def test_real_send_payloads(path: pathlib.Path) -> None:
-    fx = json.loads(path.read_text())
+@pytest.mark.parametrize("name", fixture_names("send_*.json"))
+def test_real_send_payloads(api: FakeWhatsApp, name: str) -> None:
+    """The real sender against a loopback Cloud API answering each fixture's status and body: a success gives the
+    fixture's wamid, an error the classified error of the fixture's code."""
+    fx = fixture_file(name)
     status, payload = fx["http_status"], fx["payload"]
-    if path.name.startswith("send_success"):
-        assert payload["messages"][0]["id"]
+    api.fault = lambda body: (status, payload, {})
+    s = sender(api)
+    if name.startswith("send_success"):
+        assert status == 200
+        assert s.send_text("447700900123", "hello") == payload["messages"][0]["id"]
+        assert len(api.received) == 1
         return
+    code = name.removesuffix(".json").split("_")[2]
+    retryable = code in ("130429", "131056", "4", "190")  # 190: retried until the token works, never dead-lettered
+    expected: type[DeliveryError] = (WhatsAppTokenError if code == "190"  # held: neither retried nor dead-lettered
+                                     else DeliveryRetryableError if retryable else DeliveryPermanentError)
+    with pytest.raises(expected) as info:
+        s.send_text("447700900123", "hello")
+    assert info.value.retryable is retryable and str(info.value.code) == code and info.value.status == status
+    # the same classification without HTTP, as the status webhooks' errors are classified
     err = classify_error(status, payload, {})
-    code = path.stem.split("_")[2]
     if code == "190":  # a rejected token holds deliveries: neither a retry of the reply nor a dead letter
-        assert isinstance(err, WhatsAppTokenError), (path.name, err)
+        assert isinstance(err, WhatsAppTokenError), (name, err)
     else:
-        expected_retryable = code in ("130429", "131056", "4")
-        assert err.retryable is expected_retryable, (path.name, err)
+        assert (err.retryable, err.code) == (retryable, info.value.code)
     assert str(err.code) == code
 
 

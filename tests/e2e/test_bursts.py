@@ -21,6 +21,7 @@ import pytest
 
 from tests.e2e.conftest import Cluster
 from tests.support.bursts import introduced, is_summary
+from tests.support.store_kit import settled
 from tests.support.workers import wait_until
 
 pytestmark = pytest.mark.e2e
@@ -90,16 +91,15 @@ def run_players(cluster: Cluster, plan: dict[str, list[list[float]]]) -> dict[st
 
 
 def settle(cluster: Cluster, sent: dict[str, list[tuple[str, str]]], timeout: float = 30) -> None:
-    """Wait until every conversation's last message has its answer and the mailboxes are empty; then a moment
-    more, so that a reply sent twice would show."""
+    """Wait until every conversation's last message has its answer and nothing is left to happen to it (no input
+    waiting, no reply to send, no lease held): from then on, a reply sent twice would already show."""
     store = cluster.store()
 
     def done() -> bool:
-        return all(store.inbox_depth(cid) == 0 and store.outbox_depth(cid) == 0
-                   and any(r[1] == s[-1][0] for r in replies(cluster, cid)) for cid, s in sent.items() if s)
+        return all(settled(store, cid) and any(r[1] == s[-1][0] for r in replies(cluster, cid))
+                   for cid, s in sent.items() if s)
 
     assert wait_until(done, timeout, interval=0.1), [w.log()[-3000:] for w in cluster.workers]
-    time.sleep(QUIET + 0.5)
 
 
 @pytest.mark.parametrize("pool", ["threads", "gevent"])

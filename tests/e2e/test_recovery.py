@@ -6,13 +6,13 @@ import os
 import pickle
 import signal
 import tempfile
-import time
 import uuid
 
 import pytest
 from kombu import Connection
 
 from tests.e2e.conftest import BROKERS, Cluster
+from tests.support.store_kit import settled
 from tests.support.workers import wait_until
 
 pytestmark = pytest.mark.e2e
@@ -32,7 +32,8 @@ def test_sigkilled_worker_turn_is_resumed_by_another(cluster: Cluster, pool: str
     cluster.llm.delay = 0.0
     cluster.start_worker("w2", pool=pool)
     assert wait_until(lambda: len(cluster.whatsapp.sent) >= 1, 40), cluster.workers[1].log()
-    time.sleep(1.0)
+    store = cluster.store()
+    assert wait_until(lambda: settled(store, CID), 30), cluster.workers[1].log()  # no reply can come after this
     assert cluster.whatsapp.texts_for(CID) == ["ack:are you there?"]
 
 
@@ -50,9 +51,10 @@ def test_stalled_worker_cannot_commit_over_newer_state(cluster: Cluster) -> None
     client.send_message(CID, "second", message_id="m2")
     assert wait_until(lambda: len(cluster.whatsapp.sent) >= 2, 30)
     a.kill(signal.SIGCONT)  # it wakes up and tries to commit its stale turn
-    time.sleep(4.0)
+    assert wait_until(lambda: "lease lost" in a.log(), 20), a.log()  # its commit was refused by the fence
+    store = cluster.store()
+    assert wait_until(lambda: settled(store, CID), 30), a.log()  # no reply can come after this
     assert cluster.whatsapp.texts_for(CID) == ["ack:first", "ack:second"]
-    assert wait_until(lambda: "lease lost" in a.log(), 10), a.log()  # its commit was refused by the fence
 
 
 class Canary:
@@ -79,7 +81,8 @@ def test_pickle_payload_in_the_queue_is_refused(cluster: Cluster) -> None:
                          content_encoding="binary", serializer=None,
                          headers={"lang": "py", "task": "parley.drain", "id": task_id, "root_id": task_id,
                                   "argsrepr": "", "kwargsrepr": "", "origin": "attacker"})
-    time.sleep(3.0)
+    # The worker took the message and refused it (kombu's ContentDisallowed, logged): from then on it cannot run.
+    assert wait_until(lambda: "untrusted content of type pickle" in w.log(), 30), w.log()
     assert not os.path.exists(canary)
     assert w.alive()
     cluster.client().send_message(CID, "still fine?", message_id="m1")

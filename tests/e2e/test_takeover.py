@@ -3,6 +3,7 @@ for about a lease and a sweep, not minutes; while it was alive, its heartbeat ke
 
 from __future__ import annotations
 
+import re
 import signal
 import threading
 import time
@@ -10,6 +11,7 @@ import time
 import pytest
 
 from tests.e2e.conftest import Cluster
+from tests.support.store_kit import settled
 from tests.support.workers import wait_until
 from worker.settings import Settings
 
@@ -17,6 +19,12 @@ pytestmark = pytest.mark.e2e
 
 CID = "447700900666"
 TAKEOVER_LIMIT = 30.0  # seconds from the kill to the answer: lease + sweep interval + one 3 s model call + slack
+EMPTY_SWEEP = re.compile(r"Task parley\.sweep\[[^\]]+\] succeeded in [0-9.e-]+s: 0\b")
+
+
+def empty_sweeps(cluster: Cluster) -> int:
+    """Sweeps finished so far (Celery's log line of each task) that found no conversation to wake."""
+    return sum(len(EMPTY_SWEEP.findall(w.log())) for w in cluster.workers)
 
 
 @pytest.mark.parametrize("pool", ["threads", "gevent", "prefork"])
@@ -44,6 +52,10 @@ def test_a_killed_workers_conversation_is_taken_over_at_the_default_settings(clu
     assert wait_until(lambda: "ready" in spare.log(), 60), spare.log()
     # Past the lease, with a spare worker sweeping: the heartbeat keeps the slow turn's conversation its own.
     time.sleep(max(0.0, started + 1.5 * defaults.lease_seconds - time.monotonic()))
+    # Two more sweeps (one per interval across the workers) have looked since and woken nothing: the lease, which
+    # would have run out without the heartbeat, was still held when they looked.
+    swept = empty_sweeps(cluster)
+    assert wait_until(lambda: empty_sweeps(cluster) >= swept + 2, 3 * defaults.sweep_interval + 30), spare.log()
     assert len(cluster.llm.requests) == 1, "another worker took over a live worker's turn"
     busy.kill(signal.SIGKILL)
     killed_at = time.monotonic()
@@ -52,6 +64,7 @@ def test_a_killed_workers_conversation_is_taken_over_at_the_default_settings(clu
     took = time.monotonic() - killed_at
     assert took <= TAKEOVER_LIMIT, took
     assert wait_until(lambda: len(cluster.whatsapp.texts_for(CID)) >= 2, 20), spare.log()
-    time.sleep(1.0)
+    store = cluster.store()
+    assert wait_until(lambda: settled(store, CID), 30), spare.log()  # no reply can come after this
     assert cluster.whatsapp.texts_for(CID) == ["ack:are you there?", "ack:and now?"]
     print(f"{pool}: answered {took:.1f} s after the SIGKILL")

@@ -1,6 +1,7 @@
 """The webhook ingress over HTTP (Starlette TestClient) against real payload shapes and hostile requests.
 
-Real shapes come from ``shared/fixtures/whatsapp`` next to the project (skipped when the folder is absent).
+Real shapes come from ``shared/fixtures/whatsapp`` next to the project (tests.support.whatsapp_fixtures: skipped
+when the folder is absent, failed in CI).
 """
 
 from __future__ import annotations
@@ -8,7 +9,6 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
-import pathlib
 import time
 from typing import Any
 
@@ -16,6 +16,8 @@ import fakeredis
 import pytest
 from starlette.testclient import TestClient
 
+from tests.support.whatsapp_fixtures import fixture_payload as shared_payload
+from tests.support.whatsapp_fixtures import needs_fixtures
 from worker.client import ConversationClient
 from worker.envelopes import decode_envelope
 from worker.ingress.app import create_app
@@ -24,8 +26,6 @@ from worker.store.redis_store import ConversationStore
 
 SECRET = "app-secret"
 VERIFY = "vibecoding"
-FIXTURES = pathlib.Path(__file__).resolve().parents[3] / "shared" / "fixtures" / "whatsapp"
-needs_fixtures = pytest.mark.skipif(not FIXTURES.is_dir(), reason="shared WhatsApp fixtures not present")
 #: Meta's timestamps are Unix seconds as a string; the ingress refuses one older than PARLEY_WEBHOOK_MAX_AGE_SECONDS.
 NOW = str(int(time.time()))
 REFUSED = Settings.model_fields["refused_reply"].default
@@ -35,11 +35,8 @@ def sign(raw: bytes, secret: str = SECRET) -> str:
 
 
 def fixture_payload(name: str) -> dict[str, Any]:
-    path = FIXTURES / name
-    if not path.exists():
-        pytest.skip(f"fixture {name} not present")
-    payload: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))["payload"]
-    return fresh(payload)
+    payload: dict[str, Any] = fresh(shared_payload(name))
+    return payload
 
 
 def fresh(obj: Any) -> Any:

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from tests.ingress.test_ingress import Rig, meta_bytes
+from tests.ingress.test_ingress import NOW, Rig, meta_bytes
 from worker.envelopes import Media, decode_envelope
 
 CID = "447700900123"
@@ -18,7 +18,7 @@ CID = "447700900123"
 def image_body(wamid: str, image: dict[str, Any]) -> bytes:
     value = {"messaging_product": "whatsapp", "metadata": {"phone_number_id": "1"},
              "contacts": [{"wa_id": CID, "profile": {"name": "Sam"}}],
-             "messages": [{"from": CID, "id": wamid, "timestamp": "1", "type": "image", "image": image}]}
+             "messages": [{"from": CID, "id": wamid, "timestamp": NOW, "type": "image", "image": image}]}
     return meta_bytes({"object": "whatsapp_business_account",
                        "entry": [{"id": "1", "changes": [{"field": "messages", "value": value}]}]})
 

@@ -7,7 +7,6 @@ a full mailbox answers 503 and loses nothing; a deleted conversation is not brou
 
 from __future__ import annotations
 
-import json
 import uuid
 from collections.abc import Iterator
 from typing import Any, Literal
@@ -16,8 +15,9 @@ import pytest
 import redis
 from starlette.testclient import TestClient
 
-from tests.ingress.test_ingress import FIXTURES, SECRET, VERIFY, meta_bytes, sign, text_value
+from tests.ingress.test_ingress import SECRET, VERIFY, meta_bytes, sign, text_value
 from tests.support.redis_server import skip_or_fail
+from tests.support.whatsapp_fixtures import fixture_names, fixture_payload, needs_fixtures
 from worker.client import ConversationClient
 from worker.envelopes import Envelope, Media, decode_envelope
 from worker.ingress.app import create_app
@@ -75,8 +75,7 @@ OUTCOMES: dict[str, Outcome] = {
 }
 #: The summary counter each queued outcome moves.
 COUNTER = {"turn": "accepted", "event": "events", "notice": "notices"}
-FILES = sorted(p.name for p in FIXTURES.glob("*.json")) if FIXTURES.is_dir() else []
-needs_fixtures = pytest.mark.skipif(not FILES, reason="shared WhatsApp fixtures not present")
+FILES = fixture_names()
 REPLY = "Sorry, I can only read text, locations and photos here."
 
 
@@ -130,9 +129,7 @@ def rig(real_redis: redis.Redis) -> Iterator[RedisRig]:
     rig.cleanup()
 
 
-def payload_of(name: str) -> dict[str, Any]:
-    data: dict[str, Any] = json.loads((FIXTURES / name).read_text(encoding="utf-8"))["payload"]
-    return data
+payload_of = fixture_payload
 
 
 def first_message(payload: dict[str, Any]) -> dict[str, Any]:
@@ -152,10 +149,10 @@ def test_every_fixture_has_an_expected_outcome() -> None:
 @needs_fixtures
 @pytest.mark.parametrize("name", FILES)
 def test_every_fixture_gets_its_outcome(name: str, rig: RedisRig) -> None:
+    payload = payload_of(name)
     expected = OUTCOMES.get(name)
     if expected is None:
         pytest.fail(f"new fixture {name}: give it an expected outcome in OUTCOMES")
-    payload = payload_of(name)
     r = rig.post(payload)
     if expected == "refused":
         assert r.status_code == 400 and "malformed webhook body" in r.json()["error"]

@@ -14,14 +14,14 @@ from typing import Any
 import pytest
 import redis
 
-from tests.ingress.test_outcomes import FIXTURES, RedisRig, payload_of, real_redis
+from tests.ingress.test_outcomes import RedisRig, payload_of, real_redis
 from tests.support.store_kit import StoreKit, raw
+from tests.support.whatsapp_fixtures import needs_fixtures
 from worker import cli
 from worker.envelopes import ReplyRecord, part_callback
 
 __all__ = ["real_redis"]
 
-needs_fixtures = pytest.mark.skipif(not FIXTURES.is_dir(), reason="shared WhatsApp fixtures not present")
 pytestmark = needs_fixtures
 
 CID = "447700900123"

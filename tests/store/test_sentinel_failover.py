@@ -12,6 +12,7 @@ from collections.abc import Iterator
 import pytest
 
 from tests.support.redis_sentinel import SentinelSetup, start_sentinel
+from tests.support.workers import wait_until
 from worker.errors import StaleLeaseError, StoreUnavailableError
 from worker.runtime import build_store
 from worker.settings import Settings
@@ -93,7 +94,15 @@ def test_acknowledged_writes_survive_a_failover(sentinel: SentinelSetup) -> None
     # And the store goes on: every input applied once, in order, whatever the failover window refused.
     acked = _drain_through_failover(store)
     assert acked == sorted(acked, key=lambda x: int(x[1:])) and acked[-1] == "i19", acked
-    time.sleep(1.5)  # the demoted master has resynced: nothing acknowledged vanished with it
+    # Once the demoted master has caught up with the new one, nothing acknowledged vanished with it.
+    master, demoted = sentinel.client(sentinel.master_name()), sentinel.client(old)
+
+    def caught_up() -> bool:
+        link = demoted.info("replication")
+        return (link.get("master_link_status") == "up"
+                and link.get("slave_repl_offset") == master.info("replication")["master_repl_offset"])
+
+    assert wait_until(caught_up, 30)
     assert store.read_state(CID).blob == b"state after 19" and store.inbox_depth(CID) == 0
 
 

@@ -96,6 +96,7 @@ class FakeWhatsApp:
         self.media: dict[str, FakeMedia] = {}
         self.gets: list[tuple[str, dict[str, str]]] = []  # (path, headers) of every GET
         self.streamed = 0  # bytes the streamed downloads wrote before the client hung up
+        self.streams_ended = 0  # streamed downloads over (whole, or cut off by the client): ``streamed`` is final
         self.http = LoopbackServer(self.answer, self.answer_get)
 
     @property
@@ -239,9 +240,13 @@ class FakeWhatsApp:
         return 200, item.data, headers
 
     def _chunks(self, item: FakeMedia) -> Iterator[bytes]:
-        for _ in range(item.repeat):
-            for i in range(0, len(item.data), 65536):
-                chunk = item.data[i:i + 65536]
-                yield chunk
-                with self.lock:
-                    self.streamed += len(chunk)
+        try:
+            for _ in range(item.repeat):
+                for i in range(0, len(item.data), 65536):
+                    chunk = item.data[i:i + 65536]
+                    yield chunk
+                    with self.lock:
+                        self.streamed += len(chunk)
+        finally:  # also when the handler drops the generator after the client hung up
+            with self.lock:
+                self.streams_ended += 1

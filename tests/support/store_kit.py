@@ -68,6 +68,14 @@ def raw(store: ConversationStore) -> Any:
     return store._r
 
 
+def settled(store: ConversationStore, cid: str) -> bool:
+    """Nothing is left to happen to ``cid`` until a new input comes: no input waiting, no reply waiting to go out,
+    no drain or delivery under way (neither lease held). A test that checks something did NOT happen (a reply sent
+    twice) checks it once this holds, not after a guessed pause."""
+    k = store.keys(cid)
+    return store.inbox_depth(cid) == 0 and store.outbox_depth(cid) == 0 and not raw(store).exists(k.lease, k.dlease)
+
+
 class StoreKit:
     """The test-only steps, over ``store``'s client and keys."""
 

@@ -8,8 +8,11 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
+from typing import Any
 
 from tests.support.store_kit import raw
+from tests.support.workers import wait_until
 from tests.worker.conftest import make_harness
 from worker import ScriptedModel, metrics
 from worker.conversation.model import ModelRequest
@@ -21,13 +24,29 @@ CID = "447700900321"
 LEASE_MS = 600
 
 
-def _slow(seconds: float, started: threading.Event | None = None):  # type: ignore[no-untyped-def]
+def _held(started: threading.Event, release: threading.Event):  # type: ignore[no-untyped-def]
+    """A model call that lasts until the test releases it (at most 30 s)."""
     def answer(req: ModelRequest) -> str:
-        if started is not None:
-            started.set()
-        time.sleep(seconds)
+        started.set()
+        release.wait(30)
         return "ack:" + req.messages[-1].content
     return answer
+
+
+def _quick(req: ModelRequest) -> str:
+    return "ack:" + req.messages[-1].content
+
+
+def _turned_away_past_the_lease(other: Callable[[str], int], began: float, lease_key: str, store: Any) -> int:
+    """Until more than two lease periods have passed since ``began``, another worker finds nothing to do and the
+    lease is still held; returns how many times it looked."""
+    looks = 0
+    while time.monotonic() - began < 2 * LEASE_MS / 1000:
+        assert other(CID) == 0
+        assert raw(store).exists(lease_key)
+        looks += 1
+        time.sleep(0.05)
+    return looks
 
 
 def _second_worker(first: ConversationService, heartbeat: Heartbeat | None = None) -> ConversationService:
@@ -50,16 +69,18 @@ def _in_thread(fn, *args):  # type: ignore[no-untyped-def]
 
 
 def test_a_turn_longer_than_the_lease_keeps_its_lease_and_commits() -> None:
-    started = threading.Event()
-    h = make_harness(ScriptedModel(default=_slow(1.6, started)), config=ServiceConfig(lease_ms=LEASE_MS))
+    started, release = threading.Event(), threading.Event()
+    h = make_harness(ScriptedModel(default=_held(started, release)), config=ServiceConfig(lease_ms=LEASE_MS))
     h.client.send_message(CID, "slow one", message_id="m1")
     stale = metrics.STALE_COMMITS._value.get()
     first, out = _in_thread(h.service.drain, CID)
     assert started.wait(5)
+    began = time.monotonic()
     other = _second_worker(h.service)
-    for _ in range(12):  # well past the lease, another worker is turned away: the lease is still held
-        time.sleep(0.1)
-        assert other.drain(CID) == 0
+    # The model call is still running (held): well past the lease, another worker is turned away.
+    assert _turned_away_past_the_lease(other.drain, began, h.store.keys(CID).lease, h.store) >= 2
+    assert first.is_alive() and h.store.inbox_depth(CID) == 1
+    release.set()
     first.join(10)
     assert out == {"result": 1}
     assert len(h.model.requests) == 1 and metrics.STALE_COMMITS._value.get() == stale
@@ -68,17 +89,18 @@ def test_a_turn_longer_than_the_lease_keeps_its_lease_and_commits() -> None:
 
 
 def test_a_stalled_worker_without_heartbeat_loses_the_lease_and_its_commit_is_refused() -> None:
-    started = threading.Event()
+    started, release = threading.Event(), threading.Event()
     stalled = Heartbeat(LEASE_MS / 3000, 600, autostart=False)  # a frozen process: its heartbeat never runs
-    h = make_harness(ScriptedModel([_slow(1.6, started)], default=_slow(0, None)),
-                     config=ServiceConfig(lease_ms=LEASE_MS))
+    h = make_harness(ScriptedModel([_held(started, release)], default=_quick), config=ServiceConfig(lease_ms=LEASE_MS))
     worker_a = _second_worker(h.service, heartbeat=stalled)
     h.client.send_message(CID, "first", message_id="m1")
     stale = metrics.STALE_COMMITS._value.get()
     a, out = _in_thread(worker_a.drain, CID)
     assert started.wait(5)
-    time.sleep(LEASE_MS / 1000 + 0.1)
-    assert h.service.drain(CID) == 1  # the lease ran out: another worker takes the input over and commits it
+    assert wait_until(lambda: not raw(h.store).exists(h.store.keys(CID).lease), 10)  # the lease ran out
+    assert a.is_alive()  # the stalled worker is still in its model call
+    assert h.service.drain(CID) == 1  # another worker takes the input over and commits it
+    release.set()
     a.join(10)
     assert out == {"result": 0}  # the stalled worker's commit was refused by the fence
     assert metrics.STALE_COMMITS._value.get() == stale + 1
@@ -87,13 +109,13 @@ def test_a_stalled_worker_without_heartbeat_loses_the_lease_and_its_commit_is_re
 
 
 def test_a_send_longer_than_the_delivery_lease_is_not_resent_by_another_worker() -> None:
-    sending = threading.Event()
+    sending, release = threading.Event(), threading.Event()
 
     class SlowChannel(RecordingChannel):
         def send_text(self, recipient: str, text: str, *, reply_to: str | None = None,
                       callback_data: str | None = None) -> str:
             sending.set()
-            time.sleep(1.6)
+            release.wait(30)  # the send lasts until the test releases it
             return super().send_text(recipient, text, reply_to=reply_to)
 
     h = make_harness(channel=SlowChannel(), config=ServiceConfig(lease_ms=LEASE_MS, deliver_inline=False))
@@ -102,10 +124,12 @@ def test_a_send_longer_than_the_delivery_lease_is_not_resent_by_another_worker()
     duplicates = metrics.DUPLICATE_WINDOW._value.get()
     first, out = _in_thread(h.service.deliver, CID)
     assert sending.wait(5)
+    began = time.monotonic()
     other = _second_worker(h.service)
-    for _ in range(10):  # past the lease: the send in flight is neither taken over nor resent
-        time.sleep(0.1)
-        assert other.deliver(CID) == 0
+    # The send is still in flight (held): well past the lease, it is neither taken over nor resent.
+    assert _turned_away_past_the_lease(other.deliver, began, h.store.keys(CID).dlease, h.store) >= 2
+    assert first.is_alive() and h.channel.sent == []
+    release.set()
     first.join(10)
     assert out == {"result": 1}
     assert [t for _, t, _ in h.channel.sent] == ["ack:hello"]

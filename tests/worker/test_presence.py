@@ -10,6 +10,7 @@ import pytest
 from prometheus_client import REGISTRY
 
 from tests.support.fake_whatsapp import FakeWhatsApp
+from tests.support.workers import wait_until
 from worker.delivery.channel import ConsoleChannel, RecordingChannel
 from worker.delivery.whatsapp import WhatsAppSender
 from worker.service.presence import Presence, is_whatsapp_id
@@ -128,17 +129,36 @@ def test_typing_refreshes_every_refresh_seconds_until_exit(api: FakeWhatsApp, cl
     assert all(r["body"]["typing_indicator"] == {"type": "text"} for r in api.reads)
 
 
-def test_a_typing_block_longer_than_the_refresh_interval_posts_again_from_the_thread(api: FakeWhatsApp) -> None:
-    p = Presence(whatsapp(api), enabled=True, refresh_seconds=0.2)
+def test_a_typing_block_longer_than_the_refresh_interval_posts_again_from_the_thread(
+        api: FakeWhatsApp, monkeypatch: pytest.MonkeyPatch) -> None:
+    refresh = 0.2
+    p = Presence(whatsapp(api), enabled=True, refresh_seconds=refresh)
+    ticks: list[tuple[float, int]] = []  # (when it began, posts it started) for each tick of the refresher thread
+    real_tick = p.tick
+
+    def tick() -> int:
+        began = time.monotonic()
+        started = real_tick()
+        ticks.append((began, started))
+        return started
+
+    monkeypatch.setattr(p, "tick", tick)  # before the thread starts: it calls this one
     with p.typing(CID, "wamid.slow"):
-        deadline = time.monotonic() + 5
-        while len(api.reads) < 3 and time.monotonic() < deadline:
-            time.sleep(0.02)
-    assert len(api.reads) >= 3 and set(read_ids(api)) == {"wamid.slow"}
-    time.sleep(0.3)  # a post already started may still land; then no more
+        assert wait_until(lambda: len(api.reads) >= 3, 5)
+    ended = time.monotonic()
+    assert set(read_ids(api)) == {"wamid.slow"} and sum(n for _, n in ticks) >= 2  # refreshes came from the thread
+
+    def ticked_since_end(periods: float) -> Callable[[], bool]:
+        return lambda: any(began - ended > periods * refresh for began, _ in ticks)
+
+    # Once the thread has ticked for more than a refresh interval after the end, no tick begun after it started
+    # a post; the posts started before it have all landed (settle); and none comes later.
+    assert wait_until(ticked_since_end(1.5), 5)
+    assert p.settle(CID, 5)
     settled = len(api.reads)
-    time.sleep(0.5)
-    assert len(api.reads) == settled
+    assert wait_until(ticked_since_end(3), 5)
+    assert [n for began, n in ticks if began > ended and n] == []
+    assert p.settle(CID, 5) and len(api.reads) == settled
 
 
 def test_exit_does_not_wait_for_a_slow_post(api: FakeWhatsApp) -> None:

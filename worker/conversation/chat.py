@@ -43,8 +43,8 @@ from worker.conversation.state import (
     load_state,
 )
 from worker.conversation.tokens import EstimateCounter, TokenCounter
-from worker.conversation.tools import Tool, check_tools
-from worker.errors import InvalidMessageError, OversizeInputError, StateDecodeError
+from worker.conversation.tools import Tool, check_tools, without_lone_surrogates
+from worker.errors import InvalidMessageError, InvalidTextError, OversizeInputError, StateDecodeError
 
 __all__ = ["Chat", "CompactionReport", "EventResult", "RoundTrip", "SpliceResult", "TurnResult"]
 
@@ -66,11 +66,30 @@ def _idle(st: ConversationState, now: float, gap: float | None) -> bool:
     return gap is not None and bool(last) and now - last > gap
 
 
+def _check_utf8(what: str, text: str | None) -> None:
+    """A Python str may hold a lone surrogate ("\\ud800") that UTF-8 cannot encode: refused here, before anything
+    is applied, instead of failing as a bare UnicodeEncodeError when the state is encoded or the request sent."""
+    if text is None:
+        return
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise InvalidTextError(f"{what} holds a character UTF-8 cannot encode ({text[exc.start]!r}, a lone "
+                               f"surrogate) at position {exc.start}") from None
+
+
+def _check_message_utf8(m: Message) -> None:
+    _check_utf8(f"a {m.role} message", m.content)
+    for call in m.tool_calls:
+        _check_utf8(f"a {m.role} message's tool call", f"{call.name}{call.arguments}")
+
+
 def _check_text(what: str, text: object, max_chars: int) -> None:
     if not isinstance(text, str) or not text.strip():
         raise InvalidMessageError(f"{what} must be a non-empty string")
     if len(text) > max_chars:
         raise OversizeInputError(f"{what} is {len(text)} characters; the limit is {max_chars}")
+    _check_utf8(what, text)
 
 
 def _user_message(user: str | Message, max_chars: int) -> Message:
@@ -84,6 +103,7 @@ def _user_message(user: str | Message, max_chars: int) -> Message:
     msgs.validated(user)
     if len(user.content) > max_chars:
         raise OversizeInputError(f"user text is {len(user.content)} characters; the limit is {max_chars}")
+    _check_message_utf8(user)
     return user
 
 
@@ -102,6 +122,7 @@ def _split_leading_system(messages: Sequence[Message | dict[str, Any]],
         msgs.validated(m)
         if len(m.content) > max_chars:
             raise OversizeInputError(f"a {m.role} message is over {max_chars} characters")
+        _check_message_utf8(m)
     lead: list[str] = []
     i = 0
     while i < len(converted) and converted[i].role == "system":
@@ -226,7 +247,8 @@ class Chat:
         ``truncated=True`` (truncated tool calls are not run); ``content_filter`` and ``refusal`` return the
         model's text, or ``fallback_reply`` when it gave none, with ``filtered=True``.
 
-        Raises :class:`~worker.errors.InvalidMessageError` or :class:`~worker.errors.OversizeInputError`
+        Raises :class:`~worker.errors.InvalidMessageError`, :class:`~worker.errors.OversizeInputError` or
+        :class:`~worker.errors.InvalidTextError` (a lone surrogate in any text given, the system prompt included)
         for bad input and :class:`~worker.errors.ModelError` when the model fails; in both cases nothing
         was changed (the caller still holds the old state).
 
@@ -238,6 +260,7 @@ class Chat:
         :class:`~worker.conversation.model.Attachment`) go with every request of this turn: a photo whose id is
         there is sent as a picture, any other as text. The state keeps only the references.
         """
+        _check_utf8("the system prompt", system)
         turn_user = _user_message(user, self.max_input_chars)
         files = _check_attachments(attachments or {})
         extra_preamble, added = _split_leading_system(messages, self.max_input_chars)
@@ -260,7 +283,7 @@ class Chat:
         return self._finish_turn(out, loaded.problem, reset, None if reset else loaded.memo, checked.clean)
 
     def _call(self, request: ModelRequest) -> ModelResponse:
-        return complete_observed(self.model, request, self.observer)
+        return _encodable(complete_observed(self.model, request, self.observer))
 
     def _finish_turn(self, out: LoopOutcome, problem: StateDecodeError | None, reset: str | None,
                      memo: Memo | None, clean: CleanPrefix | None) -> TurnResult:
@@ -325,6 +348,19 @@ class Chat:
 
     def _encode(self, st: ConversationState, memo: Memo | None = None, clean: CleanPrefix | None = None) -> Encoded:
         return encode_bounded(st, max_bytes=self.max_state_bytes, max_pinned=self.max_pinned, memo=memo, clean=clean)
+
+
+def _encodable(response: ModelResponse) -> ModelResponse:
+    """The reply with any lone surrogate a provider's JSON escaped replaced by U+FFFD (the model's text is not the
+    caller's input to refuse): the state it joins can be encoded."""
+    m = response.message
+    content, raw = without_lone_surrogates(m.content), without_lone_surrogates(m.raw)
+    calls = tuple(msgs.ToolCall(c.id, without_lone_surrogates(c.name), without_lone_surrogates(c.arguments))
+                  for c in m.tool_calls)
+    if content is m.content and raw is m.raw and all(
+            a.name is b.name and a.arguments is b.arguments for a, b in zip(calls, m.tool_calls, strict=True)):
+        return response
+    return replace(response, message=replace(m, content=content, tool_calls=calls, raw=raw))
 
 
 @dataclass

@@ -16,6 +16,24 @@ from worker.conversation.model import ToolSpec
 from worker.errors import ToolError
 
 _NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def without_lone_surrogates(value: Any) -> Any:
+    """``value`` (a str, or lists, tuples and dicts of them) with every lone surrogate, which UTF-8 cannot encode,
+    replaced by U+FFFD; the same object when there is none. For text Parley did not take from its caller: a tool's
+    result, a model's reply (JSON may escape half a surrogate pair); the turn goes on instead of failing when the
+    state is encoded."""
+    if isinstance(value, str):
+        return _LONE_SURROGATE.sub("\ufffd", value) if _LONE_SURROGATE.search(value) else value
+    if isinstance(value, list | tuple):
+        items = [without_lone_surrogates(v) for v in value]
+        return value if all(a is b for a, b in zip(items, value, strict=True)) else type(value)(items)
+    if isinstance(value, dict):
+        pairs = [(without_lone_surrogates(k), without_lone_surrogates(v)) for k, v in value.items()]
+        same = all(a is k and b is v for (a, b), (k, v) in zip(pairs, value.items(), strict=True))
+        return value if same else dict(pairs)
+    return value
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,6 +124,7 @@ def run_tool(
     """Run one tool call and return its result message (``is_error`` when it failed)."""
 
     def result(text: str, error: bool = False) -> Message:
+        text = without_lone_surrogates(text)
         if len(text) > max_chars:
             text = text[:max_chars] + f"\n[truncated: {len(text) - max_chars} more characters]"
         return Message(role="tool", content=text or "(empty result)", tool_call_id=call.id, name=call.name,

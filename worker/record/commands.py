@@ -5,13 +5,17 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import json
 import signal
 import sys
 from typing import Any
 
 from worker.errors import ConfigurationError
 from worker.settings import Settings, get_settings
+from worker.terminal import for_terminal, json_for_terminal
+
+# A transcript line's text starts after the time and the role column; a message's later lines are indented to it,
+# so none of them can pass for a line of its own (see worker.terminal).
+_TEXT_COLUMN = " " * len("2026-01-01 00:00:00  assistant  ")
 
 
 def _url(settings: Settings) -> str:
@@ -74,8 +78,7 @@ def cmd_transcript(a: argparse.Namespace) -> int:
         lines = database.transcript(conn, a.conversation_id)
     if a.json:
         for line in lines:
-            print(json.dumps({k: v for k, v in line.__dict__.items() if v is not None}, default=str,
-                             ensure_ascii=False))
+            print(json_for_terminal({k: v for k, v in line.__dict__.items() if v is not None}, default=str))
         return 0
     if not lines:
         print(f"no record of {a.conversation_id}", file=sys.stderr)
@@ -86,15 +89,18 @@ def cmd_transcript(a: argparse.Namespace) -> int:
 
 
 def format_line(line: Any) -> str:
-    """One transcript line for people: time, who, what."""
+    """One transcript line for people: time, who, what; what players, models and tools wrote is escaped for the
+    terminal (:func:`worker.terminal.for_terminal`), its later lines indented under the text column."""
     when = line.at.strftime("%Y-%m-%d %H:%M:%S")
     if line.role == "tool":
         took = f" ({line.tool_ms:.0f} ms)" if line.tool_ms is not None else ""
-        return f"{when}  tool       {line.tool}({line.tool_arguments}) -> {line.tool_result}{took}"
+        call = for_terminal(f"{line.tool}({line.tool_arguments}) -> {line.tool_result}", _TEXT_COLUMN)
+        return f"{when}  tool       {call}{took}"
+    text = for_terminal(line.text, _TEXT_COLUMN)
     if line.role == "assistant":
-        status = f"  [{line.status}]" if line.status else ""
-        return f"{when}  assistant  {line.text}{status}"
-    return f"{when}  {line.role:<9}  {line.text}"
+        status = f"  [{for_terminal(line.status)}]" if line.status else ""
+        return f"{when}  assistant  {text}{status}"
+    return f"{when}  {for_terminal(line.role):<9}  {text}"
 
 
 def cmd_usage(a: argparse.Namespace) -> int:
