@@ -27,7 +27,7 @@ from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import McpError
 
-from worker.conversation.tools import Tool, current_call
+from worker.conversation.tools import Tool, current_call, schema_validator
 from worker.errors import ToolError
 from worker.metrics import MCP_UNAVAILABLE, TOOL_CALLS
 from worker.tools.http_source import idempotency_key
@@ -125,7 +125,17 @@ class McpServer:
             cursor = page.nextCursor
             if not cursor:
                 break
-        self.listed, self.listings = tools, self.listings + 1
+        self.listed, self.listings = [t for t in tools if self._usable_schema(t)], self.listings + 1
+
+    def _usable_schema(self, t: mt.Tool) -> bool:
+        """Whether a listed tool's input schema is a valid JSON schema: checked when the tools are listed (and
+        said in the log then), so a call never meets a schema that cannot check its arguments."""
+        try:
+            schema_validator(t.name, {"type": "object", **(t.inputSchema or {})})
+        except ToolError as exc:
+            log.warning("MCP server %s: tool %r left out: %s", self.url, t.name, exc)
+            return False
+        return True
 
     async def _on_message(self, message: Any) -> None:
         changed = isinstance(message, mt.ServerNotification) and isinstance(message.root,
