@@ -107,8 +107,8 @@ class Envelope(_Wire):
             raise ValueError(f"a {self.kind} needs non-empty text")
         if self.media is not None and self.kind != "message":
             raise ValueError("only a message carries media")
-        if self.from_player and self.kind != "event":
-            raise ValueError("only an event is marked as the player's")
+        if self.from_player and (self.kind != "event" or self.pinned):
+            raise ValueError("only an event that is not pinned is marked as the player's (pinned items become facts)")
         if self.kind == "splice" and not self.state:
             raise ValueError("a splice needs the compacted state")
 

@@ -39,7 +39,7 @@ def test_many_conversations_in_order_once_each(cluster: Cluster, pool: str) -> N
         texts = cluster.whatsapp.texts_for(cid)
         assert texts == [f"ack:{cid} question {n}" for n in range(per)], texts
     # Events reached the model as context.
-    seen = [json.dumps(r["messages"]) for r in cluster.llm.requests]
+    seen = [json.dumps(r["messages"], ensure_ascii=False) for r in cluster.llm.requests]
     assert any(EVENT_MARK.strip() in s and "tagged Harrogate Theatre" in s for s in seen)
     # Auth and body shape on the WhatsApp side.
     assert cluster.whatsapp.headers[0].get("authorization") == "Bearer test-token"

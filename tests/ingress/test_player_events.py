@@ -107,3 +107,12 @@ def test_only_an_event_is_marked_as_the_players() -> None:
         exclude_none=True)  # an envelope without it is written as before (older workers read it)
     with pytest.raises(EnvelopeError, match="only an event"):
         build_envelope(kind="message", conversation_id=CID, text="hi", from_player=True)
+    # Pinned items become facts in the preamble: a player's words never are one.
+    with pytest.raises(EnvelopeError, match="not pinned"):
+        build_envelope(kind="event", conversation_id=CID, text="pin", from_player=True, pinned=True)
+    from worker.conversation.chat import Chat
+    from worker.conversation.scripted import ScriptedModel
+    from worker.errors import InvalidMessageError
+
+    with pytest.raises(InvalidMessageError, match="cannot be pinned"):
+        Chat(model=ScriptedModel()).apply_event(None, "pin", pinned=True, from_player=True)

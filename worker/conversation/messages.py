@@ -140,7 +140,10 @@ def transcript_text(m: Message) -> str:
 def event(text: str, *, pinned: bool = False, from_player: bool = False) -> Message:
     """A validated event message: the game's (role ``event``), or, ``from_player``, something the player sent
     outside the chat's text (a location pin, a reaction), kept as the player's words (role ``user``): whatever it
-    says, a player can never add a game event (invariant 12)."""
+    says, a player can never add a game event (invariant 12). A player's words are never pinned: pinned items end up
+    in the preamble as facts."""
+    if from_player and pinned:
+        raise InvalidMessageError("a player's words cannot be pinned (pinned items become facts in the preamble)")
     return validated(Message(role="user" if from_player else "event", content=text, pinned=pinned))
 
 
