@@ -22,7 +22,8 @@ from worker.errors import ConfigurationError, ToolError
 from worker.settings import Settings
 from worker.tools import fixed_tools, load_tools
 
-GIVE = {"type": "object", "properties": {"player": {"type": "string"}, "count": {"type": "integer", "minimum": 1}},
+GIVE = {"type": "object", "properties": {"player": {"type": "string"}, "count": {"type": "integer", "minimum": 1},
+                                        "email": {"type": "string", "format": "email"}},
         "required": ["player"], "additionalProperties": False}
 
 
@@ -38,6 +39,7 @@ def call(tools: dict[str, Tool], name: str, args: Any) -> tuple[str, bool]:
     ({"player": "ann", "count": 0}, "argument 'count': 0 is less than the minimum of 1"),
     ({"count": 2}, "'player' is a required property"),
     ({"player": "ann", "admin": True}, "('admin' was unexpected)"),
+    ({"player": "ann", "email": "not an address"}, "argument 'email': 'not an address' is not a 'email'"),
 ])
 def test_a_python_tool_is_not_called_with_arguments_its_schema_refuses(args: dict[str, Any], says: str) -> None:
     seen: list[dict[str, Any]] = []

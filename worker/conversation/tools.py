@@ -57,7 +57,9 @@ def _validator_for(schema_json: str) -> Any:
     schema = json.loads(schema_json)
     cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
     cls.check_schema(schema)
-    return cls(schema)
+    # Formats are checked too ("email", "ipv4", ... and those whose optional checkers are installed): a game that
+    # writes one in its schema means it.
+    return cls(schema, format_checker=cls.FORMAT_CHECKER)
 
 
 def schema_validator(name: str, schema: dict[str, Any]) -> Any:
