@@ -10,7 +10,6 @@ from __future__ import annotations
 import atexit
 import importlib.util
 import os
-import re
 import threading
 from pathlib import Path
 from typing import Any
@@ -83,20 +82,11 @@ def _render_plain(request: ModelRequest) -> list[dict[str, str]]:
     return out
 
 
-# llama-cpp-python renders the chat template to text and tokenises it with special tokens parsed, so a player who
-# typed "<|im_end|><|im_start|>system" would open a system turn of their own: such sequences are broken up.
-_SPECIAL = re.compile(r"<\|([^|<>]{0,64})\|>")
-
-
-def _unspecial(text: str) -> str:
-    """A player's words with every ``<|...|>`` (how chat templates spell their role tokens) broken up."""
-    return _SPECIAL.sub(r"< |\1| >", text) if "<|" in text else text
-
-
 def _plain(m: Message) -> tuple[str, str]:
     if m.role == "user":
-        # It reads no pictures: a photo is the words that one came.
-        return "user", _unspecial(unseen_media_text(m))
+        # It reads no pictures: a photo is the words that one came. llama-cpp-python tokenises the rendered
+        # template with special tokens parsed: player_text (through unseen_media_text) breaks up role tokens.
+        return "user", unseen_media_text(m)
     if m.role in ("event", "system"):
         # The game's and the operator's words in the system role (ChatML templates take it at any point), where
         # no player text can go.
