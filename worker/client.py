@@ -111,11 +111,13 @@ class ConversationClient:
     def send_event(self, conversation_id: str, text: str, *, message_id: str | None = None,
                    pinned: bool = False, from_player: bool = False) -> Submitted:
         """Queue a game event ("User has just tagged Harrogate Theatre"); no model call, no reply. The model
-        reads it as context on the next turn; ``pinned`` events survive compaction. ``from_player``: the event is
-        something the player sent on WhatsApp (a location pin, a reaction), which opens the 24-hour window as a
-        message does."""
+        reads it as context on the next turn; ``pinned`` events survive compaction. ``from_player``: the text is
+        something the player sent on WhatsApp (a location pin, a reaction): it reaches the model as the player's
+        words, never as the game's (its name and address are the player's to choose), and it opens the 24-hour
+        window as a message does."""
         return self._submit(self._envelope(kind="event", conversation_id=conversation_id, text=text,
-                                           message_id=message_id, pinned=pinned), from_player=from_player)
+                                           message_id=message_id, pinned=pinned, from_player=from_player or None),
+                            from_player=from_player)
 
     def reset(self, conversation_id: str, *, message_id: str | None = None) -> Submitted:
         """Queue a reset: inputs before it are applied first; the conversation then starts fresh."""

@@ -72,6 +72,9 @@ class Envelope(_Wire):
     accepted_at: float = Field(default_factory=time.time)
     state: bytes | None = None  # splice: the compaction result
     media: Media | None = None
+    # An event the player sent (a location pin, a reaction): applied as the player's words, never as the game's
+    # (invariant 12). None unless set, so an envelope without it reads as before.
+    from_player: bool | None = None
 
     @field_validator("conversation_id")
     @classmethod
@@ -104,6 +107,8 @@ class Envelope(_Wire):
             raise ValueError(f"a {self.kind} needs non-empty text")
         if self.media is not None and self.kind != "message":
             raise ValueError("only a message carries media")
+        if self.from_player and (self.kind != "event" or self.pinned):
+            raise ValueError("only an event that is not pinned is marked as the player's (pinned items become facts)")
         if self.kind == "splice" and not self.state:
             raise ValueError("a splice needs the compacted state")
 

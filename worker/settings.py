@@ -88,6 +88,10 @@ class Settings(BaseSettings):
                                    "README \"Giving the model the game's tools\".")
     mcp_servers: str | None = Field(None, description="MCP servers (streamable HTTP), comma-separated URLs; "
                                     "added to the manifest's.")
+    mcp_headers: dict[str, dict[str, str]] = Field(
+        default_factory=dict, description="Headers for the servers of PARLEY_MCP_SERVERS, as JSON: "
+        "`{\"<server URL>\": {\"Authorization\": \"Bearer ${MCP_TOKEN}\"}}`; `${VAR}` is read from the environment. "
+        "Keeps a token out of the URL, which logs and metrics show (redacted).")
     tool_timeout: float = Field(30.0, description="Seconds a tool call may take unless its manifest entry says "
                                 "otherwise; a slower call becomes an error result the model reads.")
     mcp_refresh_seconds: float = Field(60.0, description="Re-list an MCP server's tools this often even without "
@@ -183,8 +187,10 @@ class Settings(BaseSettings):
                                                    "stale answer is not sent and the turn runs again with them.")
     double_text_max_merges: int = Field(2, ge=0, description="With merge: most re-runs of one turn; after that the "
                                         "answer goes out.")
-    location_as: Literal["event", "turn"] = Field("event", description="A shared location pin becomes a game event "
-                                                  "(the model knows where the player is) or a chat turn (answered).")
+    location_as: Literal["event", "turn"] = Field("event", description="A shared location pin is added without a "
+                                                  "reply (the model knows where the player is on its next turn; it "
+                                                  "reads the pin as the player's words, never as a game event) or "
+                                                  "becomes a chat turn (answered).")
     media_max_bytes: int = Field(5 * 1024 * 1024, gt=0, description="Largest image fetched from the Cloud API for "
                                  "the model; larger ones are refused and answered with unsupported_reply.")
     media_turn_max_bytes: int = Field(8 * 1024 * 1024, gt=0, description="Bytes of photos one turn may fetch and "

@@ -10,7 +10,7 @@ from tests.conversation.conftest import Clock, make_tool
 from worker import Chat, ScriptedModel, inspect_state
 from worker.conversation import Message, Reply, RoundTrip, Usage
 from worker.conversation.history import check_history
-from worker.conversation.messages import EVENT_PREFIX
+from worker.conversation.messages import EVENT_MARK
 from worker.conversation.state import decode_state
 from worker.errors import InvalidMessageError, ModelTimeoutError, OversizeInputError, RateLimitedError
 
@@ -206,7 +206,7 @@ def test_events_reach_the_model_as_context() -> None:
     assert seen[1].pinned
     st = decode_state(chat.chat_with_state(state, user="x")[1])
     assert st.meta.events == 2
-    assert EVENT_PREFIX  # providers render events with this prefix
+    assert EVENT_MARK  # providers frame events with this mark
 
 
 def test_observer_sees_each_round_trip_and_cannot_break_a_turn() -> None:

@@ -10,7 +10,7 @@ import pytest
 
 from tests.e2e.conftest import BROKERS, Cluster
 from tests.support.workers import wait_until
-from worker.conversation.messages import EVENT_PREFIX
+from worker.conversation.messages import EVENT_MARK
 from worker.conversation.state import decode_state
 
 pytestmark = pytest.mark.e2e
@@ -39,8 +39,8 @@ def test_many_conversations_in_order_once_each(cluster: Cluster, pool: str) -> N
         texts = cluster.whatsapp.texts_for(cid)
         assert texts == [f"ack:{cid} question {n}" for n in range(per)], texts
     # Events reached the model as context.
-    seen = [json.dumps(r["messages"]) for r in cluster.llm.requests]
-    assert any(EVENT_PREFIX.strip() in s and "tagged Harrogate Theatre" in s for s in seen)
+    seen = [json.dumps(r["messages"], ensure_ascii=False) for r in cluster.llm.requests]
+    assert any(EVENT_MARK.strip() in s and "tagged Harrogate Theatre" in s for s in seen)
     # Auth and body shape on the WhatsApp side.
     assert cluster.whatsapp.headers[0].get("authorization") == "Bearer test-token"
     assert cluster.whatsapp.sent[0]["path"] == "/v21.0/106540352242922/messages"

@@ -211,7 +211,7 @@ def test_inbound_location_is_this_event(rig: RedisRig) -> None:
         "message_id": "wamid.HBgLMTY1MDM4Nzk0MzkVAgASGBQzQUFERjg0NDEzNDdFODU3MUMxMAA=",
         "text": "The player shared their location: Philz Coffee, 101 Forest Ave, Palo Alto, CA 94301 "
                 "(lat 37.44221, lon -122.16166)",
-        "pinned": False,
+        "pinned": False, "from_player": True,  # the pin's name and address are the player's words (invariant 12)
     }
 
 

@@ -13,6 +13,7 @@ from tests.llm.servers import ScriptedServer, anthropic_blocks, error, openai_te
 from tests.llm.validation import check_anthropic, check_openai
 from worker import Chat, Tool
 from worker.conversation import Message, ModelRequest, ToolCall, ToolSpec, Usage
+from worker.conversation.messages import EVENT_MARK, FRAMING_NOTE
 from worker.errors import (
     AuthenticationError,
     CircuitOpenError,
@@ -65,8 +66,10 @@ def test_openai_tool_loop_with_parallel_calls(server: ScriptedServer) -> None:
     for body in server.requests:
         check_openai(body)
     second = server.requests[1]
-    assert [m["role"] for m in second["messages"]] == ["system", "user", "user", "assistant", "tool", "tool"]
-    assert second["messages"][2]["content"].endswith("Tell me about both")
+    # The event in the system role, marked; the player's words in the user role.
+    assert [m["role"] for m in second["messages"]] == ["system", "system", "user", "assistant", "tool", "tool"]
+    assert second["messages"][1]["content"] == EVENT_MARK + "User tagged Harrogate Theatre"
+    assert second["messages"][2]["content"] == "Tell me about both"
     assert second["tools"][0]["function"]["name"] == "lookup"
     assert server.headers[0]["authorization"] == "Bearer sk-test"
     assert server.paths[0] == "/v1/chat/completions"
@@ -134,10 +137,13 @@ def test_anthropic_tool_loop_alternation_and_thinking_blocks(server: ScriptedSer
     for body in server.requests:
         check_anthropic(body)
     first, second = server.requests
-    assert first["system"] == [{"type": "text", "text": "You are a guide.", "cache_control": {"type": "ephemeral"}}]
+    # The history holds an event: the system prompt says how events are framed.
+    assert first["system"] == [{"type": "text", "text": f"You are a guide.\n\n{FRAMING_NOTE}",
+                                "cache_control": {"type": "ephemeral"}}]
     assert first["max_tokens"] == 1024 and "thinking" not in first
     assert [m["role"] for m in first["messages"]] == ["user"]  # event and question merged at request time
-    assert len(first["messages"][0]["content"]) == 2
+    assert [b["text"] for b in first["messages"][0]["content"]] == [EVENT_MARK + "User tagged Harrogate Theatre",
+                                                                     "When did it open?"]
     assert [m["role"] for m in second["messages"]] == ["user", "assistant", "user"]
     assert second["messages"][1]["content"][0] == thinking  # returned unchanged, signature included
     assert second["messages"][2]["content"][0]["type"] == "tool_result"

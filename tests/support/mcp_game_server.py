@@ -1,7 +1,7 @@
 """An MCP server (the official SDK's FastMCP, streamable HTTP) for the tests: ``python -m
 tests.support.mcp_game_server PORT``. ``weather`` answers; ``unlock`` adds the ``secret_door`` tool and tells
 the client its tool list changed; ``nap`` sleeps (for timeouts); ``whoami`` echoes
-the request's ``_meta``."""
+the request's ``_meta``; ``bearer`` the HTTP request's Authorization header."""
 
 from __future__ import annotations
 
@@ -39,6 +39,12 @@ def build(port: int) -> FastMCP:
         """The request's _meta, as JSON."""
         meta = ctx.request_context.meta
         return json.dumps(meta.model_dump(exclude_none=True) if meta is not None else {}, sort_keys=True)
+
+    @server.tool()
+    def bearer(ctx: Context) -> str:  # type: ignore[type-arg]
+        """The HTTP request's Authorization header (empty when it had none)."""
+        request = ctx.request_context.request
+        return str(request.headers.get("authorization", "")) if request is not None else ""
 
     @server.tool()
     async def nap(seconds: float) -> str:

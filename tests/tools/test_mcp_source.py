@@ -58,7 +58,7 @@ def _call(tools: dict[str, Tool], name: str, **args: object) -> tuple[str, bool]
 
 def test_tools_are_listed_at_start_and_called(loaded: LoadedTools) -> None:
     tools = _turn_tools(loaded)
-    assert set(tools) == {"weather", "unlock", "nap", "whoami"}
+    assert set(tools) == {"weather", "unlock", "nap", "whoami", "bearer"}
     assert tools["weather"].parameters["properties"]["city"]["type"] == "string"
     assert _call(tools, "weather", city="Oslo") == ("storm over Oslo", False)
 

@@ -298,11 +298,12 @@ class Chat:
 
     # --- events, compaction, splicing --------------------------------------------------------------
 
-    def apply_event(self, state: State, text: str, *, pinned: bool = False) -> EventResult:
-        """:meth:`append_to_state` with the details the worker needs."""
+    def apply_event(self, state: State, text: str, *, pinned: bool = False, from_player: bool = False) -> EventResult:
+        """:meth:`append_to_state` with the details the worker needs. ``from_player``: the text is something the
+        player sent (a location pin, a reaction), added as the player's words, not as a game event."""
         _check_text("event text", text, self.max_input_chars)
         loaded = self.load(state)
-        st = loaded.state.append(msgs.event(text, pinned=pinned))
+        st = loaded.state.append(msgs.event(text, pinned=pinned, from_player=from_player))
         st = replace(st, meta=replace(st.meta, events=st.meta.events + 1, last_activity=self.clock()))
         st, needs = self._auto_compact_if_due(st)
         encoded = self._encode(st, loaded.memo)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextvars
+import functools
 import json
 import re
 import threading
@@ -10,6 +11,9 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
+
+import jsonschema
+from jsonschema.exceptions import best_match
 
 from worker.conversation.messages import Message, ToolCall
 from worker.conversation.model import ToolSpec
@@ -63,6 +67,40 @@ def turn_context(conversation_id: str, input_id: str) -> Iterator[None]:
         _TURN.reset(token)
 
 
+@functools.lru_cache(maxsize=512)
+def _validator_for(schema_json: str) -> Any:
+    """The checked validator of one schema (by its canonical JSON): an MCP server's tools are built again on every
+    turn, and checking a schema costs more than a call's validation. ``$schema`` picks the draft (default 2020-12,
+    what OpenAI and Anthropic read); no reference is ever fetched (jsonschema resolves none it is not given)."""
+    schema = json.loads(schema_json)
+    cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
+    cls.check_schema(schema)
+    # Formats are checked too ("email", "ipv4", ... and those whose optional checkers are installed): a game that
+    # writes one in its schema means it.
+    return cls(schema, format_checker=cls.FORMAT_CHECKER)
+
+
+def schema_validator(name: str, schema: dict[str, Any]) -> Any:
+    """A validator for a tool's ``parameters``, or :class:`ToolError` saying what is wrong with the schema."""
+    try:
+        return _validator_for(json.dumps(schema, sort_keys=True, default=str))
+    except jsonschema.SchemaError as exc:
+        where = "/".join(str(p) for p in exc.absolute_path) or "(top level)"
+        raise ToolError(f"tool {name!r}: parameters is not a valid JSON schema at {where}: {exc.message}") from None
+
+
+def argument_problems(validator: Any, arguments: dict[str, Any], limit: int = 5) -> list[str]:
+    """What is wrong with a call's ``arguments``, one sentence per problem naming the argument (the most relevant
+    first, at most ``limit``); empty when they are valid."""
+    errors = list(validator.iter_errors(arguments))
+    if not errors:
+        return []
+    first = best_match(errors)
+    ordered = [first, *(e for e in errors if e is not first)][:limit]
+    return [(f"argument {'.'.join(str(p) for p in e.absolute_path)!r}: " if e.absolute_path else "") + e.message
+            for e in ordered]
+
+
 def current_call() -> ToolCallContext:
     """The call the running handler serves. Outside a turn (a library caller that set no turn context) the
     conversation and input ids are empty strings; outside a handler it raises :class:`ToolError`."""
@@ -76,10 +114,12 @@ def current_call() -> ToolCallContext:
 class Tool:
     """A function the model may call.
 
-    ``parameters`` is a JSON schema of type ``object``. ``handler(**arguments)`` returns the result: a
-    ``str`` is passed as it is, anything else is JSON-encoded. A handler that raises, times out
-    (``timeout`` seconds, default the chat's) or returns something unserialisable produces an error result
-    the model reads; the turn goes on.
+    ``parameters`` is a JSON schema of type ``object``, checked when the tool is made (an invalid one raises
+    :class:`ToolError` then, never at call time). ``handler(**arguments)`` returns the result: a ``str`` is passed
+    as it is, anything else is JSON-encoded. Arguments that do not match ``parameters`` are an error result saying
+    which argument is wrong, and the handler is not called. A handler that raises, times out (``timeout``
+    seconds, default the chat's) or returns something unserialisable produces an error result the model reads;
+    the turn goes on.
     """
 
     name: str
@@ -95,6 +135,12 @@ class Tool:
             raise ToolError(f"tool {self.name!r}: parameters must be a JSON schema with type 'object'")
         if not callable(self.handler):
             raise ToolError(f"tool {self.name!r}: handler is not callable")
+        # Not a field: equality and the repr stay those of the tool's definition.
+        object.__setattr__(self, "_validator", schema_validator(self.name, self.parameters))
+
+    def argument_problems(self, arguments: dict[str, Any]) -> list[str]:
+        """What is wrong with ``arguments`` for this tool's schema (empty when they are valid)."""
+        return argument_problems(self._validator, arguments)  # type: ignore[attr-defined]
 
     @property
     def spec(self) -> ToolSpec:
@@ -138,6 +184,10 @@ def run_tool(
         args = call.parsed_arguments()
     except ValueError as exc:
         return result(f"Error: the arguments are not a JSON object ({exc}).", True)
+    problems = tool.argument_problems(args)
+    if problems:  # the handler (and the game engine or MCP server behind it) never sees a call it did not declare
+        return result(f"Error: invalid arguments for {call.name}: {'; '.join(problems)}. The tool was not called; "
+                      "call it again with arguments that match its parameters.", True)
 
     outcome: dict[str, Any] = {}
     conversation_id, input_id = _TURN.get() or ("", "")

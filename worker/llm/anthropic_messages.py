@@ -19,7 +19,14 @@ from typing import Any
 
 import httpx
 
-from worker.conversation.messages import EVENT_PREFIX, Message, ToolCall, unseen_media_text
+from worker.conversation.messages import (
+    FRAMING_NOTE,
+    Message,
+    ToolCall,
+    event_text,
+    player_text,
+    unseen_media_text,
+)
 from worker.conversation.model import Attachment, FinishReason, ModelRequest, ModelResponse, Usage
 from worker.errors import ConfigurationError, ModelResponseError
 from worker.llm.transport import RetryPolicy, breaker_for, post_json, shared_clients
@@ -48,13 +55,13 @@ def _user_blocks(m: Message, attachments: Mapping[str, Attachment]) -> list[dict
     """Text; a photo of this turn as an image block then its caption (Anthropic's advice: the picture first);
     an older photo, whose bytes the request does not carry, as text that says a photo came."""
     if m.media is None:
-        return [_text(m.content)]
+        return [_text(player_text(m.content))]
     picture = attachments.get(m.media.id)
     if picture is None:
         return [_text(unseen_media_text(m))]
     image = {"type": "image", "source": {"type": "base64", "media_type": picture.mime_type,
                                          "data": base64.b64encode(picture.data).decode("ascii")}}
-    return [image, _text(m.content)]  # an empty caption is dropped by render_messages
+    return [image, _text(player_text(m.content))]  # an empty caption is dropped by render_messages
 
 
 def _assistant_blocks(m: Message) -> list[dict[str, Any]]:
@@ -87,10 +94,10 @@ def render_messages(request: ModelRequest) -> list[dict[str, Any]]:
     for m in request.messages:
         if m.role == "user":
             add("user", _user_blocks(m, request.attachments))
-        elif m.role == "event":
-            add("user", [_text(EVENT_PREFIX + m.content)])
-        elif m.role == "system":
-            add("user", [_text("[System note] " + m.content)])
+        elif m.role in ("event", "system"):
+            # Anthropic has no role for them: a text block of its own that starts with the mark, which no player
+            # text can hold (player_text), and the system prompt says so (framed_system).
+            add("user", [_text(event_text(m))])
         elif m.role == "assistant":
             add("assistant", _assistant_blocks(m))
         elif m.role == "tool":
@@ -144,6 +151,14 @@ def add_cache_breakpoints(body: dict[str, Any]) -> None:
         _mark_last_block(messages[users[-1]])
 
 
+def framed_system(request: ModelRequest) -> str | None:
+    """The system prompt, with :data:`~worker.conversation.messages.FRAMING_NOTE` after it when the history holds
+    game events or operators' notes (the note then stays put: the prompt cache keeps working)."""
+    if not any(m.role in ("event", "system") for m in request.messages):
+        return request.system
+    return f"{request.system}\n\n{FRAMING_NOTE}" if request.system else FRAMING_NOTE
+
+
 def build_body(model: str, request: ModelRequest, *, max_tokens: int, temperature: float | None,
                prompt_cache: bool = False, thinking_budget: int = 0) -> dict[str, Any]:
     """The Messages API body. With ``thinking_budget`` (chat calls only; a summary needs no thinking) Claude
@@ -152,8 +167,9 @@ def build_body(model: str, request: ModelRequest, *, max_tokens: int, temperatur
     thinking = thinking_budget if request.purpose == "chat" else 0
     body: dict[str, Any] = {"model": model, "max_tokens": (request.max_tokens or max_tokens) + thinking,
                             "messages": render_messages(request)}
-    if request.system:
-        body["system"] = request.system
+    system = framed_system(request)
+    if system:
+        body["system"] = system
     if request.tools:
         body["tools"] = [{"name": t.name, "description": t.description, "input_schema": t.parameters}
                          for t in request.tools]

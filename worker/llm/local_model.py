@@ -2,7 +2,7 @@
 ``llama-cpp-python``. It answers offline with no setup beyond ``pip install parley[local]``.
 
 It is tiny: it does not call tools reliably, so no tools are offered to it; tool results and events are
-shown to it as plain text, and the chat loop works unchanged.
+shown to it as marked system messages, and the chat loop works unchanged.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from worker.conversation.messages import EVENT_PREFIX, Message, unseen_media_text
+from worker.conversation.messages import MARK_CLOSE, MARK_OPEN, Message, event_text, unseen_media_text
 from worker.conversation.model import FinishReason, ModelRequest, ModelResponse, Usage
 from worker.errors import ConfigurationError, ModelResponseError, ModelUnavailableError
 
@@ -64,7 +64,7 @@ def load(n_ctx: int = 4096, n_threads: int | None = None) -> Any:
 
 
 def _render_plain(request: ModelRequest) -> list[dict[str, str]]:
-    """Plain system/user/assistant turns, alternating (small chat templates expect that)."""
+    """Plain system/user/assistant turns, consecutive ones of a role joined (small chat templates expect that)."""
     out: list[dict[str, str]] = []
 
     def add(role: str, text: str) -> None:
@@ -84,13 +84,15 @@ def _render_plain(request: ModelRequest) -> list[dict[str, str]]:
 
 def _plain(m: Message) -> tuple[str, str]:
     if m.role == "user":
-        return "user", unseen_media_text(m)  # it reads no pictures: a photo is the words that one came
-    if m.role == "event":
-        return "user", EVENT_PREFIX + m.content
-    if m.role == "system":
-        return "user", "[System note] " + m.content
+        # It reads no pictures: a photo is the words that one came. llama-cpp-python tokenises the rendered
+        # template with special tokens parsed: player_text (through unseen_media_text) breaks up role tokens.
+        return "user", unseen_media_text(m)
+    if m.role in ("event", "system"):
+        # The game's and the operator's words in the system role (ChatML templates take it at any point), where
+        # no player text can go.
+        return "system", event_text(m)
     if m.role == "tool":
-        return "user", f"[Result of {m.name or 'a tool'}] {m.content}"
+        return "system", f"{MARK_OPEN}result of {m.name or 'a tool'}{MARK_CLOSE} {m.content}"
     calls = "; ".join(f"{c.name}({c.arguments})" for c in m.tool_calls)
     return "assistant", m.content + (f" [called {calls}]" if calls else "")
 

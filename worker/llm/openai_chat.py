@@ -11,7 +11,7 @@ from typing import Any
 
 import httpx
 
-from worker.conversation.messages import EVENT_PREFIX, Message, ToolCall, unseen_media_text
+from worker.conversation.messages import Message, ToolCall, event_text, player_text, unseen_media_text
 from worker.conversation.model import Attachment, FinishReason, ModelRequest, ModelResponse, Usage
 from worker.errors import ModelResponseError
 from worker.llm.transport import RetryPolicy, breaker_for, post_json, shared_clients
@@ -52,13 +52,13 @@ def _render_user(m: Message, attachments: Mapping[str, Attachment]) -> dict[str,
     """Text; a photo of this turn as content parts (caption, then the picture as a data URL); an older photo,
     whose bytes the request does not carry, as text that says a photo came."""
     if m.media is None:
-        return {"role": "user", "content": m.content}
+        return {"role": "user", "content": player_text(m.content)}
     picture = attachments.get(m.media.id)
     if picture is None:
         return {"role": "user", "content": unseen_media_text(m)}
     parts: list[dict[str, Any]] = []
     if m.content.strip():
-        parts.append({"type": "text", "text": m.content})
+        parts.append({"type": "text", "text": player_text(m.content)})
     url = f"data:{picture.mime_type};base64,{base64.b64encode(picture.data).decode('ascii')}"
     parts.append({"type": "image_url", "image_url": {"url": url}})
     return {"role": "user", "content": parts}
@@ -91,10 +91,10 @@ def render_messages(request: ModelRequest) -> list[dict[str, Any]]:
     for m in request.messages:
         if m.role == "user":
             out.append(_render_user(m, request.attachments))
-        elif m.role == "event":
-            out.append({"role": "user", "content": EVENT_PREFIX + m.content})
-        elif m.role == "system":
-            out.append({"role": "system", "content": m.content})
+        elif m.role in ("event", "system"):
+            # The game's events and operators' notes in the system role, which no player message can take: a
+            # system message after the conversation started is context (invariant 8), and it is marked.
+            out.append({"role": "system", "content": event_text(m)})
         elif m.role == "assistant":
             out.append(_render_assistant(m))
         elif m.role == "tool":

@@ -196,7 +196,7 @@ class Drainer(ModelFailures[_Run]):
         if env.kind == "notice":
             return self._notice(run, env, version, env.text or "", "producer")
         if env.kind == "event":
-            result = self.chat.apply_event(state, env.text or "", pinned=env.pinned)
+            result = self.chat.apply_event(state, env.text or "", pinned=env.pinned, from_player=bool(env.from_player))
             state, version = self._quarantine_if(run, state, version, result.state_problem)
             done = self._commit(run, version, env, result.state, None, {"event": env.text},
                                 resident=result.resident, record=self.recorder.applied("event", run.cid, [env]))

@@ -134,12 +134,13 @@ class TurnRunner:
 
     def _messages(self, inputs: Sequence[Pending]) -> tuple[list[Message], dict[str, Attachment]]:
         """The turn's new messages in mailbox order (each chat message a user message, a photo with its picture
-        when the model sees it; each event an event), and the pictures by media id."""
+        when the model sees it; each event an event, or the player's words when the player sent it), and the
+        pictures by media id."""
         out: list[Message] = []
         attachments: dict[str, Attachment] = {}
         for p in inputs:
             if p.env.kind == "event":
-                out.append(msgs.event(p.env.text or "", pinned=p.env.pinned))
+                out.append(msgs.event(p.env.text or "", pinned=p.env.pinned, from_player=bool(p.env.from_player)))
                 continue
             prepared = self._prepare(p)
             out.append(prepared.message if prepared.message is not None else msgs.user(UNLOADED_PHOTO))

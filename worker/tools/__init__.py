@@ -15,6 +15,7 @@ from worker.errors import ConfigurationError, ToolError
 from worker.tools.http_source import http_tools, idempotency_key
 from worker.tools.manifest import McpServerSpec, expand_headers, load_manifest
 from worker.tools.python_source import load_entry_points, load_reference
+from worker.urls import redact_url
 
 if TYPE_CHECKING:  # the MCP SDK takes about half a second to import: only deployments with MCP servers pay it
     from worker.tools.mcp_source import McpSource
@@ -50,18 +51,29 @@ def fixed_tools(settings: Any) -> tuple[list[Tool], list[McpServerSpec]]:
         fixed.extend(http_tools(manifest.tools, where=f"PARLEY_TOOLS_FILE {settings.tools_file}",
                                 default_timeout=settings.tool_timeout))
         servers.extend(manifest.mcp_servers)
-    for url in (settings.mcp_servers or "").split(","):
-        if url.strip():
-            if not url.strip().startswith(("http://", "https://")):
-                raise ConfigurationError(f"PARLEY_MCP_SERVERS: {url.strip()!r} is not an http(s) URL")
-            servers.append(McpServerSpec(url=url.strip()))
+    servers.extend(_env_servers(settings))
     for s in servers:
-        expand_headers(s.headers, f"PARLEY_TOOLS_FILE {settings.tools_file}: mcp_servers ({s.url})")
+        expand_headers(s.headers, f"mcp_servers ({redact_url(s.url)})")
     try:
         check_tools(fixed)
     except ToolError as exc:
         raise ConfigurationError(f"tools: {exc}") from exc
     return fixed, servers
+
+
+def _env_servers(settings: Any) -> list[McpServerSpec]:
+    """The servers of ``PARLEY_MCP_SERVERS``, each with its headers from ``PARLEY_MCP_HEADERS`` (keyed by the URL as
+    written there). Headers for a server that is not in the list are refused: a mistyped key would otherwise send
+    no credentials and fail every call."""
+    urls = [u.strip() for u in (settings.mcp_servers or "").split(",") if u.strip()]
+    for url in urls:
+        if not url.startswith(("http://", "https://")):
+            raise ConfigurationError(f"PARLEY_MCP_SERVERS: {redact_url(url)!r} is not an http(s) URL")
+    headers = settings.mcp_headers or {}
+    unknown = sorted(redact_url(u) for u in headers if u not in urls)
+    if unknown:
+        raise ConfigurationError(f"PARLEY_MCP_HEADERS: {', '.join(unknown)} is not one of PARLEY_MCP_SERVERS")
+    return [McpServerSpec(url=url, headers=headers.get(url, {})) for url in urls]
 
 
 def load_tools(settings: Any, *, mcp_start_wait: float = MCP_START_WAIT) -> LoadedTools:
@@ -73,7 +85,7 @@ def load_tools(settings: Any, *, mcp_start_wait: float = MCP_START_WAIT) -> Load
     from worker.tools.mcp_source import EventLoopThread, McpServer, McpSource
 
     bridge = EventLoopThread()
-    source = McpSource([McpServer(s.url, headers=expand_headers(s.headers, f"mcp_servers ({s.url})"),
+    source = McpSource([McpServer(s.url, headers=expand_headers(s.headers, f"mcp_servers ({redact_url(s.url)})"),
                                   bridge=bridge, call_timeout=settings.tool_timeout,
                                   refresh_seconds=settings.mcp_refresh_seconds) for s in servers],
                        taken=[t.name for t in fixed])

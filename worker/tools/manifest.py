@@ -15,7 +15,8 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from worker.errors import ConfigurationError
+from worker.conversation.tools import schema_validator
+from worker.errors import ConfigurationError, ToolError
 
 _VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
@@ -38,6 +39,10 @@ class HttpToolSpec(BaseModel):
     def _object_schema(cls, v: dict[str, Any]) -> dict[str, Any]:
         if v.get("type") != "object":
             raise ValueError("must be a JSON schema with type 'object'")
+        try:
+            schema_validator("parameters", v)
+        except ToolError as exc:  # the file and the field are named by load_manifest
+            raise ValueError(str(exc).removeprefix("tool 'parameters': parameters ")) from None
         return v
 
 

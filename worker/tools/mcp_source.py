@@ -27,10 +27,11 @@ from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import McpError
 
-from worker.conversation.tools import Tool, current_call
+from worker.conversation.tools import Tool, current_call, schema_validator
 from worker.errors import ToolError
 from worker.metrics import MCP_UNAVAILABLE, TOOL_CALLS
 from worker.tools.http_source import idempotency_key
+from worker.urls import redact_url, redact_urls
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -58,6 +59,7 @@ class McpServer:
     def __init__(self, url: str, *, headers: dict[str, str], bridge: EventLoopThread, call_timeout: float,
                  refresh_seconds: float, retry_seconds: float = 2.0) -> None:
         self.url = url
+        self.label = redact_url(url)  # what logs and metrics show: a token in the URL stays out of them
         self.headers = headers
         self.bridge = bridge
         self.call_timeout = call_timeout
@@ -76,7 +78,8 @@ class McpServer:
         down at start is not fatal: its tools appear once it answers)."""
         asyncio.run_coroutine_threadsafe(self._keep_session(), self.bridge.loop)
         if not self._first.wait(wait):
-            log.warning("MCP server %s did not list its tools within %.1f s; going on without them", self.url, wait)
+            log.warning("MCP server %s did not list its tools within %.1f s; going on without them", self.label,
+                        wait)
 
     def stop(self) -> None:
         self._stopping = True
@@ -90,7 +93,7 @@ class McpServer:
                 await self._session_once()
             except Exception as exc:  # the server is down or broke the session: reconnect later
                 if self.up or not self._first.is_set():
-                    log.warning("MCP server %s is unavailable: %s", self.url, _describe(exc))
+                    log.warning("MCP server %s is unavailable: %s", self.label, _describe(exc))
             self.up, self._session = False, None
             self._first.set()
             if not self._stopping:
@@ -125,7 +128,17 @@ class McpServer:
             cursor = page.nextCursor
             if not cursor:
                 break
-        self.listed, self.listings = tools, self.listings + 1
+        self.listed, self.listings = [t for t in tools if self._usable_schema(t)], self.listings + 1
+
+    def _usable_schema(self, t: mt.Tool) -> bool:
+        """Whether a listed tool's input schema is a valid JSON schema: checked when the tools are listed (and
+        said in the log then), so a call never meets a schema that cannot check its arguments."""
+        try:
+            schema_validator(t.name, {"type": "object", **(t.inputSchema or {})})
+        except ToolError as exc:
+            log.warning("MCP server %s: tool %r left out: %s", self.label, t.name, exc)
+            return False
+        return True
 
     async def _on_message(self, message: Any) -> None:
         changed = isinstance(message, mt.ServerNotification) and isinstance(message.root,
@@ -159,7 +172,7 @@ class McpServer:
     def tools(self, taken: set[str]) -> list[Tool]:
         """This server's tools for one turn (none while it is down), skipping names already taken."""
         if not self.up:
-            MCP_UNAVAILABLE.labels(self.url).inc()
+            MCP_UNAVAILABLE.labels(self.label).inc()
             return []
         out = []
         for t in self.listed:
@@ -171,7 +184,7 @@ class McpServer:
                 tool = Tool(name=t.name, description=t.description or t.name, parameters=schema,
                             handler=_Handler(self, t.name), timeout=self.call_timeout + 2.0)
             except ToolError as exc:  # a server's odd tool must not fail every turn: leave it out
-                log.warning("MCP server %s: tool %r left out: %s", self.url, t.name, exc)
+                log.warning("MCP server %s: tool %r left out: %s", self.label, t.name, exc)
                 continue
             taken.add(t.name)
             out.append(tool)
@@ -208,10 +221,11 @@ def _result_value(name: str, result: mt.CallToolResult) -> Any:
 
 
 def _describe(exc: BaseException) -> str:
-    """The innermost useful message of an exception group (the SDK's task groups wrap everything)."""
+    """The innermost useful message of an exception group (the SDK's task groups wrap everything), its URLs
+    redacted (httpx names the URL it failed on, token and all)."""
     while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
         exc = exc.exceptions[0]
-    return f"{type(exc).__name__}: {exc}"
+    return redact_urls(f"{type(exc).__name__}: {exc}")
 
 
 class McpSource:
