@@ -3,8 +3,14 @@ run on these machines, so they are validated here)."""
 
 from __future__ import annotations
 
+import os
 import pathlib
 import re
+import shlex
+import signal
+import subprocess
+import sys
+import time
 
 import yaml
 
@@ -58,3 +64,31 @@ def test_dockerfile_copies_what_exists() -> None:
     for src in re.findall(r"^COPY (\S+)", text, flags=re.M):
         assert (ROOT / src).exists(), src
     assert "parley health" in text
+
+
+def _env_without_parley(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PARLEY_") and k != "REDIS_URL"}
+    env.update(extra)
+    return env
+
+
+def test_the_procfile_exporter_without_a_database_stays_up_idle_until_sigterm(tmp_path: pathlib.Path) -> None:
+    """honcho and foreman stop the whole formation when any process exits (even with 0): without
+    PARLEY_DATABASE_URL the Procfile's `parley exporter` stays up, says why once, and stops cleanly on SIGTERM."""
+    procs = dict(line.split(":", 1) for line in (ROOT / "Procfile").read_text().splitlines()
+                 if line.strip() and not line.startswith("#"))
+    argv = shlex.split(procs["exporter"])
+    argv[0] = str(pathlib.Path(sys.executable).with_name(argv[0]))  # the worktree's own console script
+    proc = subprocess.Popen(argv, cwd=tmp_path, env=_env_without_parley(), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        time.sleep(4)
+        assert proc.poll() is None, f"the exporter exited ({proc.returncode}): {proc.communicate()[1]}"
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=10)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0
+    lines = [ln for ln in (out + err).splitlines() if ln.strip()]
+    assert len(lines) == 1 and "PARLEY_DATABASE_URL is not set" in lines[0], lines

@@ -25,6 +25,10 @@ from worker.store.records import RecordStore, StreamEntry
 
 log = logging.getLogger("parley.exporter")
 
+#: How often a running exporter says again in Redis that the record is on (a Redis that lost the key, restored
+#: from an older snapshot, learns it again within this).
+ANNOUNCE_EVERY_S = 60.0
+
 
 @dataclass(frozen=True)
 class Pass:
@@ -44,6 +48,7 @@ class Exporter:
         # Streams whose cap has dropped entries: their counters stay in the dropped gauge after the exporter has
         # emptied them (on a Cluster, an empty stream is not among those a pass looks at).
         self._dropping: set[str] = set()
+        self._announced = -ANNOUNCE_EVERY_S
 
     def _db(self) -> Any:
         if self._conn is None or self._conn.closed:
@@ -60,6 +65,7 @@ class Exporter:
         """One pass over every stream, until each is empty or has given one full batch (so no stream starves the
         others); raises :class:`DatabaseUnavailableError` or :class:`StoreError` with the streams as they were."""
         exported = unreadable = 0
+        self._announce()
         streams = self.store.record_streams()
         for stream in streams:
             entries = self.store.read_records(stream, self.batch)
@@ -68,6 +74,13 @@ class Exporter:
                 exported, unreadable = exported + n, unreadable + bad
         self.observe(streams)
         return Pass(exported, unreadable, len(streams))
+
+    def _announce(self) -> None:
+        """Deletes from processes without a database read this (see ``ConversationStore.delete``)."""
+        now = time.monotonic()
+        if now - self._announced >= ANNOUNCE_EVERY_S:
+            self.store.announce_record()
+            self._announced = now
 
     def export_all(self) -> int:
         """Passes until the streams are empty (what ``--once``, cron or a beat entry wants from one call); returns

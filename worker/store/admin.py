@@ -175,10 +175,15 @@ class AdminStore(StoreBase):
 
         The input ids it had accepted stay behind in a tombstone for ``limits.tombstone_ms`` (bounded like the
         dedupe memory): WhatsApp retries a webhook for about 36 hours, and a retry must not bring the deleted
-        conversation back. New ids start a fresh conversation."""
+        conversation back. New ids start a fresh conversation.
+
+        When the deployment keeps a durable record (this process's setting or the announcement in Redis, see
+        :meth:`deployment_record_cap`), the delete is recorded too, and the exporter erases the conversation from
+        PostgreSQL: a game engine or the webhook, which need no database of their own, delete there as well."""
         k = self.keys(cid)
+        cap = self.deployment_record_cap()
         self._scripts.delete(k=k, now_ms=self._now_ms(), tomb_ms=self.limits.tombstone_ms,
                              tomb_max=self.limits.dedupe_max_ids,
-                             record=self._record_args(cid, self._entry(entries.deleted, cid)))
+                             record=self._record_args(cid, entries.deleted(cid) if cap else None, cap))
         self._r.zrem(self.g.pending, cid)
         self._r.zrem(self.g.dead_index, cid)

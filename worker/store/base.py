@@ -225,13 +225,33 @@ class StoreBase:
         """``build(*args, **kwargs)``, a durable-record entry, only while the record is on (not built for nothing)."""
         return build(*args, **kwargs) if self.limits.record_max > 0 else None
 
-    def _record_args(self, cid: str, entry: bytes | None) -> RecordArgs:
+    def _record_args(self, cid: str, entry: bytes | None, cap: int | None = None) -> RecordArgs:
         """Where ``cid``'s scripts append the durable record, with ``entry``; the keys are named even when the
-        record is off (a Cluster routes a script by all its keys, which must share the conversation's slot)."""
+        record is off (a Cluster routes a script by all its keys, which must share the conversation's slot).
+        ``cap``: the stream's cap when it is not this process's own (``limits.record_max``)."""
         stream = self.records.stream(cid)
-        on = self.limits.record_max > 0 and bool(entry)
-        return RecordArgs(stream, self.records.dropped_of(stream), self.limits.record_max if on else 0,
-                          (entry or b"") if on else b"")
+        cap = self.limits.record_max if cap is None else cap
+        on = cap > 0 and bool(entry)
+        return RecordArgs(stream, self.records.dropped_of(stream), cap if on else 0, (entry or b"") if on else b"")
+
+    @store_errors
+    def deployment_record_cap(self) -> int:
+        """The record stream's cap when the deployment keeps a durable record, else 0: this process's own setting,
+        or what ``parley db upgrade`` and the exporter announced in Redis (read now, never cached: a delete must
+        reach the database whichever process issues it)."""
+        if self.limits.record_max > 0:
+            return self.limits.record_max
+        raw = self._r.get(self.g.record_on)
+        try:
+            return max(0, int(raw or 0))
+        except ValueError:
+            return 0
+
+    @store_errors
+    def announce_record(self) -> None:
+        """Say in Redis that this deployment keeps a durable record (with this process's stream cap)."""
+        if self.limits.record_max > 0:
+            self._r.set(self.g.record_on, self.limits.record_max)
 
     def keys(self, cid: str) -> ConversationKeys:
         # Built (and the id validated) once per conversation while it is among the recently used: a turn asks

@@ -40,7 +40,8 @@ Per conversation (``{prefix}:{{cid}}:<name>``):
 
 Global (no hash tag; never touched inside a per-conversation script): ``{prefix}:pending`` (zset:
 conversations that may have work, for the sweeper), ``{prefix}:dead-index`` (zset: conversations with dead
-letters) and ``{prefix}:lock:<name>`` (short locks).
+letters), ``{prefix}:lock:<name>`` (short locks) and ``{prefix}:record-on`` (the durable record is on: its stream
+cap, written by ``parley db upgrade`` and the exporter, read by every delete).
 
 The durable record (only while ``PARLEY_DATABASE_URL`` is set): ``{prefix}:{{rec.<n>}}:records`` (stream: what each
 commit, status and delete did, for the exporter to copy to PostgreSQL) and ``{prefix}:{{rec.<n>}}:dropped`` (counter:
@@ -154,6 +155,12 @@ class GlobalKeys:
 
     def lock(self, name: str) -> str:
         return f"{self.prefix}:lock:{name}"
+
+    @property
+    def record_on(self) -> str:
+        """The deployment keeps a durable record: the stream cap, set by ``parley db upgrade`` and the exporter
+        (no expiry), so a process without ``PARLEY_DATABASE_URL`` still records its deletes."""
+        return f"{self.prefix}:record-on"
 
 
 @dataclass(frozen=True)
