@@ -212,10 +212,13 @@ class Settings(BaseSettings):
     delivery_max_attempts: int = Field(8, description="Failed sends of one reply (throttling, 5xx) before it is "
                                        "dead-lettered; counted in Redis with the reply, whichever worker sends it.")
     delivery_part_interval: float = Field(0.0, description="Seconds between the parts of one split reply.")
-    status_webhooks: bool = Field(False, description="A webhook ingress records WhatsApp's status webhooks (Meta's "
-                                  "webhook subscribes to `messages` and the `webhook` process runs). Then a reply "
-                                  "part a crashed worker left in flight is resent only when no status shows it "
-                                  "reached WhatsApp within PARLEY_RESEND_GRACE_SECONDS; off: it is resent at once.")
+    status_webhooks: Literal["auto"] | bool = Field(
+        "auto", description="Whether a webhook ingress records WhatsApp's status webhooks (Meta's webhook subscribes "
+                            "to `messages` and the `webhook` process runs). Then a reply part a crashed worker left "
+                            "in flight is resent only when no status shows it reached WhatsApp within "
+                            "PARLEY_RESEND_GRACE_SECONDS; false: it is resent at once (it may reach the player "
+                            "twice). auto: true while an ingress says so in Redis (it does when it starts and as "
+                            "statuses come; the word holds a day).")
     resend_grace_seconds: float = Field(10.0, ge=0, description="With PARLEY_STATUS_WEBHOOKS: how long a reply part "
                                         "found in flight after a crash waits for a status webhook before it is "
                                         "resent (no worker waits meanwhile: the delivery checks again later).")

@@ -19,8 +19,16 @@ from typing import Any
 
 from worker.settings import Settings
 
-FIXTURES = pathlib.Path(__file__).resolve().parents[2] / ".." / "shared" / "fixtures" / "whatsapp"
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+FIXTURES = ROOT / ".." / "shared" / "fixtures" / "whatsapp"
 APP_SECRET = "probe-secret"
+
+
+def procfile() -> dict[str, str]:
+    """The Procfile's processes: name -> command."""
+    return {name: command.strip() for name, _, command in
+            (line.partition(":") for line in (ROOT / "Procfile").read_text().splitlines())
+            if name.strip() and not name.startswith("#")}
 
 
 def track() -> set[str]:

@@ -20,7 +20,7 @@ from tests.support.postgres import fresh_database
 from tests.support.redis_server import start_redis
 from worker.settings import Settings
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
+ROOT = needs.ROOT
 
 
 def known_env() -> set[str]:
@@ -28,8 +28,7 @@ def known_env() -> set[str]:
 
 
 def test_procfile_names_every_process() -> None:
-    procs = dict(line.split(":", 1) for line in (ROOT / "Procfile").read_text().splitlines()
-                 if line.strip() and not line.startswith("#"))
+    procs = needs.procfile()
     assert set(procs) == {"worker", "webhook", "exporter"}
     assert procs["exporter"].strip() == "parley exporter"
     assert "celery -A tasks worker" in procs["worker"] and "--pool ${PARLEY_POOL:-gevent}" in procs["worker"]
@@ -73,8 +72,7 @@ def _env_without_parley(**extra: str) -> dict[str, str]:
 def test_the_procfile_exporter_without_a_database_stays_up_idle_until_sigterm(tmp_path: pathlib.Path) -> None:
     """honcho and foreman stop the whole formation when any process exits (even with 0): without
     PARLEY_DATABASE_URL the Procfile's `parley exporter` stays up, says why once, and stops cleanly on SIGTERM."""
-    procs = dict(line.split(":", 1) for line in (ROOT / "Procfile").read_text().splitlines()
-                 if line.strip() and not line.startswith("#"))
+    procs = needs.procfile()
     argv = shlex.split(procs["exporter"])
     argv[0] = str(pathlib.Path(sys.executable).with_name(argv[0]))  # the worktree's own console script
     proc = subprocess.Popen(argv, cwd=tmp_path, env=_env_without_parley(), stdout=subprocess.PIPE,
@@ -125,8 +123,7 @@ def test_every_process_gets_the_deployment_settings_its_code_reads() -> None:
     every message waited for the sweeper) and records statuses and deletes (PARLEY_DATABASE_URL). What a process
     reads is found by running it (tests/deploy/needs.py), and every Procfile process is one of compose's."""
     compose = yaml.safe_load((ROOT / "docker" / "compose.yaml").read_text())["services"]
-    procfile = dict(line.split(":", 1) for line in (ROOT / "Procfile").read_text().splitlines()
-                    if line.strip() and not line.startswith("#"))
+    procfile = needs.procfile()
     assert set(procfile) == set(needs.PROCESSES) <= set(compose)
     for name, command in procfile.items():  # the same entry point in both files
         entry = shlex.split(command)[:2]

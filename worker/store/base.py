@@ -18,6 +18,10 @@ from worker.store.scripts import ClaimReply, RecordArgs, Scripts
 
 T = TypeVar("T")
 
+#: How long an ingress's word that it records status webhooks holds, and how often one says it again at most.
+STATUS_INGRESS_TTL_MS = 86_400_000
+STATUS_INGRESS_REFRESH_S = 60.0
+
 
 def utc_day(at: float | None = None) -> str:
     """The UTC day of ``at`` (default now), as the usage counters name it: ``YYYY-MM-DD``."""
@@ -220,6 +224,7 @@ class StoreBase:
         replication = Replication(0 if self._cluster else self.limits.wait_replicas, self.limits.wait_timeout_ms)
         self._scripts = Scripts(client, replication)
         self.records = RecordKeys(prefix, clustered=self._cluster)
+        self._status_announced = -STATUS_INGRESS_REFRESH_S
 
     def _entry(self, build: Callable[..., bytes], *args: Any, **kwargs: Any) -> bytes | None:
         """``build(*args, **kwargs)``, a durable-record entry, only while the record is on (not built for nothing)."""
@@ -246,6 +251,21 @@ class StoreBase:
             return max(0, int(raw or 0))
         except ValueError:
             return 0
+
+    @store_errors
+    def announce_status_ingress(self) -> None:
+        """Say in Redis that a webhook ingress records status webhooks (for a day; said again as statuses come, at
+        most once a minute per process): workers left with ``PARLEY_STATUS_WEBHOOKS=auto`` then wait for a
+        status before resending a part a crash left in flight."""
+        now = time.monotonic()
+        if now - self._status_announced >= STATUS_INGRESS_REFRESH_S:
+            self._r.set(self.g.status_ingress, 1, px=STATUS_INGRESS_TTL_MS)
+            self._status_announced = now
+
+    @store_errors
+    def status_ingress_announced(self) -> bool:
+        """Whether an ingress said within the last day that it records status webhooks."""
+        return bool(self._r.exists(self.g.status_ingress))
 
     @store_errors
     def announce_record(self) -> None:

@@ -41,7 +41,8 @@ Per conversation (``{prefix}:{{cid}}:<name>``):
 Global (no hash tag; never touched inside a per-conversation script): ``{prefix}:pending`` (zset:
 conversations that may have work, for the sweeper), ``{prefix}:dead-index`` (zset: conversations with dead
 letters), ``{prefix}:lock:<name>`` (short locks) and ``{prefix}:record-on`` (the durable record is on: its stream
-cap, written by ``parley db upgrade`` and the exporter, read by every delete).
+cap, written by ``parley db upgrade`` and the exporter, read by every delete) and ``{prefix}:status-ingress`` (an
+ingress records status webhooks: set when it starts and as statuses come, expiring a day after the last).
 
 The durable record (only while ``PARLEY_DATABASE_URL`` is set): ``{prefix}:{{rec.<n>}}:records`` (stream: what each
 commit, status and delete did, for the exporter to copy to PostgreSQL) and ``{prefix}:{{rec.<n>}}:dropped`` (counter:
@@ -161,6 +162,11 @@ class GlobalKeys:
         """The deployment keeps a durable record: the stream cap, set by ``parley db upgrade`` and the exporter
         (no expiry), so a process without ``PARLEY_DATABASE_URL`` still records its deletes."""
         return f"{self.prefix}:record-on"
+
+    @property
+    def status_ingress(self) -> str:
+        """A webhook ingress records WhatsApp's status webhooks (set by it, expiring a day after it last did)."""
+        return f"{self.prefix}:status-ingress"
 
 
 @dataclass(frozen=True)
