@@ -29,7 +29,7 @@ from worker.conversation.journal import NoJournal, TurnJournal
 from worker.conversation.loop import LoopOutcome, ToolChoice, ToolLoop
 from worker.conversation.messages import Message
 from worker.conversation.model import Attachment, Model, ModelRequest, ModelResponse
-from worker.conversation.observe import RoundTrip, complete_observed
+from worker.conversation.observe import RoundTrip, UsageTally, complete_observed
 from worker.conversation.prompt import prompt_tokens, render_preamble
 from worker.conversation.resident import Resident
 from worker.conversation.results import CompactionReport, EventResult, TurnResult
@@ -308,10 +308,12 @@ class Chat:
         A failure keeps the state."""
         loaded = self.load(state)
         st = loaded.state
+        spent = UsageTally(self.observer)  # the summariser's tokens count towards the player's budget and usage
         done = (StepsOutcome(st) if self.compactor is None
-                else apply_compactor(self.compactor, st, self.counter, observer=self.observer))
+                else apply_compactor(self.compactor, st, self.counter, observer=spent))
         new, encoded = done.state, self._encode(done.state)
         return CompactionReport(state=encoded.blob, changed=new is not st, applied=done.applied,
+                                usage=spent.usage(), model=spent.model,
                                 errors=done.errors, messages_before=len(st.messages),
                                 messages_after=len(new.messages), tokens_before=prompt_tokens(st, self.counter),
                                 tokens_after=prompt_tokens(new, self.counter), state_problem=loaded.problem,
