@@ -112,8 +112,9 @@ class Settings(BaseSettings):
     compaction_keep_last: int = Field(6, description="Exchanges kept verbatim when summarising, and by the "
                                       "keep_last step.")
     compress_tool_outputs_after: int = Field(3, description="Keep this many recent tool outputs whole; compress older.")
-    idle_gap_seconds: float | None = Field(None, description="A turn after this much silence starts a fresh "
-                                                             "conversation. Off when unset.")
+    idle_gap_seconds: float | None = Field(None, description="A player's message after this long without one "
+                                           "starts a fresh conversation (game events are not the player's "
+                                           "activity: those that came meanwhile are kept). Off when unset.")
     # NoDecode: without it the environment source decodes the value as JSON before the validator runs, so the comma
     # form a person writes ("start over, reset") failed as bad JSON.
     reset_phrases: Annotated[list[str], NoDecode] = Field(default_factory=list,
