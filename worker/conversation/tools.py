@@ -62,6 +62,10 @@ class Tool:
     ``str`` is passed as it is, anything else is JSON-encoded. A handler that raises, times out
     (``timeout`` seconds, default the chat's) or returns something unserialisable produces an error result
     the model reads; the turn goes on.
+
+    ``idempotent``: whether a call that may already have run (the worker died inside it, before its result was
+    recorded) may run again when the turn is retried, with the same call id. ``False``: it is not repeated; the
+    model reads an error result saying its outcome is unknown (an HTTP manifest tool's ``idempotent`` key).
     """
 
     name: str
@@ -69,6 +73,7 @@ class Tool:
     parameters: dict[str, Any]
     handler: Callable[..., Any]
     timeout: float | None = None
+    idempotent: bool = True
 
     def __post_init__(self) -> None:
         if not _NAME.match(self.name):
