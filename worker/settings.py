@@ -277,7 +277,7 @@ class Settings(BaseSettings):
                                         "(`celery -A tasks beat`, or a worker with -B) instead of the Procfile's "
                                         "exporter process. 0 = no beat entry.")
     daily_token_budget: int = Field(0, ge=0, description="Tokens (prompt + completion) one conversation (a "
-                                    "player) may use per UTC day; over it the player gets PARLEY_TOKEN_BUDGET_REPLY "
+                                    "player) may use per UTC day, its turns' and its compactions' summaries; over it the player gets PARLEY_TOKEN_BUDGET_REPLY "
                                     "and the model is not called. Counted in Redis, so it works without a "
                                     "database. 0 = no budget.")
     token_budget_reply: str = Field("We've chatted a lot today! Let's pick this up again tomorrow.",
