@@ -26,6 +26,7 @@ from tests.worker.test_service_crashed_sends import CID, CrashingChannel, Killed
 from worker.runtime import service_config
 from worker.service import RetryLater, ServiceConfig
 from worker.settings import Settings
+from worker.store.redis_store import ConversationStore
 
 SECRET = "auto-secret"
 
@@ -100,3 +101,21 @@ def test_where_no_ingress_runs_the_part_is_resent_at_once(redis_server: RedisSer
     h, ch = _crashed_worker(redis_server)
     assert h.service.deliver(CID) == 1
     assert [t for _, t, _ in ch.sent] == ["ack:one", "ack:one"]
+
+
+def test_an_ingress_keeps_its_word_fresh_as_statuses_come(redis_server: RedisServer,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    from worker.store import base
+
+    ingress = ConversationStore(redis_server.client(), prefix="fresh-word")
+    other = ConversationStore(redis_server.client(), prefix="fresh-word")  # a worker or the CLI
+    other.record_status(CID, "wamid.0", "sent")
+    assert not other.status_ingress_announced()  # recording a status is not announcing
+    ingress.announce_status_ingress()
+    assert other.status_ingress_announced()
+    redis_server.client().delete(ingress.g.status_ingress)  # a day without statuses: the word ran out
+    later = time.monotonic() + base.STATUS_INGRESS_REFRESH_S + 1
+    monkeypatch.setattr(base.time, "monotonic", lambda: later)
+    ingress.record_status(CID, "wamid.1", "sent")
+    assert other.status_ingress_announced()
+    assert 0 < redis_server.client().pttl(ingress.g.status_ingress) <= base.STATUS_INGRESS_TTL_MS

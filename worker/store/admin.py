@@ -142,7 +142,8 @@ class AdminStore(StoreBase):
         res = self._scripts.record_status(k=self.keys(cid), provider_id=provider_id, status=status, detail=detail,
                                           max_kept=self.limits.statuses_max, reply_id=reply_id, part=part,
                                           record=self._record_args(cid, entry))
-        self.announce_status_ingress()
+        if self._status_announced is not None:  # an ingress that announced itself: statuses keep the word fresh
+            self.announce_status_ingress()
         return StatusRecorded(res.moved, res.latest, res.for_part)
 
     @store_errors

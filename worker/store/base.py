@@ -224,7 +224,7 @@ class StoreBase:
         replication = Replication(0 if self._cluster else self.limits.wait_replicas, self.limits.wait_timeout_ms)
         self._scripts = Scripts(client, replication)
         self.records = RecordKeys(prefix, clustered=self._cluster)
-        self._status_announced = -STATUS_INGRESS_REFRESH_S
+        self._status_announced: float | None = None  # when this process (an ingress) last said it records statuses
 
     def _entry(self, build: Callable[..., bytes], *args: Any, **kwargs: Any) -> bytes | None:
         """``build(*args, **kwargs)``, a durable-record entry, only while the record is on (not built for nothing)."""
@@ -254,11 +254,11 @@ class StoreBase:
 
     @store_errors
     def announce_status_ingress(self) -> None:
-        """Say in Redis that a webhook ingress records status webhooks (for a day; said again as statuses come, at
-        most once a minute per process): workers left with ``PARLEY_STATUS_WEBHOOKS=auto`` then wait for a
-        status before resending a part a crash left in flight."""
+        """Say in Redis that a webhook ingress records status webhooks (for a day; once it has, this store says it
+        again as it records statuses, at most once a minute): workers left with ``PARLEY_STATUS_WEBHOOKS=auto``
+        then wait for a status before resending a part a crash left in flight."""
         now = time.monotonic()
-        if now - self._status_announced >= STATUS_INGRESS_REFRESH_S:
+        if self._status_announced is None or now - self._status_announced >= STATUS_INGRESS_REFRESH_S:
             self._r.set(self.g.status_ingress, 1, px=STATUS_INGRESS_TTL_MS)
             self._status_announced = now
 
