@@ -93,3 +93,29 @@ def test_a_worker_that_kept_the_state_decoded_starts_fresh_after_a_delete_elsewh
     seen = [m.content for m in h.model.requests[-1].messages if m.role != "system"]
     assert seen == ["what is my secret?"]
     assert h.channel.sent[-1][1] == "ack:what is my secret?"
+
+
+def test_a_compaction_computed_before_a_delete_does_not_bring_the_conversation_back(
+        redis_server: RedisServer) -> None:
+    from worker.conversation.compaction import Summarize
+    from worker.conversation.scripted import ScriptedModel
+
+    holder: list[Harness] = []
+
+    def summarise(req: Any) -> str:
+        _elsewhere(holder[0]).delete(CID)  # the delete lands while the summariser runs
+        return "SUMMARY: the player's secret is 42"
+
+    config = ServiceConfig(system_prompt="You are a test.", record=True, model_name="scripted-1")
+    h = make_harness(config=config, limits=StoreLimits(record_max=10_000), redis_client=redis_server.client(),
+                     compactor=Summarize(ScriptedModel(default=summarise), keep_last=1, batch=1))
+    holder.append(h)
+    for i in range(3):
+        h.client.send_message(CID, f"secret part {i}", message_id=f"m{i}")
+    h.run(defer=("compact",))
+    assert h.service.queue_compaction(CID)  # its splice is queued after the delete
+    h.client.send_message(CID, "hello again", message_id="m9")
+    h.run(defer=("compact",))
+    last = h.model.requests[-1]
+    assert [m.content for m in last.messages if m.role != "system"] == ["hello again"]
+    assert "secret" not in (last.system or "")
