@@ -40,7 +40,7 @@ Per conversation (``{prefix}:{{cid}}:<name>``):
 
 Global (no hash tag; never touched inside a per-conversation script): ``{prefix}:pending`` (zset:
 conversations that may have work, for the sweeper), ``{prefix}:dead-index`` (zset: conversations with dead
-letters), ``{prefix}:lock:<name>`` (short locks) and ``{prefix}:record-on`` (the durable record is on: its stream
+letters), ``{prefix}:lock:<name>`` (short locks), ``{prefix}:record-on`` (the durable record is on: its stream
 cap, written by ``parley db upgrade`` and the exporter, read by every delete) and ``{prefix}:status-ingress`` (an
 ingress records status webhooks: set when it starts and as statuses come, expiring a day after the last).
 
