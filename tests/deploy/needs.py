@@ -42,7 +42,7 @@ def track() -> set[str]:
             read.add(name)
         return plain(self, name)
 
-    Settings.__getattribute__ = spy  # type: ignore[method-assign]
+    Settings.__getattribute__ = spy  # type: ignore[method-assign,assignment]
     return read
 
 

@@ -14,6 +14,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import httpx
 import pytest
@@ -38,11 +39,10 @@ def redis_server() -> Iterator[RedisServer]:
     server.stop()
 
 
-def _crashed_worker(server: RedisServer) -> tuple[Harness, CrashingChannel]:
-    """A worker with the settings' defaults (PARLEY_STATUS_WEBHOOKS unset) whose first send of a reply reached
-    WhatsApp just before the process died."""
-    settings = Settings(_env_file=None)  # type: ignore[call-arg]
-    assert settings.status_webhooks == "auto"
+def _crashed_worker(server: RedisServer, **env: Any) -> tuple[Harness, CrashingChannel]:
+    """A worker with the settings' defaults (PARLEY_STATUS_WEBHOOKS unset, or ``env``) whose first send of a reply
+    reached WhatsApp just before the process died."""
+    settings = Settings(_env_file=None, **env)  # type: ignore[call-arg]
     config = ServiceConfig(system_prompt="You are a test.", deliver_inline=False, resend_grace_ms=60_000,
                            status_webhooks=service_config(settings).status_webhooks)  # as production maps it
     ch = CrashingChannel()
@@ -98,13 +98,13 @@ def test_where_the_webhook_process_runs_a_crashed_part_waits_for_its_status_and_
 
 
 def test_where_no_ingress_runs_the_part_is_resent_at_once(redis_server: RedisServer) -> None:
+    assert Settings(_env_file=None).status_webhooks == "auto"  # type: ignore[call-arg]
     h, ch = _crashed_worker(redis_server)
     assert h.service.deliver(CID) == 1
     assert [t for _, t, _ in ch.sent] == ["ack:one", "ack:one"]
 
 
-def test_an_ingress_keeps_its_word_fresh_as_statuses_come(redis_server: RedisServer,
-                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+def test_an_ingress_keeps_its_word_fresh_as_statuses_come(redis_server: RedisServer) -> None:
     from worker.store import base
 
     ingress = ConversationStore(redis_server.client(), prefix="fresh-word")
@@ -114,8 +114,16 @@ def test_an_ingress_keeps_its_word_fresh_as_statuses_come(redis_server: RedisSer
     ingress.announce_status_ingress()
     assert other.status_ingress_announced()
     redis_server.client().delete(ingress.g.status_ingress)  # a day without statuses: the word ran out
-    later = time.monotonic() + base.STATUS_INGRESS_REFRESH_S + 1
-    monkeypatch.setattr(base.time, "monotonic", lambda: later)
+    assert ingress._status_announced is not None
+    ingress._status_announced -= base.STATUS_INGRESS_REFRESH_S + 1  # a minute later, a status comes
     ingress.record_status(CID, "wamid.1", "sent")
     assert other.status_ingress_announced()
     assert 0 < redis_server.client().pttl(ingress.g.status_ingress) <= base.STATUS_INGRESS_TTL_MS
+
+
+def test_an_explicit_false_wins_over_the_ingress_s_word(redis_server: RedisServer) -> None:
+    h, ch = _crashed_worker(redis_server, status_webhooks="false")
+    ConversationStore(redis_server.client(), prefix=h.store.prefix).announce_status_ingress()
+    assert h.store.status_ingress_announced()
+    assert h.service.deliver(CID) == 1
+    assert [t for _, t, _ in ch.sent] == ["ack:one", "ack:one"]
