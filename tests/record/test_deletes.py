@@ -119,3 +119,25 @@ def test_a_compaction_computed_before_a_delete_does_not_bring_the_conversation_b
     last = h.model.requests[-1]
     assert [m.content for m in last.messages if m.role != "system"] == ["hello again"]
     assert "secret" not in (last.system or "")
+
+
+def test_a_delete_whose_record_the_stream_cap_dropped_still_erases_the_transcript(
+        redis_server: RedisServer, db: Any, database_url: str) -> None:
+    config = ServiceConfig(system_prompt="You are a test.", record=True, model_name="scripted-1")
+    h = make_harness(config=config, limits=StoreLimits(record_max=3), redis_client=redis_server.client())
+    h.client.send_message(CID, "my secret", message_id="m1")
+    h.run()
+    exporter = Exporter(h.store, lambda: database.connect(database_url))
+    exporter.export_once()
+    assert database.transcript(db, CID) != []
+    # The exporter is down: the delete's record and what follows overflow the cap of 3 entries.
+    _elsewhere(h).delete(CID)
+    for i in range(2):
+        h.client.send_message("447700900111", f"busy {i}", message_id=f"b{i}")
+    h.run()
+    assert int(h.store._r.get(h.store.records.dropped(CID)) or 0) >= 1
+    assert all(e.record_id.split(":")[0] != "d" for e in h.store.read_records(h.store.records.stream(CID), 10))
+    exporter.export_once()
+    assert database.transcript(db, CID) == []
+    assert h.store.pending_deletes() == []
+    exporter.close()

@@ -21,6 +21,7 @@ from worker import metrics
 from worker.errors import DatabaseUnavailableError, StoreError
 from worker.record import database
 from worker.record.entries import to_rows
+from worker.store.base import stream_position
 from worker.store.records import RecordStore, StreamEntry
 
 log = logging.getLogger("parley.exporter")
@@ -72,8 +73,26 @@ class Exporter:
             if entries:
                 n, bad = self._write(stream, entries)
                 exported, unreadable = exported + n, unreadable + bad
+        self._erase_deletes()
         self.observe(streams)
         return Pass(exported, unreadable, len(streams))
+
+    def _erase_deletes(self) -> None:
+        """Erase each conversation deleted since the last pass once everything its stream held from before the
+        delete was written (the delete's own record erased it already, unless the stream's cap dropped that
+        record: an exporter down too long must not leave a deleted transcript in the database)."""
+        for cid, position, score in self.store.pending_deletes():
+            oldest = self.store.oldest_record(cid)
+            if oldest is not None and oldest <= position:
+                continue  # older entries of that stream still wait: written first, by a later pass
+            conn = self._db()
+            try:
+                with conn.transaction():
+                    database.erase(conn, cid, before=position)
+            except DatabaseUnavailableError:
+                self.close()
+                raise
+            self.store.settle_delete(cid, score)
 
     def _announce(self) -> None:
         """Deletes from processes without a database read this (see ``ConversationStore.delete``)."""
@@ -91,7 +110,7 @@ class Exporter:
         return total
 
     def _write(self, stream: str, entries: list[StreamEntry]) -> tuple[int, int]:
-        rows = to_rows((e.record_id, _position(e.entry_id), e.raw, e.extra) for e in entries)
+        rows = to_rows((e.record_id, stream_position(e.entry_id), e.raw, e.extra) for e in entries)
         conn = self._db()
         try:
             with conn.transaction():
@@ -135,7 +154,3 @@ class Exporter:
             if done.exported == 0:
                 time.sleep(idle)
 
-
-def _position(entry_id: bytes) -> tuple[int, int]:
-    ms, _, seq = entry_id.partition(b"-")
-    return int(ms), int(seq or 0)

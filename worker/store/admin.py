@@ -5,7 +5,15 @@ from __future__ import annotations
 
 from worker.errors import InvalidConversationIdError
 from worker.record import entries
-from worker.store.base import MessageStatus, StatusRecorded, StoreBase, join_entry, split_entry, store_errors
+from worker.store.base import (
+    MessageStatus,
+    StatusRecorded,
+    StoreBase,
+    join_entry,
+    position_score,
+    split_entry,
+    store_errors,
+)
 
 # What the sweeper reads of each candidate conversation, in this order (see ``stranded``).
 _PROBES: tuple[tuple[str, ...], ...] = (
@@ -184,8 +192,10 @@ class AdminStore(StoreBase):
         PostgreSQL: a game engine or the webhook, which need no database of their own, delete there as well."""
         k = self.keys(cid)
         cap = self.deployment_record_cap()
-        self._scripts.delete(k=k, now_ms=self._now_ms(), tomb_ms=self.limits.tombstone_ms,
-                             tomb_max=self.limits.dedupe_max_ids,
-                             record=self._record_args(cid, entries.deleted(cid) if cap else None, cap))
+        _, recorded = self._scripts.delete(k=k, now_ms=self._now_ms(), tomb_ms=self.limits.tombstone_ms,
+                                           tomb_max=self.limits.dedupe_max_ids,
+                                           record=self._record_args(cid, entries.deleted(cid) if cap else None, cap))
+        if recorded is not None:  # the exporter erases it even if the stream's cap drops that record
+            self._r.zadd(self.g.record_deletes, {cid: position_score(recorded)})
         self._r.zrem(self.g.pending, cid)
         self._r.zrem(self.g.dead_index, cid)

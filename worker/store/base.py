@@ -23,6 +23,24 @@ STATUS_INGRESS_TTL_MS = 86_400_000
 STATUS_INGRESS_REFRESH_S = 60.0
 
 
+def stream_position(entry_id: bytes) -> tuple[int, int]:
+    """A stream id ``<ms>-<seq>`` as ``(ms, seq)``."""
+    ms, _, seq = entry_id.partition(b"-")
+    return int(ms), int(seq or 0)
+
+
+def position_score(entry_id: bytes) -> float:
+    """A stream id as one sortable, exact zset score (``ms * 1000 + seq``, seq capped at 999)."""
+    ms, seq = stream_position(entry_id)
+    return float(ms * 1000 + min(seq, 999))
+
+
+def score_position(score: float) -> tuple[int, int]:
+    """The ``(ms, seq)`` a :func:`position_score` names."""
+    ms, seq = divmod(int(score), 1000)
+    return ms, seq
+
+
 def utc_day(at: float | None = None) -> str:
     """The UTC day of ``at`` (default now), as the usage counters name it: ``YYYY-MM-DD``."""
     return time.strftime("%Y-%m-%d", time.gmtime(at))

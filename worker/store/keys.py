@@ -41,7 +41,8 @@ Per conversation (``{prefix}:{{cid}}:<name>``):
 Global (no hash tag; never touched inside a per-conversation script): ``{prefix}:pending`` (zset:
 conversations that may have work, for the sweeper), ``{prefix}:dead-index`` (zset: conversations with dead
 letters), ``{prefix}:lock:<name>`` (short locks), ``{prefix}:record-on`` (the durable record is on: its stream
-cap, written by ``parley db upgrade`` and the exporter, read by every delete) and ``{prefix}:status-ingress`` (an
+cap, written by ``parley db upgrade`` and the exporter, read by every delete), ``{prefix}:record-deletes`` (zset: the
+deletes the exporter has yet to erase from PostgreSQL) and ``{prefix}:status-ingress`` (an
 ingress records status webhooks: set when it starts and as statuses come, expiring a day after the last).
 
 The durable record (only while ``PARLEY_DATABASE_URL`` is set): ``{prefix}:{{rec.<n>}}:records`` (stream: what each
@@ -162,6 +163,12 @@ class GlobalKeys:
         """The deployment keeps a durable record: the stream cap, set by ``parley db upgrade`` and the exporter
         (no expiry), so a process without ``PARLEY_DATABASE_URL`` still records its deletes."""
         return f"{self.prefix}:record-on"
+
+    @property
+    def record_deletes(self) -> str:
+        """Deletes the exporter has yet to erase from PostgreSQL (zset: conversation id, scored by the stream
+        position of its delete record), so one whose record the stream's cap dropped is still erased."""
+        return f"{self.prefix}:record-deletes"
 
     @property
     def status_ingress(self) -> str:
