@@ -47,6 +47,21 @@ class Media(_Wire):
     sha256: str | None = Field(None, max_length=200)
 
 
+class Spent(_Wire):
+    """Tokens the model calls behind a splice (the compaction's summariser) used, as the provider reported them:
+    counted towards the player's daily budget and the record's usage when the splice is applied in order."""
+
+    prompt: int = Field(0, ge=0)
+    completion: int = Field(0, ge=0)
+    cached: int = Field(0, ge=0)
+    cache_write: int = Field(0, ge=0)
+    model: str | None = Field(None, max_length=200)
+
+    @property
+    def total(self) -> int:
+        return self.prompt + self.completion
+
+
 class Envelope(_Wire):
     """One input for a conversation.
 
@@ -75,6 +90,7 @@ class Envelope(_Wire):
     # An event the player sent (a location pin, a reaction): applied as the player's words, never as the game's
     # (invariant 12). None unless set, so an envelope without it reads as before.
     from_player: bool | None = None
+    spent: Spent | None = None  # splice: what computing it cost
 
     @field_validator("conversation_id")
     @classmethod

@@ -203,7 +203,7 @@ def service_config(settings: Settings) -> ServiceConfig:
         max_retry_delay=settings.max_retry_delay,
         delivery_max_attempts=settings.delivery_max_attempts,
         delivery_part_interval=settings.delivery_part_interval,
-        status_webhooks=settings.status_webhooks,
+        status_webhooks=None if settings.status_webhooks == "auto" else settings.status_webhooks,
         resend_grace_ms=int(settings.resend_grace_seconds * 1000),
         deliver_inline=settings.deliver_inline,
         burst=BurstPolicy(quiet=settings.burst_quiet_seconds, max_wait=settings.burst_max_wait_seconds,

@@ -116,8 +116,9 @@ class Settings(BaseSettings):
     compaction_keep_last: int = Field(6, description="Exchanges kept verbatim when summarising, and by the "
                                       "keep_last step.")
     compress_tool_outputs_after: int = Field(3, description="Keep this many recent tool outputs whole; compress older.")
-    idle_gap_seconds: float | None = Field(None, description="A turn after this much silence starts a fresh "
-                                                             "conversation. Off when unset.")
+    idle_gap_seconds: float | None = Field(None, description="A player's message after this long without one "
+                                           "starts a fresh conversation (game events are not the player's "
+                                           "activity: those that came meanwhile are kept). Off when unset.")
     # NoDecode: without it the environment source decodes the value as JSON before the validator runs, so the comma
     # form a person writes ("start over, reset") failed as bad JSON.
     reset_phrases: Annotated[list[str], NoDecode] = Field(default_factory=list,
@@ -240,10 +241,13 @@ class Settings(BaseSettings):
     delivery_max_attempts: int = Field(8, description="Failed sends of one reply (throttling, 5xx) before it is "
                                        "dead-lettered; counted in Redis with the reply, whichever worker sends it.")
     delivery_part_interval: float = Field(0.0, description="Seconds between the parts of one split reply.")
-    status_webhooks: bool = Field(False, description="A webhook ingress records WhatsApp's status webhooks (Meta's "
-                                  "webhook subscribes to `messages` and the `webhook` process runs). Then a reply "
-                                  "part a crashed worker left in flight is resent only when no status shows it "
-                                  "reached WhatsApp within PARLEY_RESEND_GRACE_SECONDS; off: it is resent at once.")
+    status_webhooks: Literal["auto"] | bool = Field(
+        "auto", description="Whether a webhook ingress records WhatsApp's status webhooks (Meta's webhook subscribes "
+                            "to `messages` and the `webhook` process runs). Then a reply part a crashed worker left "
+                            "in flight is resent only when no status shows it reached WhatsApp within "
+                            "PARLEY_RESEND_GRACE_SECONDS; false: it is resent at once (it may reach the player "
+                            "twice). auto: true while an ingress says so in Redis (it does when it starts and as "
+                            "statuses come; the word holds a day).")
     resend_grace_seconds: float = Field(10.0, ge=0, description="With PARLEY_STATUS_WEBHOOKS: how long a reply part "
                                         "found in flight after a crash waits for a status webhook before it is "
                                         "resent (no worker waits meanwhile: the delivery checks again later).")
@@ -301,7 +305,7 @@ class Settings(BaseSettings):
                                         "(`celery -A tasks beat`, or a worker with -B) instead of the Procfile's "
                                         "exporter process. 0 = no beat entry.")
     daily_token_budget: int = Field(0, ge=0, description="Tokens (prompt + completion) one conversation (a "
-                                    "player) may use per UTC day; over it the player gets PARLEY_TOKEN_BUDGET_REPLY "
+                                    "player) may use per UTC day, its turns' and its compactions' summaries; over it the player gets PARLEY_TOKEN_BUDGET_REPLY "
                                     "and the model is not called. Counted in Redis, so it works without a "
                                     "database. 0 = no budget.")
     token_budget_reply: str = Field("We've chatted a lot today! Let's pick this up again tomorrow.",

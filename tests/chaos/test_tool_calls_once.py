@@ -120,7 +120,8 @@ def _run(cluster: Cluster, *, http_manifest: Path | None) -> None:
         # The worker's name rides in a header (expanded from its own environment) so the test kills the right one.
         http_manifest.write_text(json.dumps({"tools": [
             {"name": "give_item", "description": "Give the player an item in the game.", "url": f"{engine.url}/give",
-             "parameters": _GIVE_PARAMS, "timeout": 10, "headers": {"X-Worker": "${PARLEY_TEST_WORKER}"}}]}))
+             "parameters": _GIVE_PARAMS, "timeout": 10, "headers": {"X-Worker": "${PARLEY_TEST_WORKER}"},
+             "idempotent": True}]}))  # the engine answers a repeated Idempotency-Key with the same receipt
         cluster.env.update(PARLEY_TOOLS_FILE=str(http_manifest))
     try:
         for i in range(2):

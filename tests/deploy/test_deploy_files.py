@@ -3,29 +3,32 @@ run on these machines, so they are validated here)."""
 
 from __future__ import annotations
 
+import json
+import os
 import pathlib
 import re
+import shlex
+import signal
+import subprocess
+import sys
+import time
 
 import yaml
 
+from tests.deploy import needs
+from tests.support.postgres import fresh_database
+from tests.support.redis_server import start_redis
 from worker.settings import Settings
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
+ROOT = needs.ROOT
 
 
 def known_env() -> set[str]:
-    names = set()
-    for name, field in Settings.model_fields.items():
-        names.add(f"PARLEY_{name.upper()}")
-        alias = field.validation_alias
-        if alias is not None and hasattr(alias, "choices"):
-            names.update(str(c) for c in alias.choices)
-    return names
+    return set(_field_of_env())
 
 
 def test_procfile_names_every_process() -> None:
-    procs = dict(line.split(":", 1) for line in (ROOT / "Procfile").read_text().splitlines()
-                 if line.strip() and not line.startswith("#"))
+    procs = needs.procfile()
     assert set(procs) == {"worker", "webhook", "exporter"}
     assert procs["exporter"].strip() == "parley exporter"
     assert "celery -A tasks worker" in procs["worker"] and "--pool ${PARLEY_POOL:-gevent}" in procs["worker"]
@@ -58,3 +61,85 @@ def test_dockerfile_copies_what_exists() -> None:
     for src in re.findall(r"^COPY (\S+)", text, flags=re.M):
         assert (ROOT / src).exists(), src
     assert "parley health" in text
+
+
+def _env_without_parley(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PARLEY_") and k != "REDIS_URL"}
+    env.update(extra)
+    return env
+
+
+def test_the_procfile_exporter_without_a_database_stays_up_idle_until_sigterm(tmp_path: pathlib.Path) -> None:
+    """honcho and foreman stop the whole formation when any process exits (even with 0): without
+    PARLEY_DATABASE_URL the Procfile's `parley exporter` stays up, says why once, and stops cleanly on SIGTERM."""
+    procs = needs.procfile()
+    argv = shlex.split(procs["exporter"])
+    argv[0] = str(pathlib.Path(sys.executable).with_name(argv[0]))  # the worktree's own console script
+    proc = subprocess.Popen(argv, cwd=tmp_path, env=_env_without_parley(), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        time.sleep(4)
+        assert proc.poll() is None, f"the exporter exited ({proc.returncode}): {proc.communicate()[1]}"
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=10)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0
+    lines = [ln for ln in (out + err).splitlines() if ln.strip()]
+    assert len(lines) == 1 and "PARLEY_DATABASE_URL is not set" in lines[0], lines
+
+
+# Settings that are each process's own (two processes on one host must not share a metrics port).
+PER_PROCESS = {"metrics_port"}
+
+
+def _field_of_env() -> dict[str, str]:
+    """Every environment variable a setting is read from -> the setting."""
+    out = {}
+    for name, field in Settings.model_fields.items():
+        out[f"PARLEY_{name.upper()}"] = name
+        alias = field.validation_alias
+        if alias is not None and hasattr(alias, "choices"):
+            out.update({str(c): name for c in alias.choices})
+    return out
+
+
+def _reads(process: str, redis_url: str, database_url: str) -> set[str]:
+    """The settings ``process``'s entry point reads (tests/deploy/needs.py runs it in a fresh interpreter)."""
+    env = _env_without_parley(REDIS_URL=redis_url, PARLEY_KEY_PREFIX=f"needs{os.getpid()}",
+                              WHATSAPP_APP_SECRET=needs.APP_SECRET, PARLEY_DATABASE_URL=database_url)
+    if process != "exporter":
+        del env["PARLEY_DATABASE_URL"]
+    done = subprocess.run([sys.executable, "-m", "tests.deploy.needs", process], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return set(json.loads(done.stdout.strip().splitlines()[-1]))
+
+
+def test_every_process_gets_the_deployment_settings_its_code_reads() -> None:
+    """A setting the compose file configures for one process must reach every process whose entry point reads it,
+    with the same value: the webhook wakes workers through PARLEY_BROKER_URL (on Redis where no worker listens,
+    every message waited for the sweeper) and records statuses and deletes (PARLEY_DATABASE_URL). What a process
+    reads is found by running it (tests/deploy/needs.py), and every Procfile process is one of compose's."""
+    compose = yaml.safe_load((ROOT / "docker" / "compose.yaml").read_text())["services"]
+    procfile = needs.procfile()
+    assert set(procfile) == set(needs.PROCESSES) <= set(compose)
+    for name, command in procfile.items():  # the same entry point in both files
+        entry = shlex.split(command)[:2]
+        assert " ".join(entry) in " ".join(compose[name]["command"]), (name, entry)
+    field = _field_of_env()
+    given = {name: {field[k]: str(v) for k, v in compose[name]["environment"].items()} for name in procfile}
+    configured = set().union(*given.values()) - PER_PROCESS
+    server = start_redis()
+    try:
+        with fresh_database() as database_url:
+            reads = {name: _reads(name, server.url, database_url) for name in procfile}
+    finally:
+        server.stop()
+    for name in procfile:
+        missing = (reads[name] & configured) - set(given[name])
+        assert not missing, f"compose's {name} reads {sorted(missing)} but is not given them"
+    for setting in configured:
+        values = {given[n][setting] for n in procfile if setting in given[n] and setting in reads[n]}
+        assert len(values) <= 1, f"{setting} differs between processes: {values}"

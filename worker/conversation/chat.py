@@ -29,7 +29,7 @@ from worker.conversation.journal import NoJournal, TurnJournal
 from worker.conversation.loop import LoopOutcome, ToolChoice, ToolLoop
 from worker.conversation.messages import Message
 from worker.conversation.model import Attachment, Model, ModelRequest, ModelResponse
-from worker.conversation.observe import RoundTrip, complete_observed
+from worker.conversation.observe import RoundTrip, UsageTally, complete_observed
 from worker.conversation.prompt import prompt_tokens, render_preamble
 from worker.conversation.resident import Resident
 from worker.conversation.results import CompactionReport, EventResult, TurnResult
@@ -62,8 +62,20 @@ def _normalise(text: str) -> str:
 
 
 def _idle(st: ConversationState, now: float, gap: float | None) -> bool:
+    """The player has been silent longer than ``gap``: only their turns move the clock (a steady stream of game
+    events must not keep an abandoned conversation alive), and a player who never spoke has nothing to reset."""
     last = st.meta.last_activity
-    return gap is not None and bool(last) and now - last > gap
+    return gap is not None and st.meta.turns > 0 and bool(last) and now - last > gap
+
+
+def _fresh_after_idle(st: ConversationState, provider: str, now: float) -> ConversationState:
+    """A new conversation that keeps the game events that came after the player's last turn: what the game told
+    the model during the silence is the context the player comes back to."""
+    since = len(st.messages)
+    while since > 0 and st.messages[since - 1].role == "event":
+        since -= 1
+    fresh = ConversationState.fresh(provider, now=now)
+    return fresh.append(*st.messages[since:]) if since < len(st.messages) else fresh
 
 
 def _check_utf8(what: str, text: str | None) -> None:
@@ -270,7 +282,9 @@ class Chat:
         reset = "idle_gap" if lifecycle and loaded.problem is None and state and _idle(st, now, self.idle_gap_seconds) else None
         if lifecycle and self._phrases and turn_user.media is None and _normalise(turn_user.content) in self._phrases:
             reset = "phrase"
-        if reset is not None:
+        if reset == "idle_gap":
+            st = _fresh_after_idle(st, self.provider, now)
+        elif reset is not None:
             st = ConversationState.fresh(self.provider, now=now)
         if reset == "phrase":
             encoded = self._encode(st)
@@ -304,7 +318,10 @@ class Chat:
         _check_text("event text", text, self.max_input_chars)
         loaded = self.load(state)
         st = loaded.state.append(msgs.event(text, pinned=pinned, from_player=from_player))
-        st = replace(st, meta=replace(st.meta, events=st.meta.events + 1, last_activity=self.clock()))
+        # The idle clock is the player's silence: a game event does not move it, a pin or reaction they sent does.
+        meta = (replace(st.meta, events=st.meta.events + 1, last_activity=self.clock()) if from_player
+                else replace(st.meta, events=st.meta.events + 1))
+        st = replace(st, meta=meta)
         st, needs = self._auto_compact_if_due(st)
         encoded = self._encode(st, loaded.memo)
         return EventResult(state=encoded.blob, state_problem=loaded.problem, needs_compaction=needs,
@@ -332,10 +349,12 @@ class Chat:
         A failure keeps the state."""
         loaded = self.load(state)
         st = loaded.state
+        spent = UsageTally(self.observer)  # the summariser's tokens count towards the player's budget and usage
         done = (StepsOutcome(st) if self.compactor is None
-                else apply_compactor(self.compactor, st, self.counter, observer=self.observer))
+                else apply_compactor(self.compactor, st, self.counter, observer=spent))
         new, encoded = done.state, self._encode(done.state)
         return CompactionReport(state=encoded.blob, changed=new is not st, applied=done.applied,
+                                usage=spent.usage(), model=spent.model,
                                 errors=done.errors, messages_before=len(st.messages),
                                 messages_after=len(new.messages), tokens_before=prompt_tokens(st, self.counter),
                                 tokens_after=prompt_tokens(new, self.counter), state_problem=loaded.problem,

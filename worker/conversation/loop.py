@@ -37,6 +37,11 @@ class LoopOutcome:
     replayed_results: int = 0  # tool results taken from the journal instead of calling the tool
 
 
+#: What the model reads for a call of a tool that is not idempotent when the call may already have run.
+UNKNOWN_OUTCOME = ("Error: the call to {name} may or may not have been carried out (the worker stopped while it ran) "
+                   "and was not repeated, because {name} is not idempotent. Its outcome is unknown.")
+
+
 @dataclass(frozen=True, slots=True)
 class ToolLoop:
     """``call`` makes one (observed) model call; ``request_for`` builds the request for a state."""
@@ -71,7 +76,7 @@ class ToolLoop:
             m = response.message
             if step >= len(replay):
                 self.journal.record_round(step, response)  # before any of its tools runs
-            results = [self._result(step, call, recorded, out) for call in m.tool_calls]
+            results = [self._result(step, call, recorded, out, replayed=step < len(replay)) for call in m.tool_calls]
             st = st.append(m, *results)
             step += 1
             rounds += 1
@@ -90,12 +95,19 @@ class ToolLoop:
         return response
 
     def _result(self, step: int, call: ToolCall, recorded: Mapping[tuple[int, str], Message],
-                out: LoopOutcome) -> Message:
+                out: LoopOutcome, *, replayed: bool) -> Message:
         """The recorded result of ``call`` when there is one (the tool is not called again), else run the tool
-        and record its result before the model sees it."""
+        and record its result before the model sees it. In a ``replayed`` round a call without a recorded result
+        may already have run (the worker died inside it): a tool that is not idempotent is not called again."""
         result = recorded.get((step, call.id))
         if result is not None:
             out.replayed_results += 1
+            return result
+        tool = self.tools.get(call.name)
+        if replayed and tool is not None and not tool.idempotent:
+            result = Message(role="tool", content=UNKNOWN_OUTCOME.format(name=call.name), tool_call_id=call.id,
+                             name=call.name, is_error=True)
+            self.journal.record_result(step, result)
             return result
         result = run_tool(self.tools, call, default_timeout=self.tool_timeout, max_chars=self.max_tool_result_chars)
         out.tool_calls += 1

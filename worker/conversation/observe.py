@@ -47,6 +47,32 @@ def observing(observer: Observer | None) -> Iterator[None]:
         _current.reset(token)
 
 
+class UsageTally:
+    """An observer that adds up the usage of the round trips it sees (what a compaction's model calls cost) and
+    passes each one on to ``then``."""
+
+    def __init__(self, then: Observer | None = None) -> None:
+        self.then = then
+        self.prompt = self.completion = self.cached = self.cache_write = 0
+        self.model: str | None = None
+
+    def __call__(self, trip: RoundTrip) -> None:
+        if trip.usage is not None:
+            self.prompt += trip.usage.prompt_tokens
+            self.completion += trip.usage.completion_tokens
+            self.cached += trip.usage.cached_tokens
+            self.cache_write += trip.usage.cache_creation_tokens
+        self.model = trip.model or self.model
+        if self.then is not None:
+            self.then(trip)
+
+    def usage(self) -> Usage | None:
+        """The sum, or ``None`` when no round trip reported any tokens."""
+        if not (self.prompt or self.completion):
+            return None
+        return Usage(self.prompt, self.completion, self.cached, self.cache_write)
+
+
 def complete_observed(model: Model, request: ModelRequest, observer: Observer | None = None) -> ModelResponse:
     """Call ``model`` and report the round trip to ``observer``, or else to the current one (if any).
 

@@ -79,3 +79,5 @@ class CompactionReport:
     tokens_after: int = 0
     state_problem: StateDecodeError | None = None
     pinned_dropped: int = 0
+    usage: Usage | None = None  # what the compaction's model calls (the summariser's) used, as reported
+    model: str | None = None  # the model that made them

@@ -120,6 +120,10 @@ class Tool:
     which argument is wrong, and the handler is not called. A handler that raises, times out (``timeout``
     seconds, default the chat's) or returns something unserialisable produces an error result the model reads;
     the turn goes on.
+
+    ``idempotent``: whether a call that may already have run (the worker died inside it, before its result was
+    recorded) may run again when the turn is retried, with the same call id. ``False``: it is not repeated; the
+    model reads an error result saying its outcome is unknown (an HTTP manifest tool's ``idempotent`` key).
     """
 
     name: str
@@ -127,6 +131,7 @@ class Tool:
     parameters: dict[str, Any]
     handler: Callable[..., Any]
     timeout: float | None = None
+    idempotent: bool = True
 
     def __post_init__(self) -> None:
         if not _NAME.match(self.name):

@@ -354,6 +354,8 @@ def _from_env() -> Starlette:
     # from_env() builds its store with worker.runtime.build_store(settings); statuses and health checks share
     # it (one Redis connection pool, not two).
     client = ConversationClient.from_env()
+    # Workers left with PARLEY_STATUS_WEBHOOKS=auto wait for a status before resending a crashed send.
+    client.store.announce_status_ingress()
     return create_app(client, client.store, app_secret=secret, verify_token=token, location_as=s.location_as,
                       unsupported_reply=s.unsupported_reply, refused_reply=s.refused_reply,
                       max_age_seconds=s.webhook_max_age_seconds, max_body_bytes=s.webhook_max_body_bytes)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import logging
 import signal
 import sys
 from typing import Any
@@ -16,6 +17,8 @@ from worker.terminal import for_terminal, json_for_terminal
 # A transcript line's text starts after the time and the role column; a message's later lines are indented to it,
 # so none of them can pass for a line of its own (see worker.terminal).
 _TEXT_COLUMN = " " * len("2026-01-01 00:00:00  assistant  ")
+
+log = logging.getLogger("parley.exporter")
 
 
 def _url(settings: Settings) -> str:
@@ -37,7 +40,36 @@ def cmd_db(a: argparse.Namespace) -> int:
         if a.action == "upgrade":
             applied = database.upgrade(conn)
             print(f"applied {', '.join(applied)}" if applied else "the schema is up to date")
+            _announce_record(get_settings())
         print(f"schema version {database.schema_version(conn)}")
+    return 0
+
+
+def _announce_record(settings: Settings) -> None:
+    """Tell every process through Redis that the deployment keeps a record, so their deletes reach it too (the
+    exporter says it again while it runs)."""
+    from worker.errors import StoreError
+    from worker.runtime import build_store
+
+    try:
+        build_store(settings).announce_record()
+    except StoreError as exc:
+        print(f"warning: could not mark the record on in Redis ({exc}); the exporter will", file=sys.stderr)
+
+
+def _idle_without_database() -> int:
+    """``parley exporter`` with the record off: stay up doing nothing (a Procfile runner such as honcho or foreman
+    stops the whole formation when any process exits, even with 0) until SIGTERM or Ctrl-C."""
+    import threading
+
+    log.warning("PARLEY_DATABASE_URL is not set: the durable record is off; the exporter idles until stopped")
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    try:
+        while not stop.wait(3600):
+            pass
+    except KeyboardInterrupt:
+        pass
     return 0
 
 
@@ -47,6 +79,8 @@ def cmd_exporter(a: argparse.Namespace) -> int:
     from worker.runtime import build_store
 
     settings = get_settings()
+    if not settings.database_url and not a.once:
+        return _idle_without_database()
     url = _url(settings)
     store = build_store(settings)
     exporter = Exporter(store, lambda: database.connect(url), batch=settings.exporter_batch)

@@ -240,11 +240,13 @@ class UsageRow:
 
 
 def usage(conn: Any, since: dt.date, conversation_id: str | None = None) -> list[UsageRow]:
-    """Tokens per conversation and UTC day from ``since`` on."""
+    """Tokens per conversation and UTC day from ``since`` on: its turns' and its compactions' (the summariser's);
+    ``turns`` counts the turns only."""
     with errors():
         rows = conn.execute(
-            "SELECT conversation_id, day, count(*), sum(prompt_tokens), sum(completion_tokens), sum(cached_tokens)"
-            " FROM usage WHERE day >= %s AND (%s::text IS NULL OR conversation_id = %s)"
-            " GROUP BY conversation_id, day ORDER BY day, conversation_id",
+            "SELECT u.conversation_id, u.day, count(*) FILTER (WHERE r.kind = 'turn'), sum(u.prompt_tokens),"
+            " sum(u.completion_tokens), sum(u.cached_tokens) FROM usage u JOIN records r USING (record_id)"
+            " WHERE u.day >= %s AND (%s::text IS NULL OR u.conversation_id = %s)"
+            " GROUP BY u.conversation_id, u.day ORDER BY u.day, u.conversation_id",
             (since, conversation_id, conversation_id)).fetchall()
     return [UsageRow(r[0], r[1], int(r[2]), int(r[3]), int(r[4]), int(r[5])) for r in rows]

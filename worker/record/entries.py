@@ -9,7 +9,7 @@ Pure (msgpack only): no Redis, no database. An entry is a msgpack map with ``v``
 ``event``      ``inputs`` (the game event)
 ``reset``      ``inputs``
 ``notice``     ``inputs``, ``reply``, ``why`` (a fixed answer in the model's place: ``budget``, ``producer``, ...)
-``compaction`` ``applied``, ``reason``, ``kept_new``
+``compaction`` ``applied``, ``reason``, ``kept_new``, ``usage`` and ``model`` (the summariser's tokens, when it ran)
 ``dead``       ``inputs`` (what could be decoded), ``reason``, ``detail``, ``reply`` (the apology, if any)
 ``status``     ``provider_id``, ``status``, ``detail``, ``reply_id``, ``part`` (a delivery status webhook)
 ``sent``       ``reply_id`` (the stream entry's ``x`` field adds the provider message ids of its parts)
@@ -218,7 +218,7 @@ def to_rows(batch: Iterable[tuple[str, Position, bytes, str | None]]) -> Rows:
             continue
         _messages(rows, rid, cid, ms, e)
         u = e.get("usage")
-        if kind == "turn" and u:
+        if kind in ("turn", "compaction") and u:  # a compaction's summariser spends tokens too
             rows.usage.append((rid, cid, ms, e.get("model") or "", int(u.get("prompt") or 0),
                                int(u.get("completion") or 0), int(u.get("cached") or 0),
                                int(u.get("cache_write") or 0)))

@@ -21,9 +21,14 @@ from worker import metrics
 from worker.errors import DatabaseUnavailableError, StoreError
 from worker.record import database
 from worker.record.entries import to_rows
+from worker.store.base import stream_position
 from worker.store.records import RecordStore, StreamEntry
 
 log = logging.getLogger("parley.exporter")
+
+#: How often a running exporter says again in Redis that the record is on (a Redis that lost the key, restored
+#: from an older snapshot, learns it again within this).
+ANNOUNCE_EVERY_S = 60.0
 
 
 @dataclass(frozen=True)
@@ -44,6 +49,7 @@ class Exporter:
         # Streams whose cap has dropped entries: their counters stay in the dropped gauge after the exporter has
         # emptied them (on a Cluster, an empty stream is not among those a pass looks at).
         self._dropping: set[str] = set()
+        self._announced = -ANNOUNCE_EVERY_S
 
     def _db(self) -> Any:
         if self._conn is None or self._conn.closed:
@@ -60,14 +66,40 @@ class Exporter:
         """One pass over every stream, until each is empty or has given one full batch (so no stream starves the
         others); raises :class:`DatabaseUnavailableError` or :class:`StoreError` with the streams as they were."""
         exported = unreadable = 0
+        self._announce()
         streams = self.store.record_streams()
         for stream in streams:
             entries = self.store.read_records(stream, self.batch)
             if entries:
                 n, bad = self._write(stream, entries)
                 exported, unreadable = exported + n, unreadable + bad
+        self._erase_deletes()
         self.observe(streams)
         return Pass(exported, unreadable, len(streams))
+
+    def _erase_deletes(self) -> None:
+        """Erase each conversation deleted since the last pass once everything its stream held from before the
+        delete was written (the delete's own record erased it already, unless the stream's cap dropped that
+        record: an exporter down too long must not leave a deleted transcript in the database)."""
+        for cid, position, score in self.store.pending_deletes():
+            oldest = self.store.oldest_record(cid)
+            if oldest is not None and oldest <= position:
+                continue  # older entries of that stream still wait: written first, by a later pass
+            conn = self._db()
+            try:
+                with conn.transaction():
+                    database.erase(conn, cid, before=position)
+            except DatabaseUnavailableError:
+                self.close()
+                raise
+            self.store.settle_delete(cid, score)
+
+    def _announce(self) -> None:
+        """Deletes from processes without a database read this (see ``ConversationStore.delete``)."""
+        now = time.monotonic()
+        if now - self._announced >= ANNOUNCE_EVERY_S:
+            self.store.announce_record()
+            self._announced = now
 
     def export_all(self) -> int:
         """Passes until the streams are empty (what ``--once``, cron or a beat entry wants from one call); returns
@@ -78,7 +110,7 @@ class Exporter:
         return total
 
     def _write(self, stream: str, entries: list[StreamEntry]) -> tuple[int, int]:
-        rows = to_rows((e.record_id, _position(e.entry_id), e.raw, e.extra) for e in entries)
+        rows = to_rows((e.record_id, stream_position(e.entry_id), e.raw, e.extra) for e in entries)
         conn = self._db()
         try:
             with conn.transaction():
@@ -122,7 +154,3 @@ class Exporter:
             if done.exported == 0:
                 time.sleep(idle)
 
-
-def _position(entry_id: bytes) -> tuple[int, int]:
-    ms, _, seq = entry_id.partition(b"-")
-    return int(ms), int(seq or 0)

@@ -20,8 +20,9 @@ import time
 from worker import metrics
 from worker.conversation.chat import Chat
 from worker.conversation.resident import ResidentCache
+from worker.conversation.results import CompactionReport
 from worker.delivery.channel import Channel
-from worker.envelopes import Envelope
+from worker.envelopes import Envelope, Spent
 from worker.errors import DeliveryError, StoreError
 from worker.service.config import RetryLater, ServiceConfig, Wake, observe_round_trip
 from worker.service.delivery import Deliverer
@@ -36,6 +37,14 @@ __all__ = ["ConversationService", "Deliverer", "Drained", "Drainer", "Heartbeat"
            "Prepared", "Presence", "RetryLater", "ServiceConfig", "Wake"]
 
 log = logging.getLogger("parley.service")
+
+
+def _spent(report: CompactionReport) -> Spent | None:
+    u = report.usage
+    if u is None:
+        return None
+    return Spent(prompt=u.prompt_tokens, completion=u.completion_tokens, cached=u.cached_tokens,
+                 cache_write=u.cache_creation_tokens, model=report.model)
 
 
 class ConversationService:
@@ -98,7 +107,7 @@ class ConversationService:
                 return False
             metrics.COMPACTION_SAVED.inc(max(0, report.tokens_before - report.tokens_after))
             env = Envelope(kind="splice", conversation_id=cid, message_id=f"compact-{time.time_ns()}",
-                           state=report.state)
+                           state=report.state, spent=_spent(report))
             self.store.accept(cid, env.to_bytes(), env.message_id, max_inbox=1 << 30)
             queued = True
             self.wake("drain", cid)

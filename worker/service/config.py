@@ -39,7 +39,8 @@ class ServiceConfig:
     max_retry_delay: float = 60.0
     delivery_max_attempts: int = 8
     delivery_part_interval: float = 0.0
-    status_webhooks: bool = False  # an ingress records status webhooks: see worker.service.inflight
+    # An ingress records status webhooks (see worker.service.inflight); None: when one says so in Redis.
+    status_webhooks: bool | None = False
     resend_grace_ms: int = 10_000
     compaction_flag_ms: int = 300_000
     deliver_inline: bool = True

@@ -284,10 +284,16 @@ class Drainer(ModelFailures[_Run]):
     def _splice(self, run: _Run, env: Envelope, state: State, version: int) -> CommitResult:
         result = self.chat.splice(state, env.state or b"")
         new_state = result.state if result.applied else None
+        # The summariser's tokens were spent whether or not the splice still applies: they count either way.
+        spent = env.spent
+        usage: dict[str, Any] = {} if spent is None else {"usage": spent.model_dump(exclude={"model"}),
+                                                          "model": spent.model}
         done = self._commit(run, version, env, new_state, None,
                             {"splice": result.applied, "reason": result.reason, "kept_new": result.kept_new_messages},
                             record=self.recorder.applied("compaction", run.cid, [], applied=result.applied,
-                                                         reason=result.reason, kept_new=result.kept_new_messages))
+                                                         reason=result.reason, kept_new=result.kept_new_messages,
+                                                         **usage),
+                            tokens=spent.total if spent else 0)
         self.store.clear_compacting(run.cid)
         metrics.COMPACTIONS.labels("spliced" if result.applied else "stale").inc()
         if result.applied:  # a stale splice changed nothing, so it dropped nothing

@@ -49,7 +49,7 @@ class CrashedSends:
         """The provider message id to mark the part sent with when a status webhook showed it reached WhatsApp,
         or ``None`` to resend it now. Raises :class:`RetryLater` while the grace period for its status runs."""
         extra = {"conversation_id": cid, "message_id": reply_id, "part": part}
-        if not self.config.status_webhooks:
+        if not self._statuses_recorded():
             return self._resend(extra, "no status webhooks to wait for")
         seen = self.store.inflight_outcome(cid, token, reply_id, part)
         if seen.status is not None:
@@ -64,6 +64,12 @@ class CrashedSends:
             raise RetryLater(f"part {part} of {reply_id} was left in flight; waiting {left_ms} ms more for a status "
                              "webhook before resending it", countdown)
         return self._resend(extra, f"no status webhook within {seen.waited_ms} ms")
+
+    def _statuses_recorded(self) -> bool:
+        """PARLEY_STATUS_WEBHOOKS true or false, or with auto whether an ingress announced it records them."""
+        if self.config.status_webhooks is not None:
+            return self.config.status_webhooks
+        return self.store.status_ingress_announced()
 
     @staticmethod
     def _resend(extra: dict[str, object], why: str) -> None:

@@ -5,7 +5,15 @@ from __future__ import annotations
 
 from worker.errors import InvalidConversationIdError
 from worker.record import entries
-from worker.store.base import MessageStatus, StatusRecorded, StoreBase, join_entry, split_entry, store_errors
+from worker.store.base import (
+    MessageStatus,
+    StatusRecorded,
+    StoreBase,
+    join_entry,
+    position_score,
+    split_entry,
+    store_errors,
+)
 
 # What the sweeper reads of each candidate conversation, in this order (see ``stranded``).
 _PROBES: tuple[tuple[str, ...], ...] = (
@@ -142,6 +150,8 @@ class AdminStore(StoreBase):
         res = self._scripts.record_status(k=self.keys(cid), provider_id=provider_id, status=status, detail=detail,
                                           max_kept=self.limits.statuses_max, reply_id=reply_id, part=part,
                                           record=self._record_args(cid, entry))
+        if self._status_announced is not None:  # an ingress that announced itself: statuses keep the word fresh
+            self.announce_status_ingress()
         return StatusRecorded(res.moved, res.latest, res.for_part)
 
     @store_errors
@@ -175,10 +185,17 @@ class AdminStore(StoreBase):
 
         The input ids it had accepted stay behind in a tombstone for ``limits.tombstone_ms`` (bounded like the
         dedupe memory): WhatsApp retries a webhook for about 36 hours, and a retry must not bring the deleted
-        conversation back. New ids start a fresh conversation."""
+        conversation back. New ids start a fresh conversation.
+
+        When the deployment keeps a durable record (this process's setting or the announcement in Redis, see
+        :meth:`deployment_record_cap`), the delete is recorded too, and the exporter erases the conversation from
+        PostgreSQL: a game engine or the webhook, which need no database of their own, delete there as well."""
         k = self.keys(cid)
-        self._scripts.delete(k=k, now_ms=self._now_ms(), tomb_ms=self.limits.tombstone_ms,
-                             tomb_max=self.limits.dedupe_max_ids,
-                             record=self._record_args(cid, self._entry(entries.deleted, cid)))
+        cap = self.deployment_record_cap()
+        _, recorded = self._scripts.delete(k=k, now_ms=self._now_ms(), tomb_ms=self.limits.tombstone_ms,
+                                           tomb_max=self.limits.dedupe_max_ids,
+                                           record=self._record_args(cid, entries.deleted(cid) if cap else None, cap))
+        if recorded is not None:  # the exporter erases it even if the stream's cap drops that record
+            self._r.zadd(self.g.record_deletes, {cid: position_score(recorded)})
         self._r.zrem(self.g.pending, cid)
         self._r.zrem(self.g.dead_index, cid)

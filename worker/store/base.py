@@ -18,6 +18,28 @@ from worker.store.scripts import ClaimReply, RecordArgs, Scripts
 
 T = TypeVar("T")
 
+#: How long an ingress's word that it records status webhooks holds, and how often one says it again at most.
+STATUS_INGRESS_TTL_MS = 86_400_000
+STATUS_INGRESS_REFRESH_S = 60.0
+
+
+def stream_position(entry_id: bytes) -> tuple[int, int]:
+    """A stream id ``<ms>-<seq>`` as ``(ms, seq)``."""
+    ms, _, seq = entry_id.partition(b"-")
+    return int(ms), int(seq or 0)
+
+
+def position_score(entry_id: bytes) -> float:
+    """A stream id as one sortable, exact zset score (``ms * 1000 + seq``, seq capped at 999)."""
+    ms, seq = stream_position(entry_id)
+    return float(ms * 1000 + min(seq, 999))
+
+
+def score_position(score: float) -> tuple[int, int]:
+    """The ``(ms, seq)`` a :func:`position_score` names."""
+    ms, seq = divmod(int(score), 1000)
+    return ms, seq
+
 
 def utc_day(at: float | None = None) -> str:
     """The UTC day of ``at`` (default now), as the usage counters name it: ``YYYY-MM-DD``."""
@@ -220,18 +242,54 @@ class StoreBase:
         replication = Replication(0 if self._cluster else self.limits.wait_replicas, self.limits.wait_timeout_ms)
         self._scripts = Scripts(client, replication)
         self.records = RecordKeys(prefix, clustered=self._cluster)
+        self._status_announced: float | None = None  # when this process (an ingress) last said it records statuses
 
     def _entry(self, build: Callable[..., bytes], *args: Any, **kwargs: Any) -> bytes | None:
         """``build(*args, **kwargs)``, a durable-record entry, only while the record is on (not built for nothing)."""
         return build(*args, **kwargs) if self.limits.record_max > 0 else None
 
-    def _record_args(self, cid: str, entry: bytes | None) -> RecordArgs:
+    def _record_args(self, cid: str, entry: bytes | None, cap: int | None = None) -> RecordArgs:
         """Where ``cid``'s scripts append the durable record, with ``entry``; the keys are named even when the
-        record is off (a Cluster routes a script by all its keys, which must share the conversation's slot)."""
+        record is off (a Cluster routes a script by all its keys, which must share the conversation's slot).
+        ``cap``: the stream's cap when it is not this process's own (``limits.record_max``)."""
         stream = self.records.stream(cid)
-        on = self.limits.record_max > 0 and bool(entry)
-        return RecordArgs(stream, self.records.dropped_of(stream), self.limits.record_max if on else 0,
-                          (entry or b"") if on else b"")
+        cap = self.limits.record_max if cap is None else cap
+        on = cap > 0 and bool(entry)
+        return RecordArgs(stream, self.records.dropped_of(stream), cap if on else 0, (entry or b"") if on else b"")
+
+    @store_errors
+    def deployment_record_cap(self) -> int:
+        """The record stream's cap when the deployment keeps a durable record, else 0: this process's own setting,
+        or what ``parley db upgrade`` and the exporter announced in Redis (read now, never cached: a delete must
+        reach the database whichever process issues it)."""
+        if self.limits.record_max > 0:
+            return self.limits.record_max
+        raw = self._r.get(self.g.record_on)
+        try:
+            return max(0, int(raw or 0))
+        except ValueError:
+            return 0
+
+    @store_errors
+    def announce_status_ingress(self) -> None:
+        """Say in Redis that a webhook ingress records status webhooks (for a day; once it has, this store says it
+        again as it records statuses, at most once a minute): workers left with ``PARLEY_STATUS_WEBHOOKS=auto``
+        then wait for a status before resending a part a crash left in flight."""
+        now = time.monotonic()
+        if self._status_announced is None or now - self._status_announced >= STATUS_INGRESS_REFRESH_S:
+            self._r.set(self.g.status_ingress, 1, px=STATUS_INGRESS_TTL_MS)
+            self._status_announced = now
+
+    @store_errors
+    def status_ingress_announced(self) -> bool:
+        """Whether an ingress said within the last day that it records status webhooks."""
+        return bool(self._r.exists(self.g.status_ingress))
+
+    @store_errors
+    def announce_record(self) -> None:
+        """Say in Redis that this deployment keeps a durable record (with this process's stream cap)."""
+        if self.limits.record_max > 0:
+            self._r.set(self.g.record_on, self.limits.record_max)
 
     def keys(self, cid: str) -> ConversationKeys:
         # Built (and the id validated) once per conversation while it is among the recently used: a turn asks

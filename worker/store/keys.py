@@ -40,7 +40,10 @@ Per conversation (``{prefix}:{{cid}}:<name>``):
 
 Global (no hash tag; never touched inside a per-conversation script): ``{prefix}:pending`` (zset:
 conversations that may have work, for the sweeper), ``{prefix}:dead-index`` (zset: conversations with dead
-letters) and ``{prefix}:lock:<name>`` (short locks).
+letters), ``{prefix}:lock:<name>`` (short locks), ``{prefix}:record-on`` (the durable record is on: its stream
+cap, written by ``parley db upgrade`` and the exporter, read by every delete), ``{prefix}:record-deletes`` (zset: the
+deletes the exporter has yet to erase from PostgreSQL) and ``{prefix}:status-ingress`` (an
+ingress records status webhooks: set when it starts and as statuses come, expiring a day after the last).
 
 The durable record (only while ``PARLEY_DATABASE_URL`` is set): ``{prefix}:{{rec.<n>}}:records`` (stream: what each
 commit, status and delete did, for the exporter to copy to PostgreSQL) and ``{prefix}:{{rec.<n>}}:dropped`` (counter:
@@ -154,6 +157,23 @@ class GlobalKeys:
 
     def lock(self, name: str) -> str:
         return f"{self.prefix}:lock:{name}"
+
+    @property
+    def record_on(self) -> str:
+        """The deployment keeps a durable record: the stream cap, set by ``parley db upgrade`` and the exporter
+        (no expiry), so a process without ``PARLEY_DATABASE_URL`` still records its deletes."""
+        return f"{self.prefix}:record-on"
+
+    @property
+    def record_deletes(self) -> str:
+        """Deletes the exporter has yet to erase from PostgreSQL (zset: conversation id, scored by the stream
+        position of its delete record), so one whose record the stream's cap dropped is still erased."""
+        return f"{self.prefix}:record-deletes"
+
+    @property
+    def status_ingress(self) -> str:
+        """A webhook ingress records WhatsApp's status webhooks (set by it, expiring a day after it last did)."""
+        return f"{self.prefix}:status-ingress"
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ end
 # ``r``: the msgpack record; ``x``: what only the script knows, e.g. a delivered reply's provider message ids) to the
 # stream of the conversation's slot. Bounded: at ``max`` entries the oldest go and
 # are counted in ``dropped`` (the exporter is down or behind; ops see the count). ``max`` 0 or an empty entry: the
-# record is off (no database configured), nothing is written.
+# record is off (no database configured), nothing is written. Returns the entry's stream id (nil when off).
 APPEND_RECORD = """
 local function append_record(stream, dropped, max, id, entry, extra)
   max = tonumber(max or '0')
@@ -29,10 +29,9 @@ local function append_record(stream, dropped, max, id, entry, extra)
     redis.call('INCRBY', dropped, n - max + 1)
   end
   if extra then
-    redis.call('XADD', stream, '*', 'id', id, 'r', entry, 'x', extra)
-  else
-    redis.call('XADD', stream, '*', 'id', id, 'r', entry)
+    return redis.call('XADD', stream, '*', 'id', id, 'r', entry, 'x', extra)
   end
+  return redis.call('XADD', stream, '*', 'id', id, 'r', entry)
 end
 """
 
@@ -426,10 +425,11 @@ return 0
 # erases the conversation from PostgreSQL when it reaches it, so a deletion reaches the database from any caller.
 # Delete, keeping the input ids seen in a tombstone (scored by the delete time) that expires after tomb_ms, so a
 # retried webhook of the deleted conversation dedupes instead of starting it again. Ids tombstoned longer ago
-# than tomb_ms go first, then the oldest beyond tomb_max. tomb_ms 0: no tombstone. -> ids in the tombstone
+# than tomb_ms go first, then the oldest beyond tomb_max. tomb_ms 0: no tombstone.
+# -> ids in the tombstone, the delete record's stream id (false when the record is off)
 DELETE_KEEPING_TOMBSTONE = APPEND_RECORD + """
 local now, tomb_ms = tonumber(ARGV[1]), tonumber(ARGV[2])
-append_record(KEYS[2], KEYS[3], ARGV[6], ARGV[4], ARGV[5])
+local recorded = append_record(KEYS[2], KEYS[3], ARGV[6], ARGV[4], ARGV[5]) or false
 if tomb_ms > 0 then
   local ids = redis.call('ZRANGE', KEYS[4], 0, -1)
   for i = 1, #ids do redis.call('ZADD', KEYS[1], now, ids[i]) end
@@ -440,7 +440,7 @@ if tomb_ms > 0 then
   if #ids > 0 then redis.call('PEXPIRE', KEYS[1], tomb_ms) end
 end
 for i = 4, #KEYS do redis.call('DEL', KEYS[i]) end
-return redis.call('ZCARD', KEYS[1])
+return {redis.call('ZCARD', KEYS[1]), recorded}
 """
 
 # How far along a delivery status is. Meta sends statuses in no particular order and retries old ones for a day

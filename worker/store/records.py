@@ -14,7 +14,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from worker.store.base import StoreBase, store_errors
+from worker.store.base import StoreBase, score_position, store_errors, stream_position
 
 
 @dataclass(frozen=True)
@@ -66,6 +66,24 @@ class RecordStore(StoreBase):
             out.append(StreamEntry(bytes(eid), bytes(fields.get(b"id", b"")).decode("utf-8", "replace"),
                                    bytes(fields.get(b"r", b"")), None if extra is None else bytes(extra).decode()))
         return out
+
+    @store_errors
+    def pending_deletes(self, limit: int = 1000) -> list[tuple[str, tuple[int, int], float]]:
+        """Deletes not yet settled (see :meth:`settle_delete`), oldest first: (conversation id, the stream position
+        of the delete record, its score)."""
+        return [(bytes(m).decode(), score_position(s), float(s))
+                for m, s in self._r.zrange(self.g.record_deletes, 0, limit - 1, withscores=True)]
+
+    @store_errors
+    def oldest_record(self, cid: str) -> tuple[int, int] | None:
+        """The stream position of the oldest entry still waiting in ``cid``'s record stream, if any."""
+        first = self._r.xrange(self.records.stream(cid), "-", "+", count=1)
+        return stream_position(bytes(first[0][0])) if first else None
+
+    @store_errors
+    def settle_delete(self, cid: str, score: float) -> None:
+        """The database has erased ``cid`` up to that delete: forget it, unless a newer delete replaced it."""
+        self._scripts.zrem_if_score(zset=self.g.record_deletes, member=cid.encode(), score=score)
 
     @store_errors
     def ack_records(self, stream: str, entry_ids: Sequence[bytes]) -> int:

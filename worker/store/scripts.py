@@ -310,8 +310,11 @@ class Scripts:
     def zrem_if_score(self, *, zset: str, member: bytes, score: float) -> bool:
         return int(self._zrem_if(keys=[zset], args=[member, repr(score)])) == 1
 
-    def delete(self, *, k: ConversationKeys, now_ms: int, tomb_ms: int, tomb_max: int, record: RecordArgs) -> int:
-        """Delete every key of the conversation but its tombstone; returns the ids the tombstone holds."""
+    def delete(self, *, k: ConversationKeys, now_ms: int, tomb_ms: int, tomb_max: int,
+               record: RecordArgs) -> tuple[int, bytes | None]:
+        """Delete every key of the conversation but its tombstone; returns the ids the tombstone holds and the
+        delete record's stream id (``None`` when the record is off)."""
         keys = [k.tomb, record.stream, record.dropped, k.seen, *(key for key in k.all() if key != k.seen)]
-        return int(self._delete(keys=keys, args=[now_ms, tomb_ms, tomb_max, f"d:{k.cid}:{now_ms}", record.entry,
-                                                 record.max]))
+        held, recorded = self._delete(keys=keys, args=[now_ms, tomb_ms, tomb_max, f"d:{k.cid}:{now_ms}",
+                                                       record.entry, record.max])
+        return int(held), bytes(recorded) if recorded else None

@@ -87,5 +87,5 @@ def http_tools(specs: list[HttpToolSpec], *, where: str, default_timeout: float,
         handler = HttpTool(spec, headers=headers, timeout=timeout, pool=pool)
         # The core's own timeout a little above the HTTP one: the HTTP timeout's clearer message wins.
         tools.append(Tool(name=spec.name, description=spec.description, parameters=spec.parameters,
-                          handler=handler, timeout=timeout + 1.0))
+                          handler=handler, timeout=timeout + 1.0, idempotent=spec.idempotent))
     return tools

@@ -32,6 +32,8 @@ class HttpToolSpec(BaseModel):
     url: str = Field(pattern=r"^https?://")
     timeout: float | None = Field(None, gt=0)
     headers: dict[str, str] = Field(default_factory=dict)
+    # False: a call that may already have reached the engine (the worker died inside it) is not made again when
+    # the turn is retried; the model reads that its outcome is unknown. True: it is, with the same Idempotency-Key.
     idempotent: bool = False
 
     @field_validator("parameters")

@@ -1,0 +1,46 @@
+"""The idle gap is the player's silence: game events do not refresh it (a steady stream of them kept the idle
+reset from ever firing), and the events the game sent during the silence survive the reset as context."""
+
+from __future__ import annotations
+
+from tests.conversation.conftest import Clock
+from worker.conversation.chat import Chat
+from worker.conversation.scripted import ScriptedModel
+from worker.conversation.state import decode_state
+
+
+def test_a_steady_stream_of_events_does_not_hold_the_idle_reset_off(clock: Clock) -> None:
+    model = ScriptedModel()
+    chat = Chat(model=model, idle_gap_seconds=3600, clock=clock)
+    _, state = chat.chat_with_state(None, user="my secret plan")
+    for i in range(6):  # an event every 20 minutes for two hours
+        clock.advance(1200)
+        state = chat.apply_event(state, f"tick {i}").state
+    result = chat.run_turn(state, user="back again")
+    assert result.reset == "idle_gap"
+    sent = [m.content for m in model.requests[-1].messages if m.role != "system"]
+    assert "my secret plan" not in " ".join(sent)
+    assert sent[-1] == "back again"
+    # What the game said during the silence is kept, in order, as events.
+    kept = [m for m in decode_state(result.state).messages if m.role == "event"]
+    assert [m.content for m in kept] == [f"tick {i}" for i in range(6)]
+
+
+def test_events_before_the_player_ever_spoke_are_not_reset(clock: Clock) -> None:
+    model = ScriptedModel()
+    chat = Chat(model=model, idle_gap_seconds=60, clock=clock)
+    state = chat.apply_event(None, "the player joined team red", pinned=True).state
+    clock.advance(10_000)
+    result = chat.run_turn(state, user="hi")
+    assert result.reset is None
+    assert [m.content for m in decode_state(result.state).messages][:1] == ["the player joined team red"]
+
+
+def test_the_player_s_messages_still_refresh_the_clock(clock: Clock) -> None:
+    chat = Chat(model=ScriptedModel(), idle_gap_seconds=3600, clock=clock)
+    _, state = chat.chat_with_state(None, user="one")
+    for _ in range(4):
+        clock.advance(3000)
+        result = chat.run_turn(state, user="again")
+        assert result.reset is None
+        state = result.state

@@ -1,0 +1,84 @@
+"""Which settings each process of the deployment reads, found by running its entry point with every read of a
+:class:`~worker.settings.Settings` field noted (so the answer follows the code, not a hand list).
+
+``python -m tests.deploy.needs PROCESS`` (``worker``, ``webhook`` or ``exporter``) starts that process's entry point
+as far as it can go without a provider: the worker builds its Celery app and its service; the webhook builds its app
+and takes one signed webhook carrying a player's message and a status; the exporter runs one pass. It prints the
+fields read as a JSON list. REDIS_URL (and PARLEY_DATABASE_URL for the exporter) must point at real servers.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import pathlib
+import sys
+from collections.abc import Callable
+from typing import Any
+
+from worker.settings import Settings
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+FIXTURES = ROOT / ".." / "shared" / "fixtures" / "whatsapp"
+APP_SECRET = "probe-secret"
+
+
+def procfile() -> dict[str, str]:
+    """The Procfile's processes: name -> command."""
+    return {name: command.strip() for name, _, command in
+            (line.partition(":") for line in (ROOT / "Procfile").read_text().splitlines())
+            if name.strip() and not name.startswith("#")}
+
+
+def track() -> set[str]:
+    """From now on, note every field of every Settings instance that is read."""
+    read: set[str] = set()
+    fields = frozenset(Settings.model_fields)
+    plain = Settings.__getattribute__
+
+    def spy(self: Settings, name: str) -> Any:
+        if name in fields:
+            read.add(name)
+        return plain(self, name)
+
+    Settings.__getattribute__ = spy  # type: ignore[method-assign,assignment]
+    return read
+
+
+def _worker() -> None:
+    import tasks.app  # noqa: F401  (the Celery app the `celery -A tasks worker` command loads)
+    from tasks.conversation import service
+
+    service()
+
+
+def _webhook() -> None:
+    from starlette.testclient import TestClient
+
+    from worker.ingress.app import app
+
+    payloads = [json.loads((FIXTURES / name).read_text())["payload"] for name in ("inbound_text.json", "status_sent.json")]
+    with TestClient(app) as http:
+        for body in payloads:
+            raw = json.dumps(body).encode()
+            sig = "sha256=" + hmac.new(APP_SECRET.encode(), raw, hashlib.sha256).hexdigest()
+            answer = http.post("/webhook", content=raw, headers={"X-Hub-Signature-256": sig,
+                                                                   "Content-Type": "application/json"})
+            assert answer.status_code == 200, answer.text
+        assert http.get("/healthz").status_code == 200
+
+
+def _exporter() -> None:
+    from worker.cli import main
+
+    assert main(["exporter", "--once"]) == 0
+
+
+PROCESSES: dict[str, Callable[[], None]] = {"worker": _worker, "webhook": _webhook, "exporter": _exporter}
+
+
+if __name__ == "__main__":
+    seen = track()
+    PROCESSES[sys.argv[1]]()
+    print(json.dumps(sorted(seen)))
