@@ -17,10 +17,10 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
+from tests.support.whatsapp_fixtures import as_if_sent_now, fixture_payload
 from worker.settings import Settings
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-FIXTURES = ROOT / ".." / "shared" / "fixtures" / "whatsapp"
 APP_SECRET = "probe-secret"
 
 
@@ -58,7 +58,7 @@ def _webhook() -> None:
 
     from worker.ingress.app import app
 
-    payloads = [json.loads((FIXTURES / name).read_text())["payload"] for name in ("inbound_text.json", "status_sent.json")]
+    payloads = [as_if_sent_now(fixture_payload(name)) for name in ("inbound_text.json", "status_sent.json")]
     with TestClient(app) as http:
         for body in payloads:
             raw = json.dumps(body).encode()

@@ -16,8 +16,8 @@ import fakeredis
 import pytest
 from starlette.testclient import TestClient
 
+from tests.support.whatsapp_fixtures import as_if_sent_now, needs_fixtures
 from tests.support.whatsapp_fixtures import fixture_payload as shared_payload
-from tests.support.whatsapp_fixtures import needs_fixtures
 from worker.client import ConversationClient
 from worker.envelopes import decode_envelope
 from worker.ingress.app import create_app
@@ -39,14 +39,7 @@ def fixture_payload(name: str) -> dict[str, Any]:
     return payload
 
 
-def fresh(obj: Any) -> Any:
-    """``obj`` as if Meta sent it now: every ``timestamp`` is the current time (the fixtures were captured years
-    ago, and the ingress refuses messages older than PARLEY_WEBHOOK_MAX_AGE_SECONDS)."""
-    if isinstance(obj, dict):
-        return {k: NOW if k == "timestamp" else fresh(v) for k, v in obj.items()}
-    if isinstance(obj, list):
-        return [fresh(v) for v in obj]
-    return obj
+fresh = as_if_sent_now
 
 
 def meta_bytes(payload: Any) -> bytes:

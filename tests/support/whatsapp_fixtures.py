@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import pathlib
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -56,3 +57,14 @@ def fixture_names(pattern: str = "*.json", keep: Callable[[str], bool] = lambda 
 needs_fixtures = pytest.mark.usefixtures("whatsapp_fixtures")
 """For a test that needs the folder without reading a file through :func:`fixture_path` (the fixture
 ``whatsapp_fixtures`` of tests/conftest.py applies the rule)."""
+
+
+def as_if_sent_now(obj: Any) -> Any:
+    """``obj`` as if Meta sent it now: every ``timestamp`` is the current time (the fixtures were captured years
+    ago, and the ingress refuses messages older than PARLEY_WEBHOOK_MAX_AGE_SECONDS)."""
+    now = str(int(time.time()))
+    if isinstance(obj, dict):
+        return {k: now if k == "timestamp" else as_if_sent_now(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [as_if_sent_now(v) for v in obj]
+    return obj
