@@ -10,7 +10,8 @@
     parley dead [CID] | parley replay CID INDEX
     parley health                          exit 0 when Redis and the broker answer (container probe)
     parley config [--readme PATH]          every setting, its variable and default (a Markdown table), or
-                                           refresh that table in the README at PATH
+                                           refresh that table in the page at PATH
+                                           (docs/configuration.md)
     parley db upgrade | parley db version  the durable record's schema in PostgreSQL (PARLEY_DATABASE_URL)
     parley exporter [--once]               copy the record streams to PostgreSQL
     parley transcript CID [--json]         the whole conversation from PostgreSQL
@@ -163,7 +164,7 @@ def _cmd_health(a: argparse.Namespace) -> int:
 
 
 def _settings_table() -> str:
-    """The configuration table, generated from the settings model (the README's table comes from here)."""
+    """The configuration table, generated from the settings model (docs/configuration.md's table comes from here)."""
     rows = ["| variable | default | meaning |", "|---|---|---|"]
     for name, field in Settings.model_fields.items():
         alias = field.validation_alias
@@ -179,7 +180,7 @@ _README_END = "<!-- config:end -->"
 
 
 def readme_with_table(text: str) -> str:
-    """``text`` (the README) with its configuration block replaced by the table generated from the settings."""
+    """``text`` (docs/configuration.md, or any page with the markers) with its configuration block replaced by the table generated from the settings."""
     start, end = text.index(_README_START), text.index(_README_END)
     return text[: start + len(_README_START)] + "\n" + _settings_table() + "\n" + text[end:]
 
@@ -237,7 +238,7 @@ def _build_parser() -> argparse.ArgumentParser:
     r.add_argument("index", type=int)
     r.set_defaults(fn=_cmd_replay)
     sub.add_parser("health").set_defaults(fn=_cmd_health)
-    c = sub.add_parser("config", help="print every setting (or --readme README.md to refresh its table)")
+    c = sub.add_parser("config", help="print every setting (or --readme docs/configuration.md to refresh its table)")
     c.add_argument("--readme", metavar="PATH")
     c.set_defaults(fn=_cmd_config)
     from worker.record.commands import add_parsers

@@ -1,7 +1,7 @@
 """Every setting in one place, read from the environment (and a ``.env`` file when present).
 
 Standard names where the ecosystem has them (``REDIS_URL``, ``OPENAI_API_KEY``, ``WHATSAPP_ACCESS_TOKEN``,
-...); everything else under ``PARLEY_``. ``parley config`` prints the table the README is generated from.
+...); everything else under ``PARLEY_``. ``parley config`` prints the table docs/configuration.md is generated from.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ def _std(name: str) -> AliasChoices:
 
 
 class Settings(BaseSettings):
-    """Parley's configuration. Field descriptions are the documentation (README table)."""
+    """Parley's configuration. Field descriptions are the documentation (docs/configuration.md)."""
 
     model_config = SettingsConfigDict(env_prefix="PARLEY_", env_file=".env", extra="ignore", populate_by_name=True)
 
@@ -85,7 +85,7 @@ class Settings(BaseSettings):
                               "factory called with the settings. Packages' `parley.tools` entry points are "
                               "loaded too.")
     tools_file: str | None = Field(None, description="Manifest (YAML or JSON) of HTTP tools and MCP servers; "
-                                   "README \"Giving the model the game's tools\".")
+                                   "see docs/tools.md.")
     mcp_servers: str | None = Field(None, description="MCP servers (streamable HTTP), comma-separated URLs; "
                                     "added to the manifest's.")
     mcp_headers: dict[str, dict[str, str]] = Field(
