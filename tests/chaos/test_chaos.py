@@ -131,9 +131,10 @@ def test_redis_faults(cluster: Cluster) -> None:
         return bool(admin.info("server")["run_id"] != old)
 
     def chaos(c: Cluster, stop: threading.Event, out: Outcome) -> None:
-        i = 0
-        # Each kind at least once, even if the producer is done first.
-        while not stop.wait(random.uniform(0.5, 1.0)) or not all(k in out.fault_kinds for k in REDIS_FAULTS):
+        i, overtime = 0, 0
+        # Each kind at least once, even if the producer is done first (a kind that never lands gives up at last).
+        while not stop.wait(random.uniform(0.5, 1.0)) or (
+                not all(k in out.fault_kinds for k in REDIS_FAULTS) and (overtime := overtime + 1) <= 20):
             kind = REDIS_FAULTS[i % len(REDIS_FAULTS)] if i < len(REDIS_FAULTS) else random.choice(REDIS_FAULTS)
             i += 1
             try:

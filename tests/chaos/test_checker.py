@@ -1,18 +1,31 @@
 """The chaos checker can fail: each of its checks, fed synthetic records of a run with one defect, rejects it.
 
-No workers, no Redis: ``check_conversation`` reads only what a run left behind (see harness.py).
+No workers, no Redis: ``check_conversation`` reads only what a run left behind (see harness.py). One test (marked
+e2e) runs real workers with two defects planted, a message lost into the dead letters and a part WhatsApp got
+twice without a resend, which the checker before issue 27 passed.
 """
 
 from __future__ import annotations
 
 import io
+import json
 import logging
 from collections import Counter
 from typing import Any
 
 import pytest
 
-from tests.chaos.harness import Observed, Outcome, PartKey, check_conversation, no_dead_letters, window_hits
+from tests.chaos.harness import (
+    Load,
+    Observed,
+    Outcome,
+    PartKey,
+    check_conversation,
+    no_dead_letters,
+    run_scenario,
+    window_hits,
+)
+from tests.e2e.conftest import Cluster
 from tests.support.fake_whatsapp import SentPart
 from worker.envelopes import DeadLetter, ReplyRecord
 from worker.logs import JsonFormatter, TextFormatter
@@ -177,3 +190,34 @@ def test_window_hits_are_read_per_part_from_the_workers_own_log_line(formatter: 
     finally:
         logger.removeHandler(handler)
     assert window_hits([stream.getvalue()]) == Counter({(CID, "m2", 1): 2, (CID, "m|3", 0): 1})
+
+
+@pytest.mark.e2e
+def test_a_real_run_with_a_message_lost_to_the_dead_letters_and_a_part_sent_twice_fails(cluster: Cluster) -> None:
+    rejected = "447700000001 q1"
+
+    def fault(body: dict[str, Any]) -> object:  # the provider refuses one message for good: it is dead-lettered
+        if rejected in json.dumps(body.get("messages", [])[-1:]):
+            return (400, {"error": {"message": "rejected by the test", "type": "invalid_request_error"}}, {})
+        return None
+
+    doubled: list[dict[str, Any]] = []
+
+    def on_sent(sent: dict[str, Any]) -> None:  # WhatsApp delivers the first part it gets twice; no worker resent it
+        with cluster.whatsapp.lock:
+            if not doubled:
+                doubled.append(sent)
+                cluster.whatsapp.sent.append(sent)
+
+    cluster.llm.fault = fault
+    cluster.whatsapp.on_sent = on_sent
+    out = run_scenario(cluster, Load(conversations=3, inputs_per=3, event_every=0, workers=1, ready_first=True))
+    # The checker before issue 27 passed the dead letter (it counted it as seen, its reply as not expected); it
+    # caught the double only because no resend happened anywhere in the fleet (it compared fleet-wide totals).
+    assert (out.lost, out.duplicated, out.reordered, out.stranded, out.replies_lost) == (0, 0, 0, 0, 0), out.line()
+    with pytest.raises(AssertionError, match="447700000001 input 447700000001-1: model_rejected"):
+        out.assert_safe()
+    out.unexpected_dead.clear()
+    with pytest.raises(AssertionError, match="reached WhatsApp 2 times; the workers resent it 0 times"):
+        out.assert_safe()
+    assert doubled and out.parts_unexplained == 1
