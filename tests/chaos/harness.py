@@ -371,19 +371,24 @@ def _check_replies(cid: str, seen: Observed, dead: list[DeadLetter], unanswered:
     out.replies_lost += sum(1 for t in want_replies if t not in dedup)
     if [t for t in dedup if t in want_replies] != [t for t in want_replies if t in dedup]:
         out.replies_reordered += 1
-    sends = Counter((s.reply_id, s.part) for s in seen.sent)
-    for (reply_id, part), n in sends.items():
+    out.parts_unnamed += sum(1 for s in seen.sent if s.reply_id is None or s.part is None)
+    out.parts_duplicated += len(seen.sent) - len({(s.reply_id, s.part) for s in seen.sent})
+    for problem, extra in part_duplicates_beyond_resends(cid, seen.sent, windows):
+        out.parts_unexplained += extra
+        out.problems.append(problem)
+
+
+def part_duplicates_beyond_resends(cid: str, sent: list[SentPart], windows: Counter[PartKey]) -> list[tuple[str, int]]:
+    """Each reply part of ``cid`` that reached WhatsApp more often than once plus the times the workers logged
+    resending that very part, and each send that names no part: (what is wrong, how many sends too many)."""
+    out = []
+    for (reply_id, part), n in Counter((s.reply_id, s.part) for s in sent).items():
         if reply_id is None or part is None:
-            out.parts_unnamed += n
-            out.problems.append(f"{cid}: {n} sends without callback data naming their part")
-            continue
-        if n > 1:
-            out.parts_duplicated += n - 1
-            explained = windows[(cid, reply_id, part)]
-            if n - 1 > explained:
-                out.parts_unexplained += n - 1 - explained
-                out.problems.append(f"{cid}: part {part} of reply {reply_id} reached WhatsApp {n} times; "
-                                    f"the workers resent it {explained} times from the send window")
+            out.append((f"{cid}: {n} sends without callback data naming their part", 0))
+        elif n - 1 > (explained := windows[(cid, reply_id, part)]):
+            out.append((f"{cid}: part {part} of reply {reply_id} reached WhatsApp {n} times; the workers resent it "
+                        f"{explained} times from the send window", n - 1 - explained))
+    return out
 
 
 def restart(w: WorkerProcess) -> WorkerProcess:

@@ -19,7 +19,7 @@ import msgpack
 import pytest
 import redis
 
-from tests.chaos.harness import Load, Outcome, run_scenario
+from tests.chaos.harness import Load, Outcome, part_duplicates_beyond_resends, run_scenario, window_hits
 from tests.e2e.conftest import BROKERS, Cluster
 from tests.support.store_kit import raw
 from worker.settings import Settings
@@ -283,7 +283,9 @@ def test_poison_input_is_dead_lettered_and_later_inputs_proceed(cluster: Cluster
     assert wait_until(lambda: "ack:after" in cluster.whatsapp.texts_for(cid), 120), [w.log() for w in cluster.workers]
     sent = cluster.whatsapp.texts_for(cid)
     # A kill may land between WhatsApp's answer and the sent mark of "before": then it is resent, and counted.
-    window = sum(w.log().count("resending a part whose send outcome is unknown") for w in cluster.workers)
+    windows = window_hits(w.log() for w in cluster.workers)
+    window = sum(windows.values())
+    assert part_duplicates_beyond_resends(cid, cluster.whatsapp.parts_for(cid), windows) == []
     # The poison pill is dead-lettered, and its sender gets the configured apology instead of silence.
     apology = Settings.model_fields["dead_letter_reply"].default
     assert sorted(set(sent)) == sorted(["ack:after", "ack:before", apology]) and len(sent) - 3 <= window, (sent, window)
