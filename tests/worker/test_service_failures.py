@@ -63,18 +63,23 @@ def test_the_deliver_task_ignores_an_attempt_argument_from_older_messages(tasks_
     assert [t for _, t, _ in h.channel.sent] == ["ack:one"]
 
 
+def _retried(h: Harness, times: int) -> None:
+    """Run the drain ``times`` times, each scheduling a retry, then once more."""
+    for _ in range(times):
+        with pytest.raises(RetryLater):
+            h.run()
+        raw(h.store).delete(h.store.keys(CID).hold)  # time passes: the scheduled retry fires
+        h.woken.append(("drain", CID))
+    h.run()
+
+
 def test_an_unreadable_model_answer_is_retried_a_few_times_then_dead_lettered() -> None:
     garbage = [ModelResponseError(f"no choices in the body ({i})") for i in range(3)]
     model = ScriptedModel([*garbage, ModelResponseError("still garbage")], default="answer to next")
     h = make_harness(model, config=ServiceConfig(max_bad_response_retries=3))
     h.client.send_message(CID, "bad luck", message_id="m1")
     h.client.send_message(CID, "next", message_id="m2")
-    for _ in range(3):
-        with pytest.raises(RetryLater):
-            h.run()
-        raw(h.store).delete(h.store.keys(CID).hold)  # time passes: the scheduled retry fires
-        h.woken.append(("drain", CID))
-    h.run()
+    _retried(h, 3)
     dead = [decode_dead_letter(d) for d in h.store.dead_letters(CID)]
     assert [(d.id, d.reason) for d in dead] == [("m1", "model_bad_response")]
     assert "still garbage" in dead[0].detail
@@ -88,12 +93,7 @@ def test_an_outage_does_not_use_up_the_budget_of_unreadable_answers() -> None:
     model = ScriptedModel([*down, ModelResponseError("truncated body")], default="answer")
     h = make_harness(model, config=ServiceConfig(max_bad_response_retries=3))
     h.client.send_message(CID, "patience", message_id="m1")
-    for _ in range(6):
-        with pytest.raises(RetryLater):
-            h.run()
-        raw(h.store).delete(h.store.keys(CID).hold)  # time passes: the scheduled retry fires
-        h.woken.append(("drain", CID))
-    h.run()
+    _retried(h, 6)
     assert h.store.dead_letters(CID) == []
     assert [t for _, t, _ in h.channel.sent] == ["answer"]
 
