@@ -349,7 +349,7 @@ def _check_state(cid: str, seen: Observed, dead_inputs: set[str], out: Outcome) 
     tail = want
     if compacted:  # old messages gave way to a summary: from the first survivor of the kept tail on, none missing
         # Compaction always keeps the conversation's first user message and pinned ones: they do not start the tail.
-        first_user = next((mid for mid, kind, _ in seen.accepted if kind == "message"), None)
+        first_user = next((mid for mid, kind, _ in seen.accepted if kind == "message" and mid in want), None)
         first = next((mid for mid, pinned, _ in held if mid in want and not pinned and mid != first_user), None)
         tail = want[want.index(first):] if first is not None else want[-1:]
     missing = [mid for mid in tail if mid not in counts]

@@ -175,6 +175,23 @@ def test_a_compacted_state_keeps_a_contiguous_tail_in_order() -> None:
         check(seen).assert_safe()
 
 
+def test_compaction_keeps_the_first_applied_user_message_before_the_tail() -> None:
+    accepted = [(f"k{i}", "message", f"{CID} k{i}") for i in range(6)]
+    dead = [DeadLetter(what="input", id="k0", reason="model_rejected")]  # the first message never made the state
+
+    def view(*ids: str) -> dict[str, Any]:
+        return {"ok": True, "summary": "s", "compactions": 1, "pinned": [],
+                "history": [{"seq": i, "role": "user", "content": f"{CID} {mid}"} for i, mid in enumerate(ids)]}
+
+    seen = Observed(accepted=accepted, trace=[{"id": "k0", "dead": "model_rejected"}] + [
+        {"id": f"k{i}"} for i in range(1, 6)], state=view("k1", "k4", "k5"),
+        sent=[SentPart(f"k{i}", 0, f"ack:{CID} k{i}") for i in range(1, 6)], dead=dead)
+    check(seen, expect_dead=lambda cid, d: d.id == "k0").assert_safe()  # k1 kept as the first; k2, k3 summarised
+    seen.state = view("k1", "k3", "k5")  # k4 missing from the kept tail
+    with pytest.raises(AssertionError, match=r"lacks inputs \['k4'\]"):
+        check(seen, expect_dead=lambda cid, d: d.id == "k0").assert_safe()
+
+
 @pytest.mark.parametrize("formatter", [TextFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s"),
                                        JsonFormatter()], ids=["text", "json"])
 def test_window_hits_are_read_per_part_from_the_workers_own_log_line(formatter: logging.Formatter) -> None:
