@@ -144,8 +144,8 @@ class Settings(BaseSettings):
     max_model_retries: int = Field(30, description="Retries of one input while the model is unavailable (backoff up "
                                                    "to a minute) before it is dead-lettered.")
     max_bad_response_retries: int = Field(3, description="Retries of one input whose model answer could not be read "
-                                          "(a malformed body) before it is dead-lettered, counted with its other "
-                                          "model retries.")
+                                          "(a malformed body) before it is dead-lettered, counted apart from its "
+                                          "retries while the model is unavailable.")
     dedupe_max_ids: int = Field(10_000, description="Message ids remembered per conversation for dedupe.")
     dedupe_seconds: float = Field(4 * 86400.0, description="How long message ids are remembered (WhatsApp retries "
                                                              "for about 36 hours).")

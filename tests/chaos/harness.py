@@ -1,37 +1,59 @@
 """A Jepsen-style checker for Parley: load many conversations through real workers while faults are
 injected, then check every conversation's history and deliveries.
 
-Per conversation, inputs are accepted in a known order. Afterwards the trace (what the workers applied)
-and the WhatsApp stand-in (what was sent) are compared with that order:
+Per conversation, inputs are accepted in a known order. Afterwards three records of the run are compared with that
+order: the trace (what the workers applied), the committed state (what the conversation holds), and the WhatsApp
+stand-in (what was sent, each send naming its reply part by its callback data):
 
-- lost: accepted but neither applied nor dead-lettered;           must be 0
+- lost: accepted but not applied;                                   must be 0
 - duplicated: applied more than once;                               must be 0
 - reordered: applied out of acceptance order;                       must be 0
 - stranded: still waiting in a mailbox or outbox at the end;        must be 0
+- dead letters: each scenario states the ones it expects (``Load.expect_dead``; by default none): any other one,
+  input or reply, fails the run with its reason printed. An expected dead input counts as handled, not applied.
+- state: the committed state's user messages and events, in history order, must be the accepted inputs that were
+  not dead-lettered, each once, in acceptance order. Compaction (on in every scenario: 400 tokens, the last two
+  exchanges kept) replaces old messages by a summary, so in a compacted state the survivors must be in order,
+  without duplicates, and, from the first survivor of the kept tail on, every later input must be there (the kept
+  tail is contiguous; only pinned messages and the conversation's first user message, which compaction always
+  keeps, survive from before it);
 - reply lost / reordered: an applied turn's reply missing / out of order;    must be 0
-- reply duplicated: sent twice; at most the crashes that landed inside the send window (counted by the
-  workers as "resending a part whose send outcome is unknown").
+- reply part duplicated: a part (conversation, reply, part index) may reach WhatsApp twice only if that very part
+  was resent by a worker that found it in the send window (the workers' ``RESEND_LOG`` line names the part), once
+  per such resend.
 
 Bursts (``Load.burst_max`` > 1 sends players' bursts): a turn that took in several inputs is one trace entry whose
 ``burst`` lists them, head first; each counts as applied by that turn, and the turn's one reply answers its last
 message, so the messages before it in the burst expect no reply of their own.
+
+The checking is :func:`check_conversation`, a function of what the run left behind (:class:`Observed`), so that
+``test_checker.py`` can show on synthetic records that each check fails when it should.
 """
 
 from __future__ import annotations
 
+import json
 import random
+import re
 import threading
 import time
-from collections.abc import Callable
+from collections import Counter
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 import msgpack
 
 from tests.e2e.conftest import Cluster
+from tests.support.fake_whatsapp import SentPart
 from tests.support.store_kit import raw as raw_client
 from tests.support.workers import WorkerProcess, wait_until
+from worker import inspect_state
+from worker.envelopes import DeadLetter, decode_dead_letter, decode_reply
+from worker.service.inflight import RESEND_LOG
 
-WINDOW_LOG = "resending a part whose send outcome is unknown"
+WINDOW_LOG = RESEND_LOG
+PartKey = tuple[str, str, int]  # (conversation, reply id, part index)
 
 
 @dataclass
@@ -51,10 +73,26 @@ class Outcome:
     window_hits: int = 0
     burst_turns: int = 0  # committed turns that took in more than one input
     burst_inputs: int = 0  # the inputs those turns took in
+    parts_duplicated: int = 0  # extra sends of one reply part
+    parts_unexplained: int = 0  # extra sends of a part beyond the resends the workers logged for that very part
+    parts_unnamed: int = 0  # sends without callback data naming their part
+    state_lost: int = 0
+    state_duplicated: int = 0
+    state_reordered: int = 0
+    state_unknown: int = 0  # user messages or events in a state that no applied input explains
+    compacted: int = 0  # conversations whose state had dropped old messages for a summary
     faults: int = 0
+    fault_kinds: dict[str, int] = field(default_factory=dict)  # faults shown to have landed, by kind
     seconds: float = 0.0
     notes: list[str] = field(default_factory=list)
     dead_reasons: dict[str, int] = field(default_factory=dict)
+    unexpected_dead: list[str] = field(default_factory=list)  # "cid what id: reason (detail)"
+    problems: list[str] = field(default_factory=list)  # what the state and part checks found, one line each
+
+    def landed(self, kind: str) -> None:
+        """Count a fault of ``kind`` shown to have taken effect."""
+        self.faults += 1
+        self.fault_kinds[kind] = self.fault_kinds.get(kind, 0) + 1
 
     def line(self) -> str:
         return (f"inputs={self.inputs} applied={self.applied} dead={self.dead} faults={self.faults} "
@@ -62,6 +100,10 @@ class Outcome:
                 f"replies={self.replies} replies_lost={self.replies_lost} replies_reordered={self.replies_reordered} "
                 f"replies_duplicated={self.replies_duplicated} window_hits={self.window_hits} "
                 f"burst_turns={self.burst_turns} burst_inputs={self.burst_inputs} "
+                f"parts_duplicated={self.parts_duplicated} parts_unexplained={self.parts_unexplained} "
+                f"state_lost={self.state_lost} state_duplicated={self.state_duplicated} "
+                f"state_reordered={self.state_reordered} state_unknown={self.state_unknown} "
+                f"compacted={self.compacted} fault_kinds={self.fault_kinds} "
                 f"seconds={self.seconds:.1f} dead_reasons={self.dead_reasons} "
                 f"restarts={sum(1 for n in self.notes if n.startswith('restarted'))}")
 
@@ -69,7 +111,28 @@ class Outcome:
         assert not any(n.startswith("stranded") for n in self.notes), self.notes
         assert (self.lost, self.duplicated, self.reordered, self.stranded) == (0, 0, 0, 0), self.line()
         assert (self.replies_lost, self.replies_reordered) == (0, 0), self.line()
+        assert not self.unexpected_dead, f"unexpected dead letters: {self.unexpected_dead[:20]} {self.line()}"
+        assert (self.state_lost, self.state_duplicated, self.state_reordered, self.state_unknown) == (0, 0, 0, 0), \
+            f"{self.problems[:20]} {self.line()}"
+        assert (self.parts_unexplained, self.parts_unnamed) == (0, 0), f"{self.problems[:20]} {self.line()}"
         assert self.replies_duplicated <= self.window_hits, self.line()
+
+
+def no_dead_letters(cid: str, dead: DeadLetter) -> bool:
+    """The default expectation: no dead letter at all."""
+    return False
+
+
+@dataclass
+class Observed:
+    """What a run left behind for one conversation, as the checker reads it."""
+
+    accepted: list[tuple[str, str, str]]  # (input id, kind, text), in acceptance order
+    trace: list[dict[str, Any]]  # the trace entries, oldest first
+    state: dict[str, Any]  # worker.inspect_state's view of the committed state
+    sent: list[SentPart]  # what reached WhatsApp for this recipient, in order
+    dead: list[DeadLetter]  # the conversation's dead letters
+    stuck: int = 0  # inputs and replies still waiting
 
 
 @dataclass
@@ -85,6 +148,7 @@ class Load:
     burst_gap: float = 0.05
     ready_first: bool = False  # start producing once every worker is up (else the first inputs queue a few seconds)
     worker_env: Callable[[int], dict[str, str]] | None = None  # environment of worker i on top of the cluster's
+    expect_dead: Callable[[str, DeadLetter], bool] = no_dead_letters  # (cid, dead letter) -> expected?
 
 
 def run_scenario(cluster: Cluster, load: Load,
@@ -167,64 +231,163 @@ def run_scenario(cluster: Cluster, load: Load,
     out.seconds = time.monotonic() - started
     time.sleep(0.5)
 
-    sent_by: dict[str, list[str]] = {c: cluster.whatsapp.texts_for(c) for c in cids}
+    windows = window_hits(w.log() for w in cluster.workers)
+    out.window_hits = sum(windows.values())
     for cid in cids:
-        trace = [msgpack.unpackb(t, raw=False) for t in store.trace(cid, 100_000)]
-        turns = [t for t in trace if not str(t["id"]).startswith("compact-")]
-        ids = [mid for t in turns for mid in (t.get("burst") or [t["id"]])]  # a burst turn applied every input
-        answered_by_later = {mid for t in turns for mid in (t.get("burst") or [])[:-1]}  # one reply: to the last
-        out.burst_turns += sum(1 for t in turns if t.get("burst"))
-        out.burst_inputs += sum(len(t.get("burst") or []) for t in turns)
-        dead_ids = {t["id"] for t in trace if "dead" in t}
-        want = [mid for mid, _, _ in accepted[cid]]
-        seen: set[str] = set()
-        for mid in ids:
-            if mid in seen:
-                out.duplicated += 1
-            seen.add(mid)
-        out.lost += sum(1 for mid in want if mid not in seen)
-        first = [mid for i, mid in enumerate(ids) if mid not in ids[:i]]
-        if [m for m in first if m in want] != [m for m in want if m in seen]:
-            out.reordered += 1
-        out.applied += len(seen - dead_ids)
-        out.dead += len(dead_ids)
-        for t in trace:
-            if "dead" in t:
-                out.dead_reasons[t["dead"]] = out.dead_reasons.get(t["dead"], 0) + 1
         stuck = store.inbox_depth(cid) + store.outbox_depth(cid)
-        out.stranded += stuck
         if stuck:
             k = store.keys(cid)
-            out.notes.append(f"stranded {cid}: pending={raw_client(store).zscore(store.g.pending, cid)} "
-                             f"lease={raw_client(store).pttl(k.lease)} dlease={raw_client(store).pttl(k.dlease)} hold={raw_client(store).pttl(k.hold)} "
-                             f"sent={raw_client(store).hgetall(k.sent)} inbox={store.inbox_depth(cid)} outbox={store.outbox_depth(cid)}")
-        expected = [f"ack:{text}" for mid, kind, text in accepted[cid]
-                    if kind == "message" and mid not in dead_ids and mid not in answered_by_later]
-        got = sent_by[cid]
-        out.replies += len(got)
-        dedup: list[str] = []
-        for t in got:
-            if (dedup and dedup[-1] == t) or t in dedup:
-                out.replies_duplicated += 1
-                continue
-            dedup.append(t)
-        dead_replies = {d for d in _dead_reply_texts(store, cid)}
-        want_replies = [t for t in expected if t not in dead_replies]
-        out.replies_lost += sum(1 for t in want_replies if t not in dedup)
-        if [t for t in dedup if t in want_replies] != [t for t in want_replies if t in dedup]:
-            out.replies_reordered += 1
-    out.window_hits = sum(w.log().count(WINDOW_LOG) for w in cluster.workers)
+            r = raw_client(store)
+            out.notes.append(f"stranded {cid}: pending={r.zscore(store.g.pending, cid)} lease={r.pttl(k.lease)} "
+                             f"dlease={r.pttl(k.dlease)} hold={r.pttl(k.hold)} sent={r.hgetall(k.sent)} "
+                             f"inbox={store.inbox_depth(cid)} outbox={store.outbox_depth(cid)}")
+        observed = Observed(accepted=accepted[cid],
+                            trace=[msgpack.unpackb(t, raw=False) for t in store.trace(cid, 100_000)],
+                            state=inspect_state(store.read_state(cid).blob),
+                            sent=cluster.whatsapp.parts_for(cid),
+                            dead=[decode_dead_letter(d) for d in store.dead_letters(cid)], stuck=stuck)
+        check_conversation(cid, observed, windows, load.expect_dead, out)
     return out
 
 
-def _dead_reply_texts(store, cid: str) -> list[str]:  # type: ignore[no-untyped-def]
-    from worker.envelopes import decode_dead_letter, decode_reply
+_WINDOW_FIELDS = re.compile(re.escape(RESEND_LOG) + r"\W*(\{.*\})\s*$")
 
+
+def window_hits(logs: Iterable[str]) -> Counter[PartKey]:
+    """The parts the workers resent after finding them in the send window, each with how many times: read from
+    the ``RESEND_LOG`` lines, whose fields (``conversation_id``, ``message_id`` (the reply), ``part``) name the
+    part. A line that does not name its part is counted under ``("?", "?", -1)``, which no send matches."""
+    hits: Counter[PartKey] = Counter()
+    for text in logs:
+        for line in text.splitlines():
+            if RESEND_LOG not in line:
+                continue
+            m = _WINDOW_FIELDS.search(line)
+            try:  # a JSON line (PARLEY_LOG_JSON) carries the fields at its top level; a text line after the words
+                f = json.loads(line) if line.startswith("{") else json.loads(m.group(1)) if m else {}
+                hits[(str(f["conversation_id"]), str(f["message_id"]), int(f["part"]))] += 1
+            except (ValueError, KeyError, TypeError):
+                hits[("?", "?", -1)] += 1
+    return hits
+
+
+def check_conversation(cid: str, seen: Observed, windows: Counter[PartKey],
+                       expect_dead: Callable[[str, DeadLetter], bool], out: Outcome) -> None:
+    """Check one conversation's records against its accepted inputs; add the findings to ``out``."""
+    dead = _dead_letters(cid, seen, expect_dead, out)
+    dead_inputs = {d.id for d in dead if d.what == "input"}
+    answered_by_later = _check_trace(seen, dead_inputs, out)
+    out.stranded += seen.stuck
+    _check_state(cid, seen, dead_inputs, out)
+    _check_replies(cid, seen, dead, dead_inputs | answered_by_later, windows, out)
+
+
+def _dead_letters(cid: str, seen: Observed, expect_dead: Callable[[str, DeadLetter], bool],
+                  out: Outcome) -> list[DeadLetter]:
+    """The conversation's dead letters (those of the dead list, and any input the trace shows dead-lettered that
+    the list does not hold), each unexpected one noted with its reason."""
+    dead = list(seen.dead)
+    listed = {d.id for d in dead if d.what == "input"}
+    dead += [DeadLetter(what="input", id=str(t["id"]), reason=str(t["dead"]), detail=str(t.get("detail", "")))
+             for t in seen.trace if "dead" in t and t["id"] not in listed]
+    for d in dead:
+        out.dead_reasons[d.reason] = out.dead_reasons.get(d.reason, 0) + 1
+        if not expect_dead(cid, d):
+            out.unexpected_dead.append(f"{cid} {d.what} {d.id}: {d.reason} ({d.detail[:160]})")
+    out.dead += len(dead)
+    return dead
+
+
+def _check_trace(seen: Observed, dead_inputs: set[str], out: Outcome) -> set[str]:
+    """Lost, duplicated, reordered inputs by the trace; returns the burst inputs answered by a later one."""
+    turns = [t for t in seen.trace if not str(t["id"]).startswith("compact-") and "dead" not in t
+             and "splice" not in t]
+    ids = [mid for t in turns for mid in (t.get("burst") or [t["id"]])]  # a burst turn applied every input
+    answered_by_later = {mid for t in turns for mid in (t.get("burst") or [])[:-1]}  # one reply: to the last
+    out.burst_turns += sum(1 for t in turns if t.get("burst"))
+    out.burst_inputs += sum(len(t.get("burst") or []) for t in turns)
+    want = [mid for mid, _, _ in seen.accepted if mid not in dead_inputs]
+    applied = Counter(ids)
+    out.duplicated += sum(n - 1 for n in applied.values() if n > 1)
+    out.duplicated += sum(1 for mid in dead_inputs if mid in applied)  # applied and dead-lettered
+    out.lost += sum(1 for mid in want if mid not in applied)
+    if [m for m in dict.fromkeys(ids) if m in want] != [m for m in want if m in applied]:
+        out.reordered += 1
+    out.applied += len(applied)
+    return answered_by_later
+
+
+def _check_state(cid: str, seen: Observed, dead_inputs: set[str], out: Outcome) -> None:
+    """The committed state against the accepted inputs (see the module docstring for compaction)."""
+    view = seen.state
+    if not view.get("ok"):
+        out.state_lost += 1
+        out.problems.append(f"{cid}: state unreadable: {view}")
+        return
+    by_text = {text: mid for mid, _, text in seen.accepted}
+    want = [mid for mid, _, _ in seen.accepted if mid not in dead_inputs]
+    # The state's pinned list (what survives every compaction) and its history, merged in conversation order.
+    msgs = sorted([*({**m, "pinned": True} for m in view.get("pinned", [])), *view.get("history", [])],
+                  key=lambda m: int(m["seq"]))
+    held = [(by_text.get(m.get("content", "")), bool(m.get("pinned")), m.get("content", ""))
+            for m in msgs if m["role"] in ("user", "event")]
+    for mid, _, text in held:
+        if mid is None or mid in dead_inputs:
+            out.state_unknown += 1
+            out.problems.append(f"{cid}: the state holds {text!r}, which is no applied input")
+    got = [mid for mid, _, _ in held if mid is not None and mid not in dead_inputs]
+    counts = Counter(got)
+    for mid, n in counts.items():
+        if n > 1:
+            out.state_duplicated += n - 1
+            out.problems.append(f"{cid}: the state holds input {mid} {n} times")
+    if list(dict.fromkeys(got)) != [m for m in want if m in counts]:
+        out.state_reordered += 1
+        out.problems.append(f"{cid}: the state holds inputs in the order {got}, accepted {want}")
+    compacted = bool(view.get("compactions") or view.get("summary"))
+    out.compacted += compacted
+    tail = want
+    if compacted:  # old messages gave way to a summary: from the first survivor of the kept tail on, none missing
+        # Compaction always keeps the conversation's first user message and pinned ones: they do not start the tail.
+        first_user = next((mid for mid, kind, _ in seen.accepted if kind == "message" and mid in want), None)
+        first = next((mid for mid, pinned, _ in held if mid in want and not pinned and mid != first_user), None)
+        tail = want[want.index(first):] if first is not None else want[-1:]
+    missing = [mid for mid in tail if mid not in counts]
+    out.state_lost += len(missing)
+    if missing:
+        out.problems.append(f"{cid}: the state lacks inputs {missing} (compacted={compacted})")
+
+
+def _check_replies(cid: str, seen: Observed, dead: list[DeadLetter], unanswered: set[str],
+                   windows: Counter[PartKey], out: Outcome) -> None:
+    """Every applied message's reply sent, in order; a part sent twice only as often as it was resent."""
+    dead_replies = {p for d in dead if d.what == "reply" and d.payload for p in decode_reply(d.payload).parts}
+    expected = [f"ack:{text}" for mid, kind, text in seen.accepted if kind == "message" and mid not in unanswered]
+    got = [s.text for s in seen.sent]
+    out.replies += len(got)
+    dedup = list(dict.fromkeys(got))
+    out.replies_duplicated += len(got) - len(dedup)
+    want_replies = [t for t in expected if t not in dead_replies]
+    out.replies_lost += sum(1 for t in want_replies if t not in dedup)
+    if [t for t in dedup if t in want_replies] != [t for t in want_replies if t in dedup]:
+        out.replies_reordered += 1
+    out.parts_unnamed += sum(1 for s in seen.sent if s.reply_id is None or s.part is None)
+    out.parts_duplicated += len(seen.sent) - len({(s.reply_id, s.part) for s in seen.sent})
+    for problem, extra in part_duplicates_beyond_resends(cid, seen.sent, windows):
+        out.parts_unexplained += extra
+        out.problems.append(problem)
+
+
+def part_duplicates_beyond_resends(cid: str, sent: list[SentPart], windows: Counter[PartKey]) -> list[tuple[str, int]]:
+    """Each reply part of ``cid`` that reached WhatsApp more often than once plus the times the workers logged
+    resending that very part, and each send that names no part: (what is wrong, how many sends too many)."""
     out = []
-    for raw in store.dead_letters(cid):
-        d = decode_dead_letter(raw)
-        if d.what == "reply" and d.payload:
-            out.extend(decode_reply(d.payload).parts)
+    for (reply_id, part), n in Counter((s.reply_id, s.part) for s in sent).items():
+        if reply_id is None or part is None:
+            out.append((f"{cid}: {n} sends without callback data naming their part", 0))
+        elif n - 1 > (explained := windows[(cid, reply_id, part)]):
+            out.append((f"{cid}: part {part} of reply {reply_id} reached WhatsApp {n} times; the workers resent it "
+                        f"{explained} times from the send window", n - 1 - explained))
     return out
 
 

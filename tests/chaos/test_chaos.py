@@ -6,9 +6,11 @@ Each scenario prints its figures (``-s`` shows them).
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import random
+import re
 import signal
 import threading
 import time
@@ -17,7 +19,7 @@ import msgpack
 import pytest
 import redis
 
-from tests.chaos.harness import Load, Outcome, run_scenario
+from tests.chaos.harness import Load, Outcome, part_duplicates_beyond_resends, run_scenario, window_hits
 from tests.e2e.conftest import BROKERS, Cluster
 from tests.support.store_kit import raw
 from worker.settings import Settings
@@ -25,6 +27,10 @@ from worker.settings import Settings
 pytestmark = pytest.mark.e2e
 
 SCALE = float(os.environ.get("PARLEY_CHAOS_SCALE", "1"))
+#: What a stopped worker logs, woken, when another took its work over while it slept: a turn's commit fenced off
+#: (its lease ran out), or a delivery's sent mark fenced off (the task ends with the error Celery logs).
+TAKEN_OVER = re.compile(r"lease lost; another worker owns the conversation"
+                        r"|raised unexpected: StaleLeaseError\('deliver[^']* was taken over'\)")
 
 
 def load(**kw: object) -> Load:
@@ -61,7 +67,7 @@ def test_sigkill_workers_at_random_moments(cluster: Cluster) -> None:
 
 @BROKERS
 def test_stalled_worker_past_its_lease(cluster: Cluster) -> None:
-    cluster.llm.delay = 0.05
+    cluster.llm.delay = 0.3  # turns take a while: about three run on each worker at any time, so a stop lands mid-turn
 
     def chaos(c: Cluster, stop: threading.Event, out: Outcome) -> None:
         while not stop.wait(1.0):
@@ -71,9 +77,14 @@ def test_stalled_worker_past_its_lease(cluster: Cluster) -> None:
             time.sleep(6.5)  # longer than the 5 s lease: others take its conversations over
             w.kill(signal.SIGCONT)
 
-    out = run_scenario(cluster, load(pace=0.03), chaos)
+    # The producer starts once every worker is up, so that the first stop lands on a worker with conversations.
+    out = run_scenario(cluster, load(pace=0.03, ready_first=True), chaos)
+    # A stop landed mid-work: the stopped worker, woken, found its turn or delivery taken over.
+    taken_over = sum(len(TAKEN_OVER.findall(w.log())) for w in cluster.workers)
+    out.fault_kinds["taken_over"] = taken_over
     report(f"sigstop ({cluster.broker})", out)
     out.assert_safe()
+    assert taken_over >= 1, out.line()
 
 
 @pytest.mark.parametrize("cluster", [{"env": {"PARLEY_VISIBILITY_TIMEOUT": "2", "PARLEY_BROKER_RESTORE_INTERVAL": "1",
@@ -92,34 +103,62 @@ def test_task_outliving_the_visibility_timeout(cluster: Cluster) -> None:
     assert max(received.values()) >= 2, received
 
 
+#: A Lua script that keeps Redis busy for ARGV[1] ms: a stall of the whole server, like DEBUG SLEEP, which Redis 7
+#: refuses unless started with ``enable-debug-command`` (the machine's redis-server is not).
+STALL_SCRIPT = """
+local t = redis.call('TIME')
+local until_us = t[1] * 1000000 + t[2] + ARGV[1] * 1000
+repeat t = redis.call('TIME') until t[1] * 1000000 + t[2] >= until_us
+return 1
+"""
+REDIS_FAULTS = ("kill", "pause", "stall", "restart")
+REDIS_FAULT_MIX = ("kill", "pause", "stall", "kill", "pause", "stall", "restart")  # a restart is the slowest
+
+
 @pytest.mark.parametrize("cluster", [{"appendonly": True}], indirect=True)
 def test_redis_faults(cluster: Cluster) -> None:
     admin = redis.Redis(port=cluster.redis.port)
 
+    def fault(c: Cluster, kind: str) -> bool:
+        """Inject one fault of ``kind``; whether it landed."""
+        if kind == "kill":
+            return bool(admin.client_kill_filter(_type="normal", skipme=True))  # the connections it closed
+        if kind == "pause":
+            return bool(admin.client_pause(400))
+        if kind == "stall":
+            started = time.monotonic()
+            admin.eval(STALL_SCRIPT, 0, 300)
+            return time.monotonic() - started >= 0.3
+        old = admin.info("server")["run_id"]
+        c.redis.stop()  # SIGTERM: the append-only file is flushed
+        time.sleep(0.5)
+        c.redis.start()
+        return bool(admin.info("server")["run_id"] != old)
+
     def chaos(c: Cluster, stop: threading.Event, out: Outcome) -> None:
-        kinds = ["kill", "pause", "sleep", "kill", "pause", "sleep", "restart"]
-        i = 0
-        while not stop.wait(random.uniform(0.5, 1.0)):
-            kind = kinds[i % len(kinds)]
-            i += 1
+        overtime = 0
+        for i in itertools.count():
+            kind = REDIS_FAULTS[i] if i < len(REDIS_FAULTS) else random.choice(REDIS_FAULT_MIX)
+            if stop.wait(random.uniform(0.5, 1.0)):
+                # Each kind at least once, even if the producer is done first (one that never lands gives up).
+                missing = [k for k in REDIS_FAULTS if k not in out.fault_kinds]
+                overtime += 1
+                if not missing or overtime > 10:
+                    return
+                time.sleep(0.5)
+                kind = missing[0]
             try:
-                if kind == "kill":
-                    admin.client_kill_filter(_type="normal", skipme=True)
-                elif kind == "pause":
-                    admin.client_pause(400)
-                elif kind == "sleep":
-                    admin.execute_command("DEBUG", "SLEEP", "0.3")
+                if fault(c, kind):
+                    out.landed(kind)
                 else:
-                    c.redis.stop()  # SIGTERM: the append-only file is flushed
-                    time.sleep(0.5)
-                    c.redis.start()
-                out.faults += 1
+                    out.notes.append(f"{kind}: did not land")
             except redis.RedisError as exc:
                 out.notes.append(f"{kind}: {exc}")
 
     out = run_scenario(cluster, load(pace=0.03), chaos)
     report("redis-faults", out)
     out.assert_safe()
+    assert all(out.fault_kinds.get(k, 0) >= 1 for k in REDIS_FAULTS), (out.fault_kinds, out.notes)
     # Workers ride out a Redis restart. With Celery's remote control on, the pub/sub reconnect crashed one in
     # about every other run ("Unrecoverable error: 'NoneType' object has no attribute 'hostname'"); Parley
     # turns remote control off by default (PARLEY_REMOTE_CONTROL).
@@ -128,31 +167,48 @@ def test_redis_faults(cluster: Cluster) -> None:
 
 def test_llm_faults(cluster: Cluster) -> None:
     down_until = [0.0]
+    served: dict[str, int] = {}  # the faults requests met, by kind
+    lock = threading.Lock()
+
+    def met(kind: str, answer: object) -> object:
+        with lock:
+            served[kind] = served.get(kind, 0) + 1
+        return answer
 
     def fault(body: dict[str, object]) -> object:
         if "running summary" in json.dumps(body):
             return None
+        met("request", None)
         if time.monotonic() < down_until[0]:
-            return (503, {"error": {"message": "provider down"}}, {})
+            return met("outage", (503, {"error": {"message": "provider down"}}, {}))
         r = random.random()
         if r < 0.10:
-            return (429, {"error": {"message": "slow down", "type": "rate_limit_exceeded"}}, {"Retry-After": "0.2"})
+            return met("429", (429, {"error": {"message": "slow down", "type": "rate_limit_exceeded"}},
+                               {"Retry-After": "0.2"}))
         if r < 0.20:
-            return (500, {"error": {"message": "boom"}}, {})
+            return met("500", (500, {"error": {"message": "boom"}}, {}))
         if r < 0.25:
-            return ("raw", 200, b'{"choices": [{"message": {"role": "assis')
+            return met("truncated", ("raw", 200, b'{"choices": [{"message": {"role": "assis'))
         return None
 
     cluster.llm.fault = fault
 
     def chaos(c: Cluster, stop: threading.Event, out: Outcome) -> None:
-        stop.wait(2.0)
-        down_until[0] = time.monotonic() + 4.0 * SCALE  # the provider is down for a while
-        out.faults += 1
+        # The provider goes down for a while, once turns are running (before, no request would meet the outage).
+        while not stop.wait(0.1) and not served:
+            pass
+        stop.wait(0.5)
+        down_until[0] = time.monotonic() + 4.0 * SCALE
 
-    out = run_scenario(cluster, load(pace=0.03), chaos)
+    out = run_scenario(cluster, load(pace=0.03, ready_first=True), chaos)
+    requests = served.pop("request", 0)
+    out.fault_kinds.update(served)
+    out.faults = sum(served.values())
     report("llm-faults", out)
+    print(f"[chaos] llm-faults: {requests} turn requests, faults met: {served}")
     out.assert_safe()
+    # Every kind of fault met requests: the outage too (it counts only if some request arrived while it lasted).
+    assert all(served.get(k, 0) >= 1 for k in ("outage", "429", "500", "truncated")), served
 
 
 def test_whatsapp_faults(cluster: Cluster) -> None:
@@ -169,7 +225,9 @@ def test_whatsapp_faults(cluster: Cluster) -> None:
         return None
 
     cluster.whatsapp.fault = fault
-    out = run_scenario(cluster, load())
+    # Every reply to the blocked recipient is dead-lettered (131047), and nothing else is.
+    out = run_scenario(cluster, load(expect_dead=lambda cid, d: cid == blocked and d.what == "reply"
+                                     and "131047" in d.reason))
     report("whatsapp-faults", out)
     out.assert_safe()
     store = cluster.store()
@@ -225,7 +283,9 @@ def test_poison_input_is_dead_lettered_and_later_inputs_proceed(cluster: Cluster
     assert wait_until(lambda: "ack:after" in cluster.whatsapp.texts_for(cid), 120), [w.log() for w in cluster.workers]
     sent = cluster.whatsapp.texts_for(cid)
     # A kill may land between WhatsApp's answer and the sent mark of "before": then it is resent, and counted.
-    window = sum(w.log().count("resending a part whose send outcome is unknown") for w in cluster.workers)
+    windows = window_hits(w.log() for w in cluster.workers)
+    window = sum(windows.values())
+    assert part_duplicates_beyond_resends(cid, cluster.whatsapp.parts_for(cid), windows) == []
     # The poison pill is dead-lettered, and its sender gets the configured apology instead of silence.
     apology = Settings.model_fields["dead_letter_reply"].default
     assert sorted(set(sent)) == sorted(["ack:after", "ack:before", apology]) and len(sent) - 3 <= window, (sent, window)

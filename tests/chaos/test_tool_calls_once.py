@@ -25,6 +25,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.chaos import harness
 from tests.chaos.harness import WINDOW_LOG
 from tests.e2e.conftest import Cluster
 from tests.support.tool_kill_peers import Call, GameEngine, ToolCallingModel
@@ -182,3 +183,7 @@ def _check(cluster: Cluster, engine: GameEngine, killer: Killer, sent: dict[str,
                     f"kills={killer.kills}\n" + "\n".join(ln for ln in logs.splitlines() if cid in ln)[-6000:])
             assert reply.startswith(f"done:{text}:") and f"r-{nonce}" in reply, (text, reply)  # in order, used it
     assert duplicates <= window_hits, f"{duplicates} replies sent twice, {window_hits} crashes in the send window"
+    resent = harness.window_hits([logs])
+    # Part by part: a part sent twice was resent from the send window, by the log line that names it.
+    assert [p for cid in sent for p in harness.part_duplicates_beyond_resends(
+        cid, cluster.whatsapp.parts_for(cid), resent)] == []

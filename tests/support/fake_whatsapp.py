@@ -31,6 +31,16 @@ MEDIA_SETTINGS: dict[str, Any] = {"media_hosts": ["127.0.0.1"], "media_allow_htt
 MEDIA_ENV = {"PARLEY_MEDIA_HOSTS": "127.0.0.1", "PARLEY_MEDIA_ALLOW_HTTP": "true"}
 
 
+@dataclass(frozen=True)
+class SentPart:
+    """One accepted send, named by the callback data Parley sends every reply part with
+    (``<conversation>|<reply id>|<part>``); ``reply_id`` and ``part`` are None for a send without it."""
+
+    reply_id: str | None
+    part: int | None
+    text: str
+
+
 @dataclass
 class RateLimit:
     """At most ``per_second * window + allowance`` accepted sends in any ``window`` seconds, else ``code``."""
@@ -194,6 +204,21 @@ class FakeWhatsApp:
         with self.lock:
             return [s["body"]["text"]["body"] for s in self.sent
                     if (s["body"].get("to") or s["body"].get("recipient")) == recipient]
+
+    def parts_for(self, recipient: str) -> list[SentPart]:
+        """The accepted sends to ``recipient``, in order, each naming the reply part it was."""
+        from worker.envelopes import parse_part_callback
+
+        out = []
+        with self.lock:
+            for s in self.sent:
+                body = s["body"]
+                if (body.get("to") or body.get("recipient")) != recipient:
+                    continue
+                ref = parse_part_callback(body.get("biz_opaque_callback_data"))
+                text = body["text"]["body"] if "text" in body else str(body.get(body.get("type", ""), ""))
+                out.append(SentPart(ref.reply_id if ref else None, ref.part if ref else None, text))
+        return out
 
     # --- media ---------------------------------------------------------------------------------------------
 

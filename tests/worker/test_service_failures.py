@@ -13,7 +13,7 @@ from tests.worker.conftest import Harness, make_harness
 from tests.worker.test_service import FlakyChannel
 from worker import ScriptedModel, Summarize, metrics
 from worker.envelopes import decode_dead_letter
-from worker.errors import DeliveryRetryableError, ModelResponseError, StoreError
+from worker.errors import DeliveryRetryableError, ModelResponseError, ModelUnavailableError, StoreError
 from worker.service import RetryLater, ServiceConfig
 from worker.store.redis_store import ConversationStore
 
@@ -63,22 +63,39 @@ def test_the_deliver_task_ignores_an_attempt_argument_from_older_messages(tasks_
     assert [t for _, t, _ in h.channel.sent] == ["ack:one"]
 
 
+def _retried(h: Harness, times: int) -> None:
+    """Run the drain ``times`` times, each scheduling a retry, then once more."""
+    for _ in range(times):
+        with pytest.raises(RetryLater):
+            h.run()
+        raw(h.store).delete(h.store.keys(CID).hold)  # time passes: the scheduled retry fires
+        h.woken.append(("drain", CID))
+    h.run()
+
+
 def test_an_unreadable_model_answer_is_retried_a_few_times_then_dead_lettered() -> None:
     garbage = [ModelResponseError(f"no choices in the body ({i})") for i in range(3)]
     model = ScriptedModel([*garbage, ModelResponseError("still garbage")], default="answer to next")
     h = make_harness(model, config=ServiceConfig(max_bad_response_retries=3))
     h.client.send_message(CID, "bad luck", message_id="m1")
     h.client.send_message(CID, "next", message_id="m2")
-    for _ in range(3):
-        with pytest.raises(RetryLater):
-            h.run()
-        raw(h.store).delete(h.store.keys(CID).hold)  # time passes: the scheduled retry fires
-        h.woken.append(("drain", CID))
-    h.run()
+    _retried(h, 3)
     dead = [decode_dead_letter(d) for d in h.store.dead_letters(CID)]
     assert [(d.id, d.reason) for d in dead] == [("m1", "model_bad_response")]
     assert "still garbage" in dead[0].detail
     assert [t for _, t, _ in h.channel.sent] == ["answer to next"]  # the later input proceeds
+
+
+def test_an_outage_does_not_use_up_the_budget_of_unreadable_answers() -> None:
+    # Found by the chaos checker (llm-faults, scale 3): an input that waited out an outage (five retries) was
+    # dead-lettered on the first truncated answer after it, the two kinds of retry being counted together.
+    down = [ModelUnavailableError("provider down") for _ in range(5)]
+    model = ScriptedModel([*down, ModelResponseError("truncated body")], default="answer")
+    h = make_harness(model, config=ServiceConfig(max_bad_response_retries=3))
+    h.client.send_message(CID, "patience", message_id="m1")
+    _retried(h, 6)
+    assert h.store.dead_letters(CID) == []
+    assert [t for _, t, _ in h.channel.sent] == ["answer"]
 
 
 def test_a_malformed_input_and_a_poison_message_are_counted_by_their_kind() -> None:

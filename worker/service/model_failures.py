@@ -67,8 +67,9 @@ class ModelFailures(Generic[RunT]):
         for a permanent failure, dead-letter the input so the inputs behind it proceed.
 
         An answer Parley cannot read (:class:`ModelResponseError`) gets a small budget of its own
-        (``max_bad_response_retries``, counted with the input's other model retries): a provider that sends
-        garbage rarely mends within the minutes an outage may last, and the player's next messages wait.
+        (``max_bad_response_retries``, counted apart from the input's retries through an outage, which would
+        otherwise use it up): a provider that sends garbage rarely mends within the minutes an outage may last,
+        and the player's next messages wait.
         """
         if isinstance(exc, AuthenticationError):
             hold_for_auth(self.store, self.config, run.cid, run.token, env, exc)
@@ -78,7 +79,7 @@ class ModelFailures(Generic[RunT]):
         if exc.retryable:
             bad_response = isinstance(exc, ModelResponseError)
             # Not a crash: give the attempt back and count a retry against its own, larger budget.
-            retries = self.store.note_retry(run.cid, run.token, env.message_id)
+            retries = self.store.note_retry(run.cid, run.token, env.message_id, bad_response=bad_response)
             limit = self.config.max_bad_response_retries if bad_response else self.config.max_model_retries
             if retries <= limit:
                 log.warning("model unavailable; will retry", extra={"conversation_id": run.cid, "kind": env.kind,

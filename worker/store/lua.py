@@ -214,8 +214,8 @@ end
 local tag = redis.call('HGET', KEYS[2], 'tag') or ''
 redis.call('HSET', KEYS[2], 'version', v + 1)
 redis.call('LTRIM', KEYS[3], n, -1)
-redis.call('HDEL', KEYS[4], ARGV[3], ARGV[3] .. ':retries')
-for i = 19, #ARGV do redis.call('HDEL', KEYS[4], ARGV[i], ARGV[i] .. ':retries') end
+redis.call('HDEL', KEYS[4], ARGV[3], ARGV[3] .. ':retries', ARGV[3] .. ':bad')
+for i = 19, #ARGV do redis.call('HDEL', KEYS[4], ARGV[i], ARGV[i] .. ':retries', ARGV[i] .. ':bad') end
 append_record(KEYS[13], KEYS[14], ARGV[16], ARGV[1] .. ':' .. (v + 1), ARGV[15])
 if ARGV[17] and ARGV[17] ~= '' and tonumber(ARGV[18]) > 0 then
   redis.call('HINCRBY', KEYS[15], ARGV[17], tonumber(ARGV[18]))
@@ -289,13 +289,14 @@ redis.call('SET', KEYS[2], ARGV[1], 'PX', ARGV[2])
 return 1
 """
 
-# KEYS: fence, attempts   ARGV: token, input_id
+# KEYS: fence, attempts   ARGV: token, input_id, counter ('retries' or 'bad')
 # A clean, retryable failure: the attempt counted at the head is given back (it did not crash the worker) and
-# counted as a retry instead. -> retries so far, or -1 when the fence moved
+# counted as a retry instead, on its own counter (unreadable answers apart from outages, so that an outage does not
+# use up the small budget of the other). -> retries so far on that counter, or -1 when the fence moved
 NOTE_RETRY = """
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return -1 end
 redis.call('HINCRBY', KEYS[2], ARGV[2], -1)
-return redis.call('HINCRBY', KEYS[2], ARGV[2] .. ':retries', 1)
+return redis.call('HINCRBY', KEYS[2], ARGV[2] .. ':' .. ARGV[3], 1)
 """
 
 # KEYS: fence, state, quarantine   ARGV: token, expected_version, record, max

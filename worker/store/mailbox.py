@@ -87,10 +87,12 @@ class MailboxStore(StoreBase):
             raise StaleLeaseError(f"lease on {cid} was taken over; defer refused")
 
     @store_errors
-    def note_retry(self, cid: str, token: int, input_id: str) -> int:
-        """Record a clean, retryable failure of ``input_id`` (the model was unavailable): the attempt is given
-        back (it did not crash the worker) and counted as a retry instead; returns the retries so far."""
-        n = self._scripts.note_retry(k=self.keys(cid), token=token, input_id=input_id)
+    def note_retry(self, cid: str, token: int, input_id: str, *, bad_response: bool = False) -> int:
+        """Record a clean, retryable failure of ``input_id`` (the model was unavailable, or ``bad_response``: its
+        answer could not be read): the attempt is given back (it did not crash the worker) and counted as a retry
+        instead; returns the retries of that kind so far (the two kinds are counted apart)."""
+        n = self._scripts.note_retry(k=self.keys(cid), token=token, input_id=input_id,
+                                     counter="bad" if bad_response else "retries")
         if n < 0:
             raise StaleLeaseError(f"lease on {cid} was taken over")
         return n

@@ -219,9 +219,9 @@ class Scripts:
         """Shared by the drain lease (fence, lease) and the delivery lease (dfence, dlease)."""
         return int(self._renew(keys=[fence, lease], args=[token, lease_ms])) == 1
 
-    def note_retry(self, *, k: ConversationKeys, token: int, input_id: str) -> int:
-        """The retries counted so far, or -1 when the fence moved."""
-        return int(self._retry(keys=[k.fence, k.attempts], args=[token, input_id]))
+    def note_retry(self, *, k: ConversationKeys, token: int, input_id: str, counter: str = "retries") -> int:
+        """The retries counted so far on ``counter`` ("retries" or "bad"), or -1 when the fence moved."""
+        return int(self._retry(keys=[k.fence, k.attempts], args=[token, input_id, counter]))
 
     def quarantine(self, *, k: ConversationKeys, token: int, expected_version: int, record: bytes,
                    max_kept: int) -> VersionReply:
