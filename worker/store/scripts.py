@@ -191,16 +191,14 @@ class RecordArgs:
     entry: bytes = b""
 
 
-@dataclass(frozen=True)
-class AcceptReply:
+class AcceptReply(NamedTuple):
     """ACCEPT: ``code`` 1 accepted, 0 a duplicate id, -1 the mailbox is full; ``depth`` after it."""
 
     code: int
     depth: int
 
 
-@dataclass(frozen=True)
-class BeginReply:
+class BeginReply(NamedTuple):
     """BEGIN: ``code`` is the new lease token (> 0), 0 nothing waits, -1 busy, -2 held; then the head entry, the
     state blob and version, the attempts counted at the head and the entries after the head that were asked for
     (``peek``)."""
@@ -215,8 +213,7 @@ class BeginReply:
     journal: bool  # the turn journal holds entries
 
 
-@dataclass(frozen=True)
-class ClaimReply:
+class ClaimReply(NamedTuple):
     """A claim of the outbox head: ``code`` 1 (or a delivery token, when the claim started a delivery) with the
     head entry, its next part, whether that part was left in flight and when the player last wrote (ms, None when
     no message is known), read in the same step; 0 nothing to send; negative refused."""
@@ -228,13 +225,12 @@ class ClaimReply:
     inbound_ms: int | None
 
     @classmethod
-    def parse(cls, res: list[Any]) -> ClaimReply:
+    def parse(cls, res: Sequence[Any]) -> ClaimReply:
         return cls(int(res[0]), _opt(res[1]), int(res[2] or 0), int(res[3] or 0) == 1,
                    None if res[4] is None else int(res[4]))
 
 
-@dataclass(frozen=True)
-class CommitReply:
+class CommitReply(NamedTuple):
     """COMMIT: ``code`` is the new version (or a refusal), ``extra`` the depth left (or the current version on a
     refusal); then either ``released`` (with the delivery the commit started, if any) or the next input."""
 
@@ -249,16 +245,14 @@ class CommitReply:
     tag: str  # the stored state's tag after the commit
 
 
-@dataclass(frozen=True)
-class VersionReply:
+class VersionReply(NamedTuple):
     """QUARANTINE: ``code`` is the new version or a refusal, ``version`` the version found on a refusal."""
 
     code: int
     version: int
 
 
-@dataclass(frozen=True)
-class PaceReply:
+class PaceReply(NamedTuple):
     """PACE: ``reserved`` when the send may go after ``wait_us`` (its slot is taken); else nothing was taken: the
     recipient must wait ``wait_us`` first, or the number's slot is further away than the caller would sleep. ``by``:
     the limit that set the wait (0 none, 1 the number, 2 the recipient)."""
@@ -268,8 +262,7 @@ class PaceReply:
     by: int
 
 
-@dataclass(frozen=True)
-class RecordReply:
+class RecordReply(NamedTuple):
     """RECORD_STEP: ``code`` 1 recorded, -1 the fence moved, -3 the input left the head, -4 the journal is full;
     ``entries`` in the journal after it."""
 
@@ -277,8 +270,7 @@ class RecordReply:
     entries: int
 
 
-@dataclass(frozen=True)
-class StatusReply:
+class StatusReply(NamedTuple):
     """RECORD_STATUS: whether the message's status moved forward, the latest status kept for it, and whether the
     status was kept for the reply part it names because that part is still in flight."""
 
@@ -287,8 +279,7 @@ class StatusReply:
     for_part: bool
 
 
-@dataclass(frozen=True)
-class InflightReply:
+class InflightReply(NamedTuple):
     """INFLIGHT_OUTCOME: ``code`` 1 with the status kept for the part in flight (or None), its provider message id
     and the ms since a deliverer first found it left in flight; 0 the part is not in flight; -1 / -3 refused."""
 
