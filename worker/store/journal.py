@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from worker.errors import StaleLeaseError
 from worker.store.base import JournalRead, StoreBase, store_errors
+from worker.store.codes import Refusal, refused
 
 
 class JournalStore(StoreBase):
@@ -65,8 +65,6 @@ class JournalStore(StoreBase):
         """One fenced journal entry (RECORD_STEP): ``False`` when the journal is full."""
         res = self._scripts.record_step(k=self.keys(cid), token=token, input_id=input_id, field=field, entry=entry,
                                         max_entries=self.limits.journal_max, ttl_ms=self.limits.idle_ttl_ms)
-        if res.code == -1:
-            raise StaleLeaseError(f"lease on {cid} was taken over; journal entry refused")
-        if res.code == -3:
-            raise StaleLeaseError(f"input {input_id} of {cid} is no longer at the head of the mailbox")
+        if res.code < 0 and res.code != Refusal.JOURNAL_FULL:
+            raise refused(res.code, cid=cid, step="journal entry", item=input_id)
         return res.code == 1

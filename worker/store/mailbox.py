@@ -8,7 +8,7 @@ from collections.abc import Sequence
 
 import msgpack
 
-from worker.errors import InboxFullError, StaleLeaseError
+from worker.errors import InboxFullError
 from worker.store.base import (
     AcceptResult,
     Begin,
@@ -22,6 +22,7 @@ from worker.store.base import (
     store_errors,
     utc_day,
 )
+from worker.store.codes import Accepted, Idle, Refusal, refused
 from worker.store.scripts import CommitReply
 
 
@@ -48,9 +49,10 @@ class MailboxStore(StoreBase):
             k=k, pending=None if self._cluster else self.g.pending, ttl_keys=self._ttl_keys(k), input_id=input_id,
             entry=join_entry(input_id, envelope), now_ms=now, max_inbox=limit, dedupe_max=self.limits.dedupe_max_ids,
             dedupe_ms=self.limits.dedupe_ms, ttl_ms=self.limits.idle_ttl_ms, inbound=inbound)
-        if res.code < 0:
+        if res.code == Accepted.FULL:
             raise InboxFullError(f"conversation {cid} has {res.depth} inputs waiting; the limit is {limit}")
-        return AcceptResult(accepted=res.code == 1, duplicate=res.code == 0, depth=res.depth)
+        return AcceptResult(accepted=res.code == Accepted.ACCEPTED, duplicate=res.code == Accepted.DUPLICATE,
+                            depth=res.depth)
 
     @store_errors
     def begin(self, cid: str, lease_ms: int, *, peek: int = 0, have: str = "") -> Begin:
@@ -61,7 +63,7 @@ class MailboxStore(StoreBase):
         (``snapshot.state`` is None and ``snapshot.tag`` equals ``have``)."""
         res = self._scripts.begin(k=self.keys(cid), lease_ms=lease_ms, peek=peek, have=have)
         if res.code <= 0:
-            return Begin({0: "empty", -1: "busy", -2: "held"}[res.code])
+            return Begin(_IDLE[Idle(res.code)])
         input_id, payload = split_entry(res.entry or b"")
         return Begin("ok", res.code, Snapshot(payload, input_id, res.blob, res.version, _split_all(res.after),
                                               res.tag, res.journal), res.attempts)
@@ -84,7 +86,7 @@ class MailboxStore(StoreBase):
         Raises :class:`~worker.errors.StaleLeaseError`, changing nothing, when the lease is no longer ours.
         """
         if not self._scripts.defer(k=self.keys(cid), token=token, input_id=input_id, hold_ms=hold_ms):
-            raise StaleLeaseError(f"lease on {cid} was taken over; defer refused")
+            raise refused(Refusal.FENCE_MOVED, cid=cid, step="defer")
 
     @store_errors
     def note_retry(self, cid: str, token: int, input_id: str, *, bad_response: bool = False) -> int:
@@ -94,7 +96,7 @@ class MailboxStore(StoreBase):
         n = self._scripts.note_retry(k=self.keys(cid), token=token, input_id=input_id,
                                      counter="bad" if bad_response else "retries")
         if n < 0:
-            raise StaleLeaseError(f"lease on {cid} was taken over")
+            raise refused(n, cid=cid)
         return n
 
     @store_errors
@@ -137,12 +139,8 @@ class MailboxStore(StoreBase):
 
     @staticmethod
     def _commit_result(cid: str, input_id: str, new_state: bytes | None, res: CommitReply) -> CommitResult:
-        if res.code == -1:
-            raise StaleLeaseError(f"lease on {cid} was taken over; commit refused")
-        if res.code == -2:
-            raise StaleLeaseError(f"state of {cid} moved to version {res.extra}; commit refused")
-        if res.code == -3:
-            raise StaleLeaseError(f"input {input_id} of {cid} is no longer at the head of the mailbox")
+        if res.code < 0:
+            raise refused(res.code, cid=cid, step="commit", item=input_id, version=res.extra)
         if res.released:
             d = res.delivery
             delivery = (d.code, claimed(d)) if d.code > 0 else None
@@ -176,7 +174,7 @@ class MailboxStore(StoreBase):
         res = self._scripts.quarantine(k=self.keys(cid), token=token, expected_version=expected_version,
                                        record=record, max_kept=self.limits.quarantine_max)
         if res.code < 0:
-            raise StaleLeaseError(f"lease or state of {cid} moved; quarantine refused")
+            raise refused(res.code, cid=cid, step="quarantine", version=res.version)
         return res.code
 
     @store_errors
@@ -198,6 +196,9 @@ class MailboxStore(StoreBase):
     @store_errors
     def clear_compacting(self, cid: str) -> None:
         self._r.delete(self.keys(cid).compacting)
+
+
+_IDLE = {Idle.EMPTY: "empty", Idle.BUSY: "busy", Idle.HELD: "held"}  # Begin's status when no lease was taken
 
 
 def _split_all(entries: list[bytes]) -> tuple[tuple[str, bytes], ...]:

@@ -3,9 +3,9 @@ delivery token; every send is marked in flight before it and sent after it, so a
 
 from __future__ import annotations
 
-from worker.errors import StaleLeaseError
 from worker.record import entries
 from worker.store.base import InflightOutcome, OutboxHead, StoreBase, claimed, store_errors
+from worker.store.codes import refused
 from worker.store.scripts import ClaimReply
 
 
@@ -43,13 +43,14 @@ class OutboxStore(StoreBase):
     @staticmethod
     def _claim_result(cid: str, res: ClaimReply) -> OutboxHead | None:
         if res.code < 0:
-            raise StaleLeaseError(f"delivery lease on {cid} was taken over")
+            raise refused(res.code, cid=cid, lease="delivery lease")
         return claimed(res) if res.code == 1 else None
 
     @store_errors
     def mark_inflight(self, cid: str, token: int, reply_id: str, part: int) -> None:
-        if self._scripts.mark_inflight(k=self.keys(cid), token=token, reply_id=reply_id, part=part) < 0:
-            raise StaleLeaseError(f"delivery lease on {cid} was taken over")
+        code = self._scripts.mark_inflight(k=self.keys(cid), token=token, reply_id=reply_id, part=part)
+        if code < 0:
+            raise refused(code, cid=cid, lease="delivery lease")
 
     @store_errors
     def inflight_outcome(self, cid: str, token: int, reply_id: str, part: int) -> InflightOutcome:
@@ -60,7 +61,7 @@ class OutboxStore(StoreBase):
         Raises :class:`~worker.errors.StaleLeaseError` when the delivery fence moved or the reply left the head."""
         res = self._scripts.inflight_outcome(k=self.keys(cid), token=token, reply_id=reply_id, part=part)
         if res.code < 0:
-            raise StaleLeaseError(f"delivery of {reply_id} on {cid} was taken over")
+            raise refused(res.code, cid=cid, lease=f"delivery of {reply_id}")
         return InflightOutcome(res.status, res.provider_id, res.waited_ms)
 
     @store_errors
@@ -72,9 +73,10 @@ class OutboxStore(StoreBase):
                   lease_ms: int = 180_000) -> None:
         """Record a sent part that is not the reply's last (and its provider message id); the last one goes
         through :meth:`sent_last_claim_next`, which also takes the reply out of the outbox."""
-        if self._scripts.mark_sent(k=self.keys(cid), token=token, reply_id=reply_id, part=part,
-                                   provider_id=provider_id, lease_ms=lease_ms) < 0:
-            raise StaleLeaseError(f"delivery of {reply_id} on {cid} was taken over")
+        code = self._scripts.mark_sent(k=self.keys(cid), token=token, reply_id=reply_id, part=part,
+                                       provider_id=provider_id, lease_ms=lease_ms)
+        if code < 0:
+            raise refused(code, cid=cid, lease=f"delivery of {reply_id}")
 
     @store_errors
     def renew_delivery_lease(self, cid: str, token: int, lease_ms: int) -> bool:
@@ -93,7 +95,7 @@ class OutboxStore(StoreBase):
         """
         n = self._scripts.note_delivery_failure(k=self.keys(cid), token=token, reply_id=reply_id)
         if n < 0:
-            raise StaleLeaseError(f"delivery of {reply_id} on {cid} was taken over")
+            raise refused(n, cid=cid, lease=f"delivery of {reply_id}")
         return n
 
     @store_errors
@@ -102,9 +104,10 @@ class OutboxStore(StoreBase):
         durable record)."""
         self._r.zadd(self.g.dead_index, {cid: self._now_ms()})  # index first, as in commit
         record = self._record_args(cid, self._entry(entries.failed, cid, reply_id, reason))
-        if self._scripts.dead_reply(k=self.keys(cid), token=token, reply_id=reply_id, dead_entry=dead,
-                                    dead_max=self.limits.dead_max, record=record) < 0:
-            raise StaleLeaseError(f"delivery of {reply_id} on {cid} was taken over")
+        code = self._scripts.dead_reply(k=self.keys(cid), token=token, reply_id=reply_id, dead_entry=dead,
+                                        dead_max=self.limits.dead_max, record=record)
+        if code < 0:
+            raise refused(code, cid=cid, lease=f"delivery of {reply_id}")
 
     @store_errors
     def release_delivery(self, cid: str, token: int) -> None:

@@ -1,11 +1,11 @@
 """The durable record's read side in Redis: what the exporter takes from the record streams, and when it may let
 go of it.
 
-The scripts append (see ``APPEND_RECORD`` in :mod:`worker.store.lua`); this part reads a batch oldest first, and
-deletes exactly the entries whose rows the database committed (``XDEL`` by id: entries appended meanwhile, or a
-batch another exporter is still writing, are not touched). Reading is not claiming: two exporters on one stream
-would write the same rows twice, which the rows' unique keys make harmless, so one exporter per deployment is
-enough and more are safe.
+The scripts append (see ``append_record`` in worker/store/lua/include/append_record.lua); this part reads a batch
+oldest first, and deletes exactly the entries whose rows the database committed (``XDEL`` by id: entries appended
+meanwhile, or a batch another exporter is still writing, are not touched). Reading is not claiming: two exporters on
+one stream would write the same rows twice, which the rows' unique keys make harmless, so one exporter per
+deployment is enough and more are safe.
 """
 
 from __future__ import annotations

@@ -20,6 +20,7 @@ replicas would need their own WAIT).
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,7 +37,7 @@ class Replication:
     replicas: int = 0
     timeout_ms: int = 1000
 
-    def call(self, client: Any, script: Any, *, keys: list[Any], args: list[Any], what: str) -> Any:
+    def call(self, client: Any, script: Any, *, keys: Sequence[Any], args: Sequence[Any], what: str) -> Any:
         """Run a registered script, then (when waiting) WAIT on the same connection; returns the script's reply."""
         if self.replicas <= 0:
             return script(keys=keys, args=args)

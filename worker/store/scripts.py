@@ -1,4 +1,4 @@
-"""One Python wrapper per Lua script of :mod:`worker.store.lua`.
+"""One Python wrapper per Lua script of :mod:`worker.store.lua` (the files of worker/store/lua/).
 
 The wrappers are the only place that knows a script's KEYS order, ARGV order and result layout: callers pass
 named arguments and get a typed result back, so adding an argument cannot silently shift the others, and a result
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from worker.store import lua
 from worker.store.direct import register
@@ -25,6 +25,161 @@ def _text(value: Any) -> str | None:
     return None if value is None else bytes(value).decode("utf-8", "replace")
 
 
+# The positional protocols of the long scripts, named: each tuple's fields are the script's KEYS or ARGV in the order
+# its header binds them (tests/store/test_lua_files.py holds every tuple of SIGNATURES to its file's header), and a
+# tuple is sent as it is. A list of variable length (the burst's ids, the keys set to expire) follows after it.
+
+
+class AcceptArgs(NamedTuple):
+    id: str
+    entry: bytes
+    now_ms: int
+    max_inbox: int
+    dedupe_max: int
+    dedupe_ms: int
+    ttl_ms: int
+    pending_member: str
+    inbound_flag: str
+
+
+class BeginKeys(NamedTuple):
+    hold: str
+    inbox: str
+    lease: str
+    fence: str
+    state: str
+    attempts: str
+    journal: str
+
+
+class CommitKeys(NamedTuple):
+    fence: str
+    state: str
+    inbox: str
+    attempts: str
+    outbox: str
+    trace: str
+    dead: str
+    lease: str
+    dlease: str
+    dfence: str
+    sent: str
+    journal: str
+    record_stream: str
+    record_dropped: str
+    usage: str
+    inbound: str
+
+
+class CommitArgs(NamedTuple):
+    token: int
+    expected_version: int
+    input_id: str
+    mode: str
+    blob: bytes
+    reply_entry: bytes
+    trace_entry: bytes
+    dead_entry: bytes
+    lease_ms: int
+    trace_max: int
+    dead_max: int
+    ttl_ms: int
+    claim_ms: str
+    peek: int
+    record_entry: bytes
+    record_max: int
+    usage_day: str
+    tokens: int
+
+
+class SentLastKeys(NamedTuple):
+    dfence: str
+    outbox: str
+    sent: str
+    delivered: str
+    dlease: str
+    record_stream: str
+    record_dropped: str
+    inbound: str
+
+
+class SentLastArgs(NamedTuple):
+    token: int
+    reply_id: str
+    provider_id: str
+    delivered_max: int
+    lease_ms: int
+    record_entry: bytes
+    record_max: int
+
+
+class DeadReplyKeys(NamedTuple):
+    dfence: str
+    outbox: str
+    sent: str
+    dead: str
+    record_stream: str
+    record_dropped: str
+
+
+class DeadReplyArgs(NamedTuple):
+    token: int
+    reply_id: str
+    dead_entry: bytes
+    dead_max: int
+    record_entry: bytes
+    record_max: int
+
+
+class RecordStatusKeys(NamedTuple):
+    statuses: str
+    statusorder: str
+    sent: str
+    record_stream: str
+    record_dropped: str
+
+
+class RecordStatusArgs(NamedTuple):
+    provider_id: str
+    status: str
+    detail: str
+    max_kept: int
+    reply_id: str
+    part: int
+    record_entry: bytes
+    record_max: int
+
+
+class DeleteArgs(NamedTuple):
+    now_ms: int
+    tomb_ms: int
+    tomb_max: int
+    record_id: str
+    record_entry: bytes
+    record_max: int
+
+
+class PaceArgs(NamedTuple):
+    number_interval_us: int
+    number_tolerance_us: int
+    recipient_interval_us: int
+    recipient_tolerance_us: int
+    max_wait_us: int
+
+
+# script -> (its KEYS tuple, its ARGV tuple); None where the wrapper's list is short enough to read at a glance.
+SIGNATURES: dict[str, tuple[type[tuple[Any, ...]] | None, type[tuple[Any, ...]] | None]] = {
+    "accept": (None, AcceptArgs),
+    "begin": (BeginKeys, None),
+    "commit": (CommitKeys, CommitArgs),
+    "sent_last_claim_next": (SentLastKeys, SentLastArgs),
+    "dead_reply": (DeadReplyKeys, DeadReplyArgs),
+    "record_status": (RecordStatusKeys, RecordStatusArgs),
+    "delete_keeping_tombstone": (None, DeleteArgs),
+    "pace": (None, PaceArgs),
+}
+
+
 @dataclass(frozen=True)
 class RecordArgs:
     """Where a script appends the durable record of what it did, and that record: ``entry`` empty or ``max`` 0
@@ -36,16 +191,14 @@ class RecordArgs:
     entry: bytes = b""
 
 
-@dataclass(frozen=True)
-class AcceptReply:
+class AcceptReply(NamedTuple):
     """ACCEPT: ``code`` 1 accepted, 0 a duplicate id, -1 the mailbox is full; ``depth`` after it."""
 
     code: int
     depth: int
 
 
-@dataclass(frozen=True)
-class BeginReply:
+class BeginReply(NamedTuple):
     """BEGIN: ``code`` is the new lease token (> 0), 0 nothing waits, -1 busy, -2 held; then the head entry, the
     state blob and version, the attempts counted at the head and the entries after the head that were asked for
     (``peek``)."""
@@ -60,8 +213,7 @@ class BeginReply:
     journal: bool  # the turn journal holds entries
 
 
-@dataclass(frozen=True)
-class ClaimReply:
+class ClaimReply(NamedTuple):
     """A claim of the outbox head: ``code`` 1 (or a delivery token, when the claim started a delivery) with the
     head entry, its next part, whether that part was left in flight and when the player last wrote (ms, None when
     no message is known), read in the same step; 0 nothing to send; negative refused."""
@@ -73,13 +225,12 @@ class ClaimReply:
     inbound_ms: int | None
 
     @classmethod
-    def parse(cls, res: list[Any]) -> ClaimReply:
+    def parse(cls, res: Sequence[Any]) -> ClaimReply:
         return cls(int(res[0]), _opt(res[1]), int(res[2] or 0), int(res[3] or 0) == 1,
                    None if res[4] is None else int(res[4]))
 
 
-@dataclass(frozen=True)
-class CommitReply:
+class CommitReply(NamedTuple):
     """COMMIT: ``code`` is the new version (or a refusal), ``extra`` the depth left (or the current version on a
     refusal); then either ``released`` (with the delivery the commit started, if any) or the next input."""
 
@@ -94,16 +245,14 @@ class CommitReply:
     tag: str  # the stored state's tag after the commit
 
 
-@dataclass(frozen=True)
-class VersionReply:
+class VersionReply(NamedTuple):
     """QUARANTINE: ``code`` is the new version or a refusal, ``version`` the version found on a refusal."""
 
     code: int
     version: int
 
 
-@dataclass(frozen=True)
-class PaceReply:
+class PaceReply(NamedTuple):
     """PACE: ``reserved`` when the send may go after ``wait_us`` (its slot is taken); else nothing was taken: the
     recipient must wait ``wait_us`` first, or the number's slot is further away than the caller would sleep. ``by``:
     the limit that set the wait (0 none, 1 the number, 2 the recipient)."""
@@ -113,8 +262,7 @@ class PaceReply:
     by: int
 
 
-@dataclass(frozen=True)
-class RecordReply:
+class RecordReply(NamedTuple):
     """RECORD_STEP: ``code`` 1 recorded, -1 the fence moved, -3 the input left the head, -4 the journal is full;
     ``entries`` in the journal after it."""
 
@@ -122,8 +270,7 @@ class RecordReply:
     entries: int
 
 
-@dataclass(frozen=True)
-class StatusReply:
+class StatusReply(NamedTuple):
     """RECORD_STATUS: whether the message's status moved forward, the latest status kept for it, and whether the
     status was kept for the reply part it names because that part is still in flight."""
 
@@ -132,8 +279,7 @@ class StatusReply:
     for_part: bool
 
 
-@dataclass(frozen=True)
-class InflightReply:
+class InflightReply(NamedTuple):
     """INFLIGHT_OUTCOME: ``code`` 1 with the status kept for the part in flight (or None), its provider message id
     and the ms since a deliverer first found it left in flight; 0 the part is not in flight; -1 / -3 refused."""
 
@@ -179,13 +325,13 @@ class Scripts:
         keys = [k.inbox, k.seen, k.tomb, k.inbound, *([pending] if pending else []), *ttl_keys]
         code, depth = self._replication.call(
             self._client, self._accept, keys=keys, what="accept",
-            args=[input_id, entry, now_ms, max_inbox, dedupe_max, dedupe_ms, ttl_ms, k.cid if pending else "",
-                  "1" if inbound else ""])
+            args=AcceptArgs(input_id, entry, now_ms, max_inbox, dedupe_max, dedupe_ms, ttl_ms,
+                            pending_member=k.cid if pending else "", inbound_flag="1" if inbound else ""))
         return AcceptReply(int(code), int(depth))
 
     def begin(self, *, k: ConversationKeys, lease_ms: int, peek: int = 0, have: str = "") -> BeginReply:
         """``have``: the tag of the state the caller holds decoded ('' none); that blob is not sent again."""
-        res = self._begin(keys=[k.hold, k.inbox, k.lease, k.fence, k.state, k.attempts, k.journal],
+        res = self._begin(keys=BeginKeys(k.hold, k.inbox, k.lease, k.fence, k.state, k.attempts, k.journal),
                           args=[lease_ms, peek, have])
         return BeginReply(int(res[0]), _opt(res[1]), _opt(res[2]), int(res[3] or 0), int(res[4] or 0),
                           [bytes(e) for e in res[5] or ()], _text(res[6]) or "", int(res[7] or 0) == 1)
@@ -197,11 +343,11 @@ class Scripts:
         """``also``: the ids of the inputs after the head that the same turn applied (a burst), in mailbox order."""
         res = self._replication.call(
             self._client, self._commit, what="commit",
-            keys=[k.fence, k.state, k.inbox, k.attempts, k.outbox, k.trace, k.dead, k.lease, k.dlease, k.dfence,
-                  k.sent, k.journal, record.stream, record.dropped, k.usage, k.inbound],
-            args=[token, expected_version, input_id, mode, blob, reply_entry, trace_entry, dead_entry, lease_ms,
-                  trace_max, dead_max, ttl_ms, str(claim_ms) if claim_ms > 0 else "", peek, record.entry,
-                  record.max, usage_day if tokens > 0 else "", tokens, *also])
+            keys=CommitKeys(k.fence, k.state, k.inbox, k.attempts, k.outbox, k.trace, k.dead, k.lease, k.dlease,
+                            k.dfence, k.sent, k.journal, record.stream, record.dropped, k.usage, k.inbound),
+            args=(*CommitArgs(token, expected_version, input_id, mode, blob, reply_entry, trace_entry, dead_entry,
+                              lease_ms, trace_max, dead_max, ttl_ms, str(claim_ms) if claim_ms > 0 else "", peek,
+                              record.entry, record.max, usage_day if tokens > 0 else "", tokens), *also))
         return CommitReply(int(res[0]), int(res[1]), int(res[2]) == 1, _opt(res[3]), int(res[4] or 0),
                            _opt(res[5]), ClaimReply.parse([*res[6:10], res[12]]), [bytes(e) for e in res[10] or ()],
                            _text(res[11]) or "")
@@ -255,8 +401,9 @@ class Scripts:
                              delivered_max: int, lease_ms: int, record: RecordArgs) -> ClaimReply:
         return ClaimReply.parse(self._replication.call(
             self._client, self._sent_last, what="sent",
-            keys=[k.dfence, k.outbox, k.sent, k.delivered, k.dlease, record.stream, record.dropped, k.inbound],
-            args=[token, reply_id, provider_id, delivered_max, lease_ms, record.entry, record.max]))
+            keys=SentLastKeys(k.dfence, k.outbox, k.sent, k.delivered, k.dlease, record.stream, record.dropped,
+                              k.inbound),
+            args=SentLastArgs(token, reply_id, provider_id, delivered_max, lease_ms, record.entry, record.max)))
 
     def mark_inflight(self, *, k: ConversationKeys, token: int, reply_id: str, part: int) -> int:
         return int(self._replication.call(self._client, self._mark_inflight, keys=[k.dfence, k.sent],
@@ -272,8 +419,9 @@ class Scripts:
 
     def dead_reply(self, *, k: ConversationKeys, token: int, reply_id: str, dead_entry: bytes, dead_max: int,
                    record: RecordArgs) -> int:
-        return int(self._dead_reply(keys=[k.dfence, k.outbox, k.sent, k.dead, record.stream, record.dropped],
-                                    args=[token, reply_id, dead_entry, dead_max, record.entry, record.max]))
+        return int(self._dead_reply(
+            keys=DeadReplyKeys(k.dfence, k.outbox, k.sent, k.dead, record.stream, record.dropped),
+            args=DeadReplyArgs(token, reply_id, dead_entry, dead_max, record.entry, record.max)))
 
     def inflight_outcome(self, *, k: ConversationKeys, token: int, reply_id: str, part: int) -> InflightReply:
         code, status, provider_id, waited = self._inflight_outcome(keys=[k.dfence, k.outbox, k.sent],
@@ -290,8 +438,8 @@ class Scripts:
              recipient_interval_us: int, recipient_tolerance_us: int, max_wait_us: int) -> PaceReply:
         """An interval of 0 turns its limit off."""
         res = self._pace(keys=[k.rate, k.recipient(recipient)],
-                         args=[rate_interval_us, rate_tolerance_us, recipient_interval_us, recipient_tolerance_us,
-                               max_wait_us])
+                         args=PaceArgs(rate_interval_us, rate_tolerance_us, recipient_interval_us,
+                                       recipient_tolerance_us, max_wait_us))
         return PaceReply(int(res[0]) == 1, int(res[1]), int(res[2]))
 
     # --- admin -------------------------------------------------------------------------------------
@@ -300,8 +448,9 @@ class Scripts:
                       reply_id: str | None, part: int, record: RecordArgs) -> StatusReply:
         """``reply_id`` and ``part``: the reply part the status names (from the callback data), if any."""
         moved, latest, for_part = self._record_status(
-            keys=[k.statuses, k.statusorder, k.sent, record.stream, record.dropped],
-            args=[provider_id, status, detail, max_kept, reply_id or "", part, record.entry, record.max])
+            keys=RecordStatusKeys(k.statuses, k.statusorder, k.sent, record.stream, record.dropped),
+            args=RecordStatusArgs(provider_id, status, detail, max_kept, reply_id or "", part, record.entry,
+                                  record.max))
         return StatusReply(int(moved) == 1, _text(latest) or "", int(for_part) == 1)
 
     def replay(self, *, dead: str, target: str, index: int, expected: bytes, entry: bytes) -> bool:
@@ -315,6 +464,6 @@ class Scripts:
         """Delete every key of the conversation but its tombstone; returns the ids the tombstone holds and the
         delete record's stream id (``None`` when the record is off)."""
         keys = [k.tomb, record.stream, record.dropped, k.seen, *(key for key in k.all() if key != k.seen)]
-        held, recorded = self._delete(keys=keys, args=[now_ms, tomb_ms, tomb_max, f"d:{k.cid}:{now_ms}",
-                                                       record.entry, record.max])
+        held, recorded = self._delete(keys=keys, args=DeleteArgs(now_ms, tomb_ms, tomb_max, f"d:{k.cid}:{now_ms}",
+                                                                 record.entry, record.max))
         return int(held), bytes(recorded) if recorded else None

@@ -1,0 +1,57 @@
+-- ACCEPT: append one input to the conversation's mailbox, unless its id was accepted before.
+-- KEYS: inbox, seen, tomb, inbound, then rest: the pending zset (when pending_member is set), then every key of the
+--       conversation when an idle TTL is set
+-- ARGV: id, entry, now_ms, max_inbox, dedupe_max, dedupe_ms, ttl_ms, pending_member ('' on a Cluster, where the
+--       pending zset lives in another slot and the caller adds to it separately), inbound_flag ('1' when the input
+--       is a message the player sent)
+-- Returns: {ACCEPTED | DUPLICATE | FULL, the mailbox's depth}
+-- An id in the tombstone of a deleted conversation is a duplicate too (the tombstone has its own expiry).
+-- The player's message opens WhatsApp's customer-service window: its first acceptance records the time (a
+-- duplicate, e.g. Meta's retry of the webhook, does not move it; a refusal for a full mailbox does, since the player
+-- wrote all the same), and the time only moves forward, whatever order producers' calls land in.
+--! include tail
+--! include codes
+local inbox = KEYS[1]
+local seen = KEYS[2]
+local tomb = KEYS[3]
+local inbound = KEYS[4]
+local rest = tail(KEYS, 5)
+local id = ARGV[1]
+local entry = ARGV[2]
+local now_ms = ARGV[3]
+local max_inbox = ARGV[4]
+local dedupe_max = ARGV[5]
+local dedupe_ms = ARGV[6]
+local ttl_ms = ARGV[7]
+local pending_member = ARGV[8]
+local inbound_flag = ARGV[9]
+
+local first_ttl = 1
+if pending_member ~= '' then
+  redis.call('ZADD', rest[1], tonumber(now_ms), pending_member)
+  first_ttl = 2
+end
+if redis.call('ZSCORE', seen, id) or redis.call('ZSCORE', tomb, id) then
+  return {DUPLICATE, redis.call('LLEN', inbox)}
+end
+local now = tonumber(now_ms)
+if inbound_flag == '1' and now > tonumber(redis.call('GET', inbound) or '0') then
+  redis.call('SET', inbound, now_ms)
+end
+local n = redis.call('LLEN', inbox)
+if n >= tonumber(max_inbox) then
+  return {FULL, n}
+end
+redis.call('ZADD', seen, now, id)
+redis.call('RPUSH', inbox, entry)
+redis.call('ZREMRANGEBYSCORE', seen, '-inf', now - tonumber(dedupe_ms))
+local c = redis.call('ZCARD', seen)
+local max = tonumber(dedupe_max)
+if c > max then
+  redis.call('ZREMRANGEBYRANK', seen, 0, c - max - 1)
+end
+local ttl = tonumber(ttl_ms)
+if ttl > 0 then
+  for i = first_ttl, #rest do redis.call('PEXPIRE', rest[i], ttl) end
+end
+return {ACCEPTED, n + 1}

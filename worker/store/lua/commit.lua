@@ -1,0 +1,123 @@
+-- COMMIT: apply one input (or a burst's inputs) atomically and hand back the next one.
+-- KEYS: fence, state, inbox, attempts, outbox, trace, dead, lease, dlease, dfence, sent, journal, record_stream,
+--       record_dropped, usage, inbound
+-- ARGV: token, expected_version, input_id, mode (keep|set|clear), blob, reply_entry, trace_entry, dead_entry,
+--       lease_ms, trace_max, dead_max, ttl_ms, claim_ms ('' or the delivery lease), peek, record_entry ('' none),
+--       record_max, usage_day ('' none), tokens, then also: the ids of the inputs after the head that the same turn
+--       applied (a burst), in mailbox order
+-- Returns: thirteen fields on every path (see answer below): {version or FENCE_MOVED | VERSION_MOVED | NOT_HEAD,
+--          depth or current version, released, next entry, attempts at next, kept blob, delivery token, delivery
+--          head entry, part, crashed, the ``peek`` entries after the next one, the state's tag, the last inbound ms
+--          read by the delivery claim}
+-- ``usage`` counts the conversation's tokens per UTC day (the daily token budget reads it); it keeps three days.
+-- The tag names the blob written: the writer's token and the new version, unique over the conversation's lives
+-- (tokens never repeat, see next_token), so a worker that kept a state decoded knows when it is still the stored one.
+-- The commit hands back the next input (counting an attempt at it), or gives the lease up when there is none:
+-- atomic with the pop, so a producer's push either lands before (and is returned) or finds no lease.
+-- With claim_ms, a commit that empties the mailbox also starts the delivery when nobody delivers: it takes the
+-- delivery lease and claims the outbox head as BEGIN_DELIVERY does, saving the deliverer that round trip.
+--! include tail
+--! include head_id
+--! include fence
+--! include start_delivery
+--! include append_record
+--! include append_capped
+--! include codes
+local fence = KEYS[1]
+local state = KEYS[2]
+local inbox = KEYS[3]
+local attempts = KEYS[4]
+local outbox = KEYS[5]
+local trace = KEYS[6]
+local dead = KEYS[7]
+local lease = KEYS[8]
+local dlease = KEYS[9]
+local dfence = KEYS[10]
+local sent = KEYS[11]
+local journal = KEYS[12]
+local record_stream = KEYS[13]
+local record_dropped = KEYS[14]
+local usage = KEYS[15]
+local inbound = KEYS[16]
+local token = ARGV[1]
+local expected_version = ARGV[2]
+local input_id = ARGV[3]
+local mode = ARGV[4]
+local blob = ARGV[5]
+local reply_entry = ARGV[6]
+local trace_entry = ARGV[7]
+local dead_entry = ARGV[8]
+local lease_ms = ARGV[9]
+local trace_max = ARGV[10]
+local dead_max = ARGV[11]
+local ttl_ms = ARGV[12]
+local claim_ms = ARGV[13]
+local peek = ARGV[14]
+local record_entry = ARGV[15]
+local record_max = ARGV[16]
+local usage_day = ARGV[17]
+local tokens = ARGV[18]
+local also = tail(ARGV, 19)
+
+-- The one shape of the answer: every return goes through it, fields left out are padded.
+local function answer(a)
+  return {a.code, a.extra or 0, a.released or 0, a.next or false, a.attempts or 0, a.blob or false, a.dtoken or 0,
+          a.dhead or false, a.part or 0, a.crashed or 0, a.after or {}, a.tag or '', a.inbound or false}
+end
+
+if not holds(fence, token) then return answer({code = FENCE_MOVED}) end
+local v = tonumber(redis.call('HGET', state, 'version') or '0')
+if v ~= tonumber(expected_version) then return answer({code = VERSION_MOVED, extra = v}) end
+if head_id(redis.call('LINDEX', inbox, 0)) ~= input_id then return answer({code = NOT_HEAD, extra = v}) end
+for i = 1, #also do
+  if head_id(redis.call('LINDEX', inbox, i)) ~= also[i] then return answer({code = NOT_HEAD, extra = v}) end
+end
+local n = #also + 1
+if mode == 'set' then
+  redis.call('HSET', state, 'blob', blob, 'tag', token .. ':' .. (v + 1))
+elseif mode == 'clear' then
+  redis.call('HDEL', state, 'blob', 'tag')
+end
+local tag = redis.call('HGET', state, 'tag') or ''
+redis.call('HSET', state, 'version', v + 1)
+redis.call('LTRIM', inbox, n, -1)
+redis.call('HDEL', attempts, input_id, input_id .. ':retries', input_id .. ':bad')
+for i = 1, #also do redis.call('HDEL', attempts, also[i], also[i] .. ':retries', also[i] .. ':bad') end
+append_record(record_stream, record_dropped, record_max, token .. ':' .. (v + 1), record_entry)
+if usage_day and usage_day ~= '' and tonumber(tokens) > 0 then
+  redis.call('HINCRBY', usage, usage_day, tonumber(tokens))
+  redis.call('PEXPIRE', usage, 259200000)
+end
+redis.call('DEL', journal)  -- the input's turn journal: applied now, so nothing is left to replay
+if reply_entry ~= '' then redis.call('RPUSH', outbox, reply_entry) end
+if trace_entry ~= '' then append_capped(trace, trace_entry, trace_max) end
+if dead_entry ~= '' then append_capped(dead, dead_entry, dead_max) end
+-- The idle TTL: the keys this script writes (the accept of the input, moments ago, set it on all the others).
+local ttl = tonumber(ttl_ms)
+if ttl > 0 then
+  for _, key in ipairs({fence, state, inbox, attempts, outbox, trace, dead, dfence, sent, journal}) do
+    redis.call('PEXPIRE', key, ttl)
+  end
+end
+local depth = redis.call('LLEN', inbox)
+if depth == 0 then
+  redis.call('DEL', lease)
+  if claim_ms ~= '' then
+    local d = start_delivery(dlease, dfence, outbox, sent, claim_ms, inbound)
+    if tonumber(d[1]) > 0 then  -- else: busy, or nothing to send
+      return answer({code = v + 1, released = 1, dtoken = d[1], dhead = d[2], part = d[3], crashed = d[4], tag = tag,
+                     inbound = d[5]})
+    end
+  end
+  return answer({code = v + 1, released = 1, tag = tag})
+end
+redis.call('SET', lease, token, 'PX', lease_ms)
+local nxt = redis.call('LINDEX', inbox, 0)
+local a = redis.call('HINCRBY', attempts, head_id(nxt), 1)
+-- The blob goes back only when the caller does not already have it (mode keep): states can be large.
+local kept = false
+if mode == 'keep' then kept = redis.call('HGET', state, 'blob') end
+local after = {}
+local p = tonumber(peek or '0')
+if p > 0 then after = redis.call('LRANGE', inbox, 1, p) end
+return answer({code = v + 1, extra = depth, next = nxt, attempts = a, blob = kept, after = after, tag = tag})
