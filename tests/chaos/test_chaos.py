@@ -14,14 +14,18 @@ import re
 import signal
 import threading
 import time
+from typing import Any
 
 import msgpack
+import psutil
 import pytest
 import redis
 
 from tests.chaos.harness import Load, Outcome, part_duplicates_beyond_resends, run_scenario, window_hits
 from tests.e2e.conftest import BROKERS, Cluster
+from tests.support.loopback import current_peer_port
 from tests.support.store_kit import raw
+from tests.support.workers import WorkerProcess
 from worker.settings import Settings
 
 pytestmark = pytest.mark.e2e
@@ -67,11 +71,21 @@ def test_sigkill_workers_at_random_moments(cluster: Cluster) -> None:
 
 @BROKERS
 def test_stalled_worker_past_its_lease(cluster: Cluster) -> None:
-    cluster.llm.delay = 0.3  # turns take a while: about three run on each worker at any time, so a stop lands mid-turn
+    cluster.llm.delay = 0.3  # turns take a while, so a worker stopped while the model answers is stopped mid-turn
+    asking: list[int] = []  # the client ports of model requests, newest last
+
+    def note_asker(body: dict[str, Any]) -> None:
+        port = current_peer_port()
+        if port is not None:
+            asking.append(port)
+
+    cluster.llm.on_request = note_asker
 
     def chaos(c: Cluster, stop: threading.Event, out: Outcome) -> None:
         while not stop.wait(1.0):
-            w = random.choice(c.workers)
+            # Stop the worker whose model request is being answered right now: the stop lands mid-turn (a
+            # randomly chosen worker may be idle at that moment, and then nothing is taken over).
+            w = _worker_asking(c, asking) or random.choice(c.workers)
             w.kill(signal.SIGSTOP)
             out.faults += 1
             time.sleep(6.5)  # longer than the 5 s lease: others take its conversations over
@@ -85,6 +99,26 @@ def test_stalled_worker_past_its_lease(cluster: Cluster) -> None:
     report(f"sigstop ({cluster.broker})", out)
     out.assert_safe()
     assert taken_over >= 1, out.line()
+
+
+def _worker_asking(c: Cluster, asking: list[int]) -> WorkerProcess | None:
+    """The worker process that owns the client end of the newest model request still open, if any."""
+    deadline = time.monotonic() + 2.0
+    while time.monotonic() < deadline:
+        if asking and c.llm.in_flight:
+            port = asking[-1]
+            for w in c.workers:
+                if w.proc is None or w.proc.poll() is not None:
+                    continue
+                try:
+                    procs = [psutil.Process(w.proc.pid), *psutil.Process(w.proc.pid).children(recursive=True)]
+                    if any(conn.laddr and conn.laddr.port == port
+                           for p in procs for conn in p.net_connections(kind="tcp")):
+                        return w
+                except psutil.Error:
+                    continue
+        time.sleep(0.02)
+    return None
 
 
 @pytest.mark.parametrize("cluster", [{"env": {"PARLEY_VISIBILITY_TIMEOUT": "2", "PARLEY_BROKER_RESTORE_INTERVAL": "1",

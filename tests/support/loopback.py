@@ -16,6 +16,15 @@ Answer = Callable[[str, dict[str, str], Any], "tuple[int, Any, dict[str, str]] |
 GetAnswer = Callable[[str, dict[str, str]], "tuple[int, Any, dict[str, str]] | None"]
 
 
+_PEER = threading.local()
+
+
+def current_peer_port() -> int | None:
+    """Inside an ``answer`` callback: the TCP port of the client whose request is being answered (a test maps it
+    to the worker process that sent the request)."""
+    return getattr(_PEER, "port", None)
+
+
 class _Server(ThreadingHTTPServer):
     request_queue_size = 1024  # the default backlog of 5 refuses connections under a burst
     daemon_threads = True
@@ -40,6 +49,7 @@ class LoopbackServer:
                 if len(raw) < length:  # the client died mid-body (a killed worker): nothing was really sent
                     self.close_connection = True
                     return
+                _PEER.port = self.client_address[1]
                 result = answer(self.path, {k.lower(): v for k, v in self.headers.items()}, json.loads(raw or b"{}"))
                 if result is None:
                     self.close_connection = True
