@@ -88,7 +88,9 @@ def test_stalled_worker_past_its_lease(cluster: Cluster) -> None:
             w = _worker_asking(c, asking) or random.choice(c.workers)
             w.kill(signal.SIGSTOP)
             out.faults += 1
-            time.sleep(6.5)  # longer than the 5 s lease: others take its conversations over
+            # Longer than the 5 s lease plus the 5 s sweep interval: the sweeper (or a new input's wake-up) has
+            # handed its conversation to another worker before it wakes.
+            time.sleep(11.5)
             w.kill(signal.SIGCONT)
 
     # The producer starts once every worker is up, so that the first stop lands on a worker with conversations.
