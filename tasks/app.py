@@ -1,8 +1,8 @@
 """The Celery app: msgpack only, late acks, prefetch 1, time limits; on Redis a visibility timeout above them, on
 RabbitMQ a quorum queue and publisher confirms (:mod:`worker.broker`).
 
-``celery -A tasks worker --pool gevent --concurrency 1000`` runs a worker (see the Procfile and the README's
-"Pool" for why: a turn waiting on the model holds no CPU, and greenlets switch far more cheaply than threads
+``celery -A tasks worker --pool gevent --concurrency 1000`` runs a worker (see the Procfile and docs/scaling.md,
+"A worker process", for why: a turn waiting on the model holds no CPU, and greenlets switch far more cheaply than threads
 fighting over the GIL). ``--pool threads`` works too.
 """
 

@@ -1,7 +1,7 @@
 """Prometheus metrics. Each worker process serves them when ``PARLEY_METRICS_PORT`` is set.
 
 Celery's prefork children are separate processes: set ``PROMETHEUS_MULTIPROC_DIR`` to aggregate them, or
-run the threads/gevent pool (one process) as the README recommends.
+run the threads/gevent pool (one process) as docs/scaling.md recommends.
 """
 
 from __future__ import annotations

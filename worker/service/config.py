@@ -92,6 +92,6 @@ def observe_round_trip(rt: RoundTrip) -> None:
 
 def count_pinned_dropped(n: int) -> None:
     """Count pinned items a committed state lost to the pinned cap (``Chat.max_pinned``) or the size bound:
-    the README promises pinned events survive compaction, so each time they do not must be visible."""
+    docs/configuration.md (memory policy) promises pinned events survive compaction, so each time they do not must be visible."""
     if n:
         metrics.PINNED_DROPPED.inc(n)
