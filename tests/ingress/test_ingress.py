@@ -35,11 +35,9 @@ def sign(raw: bytes, secret: str = SECRET) -> str:
 
 
 def fixture_payload(name: str) -> dict[str, Any]:
-    payload: dict[str, Any] = fresh(shared_payload(name))
+    payload: dict[str, Any] = as_if_sent_now(shared_payload(name))
     return payload
 
-
-fresh = as_if_sent_now
 
 
 def meta_bytes(payload: Any) -> bytes:

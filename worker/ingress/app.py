@@ -61,9 +61,6 @@ from worker.store.base import StatusRecorded
 
 log = logging.getLogger("parley.ingress")
 
-#: Meta batches at most 1000 updates per POST; a body far above that is not Meta (PARLEY_WEBHOOK_MAX_BODY_BYTES).
-DEFAULT_MAX_BODY_BYTES = 8 * 1024 * 1024
-
 
 class IngressStore(Protocol):
     """What the ingress needs of the store (``ConversationStore`` has it)."""
@@ -279,13 +276,14 @@ LARGE_BODY_BYTES = 256 * 1024
 
 
 def create_app(client: ConversationClient, store: IngressStore, *, app_secret: str, verify_token: str,
-               max_body_bytes: int = DEFAULT_MAX_BODY_BYTES, location_as: LocationAs = "event",
+               max_body_bytes: int | None = None, location_as: LocationAs = "event",
                unsupported_reply: str | None = None, refused_reply: str | None = None,
                max_age_seconds: float | None = None) -> Starlette:
     """An ingress bound to a producer client and a store (tests pass fakeredis-backed ones). ``location_as``,
-    ``unsupported_reply``, ``refused_reply`` and ``max_age_seconds`` are ``PARLEY_LOCATION_AS``,
-    ``PARLEY_UNSUPPORTED_REPLY``, ``PARLEY_REFUSED_REPLY`` and ``PARLEY_WEBHOOK_MAX_AGE_SECONDS`` (default: the
-    settings' defaults; a max age of 0 turns the age check off)."""
+    ``unsupported_reply``, ``refused_reply``, ``max_age_seconds`` and ``max_body_bytes`` are ``PARLEY_LOCATION_AS``,
+    ``PARLEY_UNSUPPORTED_REPLY``, ``PARLEY_REFUSED_REPLY``, ``PARLEY_WEBHOOK_MAX_AGE_SECONDS`` and
+    ``PARLEY_WEBHOOK_MAX_BODY_BYTES`` (default: the settings' defaults; a max age of 0 turns the age check off)."""
+    body_limit = int(_default("webhook_max_body_bytes", max_body_bytes))
     replies = _Replies(_default("unsupported_reply", unsupported_reply), _default("refused_reply", refused_reply))
     ingress = _Ingress(client, store, app_secret, location_as, replies,
                        float(_default("webhook_max_age_seconds", max_age_seconds)))
@@ -304,9 +302,9 @@ def create_app(client: ConversationClient, store: IngressStore, *, app_secret: s
 
     async def receive(request: Request) -> Response:
         try:
-            raw = await _read_body(request, max_body_bytes)
+            raw = await _read_body(request, body_limit)
         except _TooLarge:
-            return _answer("too_large", {"error": f"body larger than {max_body_bytes} bytes"}, 413)
+            return _answer("too_large", {"error": f"body larger than {body_limit} bytes"}, 413)
         except ClientDisconnect:
             return Response(status_code=400)
         handle = partial(ingress.handle, raw, request.headers.get("x-hub-signature-256"))
