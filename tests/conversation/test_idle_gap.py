@@ -44,3 +44,15 @@ def test_the_player_s_messages_still_refresh_the_clock(clock: Clock) -> None:
         result = chat.run_turn(state, user="again")
         assert result.reset is None
         state = result.state
+
+
+def test_a_pin_or_reaction_the_player_sent_refreshes_the_clock(clock: Clock) -> None:
+    """A location the player shared is the player speaking (stored as their words): it moves the idle clock, as a
+    game event does not."""
+    chat = Chat(model=ScriptedModel(), idle_gap_seconds=3600, clock=clock)
+    _, state = chat.chat_with_state(None, user="one")
+    for i in range(4):
+        clock.advance(3000)
+        state = chat.apply_event(state, f"shared a pin {i}", from_player=True).state
+    clock.advance(3000)
+    assert chat.run_turn(state, user="still here").reset is None
