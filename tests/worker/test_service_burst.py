@@ -18,9 +18,9 @@ from worker.errors import MediaRejectedError, ModelRequestError
 from worker.service import ServiceConfig
 from worker.service.burst import BurstPolicy
 from worker.service.drain import Drainer
+from worker.service.drain.turn import UNLOADED_PHOTO
 from worker.service.media import DEFAULT_UNSUPPORTED_REPLY, MediaPreparer
 from worker.service.presence import Presence
-from worker.service.turn import UNLOADED_PHOTO
 
 CID = "447700900555"
 QUIET = 0.3

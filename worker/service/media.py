@@ -11,7 +11,7 @@ The drainer calls :meth:`MediaPreparer.prepare` for each ``message`` envelope be
 - a fetch that can pass (timeout, 5xx, throttling) raises :class:`~worker.errors.MediaUnavailableError`, which the
   drain retries as it does a model outage (it is a :class:`~worker.errors.ModelUnavailableError`);
 - a fetch refused for the access token raises :class:`~worker.errors.MediaTokenError`: the drain holds the input
-  (:func:`hold_for_token`) as it does for a rejected model key, never falling back to the caption for it.
+  (:mod:`worker.service.drain.failures`) as it does for a rejected model key, never falling back to the caption for it.
 
 One turn holds at most ``turn_max_bytes`` of photos (:class:`TurnPhotos`, one per turn): the photos past it are not
 fetched, and the model reads that a photo came that could not be loaded (never a silent drop). While the model call
@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import NoReturn, Protocol
+from typing import Protocol
 
 from worker import metrics
 from worker.conversation import messages as msgs
@@ -31,10 +31,7 @@ from worker.conversation.messages import MediaRef, Message
 from worker.conversation.model import Attachment
 from worker.envelopes import Envelope
 from worker.errors import InvalidMessageError, MediaRejectedError, MediaTokenError, MediaUnavailableError
-from worker.service.config import ServiceConfig
-from worker.service.recovery import retry_later
 from worker.settings import Settings
-from worker.store.protocol import DrainStore
 
 log = logging.getLogger("parley.service")
 
@@ -61,17 +58,6 @@ class TurnPhotos:
     @property
     def left(self) -> int:
         return max(0, self.limit - self.held)
-
-
-def hold_for_token(store: DrainStore, config: ServiceConfig, cid: str, token: int, env: Envelope,
-                   exc: MediaTokenError) -> NoReturn:
-    """WhatsApp refused the access token for a photo: hold the conversation and raise
-    :class:`~worker.service.config.RetryLater`, with the backoff of an outage and no end (the input is never
-    dead-lettered for it), as for a rejected model key. The alarm (gauge and one log line per change) is
-    :mod:`worker.delivery.token`'s; the retry after the token is fixed fetches the photo."""
-    retries = store.note_retry(cid, token, env.message_id)
-    metrics.INPUTS.labels(env.kind, "held").inc()
-    retry_later(store, config, cid, retries, f"WhatsApp rejected the access token for a photo: {exc}")
 
 
 @dataclass(frozen=True)

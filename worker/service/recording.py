@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from worker.conversation.results import TurnResult
-from worker.envelopes import Envelope, ReplyRecord, decode_envelope, decode_reply
+from worker.envelopes import Envelope, ReplyRecord, decode_envelope
 from worker.errors import EnvelopeError
 from worker.record import entries
 from worker.record.entries import InputRecord, Trail
@@ -49,7 +49,7 @@ class Recorder:
                                **fields)
 
     def dead(self, cid: str, input_id: str, payload: bytes | None, reason: str, detail: str,
-             apology: bytes | None) -> bytes | None:
+             apology: ReplyRecord | None) -> bytes | None:
         """A dead-lettered input: what of it decodes, why, and the apology the player got."""
         if not self.on:
             return None
@@ -57,8 +57,5 @@ class Recorder:
             inputs = [input_of(decode_envelope(payload or b""))]
         except EnvelopeError:
             inputs = [InputRecord(input_id, "malformed")]
-        reply = None
-        if apology:
-            reply = decode_reply(apology)
-        return entries.applied("dead", cid, inputs=inputs, reply_id=reply.reply_id if reply else None,
-                               parts=reply.parts if reply else (), reason=reason, detail=detail[:2000])
+        return entries.applied("dead", cid, inputs=inputs, reply_id=apology.reply_id if apology else None,
+                               parts=apology.parts if apology else (), reason=reason, detail=detail[:2000])

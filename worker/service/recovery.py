@@ -1,9 +1,12 @@
 """What the drainer does about the model failures that are neither an outage nor the player's fault.
 
 - A rejected API key (401/403) holds every conversation as an outage would, with no end and no dead letter: the
-  players' messages wait until someone fixes the key (:func:`hold_for_auth`, :class:`AuthAlarm`).
+  players' messages wait until someone fixes the key; :class:`AuthAlarm` says so once a minute, not once per turn.
 - A prompt longer than the model's context window gets the conversation compacted under the lease and the turn
-  retried once (:func:`compact_for_context`; the drainer's ``_context_too_long`` drives it).
+  retried once (:func:`compact_for_context`; :mod:`worker.service.drain.decide` drives it).
+- Every retry later holds the conversation for a backoff (:func:`retry_later`).
+
+What to do about each failure is decided in :mod:`worker.service.drain.failures`.
 
 Also :func:`usage_trace`, the usage part of a turn's trace entry (cached prompt tokens included).
 """
@@ -18,11 +21,9 @@ import time
 from collections.abc import Callable
 from typing import NoReturn
 
-from worker import metrics
 from worker.conversation.chat import Chat, State
 from worker.conversation.compaction import TokenBudget
 from worker.conversation.model import Usage
-from worker.envelopes import Envelope
 from worker.errors import AuthenticationError
 from worker.service.config import RetryLater, ServiceConfig
 from worker.store.protocol import DrainStore
@@ -58,23 +59,6 @@ class AuthAlarm:
 
 AUTH_ALARM = AuthAlarm()
 """The process's alarm (one log line a minute, whichever conversation hit the refusal)."""
-
-
-def hold_for_auth(store: DrainStore, config: ServiceConfig, cid: str, token: int, env: Envelope,
-                  exc: AuthenticationError) -> NoReturn:
-    """The provider refused the API key: hold the conversation and raise :class:`RetryLater`, as in an outage,
-    but without an end: the players' messages are not at fault, and they wait until someone fixes the key.
-
-    The attempt is given back (it did not crash the worker) and counted with the input's retries, which sets
-    the backoff (up to ``max_retry_delay``); the input is never dead-lettered for it.
-    ``parley_provider_auth_failing`` is 1 until a model call succeeds again (:func:`observe_round_trip`
-    clears it), and the log says so once a minute per process, not once per turn."""
-    retries = store.note_retry(cid, token, env.message_id)
-    metrics.PROVIDER_AUTH_FAILING.set(1)
-    metrics.PROVIDER_AUTH_FAILURES.inc()
-    metrics.INPUTS.labels(env.kind, "held").inc()
-    AUTH_ALARM.report(exc)
-    retry_later(store, config, cid, retries, f"provider rejected the API key: {exc}")
 
 
 def retry_later(store: DrainStore, config: ServiceConfig, cid: str, retries: int, reason: str,

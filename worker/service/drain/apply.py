@@ -1,0 +1,240 @@
+"""Applying an outcome: one method per kind, each with the one store call that makes it happen.
+
+A commit (the turn's answer, a notice, an event or a reset, a splice, a dead letter) removes the input, records its
+id as applied and writes the state, the reply, the trace and the record entry in one step, refusing a stale token;
+a deferral or a hand-back gives the lease up with the input still at the head; a retry holds the conversation and
+raises :class:`~worker.service.config.RetryLater`. Every call that may give the lease up runs inside the beat's
+``committing`` (see :class:`~worker.service.heartbeat.Beat`).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import msgpack
+
+from worker import metrics
+from worker.conversation.resident import Resident, ResidentCache
+from worker.delivery.split import split_message
+from worker.envelopes import DeadLetter as DeadRecord
+from worker.envelopes import Envelope, ReplyRecord, decode_envelope
+from worker.errors import EnvelopeError
+from worker.service.config import ServiceConfig, Wake, count_pinned_dropped
+from worker.service.drain.hooks.base import Hooks
+from worker.service.drain.outcomes import (
+    Answer,
+    Applied,
+    DeadLetter,
+    Defer,
+    HandBack,
+    Notice,
+    Outcome,
+    Quarantine,
+    Retry,
+    Spliced,
+)
+from worker.service.drain.run import DrainRun, Written
+from worker.service.recovery import retry_later
+from worker.store.base import CommitResult, Snapshot
+from worker.store.protocol import DrainStore
+
+log = logging.getLogger("parley.service")
+
+# Bound once: looking a labelled child up costs more than the increment (every turn).
+_MESSAGES_APPLIED = metrics.INPUTS.labels("message", "applied")
+
+
+class Applier:
+    """Applies the outcomes of one drainer's decisions (shared by its threads: what a drain knows is its run)."""
+
+    def __init__(self, store: DrainStore, config: ServiceConfig, wake: Wake, residents: ResidentCache,
+                 hooks: Hooks) -> None:
+        self.store, self.config, self.wake, self.residents, self.hooks = store, config, wake, residents, hooks
+        self._by_kind: dict[type, Callable[[DrainRun, Snapshot, Any], CommitResult | None]] = {
+            Answer: self._answer, Notice: self._notice, Applied: self._applied, Spliced: self._spliced,
+            DeadLetter: self._dead, Defer: self._defer, HandBack: self._hand_back, Retry: self._retry}
+
+    def apply(self, run: DrainRun, snap: Snapshot, outcome: Outcome) -> CommitResult | None:
+        """Apply ``outcome`` for the head of ``snap``: the commit, or None when the drain ends here with the
+        lease given up (a deferral, a hand-back)."""
+        return self._by_kind[type(outcome)](run, snap, outcome)
+
+    def _answer(self, run: DrainRun, snap: Snapshot, a: Answer) -> CommitResult:
+        version = self._quarantine(run, snap, a.quarantine)
+        result, inputs = a.result, a.inputs
+        # Inline delivery starts in the commit that ends the drain (if it does): one round trip fewer per reply.
+        done = self._commit(run, version, inputs[0].env, result.state, a.data, a.trace,
+                            claim_delivery=self.config.deliver_inline, also=a.also, resident=result.resident,
+                            tokens=a.trail.usage.total, record=self.hooks.entry(run, snap, a, a.reply))
+        metrics.TURN_SECONDS.observe(time.perf_counter() - a.started)
+        kinds = [p.env.kind for p in inputs]
+        _MESSAGES_APPLIED.inc(kinds.count("message"))
+        if "event" in kinds:
+            metrics.INPUTS.labels("event", "applied").inc(kinds.count("event"))
+        metrics.BURST_INPUTS.observe(len(inputs))
+        count_pinned_dropped(result.pinned_dropped)
+        log.info("turn applied", extra={"conversation_id": run.cid, "message_id": inputs[0].id, "kind": "message",
+                                        "inputs": len(inputs), "parts": len(a.reply.parts),
+                                        "finish": result.finish_reason})
+        self.after_reply(run, done, (a.data, a.reply))
+        if result.needs_compaction:
+            self.ask_compaction(run)
+        return done
+
+    def _notice(self, run: DrainRun, snap: Snapshot, n: Notice) -> CommitResult:
+        env, also = n.env, n.also
+        last = also[-1] if also else env
+        record = ReplyRecord(reply_id=env.message_id, conversation_id=run.cid, recipient=last.recipient or run.cid,
+                             parts=split_message(n.text), reply_to=last.reply_to)
+        data = record.to_bytes()
+        done = self._commit(run, snap.version, env, None, data, {"notice": n.why, "reply": n.text},
+                            claim_delivery=self.config.deliver_inline, also=[e.message_id for e in also],
+                            record=self.hooks.entry(run, snap, n, record))
+        metrics.INPUTS.labels(env.kind, "applied").inc(1 + len(also))
+        metrics.NOTICES.labels(n.why).inc()
+        self.after_reply(run, done, (data, record))
+        return done
+
+    def _applied(self, run: DrainRun, snap: Snapshot, a: Applied) -> CommitResult:
+        version = self._quarantine(run, snap, a.quarantine)
+        done = self._commit(run, version, a.env, a.state, None, a.trace, resident=a.resident,
+                            record=self.hooks.entry(run, snap, a, None))
+        metrics.INPUTS.labels(a.env.kind, "applied").inc()
+        count_pinned_dropped(a.pinned_dropped)
+        if a.needs_compaction:
+            self.ask_compaction(run)
+        return done
+
+    def _spliced(self, run: DrainRun, snap: Snapshot, s: Spliced) -> CommitResult:
+        # The summariser's tokens were spent whether or not the splice still applies: they count either way.
+        spent = s.env.spent
+        done = self._commit(run, snap.version, s.env, s.state, None,
+                            {"splice": s.applied, "reason": s.reason, "kept_new": s.kept_new},
+                            record=self.hooks.entry(run, snap, s, None), tokens=spent.total if spent else 0)
+        self.store.clear_compacting(run.cid)
+        metrics.COMPACTIONS.labels("spliced" if s.applied else "stale").inc()
+        if s.applied:  # a stale splice changed nothing, so it dropped nothing
+            count_pinned_dropped(s.pinned_dropped)
+        return done
+
+    def _dead(self, run: DrainRun, snap: Snapshot, d: DeadLetter) -> CommitResult:
+        """Dead-letter the head input, with the configured apology when it is a player's chat message."""
+        input_id = snap.input_id or ""
+        log.error("input dead-lettered", extra={"conversation_id": run.cid, "message_id": input_id,
+                                                "reason": d.reason, "detail": d.detail})
+        metrics.DEAD_LETTERS.labels("input", d.reason).inc()
+        metrics.INPUTS.labels(d.kind, "dead").inc()
+        dead = DeadRecord(what="input", id=input_id, reason=d.reason, detail=d.detail[:2000],
+                          payload=snap.input or b"", attempts=d.attempts)
+        entry = {"at": time.time(), "id": input_id, "dead": d.reason, "detail": d.detail[:500]}
+        apology = self._apology(run, snap)
+        data = apology.to_bytes() if apology else None
+        done = self._store_commit(run, snap.version, input_id, new_state=None, reply=data,
+                                  trace=msgpack.packb(entry, use_bin_type=True), dead=dead.to_bytes(),
+                                  claim_delivery_ms=self.config.lease_ms if data and self.config.deliver_inline
+                                  else 0, record=self.hooks.entry(run, snap, d, apology))
+        if data:
+            self.after_reply(run, done)
+        return done
+
+    def _apology(self, run: DrainRun, snap: Snapshot) -> ReplyRecord | None:
+        """The configured apology for a player's dead-lettered chat message: never silence. Inputs that are not
+        a player's message (events, resets, one that does not decode) get none."""
+        if not self.config.dead_letter_reply:
+            return None
+        try:
+            env = decode_envelope(snap.input or b"")
+        except EnvelopeError:
+            return None
+        if env.kind != "message" or env.conversation_id != run.cid:
+            return None
+        return ReplyRecord(reply_id=env.message_id, conversation_id=run.cid, recipient=env.recipient or run.cid,
+                           parts=[self.config.dead_letter_reply], reply_to=env.reply_to)
+
+    def _defer(self, run: DrainRun, snap: Snapshot, d: Defer) -> None:
+        """Put the turn off without holding a worker: give the lease up and hold the conversation for the rest of
+        the quiet period, then a scheduled wake-up drains it (the sweeper, should that wake-up be lost)."""
+        hold_ms = int(d.wait * 1000) - 100  # ends just before the wake-up, which then finds it gone
+        with run.beat.committing():
+            self.store.defer(run.cid, run.token, d.inputs[0].id, max(1, hold_ms))
+            run.beat.end()
+        metrics.BURST_DEFERRALS.inc()
+        self.wake("drain", run.cid, countdown=d.wait)
+        self.hooks.deferred(run, d)
+
+    def _hand_back(self, run: DrainRun, snap: Snapshot, h: HandBack) -> None:
+        """Give the conversation back to the queue with inputs waiting: the lease goes (the attempt the commit counted
+        at the new head given back, nothing held), then a new wake-up queues the conversation behind the others. A
+        crash between the two leaves it unleased with inputs waiting, which the sweeper finds."""
+        with run.beat.committing():
+            self.store.defer(run.cid, run.token, h.input_id, 0)
+            run.beat.end()
+        metrics.DRAIN_YIELDS.inc()
+        self.wake("drain", run.cid)
+
+    def _retry(self, run: DrainRun, snap: Snapshot, r: Retry) -> None:
+        retry_later(self.store, self.config, run.cid, r.retries, r.reason, r.retry_after)
+
+    def _quarantine(self, run: DrainRun, snap: Snapshot, q: Quarantine | None) -> int:
+        """Set the unusable stored state aside before the commit; returns the version that commit expects."""
+        if q is None:
+            return snap.version
+        log.warning("unusable state quarantined; starting fresh",
+                    extra={"conversation_id": run.cid, "reason": q.reason, "detail": q.detail})
+        metrics.QUARANTINED.labels(q.reason).inc()
+        version = self.store.quarantine(run.cid, run.token, q.blob, f"{q.reason}: {q.detail}",
+                                        expected_version=snap.version)
+        self._keep(run, "", None)
+        return version
+
+    def after_reply(self, run: DrainRun, done: CommitResult, reply: Written | None = None) -> None:
+        """A commit queued a reply (``reply``, when the caller has it decoded): deliver it in this task when the
+        drain ends here, else alongside."""
+        if done.next is None:
+            run.replied, run.delivery, run.reply = True, done.delivery, reply
+        else:
+            self.wake("deliver", run.cid)  # more inputs wait: deliver without holding the next turn up
+
+    def ask_compaction(self, run: DrainRun) -> None:
+        """A commit left the state over its compaction threshold: a compact task now, so the summary is computed
+        while the drain goes on (the splice keeps the turns applied meanwhile), but only the first time in a drain:
+        a flood of turns would otherwise publish one task per turn, all but one finding the flag set."""
+        if not run.compact:
+            run.compact = True
+            self.wake("compact", run.cid)
+
+    def _commit(self, run: DrainRun, version: int, env: Envelope, new_state: bytes | None, reply: bytes | None,
+                trace: dict[str, Any], *, claim_delivery: bool = False, also: Sequence[str] = (),
+                resident: Resident | None = None, record: bytes | None = None, tokens: int = 0) -> CommitResult:
+        """``resident``: ``new_state`` decoded, kept for the next turn when the commit lands; ``record``: the
+        durable record's entry (see :class:`~worker.service.recording.Recorder`)."""
+        entry = {"at": time.time(), "id": env.message_id, "kind": env.kind, **trace}
+        done = self._store_commit(run, version, env.message_id, new_state=new_state, reply=reply,
+                                  trace=msgpack.packb(entry, use_bin_type=True), dead=None,
+                                  claim_delivery_ms=self.config.lease_ms if claim_delivery else 0, also=also,
+                                  record=record, tokens=tokens)
+        if new_state is not None:
+            self._keep(run, done.tag, resident)
+        return done
+
+    def _keep(self, run: DrainRun, tag: str, resident: Resident | None) -> None:
+        """The stored state is now ``tag`` (``''``: none): keep ``resident`` as it, or forget what was kept."""
+        run.kept = (tag, resident) if tag and resident is not None else None
+        self.residents.put(run.cid, tag, resident)
+
+    def _store_commit(self, run: DrainRun, version: int, input_id: str, *, new_state: bytes | None,
+                      reply: bytes | None, trace: bytes, dead: bytes | None, claim_delivery_ms: int = 0,
+                      also: Sequence[str] = (), record: bytes | None = None, tokens: int = 0) -> CommitResult:
+        """The commit, with the heartbeat held off while it runs and stopped when it gave the lease up."""
+        with run.beat.committing():
+            done = self.store.commit(run.cid, run.token, expected_version=version, input_id=input_id,
+                                     new_state=new_state, reply=reply, trace=trace, dead=dead,
+                                     lease_ms=self.config.lease_ms, claim_delivery_ms=claim_delivery_ms,
+                                     also=also, peek=self.config.burst.peek, record=record, tokens=tokens)
+            if done.next is None:
+                run.beat.end()
+        run.applied += 1 + len(also)
+        return done

@@ -1,0 +1,37 @@
+"""The drain's hooks, one file per feature, and the one place that assembles them from the configuration."""
+
+from __future__ import annotations
+
+from worker.service.config import ServiceConfig
+from worker.service.drain.hooks.base import DrainHook, Hooks, Prepare
+from worker.service.drain.hooks.budget import DailyBudget
+from worker.service.drain.hooks.bursts import Bursts, Merge
+from worker.service.drain.hooks.durable_record import DurableRecord
+from worker.service.drain.hooks.fairness import Fairness
+from worker.service.drain.hooks.photos import Photos
+from worker.service.drain.hooks.receipts import Receipts
+from worker.service.presence import Presence
+from worker.store.protocol import DrainStore
+
+__all__ = ["Bursts", "DailyBudget", "DrainHook", "DurableRecord", "Fairness", "Hooks", "Merge", "Photos",
+           "Prepare", "Receipts", "build_hooks"]
+
+
+def build_hooks(store: DrainStore, config: ServiceConfig, presence: Presence) -> list[DrainHook]:
+    """The hooks of the features ``config`` turns on, in the order they are asked (the budget before a photo's
+    short answer). A feature that is off is left out, so it costs a turn nothing."""
+    hooks: list[DrainHook] = []
+    if config.daily_token_budget:
+        hooks.append(DailyBudget(store, config.daily_token_budget, config.token_budget_reply))
+    hooks.append(Photos())
+    if config.burst.peek:
+        hooks.append(Bursts(config.burst))
+    if config.burst.merge:
+        hooks.append(Merge(store, config.burst))
+    if presence.enabled:
+        hooks.append(Receipts(presence))
+    if config.record:
+        hooks.append(DurableRecord(config.model_name))
+    if config.drain_max_turns or config.drain_max_seconds:
+        hooks.append(Fairness(config.drain_max_turns, config.drain_max_seconds))
+    return hooks

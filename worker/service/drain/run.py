@@ -1,0 +1,42 @@
+"""One drain call in progress: the conversation, its lease, the state this worker holds, and what it did."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from worker.conversation.chat import State
+from worker.conversation.resident import Resident
+from worker.envelopes import ReplyRecord
+from worker.service.heartbeat import Beat
+from worker.store.base import OutboxHead, Snapshot
+
+Claimed = tuple[int, OutboxHead]
+"""A delivery already started: the delivery token and the claimed outbox head."""
+
+Written = tuple[bytes, ReplyRecord]
+"""A reply a commit queued, as written to the outbox and as the record it was encoded from."""
+
+
+@dataclass
+class DrainRun:
+    """One drain call (the drainer is shared by threads, so what a call knows lives here)."""
+
+    cid: str
+    token: int
+    beat: Beat
+    kept: tuple[str, Resident] | None = None  # the state this worker holds decoded, and its tag
+    applied: int = 0
+    replied: bool = False
+    delivery: Claimed | None = None  # the delivery the last commit started, if it did
+    reply: Written | None = None  # the reply the last commit queued, when it queued one (see Drained)
+    started: float = 0.0  # time.monotonic() when the drain took the lease
+    compact: bool = False  # this drain has asked for a compaction already
+
+    def state_of(self, snap: Snapshot) -> State:
+        """The snapshot's state: what this worker holds decoded when it is the stored one (same tag), else the
+        blob."""
+        if self.kept is not None and snap.tag and self.kept[0] == snap.tag:
+            return self.kept[1]
+        if snap.state is None and snap.tag:
+            raise RuntimeError(f"the store withheld state {snap.tag} of {self.cid}, which this worker does not hold")
+        return snap.state

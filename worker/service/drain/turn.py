@@ -1,0 +1,105 @@
+"""One chat turn under the drain's lease: the inputs it takes in (a burst) become the turn's messages, the model
+answers, and the turn comes to an :class:`~worker.service.drain.outcomes.Answer` (or to the outcome a hook put in
+its place: the budget's or a photo's short answer). The turn decides; the drainer commits.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from worker.conversation import messages as msgs
+from worker.conversation.chat import Chat, State, TurnResult
+from worker.conversation.messages import Message
+from worker.conversation.model import Attachment
+from worker.conversation.tools import turn_context
+from worker.delivery.split import split_message
+from worker.envelopes import ReplyRecord
+from worker.service.burst import Pending
+from worker.service.config import ServiceConfig
+from worker.service.drain.hooks.base import Hooks
+from worker.service.drain.outcomes import Answer, Outcome, quarantine_of
+from worker.service.drain.run import DrainRun
+from worker.service.journal import StoreJournal
+from worker.service.media import MediaPreparer, Prepared
+from worker.service.recovery import usage_trace
+from worker.store.base import Snapshot
+
+# What the model reads for a photo that could not be loaded, when other messages of a burst carry the turn.
+UNLOADED_PHOTO = "[The player sent a photo that could not be loaded]"
+
+
+class TurnRunner:
+    """Runs one turn of a drain: ``run(inputs, snap)`` -> its outcome."""
+
+    def __init__(self, chat: Chat, config: ServiceConfig, media: MediaPreparer, hooks: Hooks, run: DrainRun,
+                 journal: StoreJournal) -> None:
+        self.chat, self.config, self.media, self.hooks = chat, config, media, hooks
+        self.r, self.journal = run, journal
+        self._prepared: dict[str, Prepared] = {}  # by input id: a merge does not fetch a photo again
+        self._photos = media.turn_photos()  # the bytes of photos this turn may hold
+
+    def run(self, inputs: tuple[Pending, ...], snap: Snapshot) -> Outcome:
+        run = self.r
+        started = time.perf_counter()
+        state = run.state_of(snap)
+        instead = self.hooks.before_turn(run, inputs, self._prepare)
+        if instead is not None:
+            return instead
+        with self.hooks.model_call(run, inputs):  # the typing indicator, when presence is on
+            result, inputs, merges = self._answer(inputs, state)
+        head, last = inputs[0], inputs[-1]
+        record = ReplyRecord(reply_id=head.id, conversation_id=run.cid, recipient=last.env.recipient or run.cid,
+                             parts=split_message(result.reply), reply_to=last.env.reply_to)
+        trace: dict[str, Any] = {"user": last.env.text, "reply": result.reply[: self.config.trace_reply_chars],
+                 "finish": result.finish_reason, "model_calls": result.model_calls, "tool_calls": result.tool_calls,
+                 "replayed": [result.replayed_rounds, result.replayed_results], **usage_trace(result.usage),
+                 "reset": result.reset, "parts": len(record.parts)}
+        if len(inputs) > 1:
+            trace["burst"] = [p.id for p in inputs]
+        if merges:
+            trace["merges"] = merges
+        trail = self.journal.trail
+        trail.usage.add(result.usage)  # the final round (the journal saw only the rounds that called tools)
+        return Answer(inputs, result, record, record.to_bytes(), trace, trail, started,
+                      quarantine_of(state, result.state_problem))
+
+    def _answer(self, inputs: tuple[Pending, ...], state: State) -> tuple[TurnResult, tuple[Pending, ...], int]:
+        """The model's answer to ``inputs``, run again over the inputs a hook grows them to (a double-text merge)."""
+        merges = 0
+        while True:
+            result = self._once(inputs, state)
+            grown = self.hooks.again(self.r, inputs, result, merges, self.journal)
+            if grown is None:
+                return result, inputs, merges
+            merges += 1
+            inputs = grown
+
+    def _once(self, inputs: tuple[Pending, ...], state: State) -> TurnResult:
+        head, last = inputs[0], inputs[-1]
+        new, attachments = self._messages(inputs)
+        with turn_context(self.r.cid, head.id):
+            return self.chat.run_turn(state, system=last.env.system or head.env.system or self.config.system_prompt,
+                                      messages=new[:-1], user=new[-1], journal=self.journal, attachments=attachments)
+
+    def _messages(self, inputs: Sequence[Pending]) -> tuple[list[Message], dict[str, Attachment]]:
+        """The turn's new messages in mailbox order (each chat message a user message, a photo with its picture
+        when the model sees it; each event an event, or the player's words when the player sent it), and the
+        pictures by media id."""
+        out: list[Message] = []
+        attachments: dict[str, Attachment] = {}
+        for p in inputs:
+            if p.env.kind == "event":
+                out.append(msgs.event(p.env.text or "", pinned=p.env.pinned, from_player=bool(p.env.from_player)))
+                continue
+            prepared = self._prepare(p)
+            out.append(prepared.message if prepared.message is not None else msgs.user(UNLOADED_PHOTO))
+            if prepared.attachment is not None:
+                attachments[prepared.attachment[0]] = prepared.attachment[1]
+        return out, attachments
+
+    def _prepare(self, p: Pending) -> Prepared:
+        if p.id not in self._prepared:
+            self._prepared[p.id] = self.media.prepare(p.env, self._photos)
+        return self._prepared[p.id]
