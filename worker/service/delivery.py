@@ -53,7 +53,7 @@ _SENT = metrics.DELIVERIES.labels("sent")
 
 
 @dataclass
-class _Run:
+class DeliveryRun:
     """One deliver call: the conversation and its delivery lease."""
 
     cid: str
@@ -99,13 +99,13 @@ class Deliverer:
         sent = 0
         with self.heartbeat.holding(lambda: self.store.renew_delivery_lease(cid, token, lease_ms),
                                     lambda: self.store.release_delivery(cid, token), "delivery") as beat:
-            run = _Run(cid, token, beat)
+            run = DeliveryRun(cid, token, beat)
             while head is not None:
                 n, head = self._deliver_head(run, head, reply)
                 sent += n
         return sent
 
-    def _deliver_head(self, run: _Run, head: OutboxHead,
+    def _deliver_head(self, run: DeliveryRun, head: OutboxHead,
                       known: tuple[bytes, ReplyRecord] | None = None) -> tuple[int, OutboxHead | None]:
         """Send the claimed head reply from its next part; returns the parts sent and the next claimed head. ``known``:
         a reply as written and decoded; used when the head is those very bytes (the decoding would give it again)."""
@@ -124,7 +124,7 @@ class Deliverer:
                 return self._skip_sent_part(run, record, head, provider_id)
         return self._send_record(run, record, head.part, head.last_inbound)
 
-    def _skip_sent_part(self, run: _Run, record: ReplyRecord, head: OutboxHead,
+    def _skip_sent_part(self, run: DeliveryRun, record: ReplyRecord, head: OutboxHead,
                         provider_id: str) -> tuple[int, OutboxHead | None]:
         """Mark ``part`` (in flight, known to have reached the provider) sent without sending it, then go on with
         the rest of the reply, or with the next reply when it was the last part."""
@@ -136,7 +136,7 @@ class Deliverer:
         self.store.mark_inflight(cid, token, record.reply_id, part + 1)
         return self._send_record(run, record, part + 1, head.last_inbound)
 
-    def _send_record(self, run: _Run, record: ReplyRecord, start: int,
+    def _send_record(self, run: DeliveryRun, record: ReplyRecord, start: int,
                      inbound: float | None) -> tuple[int, OutboxHead | None]:
         """Send ``record`` from part ``start`` (already claimed: marked in flight); returns the parts sent and
         the next claimed head (None when the outbox is empty and the lease was given up). ``inbound``: when the
@@ -207,7 +207,7 @@ class Deliverer:
             self.pacer.admit(recipient)
 
     @staticmethod
-    def _claim(run: _Run, claim: Callable[[], OutboxHead | None]) -> OutboxHead | None:
+    def _claim(run: DeliveryRun, claim: Callable[[], OutboxHead | None]) -> OutboxHead | None:
         """Claim the next head, or give the delivery lease up when the outbox is empty (then stop renewing it)."""
         with run.beat.committing():
             head = claim()
@@ -215,7 +215,7 @@ class Deliverer:
                 run.beat.end()
         return head
 
-    def _dead_reply(self, run: _Run, record: ReplyRecord, detail: str, code: int | None, *,
+    def _dead_reply(self, run: DeliveryRun, record: ReplyRecord, detail: str, code: int | None, *,
                     reason: str | None = None) -> None:
         """``reason`` names the dead letter (default ``delivery_failed:<code>``); ``detail`` says it in words."""
         named = reason or f"delivery_failed:{code or 'unknown'}"

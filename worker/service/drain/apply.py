@@ -47,6 +47,21 @@ log = logging.getLogger("parley.service")
 _MESSAGES_APPLIED = metrics.INPUTS.labels("message", "applied")
 
 
+def apology_for(text: str, cid: str, snap: Snapshot) -> ReplyRecord | None:
+    """The configured apology (``text``) for a player's dead-lettered chat message: never silence. Inputs that are
+    not a player's message (events, resets, one that does not decode) get none."""
+    if not text:
+        return None
+    try:
+        env = decode_envelope(snap.input or b"")
+    except EnvelopeError:
+        return None
+    if env.kind != "message" or env.conversation_id != cid:
+        return None
+    return ReplyRecord(reply_id=env.message_id, conversation_id=cid, recipient=env.recipient or cid,
+                       parts=[text], reply_to=env.reply_to)
+
+
 class Applier:
     """Applies the outcomes of one drainer's decisions (shared by its threads: what a drain knows is its run)."""
 
@@ -130,7 +145,7 @@ class Applier:
         dead = DeadRecord(what="input", id=input_id, reason=d.reason, detail=d.detail[:2000],
                           payload=snap.input or b"", attempts=d.attempts)
         entry = {"at": time.time(), "id": input_id, "dead": d.reason, "detail": d.detail[:500]}
-        apology = self._apology(run, snap)
+        apology = apology_for(self.config.dead_letter_reply, run.cid, snap)
         data = apology.to_bytes() if apology else None
         done = self._store_commit(run, snap.version, input_id, new_state=None, reply=data,
                                   trace=msgpack.packb(entry, use_bin_type=True), dead=dead.to_bytes(),
@@ -139,20 +154,6 @@ class Applier:
         if data:
             self.after_reply(run, done)
         return done
-
-    def _apology(self, run: DrainRun, snap: Snapshot) -> ReplyRecord | None:
-        """The configured apology for a player's dead-lettered chat message: never silence. Inputs that are not
-        a player's message (events, resets, one that does not decode) get none."""
-        if not self.config.dead_letter_reply:
-            return None
-        try:
-            env = decode_envelope(snap.input or b"")
-        except EnvelopeError:
-            return None
-        if env.kind != "message" or env.conversation_id != run.cid:
-            return None
-        return ReplyRecord(reply_id=env.message_id, conversation_id=run.cid, recipient=env.recipient or run.cid,
-                           parts=[self.config.dead_letter_reply], reply_to=env.reply_to)
 
     def _defer(self, run: DrainRun, snap: Snapshot, d: Defer) -> None:
         """Put the turn off without holding a worker: give the lease up and hold the conversation for the rest of
