@@ -145,8 +145,9 @@ def test_a_point_no_hook_overrides_is_not_called() -> None:
     hooks = h.service.drainer.hooks
     assert [type(x) for x in hooks.all] == [Photos]
     # The default drain calls only the photos' before_turn: every other point is an empty loop.
-    assert hooks._before_turn == hooks.all and not (hooks._take or hooks._again or hooks._model_call
-                                                    or hooks._deferred or hooks._entry or hooks._hand_back)
+    assert hooks.at("before_turn") == hooks.all
+    for point in ("take", "again", "model_call", "deferred", "entry", "hand_back"):
+        assert hooks.at(point) == (), point
 
 
 def test_replacing_the_presence_puts_its_hook_in_the_list() -> None:

@@ -78,6 +78,10 @@ class Hooks:
         self._entry = _overriding(hooks, "entry")
         self._hand_back = _overriding(hooks, "hand_back")
 
+    def at(self, point: str) -> tuple[DrainHook, ...]:
+        """The hooks called at ``point`` (the name of a :class:`DrainHook` method): those that override it."""
+        return tuple(getattr(self, f"_{point}"))
+
     def before_turn(self, run: DrainRun, inputs: tuple[Pending, ...], prepare: Prepare) -> Outcome | None:
         for h in self._before_turn:
             outcome = h.before_turn(run, inputs, prepare)
