@@ -1,9 +1,9 @@
 """The tool loop of one turn: call the model, run the tools it asks for, repeat until it answers in text.
 
 :class:`~worker.conversation.chat.Chat` builds one :class:`ToolLoop` per turn; the loop itself knows
-nothing of observers, lifecycle or compaction. With a :class:`~worker.conversation.journal.TurnJournal` the loop
+nothing of observers, lifecycle or compaction. With a :class:`~worker.conversation.turn_journal.TurnJournal` the loop
 records each model round that asked for tools and each tool result before the model sees it, and a retried turn
-replays what was recorded instead of calling the model or the tools again (see :mod:`worker.conversation.journal`).
+replays what was recorded instead of calling the model or the tools again (see :mod:`worker.conversation.turn_journal`).
 """
 
 from __future__ import annotations
@@ -12,11 +12,11 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
-from worker.conversation.journal import NoJournal, TurnJournal
 from worker.conversation.messages import Message, ToolCall
 from worker.conversation.model import FinishReason, ModelRequest, ModelResponse
 from worker.conversation.state import ConversationState
 from worker.conversation.tools import Tool, run_tool
+from worker.conversation.turn_journal import NoJournal, TurnJournal
 
 ToolChoice = Literal["auto", "none"]
 
