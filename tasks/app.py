@@ -21,7 +21,7 @@ __all__ = ["QUEUE", "make_app"]
 def make_app(settings: Settings | None = None) -> Celery:
     """A Celery app configured for Parley (producers use it to send wake-ups, workers to run tasks)."""
     s = settings or get_settings()
-    app = Celery("parley", include=["tasks.conversation", "tasks.record"])
+    app = Celery("parley", include=["tasks.conversation", "tasks.export"])
     hard = s.task_time_limit
     app.conf.update(
         # No pickle anywhere: a pickle payload pushed into the queue is refused, never loaded.
@@ -45,7 +45,7 @@ def make_app(settings: Settings | None = None) -> Celery:
         task_send_sent_event=False,
     )
     if s.export_every_seconds and s.database_url:
-        # The exporter as a beat entry (instead of the Procfile's exporter process): see tasks/record.py.
+        # The exporter as a beat entry (instead of the Procfile's exporter process): see tasks/export.py.
         app.conf.beat_schedule = {"parley-export-records": {
             "task": "parley.export_records", "schedule": s.export_every_seconds,
             "options": {"queue": QUEUE, "expires": s.export_every_seconds}}}

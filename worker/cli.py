@@ -75,7 +75,7 @@ def _cmd_reset(a: argparse.Namespace) -> int:
 
 
 def _cmd_delete(a: argparse.Namespace) -> int:
-    from worker.record.commands import erase_everywhere
+    from worker.durable_record.commands import erase_everywhere
 
     _client().delete(a.conversation_id)
     erased = erase_everywhere(a.conversation_id)
@@ -241,7 +241,7 @@ def _build_parser() -> argparse.ArgumentParser:
     c = sub.add_parser("config", help="print every setting (or --readme docs/configuration.md to refresh its table)")
     c.add_argument("--readme", metavar="PATH")
     c.set_defaults(fn=_cmd_config)
-    from worker.record.commands import add_parsers
+    from worker.durable_record.commands import add_parsers
 
     add_parsers(sub)
     return p

@@ -17,8 +17,8 @@ from worker import metrics
 from worker.conversation.messages import Message
 from worker.conversation.model import ModelResponse
 from worker.conversation.turn_journal import decode_result, decode_round, encode_result, encode_round
+from worker.durable_record.entries import Step, Trail
 from worker.errors import StateDecodeError
-from worker.record.entries import Step, Trail
 from worker.store.protocol import DrainStore
 
 log = logging.getLogger("parley.service")

@@ -28,13 +28,13 @@ def _url(settings: Settings) -> str:
 
 
 def _conn() -> Any:
-    from worker.record import database
+    from worker.durable_record import database
 
     return database.connect(_url(get_settings()))
 
 
 def cmd_db(a: argparse.Namespace) -> int:
-    from worker.record import database
+    from worker.durable_record import database
 
     with _conn() as conn:
         if a.action == "upgrade":
@@ -74,8 +74,8 @@ def _idle_without_database() -> int:
 
 
 def cmd_exporter(a: argparse.Namespace) -> int:
-    from worker.record import database
-    from worker.record.exporter import Exporter
+    from worker.durable_record import database
+    from worker.durable_record.exporter import Exporter
     from worker.runtime import build_store
 
     settings = get_settings()
@@ -105,7 +105,7 @@ def cmd_exporter(a: argparse.Namespace) -> int:
 
 
 def cmd_transcript(a: argparse.Namespace) -> int:
-    from worker.record import database
+    from worker.durable_record import database
 
     with _conn() as conn:
         database.require_schema(conn)
@@ -138,7 +138,7 @@ def format_line(line: Any) -> str:
 
 
 def cmd_usage(a: argparse.Namespace) -> int:
-    from worker.record import database
+    from worker.durable_record import database
 
     since = dt.date.fromisoformat(a.since) if a.since else dt.datetime.now(dt.UTC).date() - dt.timedelta(days=7)
     with _conn() as conn:
@@ -158,7 +158,7 @@ def erase_everywhere(cid: str) -> int | None:
     settings = get_settings()
     if not settings.database_url:
         return None
-    from worker.record import database
+    from worker.durable_record import database
 
     with _conn() as conn, conn.transaction():
         return database.erase(conn, cid)

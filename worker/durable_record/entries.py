@@ -183,7 +183,7 @@ this orders them whatever host built them."""
 
 @dataclass
 class Rows:
-    """The rows one batch of entries becomes, for each table (see :mod:`worker.record.migrations`), in stream
+    """The rows one batch of entries becomes, for each table (see :mod:`worker.durable_record.migrations`), in stream
     order. ``unreadable`` counts entries that did not decode: they are kept whole (base64) as ``unreadable`` records
     of conversation ``""``, never lost."""
 

@@ -18,9 +18,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from worker import metrics
+from worker.durable_record import database
+from worker.durable_record.entries import to_rows
 from worker.errors import DatabaseUnavailableError, StoreError
-from worker.record import database
-from worker.record.entries import to_rows
 from worker.store.base import stream_position
 from worker.store.records import RecordStore, StreamEntry
 

@@ -1,5 +1,5 @@
 """The durable record's schema: plain versioned SQL files (``NNNN_name.sql``), applied in order by
-``parley db upgrade`` (see :func:`worker.record.database.upgrade`), each in the transaction that records it in
+``parley db upgrade`` (see :func:`worker.durable_record.database.upgrade`), each in the transaction that records it in
 ``parley_schema``. A migration is never edited once released: a change is a new file."""
 
 from __future__ import annotations

@@ -15,9 +15,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from typing import Any
 
+from worker.durable_record.entries import Rows
+from worker.durable_record.migrations import migrations
 from worker.errors import ConfigurationError, DatabaseUnavailableError, RecordError
-from worker.record.entries import Rows
-from worker.record.migrations import migrations
 
 try:
     import psycopg

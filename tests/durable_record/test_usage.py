@@ -10,8 +10,8 @@ from tests.worker.conftest import make_harness
 from worker.conversation.compaction import Summarize
 from worker.conversation.model import Usage
 from worker.conversation.scripted import Reply, ScriptedModel
-from worker.record import database
-from worker.record.exporter import Exporter
+from worker.durable_record import database
+from worker.durable_record.exporter import Exporter
 from worker.service import ServiceConfig
 from worker.store.redis_store import StoreLimits
 
