@@ -19,8 +19,8 @@ from celery.concurrency.prefork import TaskPool as PreforkPool
 from tasks import app
 from tasks.app import QUEUE
 from worker import metrics
-from worker.errors import ParleyError, StoreUnavailableError
-from worker.service import ConversationService, RetryLater
+from worker.errors import ParleyError, RetryLater, StoreUnavailableError
+from worker.service import ConversationService
 from worker.settings import get_settings
 
 log = logging.getLogger("parley.tasks")

@@ -37,7 +37,7 @@ from worker.conversation.observe import Observer, complete_observed, observing
 from worker.conversation.prompt import fixed_overhead, history_tokens, prompt_tokens
 from worker.conversation.state import ConversationState
 from worker.conversation.tokens import TokenCounter
-from worker.errors import ModelError
+from worker.errors import CompactionFailed, ModelError
 
 log = logging.getLogger(__name__)
 
@@ -58,10 +58,6 @@ class Compactor(Protocol):
     def should_compact(self, state: ConversationState, counter: TokenCounter) -> bool: ...
 
     def compact(self, state: ConversationState, counter: TokenCounter) -> ConversationState: ...
-
-
-class CompactionFailed(Exception):
-    """Raised inside a compactor when it could not do its work; the state stays as it was."""
 
 
 # --- shared mechanics ----------------------------------------------------------------------------
