@@ -154,8 +154,3 @@ def repair_from(messages: Sequence[Message],
     if problems:
         log.warning("history repaired before a request", extra={"problems": problems})
     return fixed, Repair(tuple(problems)), None
-
-
-def check_history(messages: Sequence[Message]) -> list[str]:
-    """The problems :func:`repair_history` would fix; empty when the history is valid."""
-    return list(repair_history(messages)[1].problems)

@@ -83,27 +83,6 @@ class ConsoleChannel:
         """Nothing to show on a console."""
 
 
-class RecordingChannel:
-    """Keeps what it was asked to send (tests)."""
-
-    def __init__(self) -> None:
-        self.sent: list[tuple[str, str, str | None]] = []
-        self.callbacks: list[str | None] = []  # the callback data of each send, in the order of ``sent``
-        self.read: list[tuple[str, bool]] = []  # (message id, typing) per mark_read
-        self._lock = threading.Lock()
-
-    def send_text(self, recipient: str, text: str, *, reply_to: str | None = None,
-                  callback_data: str | None = None) -> str:
-        with self._lock:
-            self.sent.append((recipient, text, reply_to))
-            self.callbacks.append(callback_data)
-            return f"rec-{len(self.sent)}"
-
-    def mark_read(self, message_id: str, *, typing: bool) -> None:
-        with self._lock:
-            self.read.append((message_id, typing))
-
-
 class WebhookChannel:
     """POSTs ``{"recipient", "text", "reply_to"}`` as JSON to a URL. 2xx: sent (the id is the body's ``id``
     when it has one); 429 and 5xx: retryable; other 4xx: permanent."""
