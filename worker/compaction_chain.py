@@ -46,17 +46,17 @@ providers' framing are not all counted)."""
 
 def is_openai_family(model: str) -> bool:
     """Whether ``model`` is one of OpenAI's own models (tokenized by cl100k_base or o200k_base)."""
-    m = model.lower()
-    return m.startswith(("gpt-", "chatgpt-", "o1", "o3", "o4", "text-embedding-", "davinci", "babbage"))
+    name = model.lower()
+    return name.startswith(("gpt-", "chatgpt-", "o1", "o3", "o4", "text-embedding-", "davinci", "babbage"))
 
 
 def context_window(settings: Settings, model: str) -> int:
     """``PARLEY_CONTEXT_WINDOW``, else the family default of ``model``."""
     if settings.context_window:
         return settings.context_window
-    m = model.lower()
+    name = model.lower()
     for prefix, window in sorted(_WINDOWS, key=lambda pw: -len(pw[0])):
-        if m.startswith(prefix) or (prefix == "smollm2" and prefix in m):
+        if name.startswith(prefix) or (prefix == "smollm2" and prefix in name):
             return window
     return UNKNOWN_WINDOW
 

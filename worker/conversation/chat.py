@@ -373,14 +373,14 @@ class Chat:
 def _encodable(response: ModelResponse) -> ModelResponse:
     """The reply with any lone surrogate a provider's JSON escaped replaced by U+FFFD (the model's text is not the
     caller's input to refuse): the state it joins can be encoded."""
-    m = response.message
-    content, raw = without_lone_surrogates(m.content), without_lone_surrogates(m.raw)
+    message = response.message
+    content, raw = without_lone_surrogates(message.content), without_lone_surrogates(message.raw)
     calls = tuple(msgs.ToolCall(c.id, without_lone_surrogates(c.name), without_lone_surrogates(c.arguments))
-                  for c in m.tool_calls)
-    if content is m.content and raw is m.raw and all(
-            a.name is b.name and a.arguments is b.arguments for a, b in zip(calls, m.tool_calls, strict=True)):
+                  for c in message.tool_calls)
+    if content is message.content and raw is message.raw and all(
+            a.name is b.name and a.arguments is b.arguments for a, b in zip(calls, message.tool_calls, strict=True)):
         return response
-    return replace(response, message=replace(m, content=content, tool_calls=calls, raw=raw))
+    return replace(response, message=replace(message, content=content, tool_calls=calls, raw=raw))
 
 
 @dataclass

@@ -295,18 +295,18 @@ class CompressToolExchanges:
         targets = set(self._targets(state))
         if not targets:
             return state
-        calls = {c.id: c for m in state.messages for c in m.tool_calls}
+        calls = {c.id: c for message in state.messages for c in message.tool_calls}
         out = list(state.messages)
         for i in targets:
-            m = out[i]
-            call = calls.get(m.tool_call_id or "")
+            message = out[i]
+            call = calls.get(message.tool_call_id or "")
             args = call.arguments if call else ""
-            sample = m.content[: self.sample_chars].rstrip()
+            sample = message.content[: self.sample_chars].rstrip()
             note = (
-                f"{COMPRESSED_MARK}{m.name or (call.name if call else 'tool')}({_short(args, 120)}) returned "
-                f"{len(m.content)} characters; beginning: {sample}…"
+                f"{COMPRESSED_MARK}{message.name or (call.name if call else 'tool')}({_short(args, 120)}) returned "
+                f"{len(message.content)} characters; beginning: {sample}…"
             )
-            out[i] = replace(m, content=note, raw=None)
+            out[i] = replace(message, content=note, raw=None)
         return replace(state, messages=tuple(out), last_usage=None)
 
 

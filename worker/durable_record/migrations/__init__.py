@@ -22,10 +22,10 @@ def migrations() -> list[Migration]:
     """Every migration shipped with this Parley, oldest first."""
     out = []
     for entry in resources.files(__name__).iterdir():
-        m = _NAME.fullmatch(entry.name)
-        if m:
-            out.append(Migration(int(m.group(1)), m.group(2), entry.read_text(encoding="utf-8")))
-    out.sort(key=lambda m: m.version)
-    if [m.version for m in out] != list(range(1, len(out) + 1)):
-        raise RuntimeError(f"migrations are not numbered 1..n: {[m.version for m in out]}")
+        found = _NAME.fullmatch(entry.name)
+        if found:
+            out.append(Migration(int(found.group(1)), found.group(2), entry.read_text(encoding="utf-8")))
+    out.sort(key=lambda migration: migration.version)
+    if [migration.version for migration in out] != list(range(1, len(out) + 1)):
+        raise RuntimeError(f"migrations are not numbered 1..n: {[migration.version for migration in out]}")
     return out
