@@ -1,8 +1,8 @@
 """WhatsApp webhook bodies -> records (pure: no I/O).
 
 Meta batches several entries, changes, messages and statuses into one POST; every one is walked, in order.
-Shapes vary by API version and rollout (see ``../shared/fixtures/whatsapp``, next to the repository). Every
-message a player sends gets an outcome, never silence:
+Shapes vary by API version and rollout (the tests read real ones through :mod:`tests.support.whatsapp_fixtures`).
+Every message a player sends gets an outcome, never silence:
 
 ==========================================================  ==================================================
 text, template quick-reply button, interactive reply         :class:`InboundMessage` (a chat turn)

@@ -1,6 +1,6 @@
 """The tool manifest (``PARLEY_TOOLS_FILE``): HTTP tools and MCP servers, in YAML or JSON, validated at worker start.
 
-The contract is DESIGN.md's "Tools a deployment gives the model". A bad manifest fails the worker's start with a
+The format is documented in docs/tools.md. A bad manifest fails the worker's start with a
 :class:`~worker.errors.ConfigurationError` naming the file and the field, so a typo never reaches a player's turn.
 """
 
