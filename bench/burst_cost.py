@@ -36,10 +36,10 @@ from worker import Chat, ScriptedModel
 from worker.client import ConversationClient
 from worker.conversation.model import ModelRequest, Usage
 from worker.conversation.scripted import Reply
-from worker.delivery.channel import RecordingChannel
 from worker.service import ConversationService, ServiceConfig
 from worker.service.burst import BurstPolicy
 from worker.store.redis_store import ConversationStore, StoreLimits
+from worker.testing import RecordingChannel
 
 SYSTEM = "You are the guide of a treasure hunt in Harrogate. Answer in two or three short sentences."
 BURST_LINES = ["wait", "which way", "the theatre?", "we're at the fountain", "hang on", "is it left or right",

@@ -37,8 +37,8 @@ from session_peers import InstantModel, NullChannel, user_text  # noqa: E402
 from tests.support.postgres import fresh_database  # noqa: E402
 from tests.support.redis_server import start_redis  # noqa: E402
 from worker.client import ConversationClient  # noqa: E402
-from worker.record import database  # noqa: E402
-from worker.record.exporter import Exporter  # noqa: E402
+from worker.durable_record import database  # noqa: E402
+from worker.durable_record.exporter import Exporter  # noqa: E402
 from worker.runtime import build_service  # noqa: E402
 from worker.settings import Settings  # noqa: E402
 

@@ -20,9 +20,9 @@ __all__ = ["QUEUE", "make_app"]
 
 def make_app(settings: Settings | None = None) -> Celery:
     """A Celery app configured for Parley (producers use it to send wake-ups, workers to run tasks)."""
-    s = settings or get_settings()
-    app = Celery("parley", include=["tasks.conversation", "tasks.record"])
-    hard = s.task_time_limit
+    settings = settings or get_settings()
+    app = Celery("parley", include=["tasks.conversation", "tasks.export"])
+    hard = settings.task_time_limit
     app.conf.update(
         # No pickle anywhere: a pickle payload pushed into the queue is refused, never loaded.
         task_serializer="msgpack",
@@ -38,17 +38,17 @@ def make_app(settings: Settings | None = None) -> Celery:
         task_time_limit=hard,
         task_soft_time_limit=max(1.0, hard - 30),
         # Redis or RabbitMQ: queue declaration, publisher confirms, visibility timeout (worker.broker says why).
-        **broker_conf(s),
+        **broker_conf(settings),
         worker_hijack_root_logger=False,
-        worker_send_task_events=s.task_events,
-        worker_enable_remote_control=s.remote_control,
+        worker_send_task_events=settings.task_events,
+        worker_enable_remote_control=settings.remote_control,
         task_send_sent_event=False,
     )
-    if s.export_every_seconds and s.database_url:
-        # The exporter as a beat entry (instead of the Procfile's exporter process): see tasks/record.py.
+    if settings.export_every_seconds and settings.database_url:
+        # The exporter as a beat entry (instead of the Procfile's exporter process): see tasks/export.py.
         app.conf.beat_schedule = {"parley-export-records": {
-            "task": "parley.export_records", "schedule": s.export_every_seconds,
-            "options": {"queue": QUEUE, "expires": s.export_every_seconds}}}
+            "task": "parley.export_records", "schedule": settings.export_every_seconds,
+            "options": {"queue": QUEUE, "expires": settings.export_every_seconds}}}
     return app
 
 

@@ -19,8 +19,8 @@ from celery.concurrency.prefork import TaskPool as PreforkPool
 from tasks import app
 from tasks.app import QUEUE
 from worker import metrics
-from worker.errors import ParleyError, StoreUnavailableError
-from worker.service import ConversationService, RetryLater
+from worker.errors import ParleyError, RetryLater, StoreUnavailableError
+from worker.service import ConversationService
 from worker.settings import get_settings
 
 log = logging.getLogger("parley.tasks")
@@ -165,13 +165,13 @@ def _check_tools(**_: Any) -> None:
 def _preload_token_counter(**_: Any) -> None:
     """Load the tiktoken encoding the worker's counter will use (about 0.3 s) in the main process, before the
     pool starts: prefork children then inherit it instead of each loading its own."""
-    from worker import policy
+    from worker import compaction_chain
     from worker.runtime import DEFAULT_MODELS
 
     settings = get_settings()
     provider = settings.effective_provider()
     if provider in DEFAULT_MODELS:
-        policy.build_counter(settings, provider, settings.llm_model or DEFAULT_MODELS[provider])
+        compaction_chain.build_counter(settings, provider, settings.llm_model or DEFAULT_MODELS[provider])
 
 
 @signals.worker_process_init.connect

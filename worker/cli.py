@@ -48,59 +48,61 @@ def _print(obj: Any) -> None:
     print(json_for_terminal(obj, indent=2, default=_default))
 
 
-def _default(o: Any) -> Any:
-    if isinstance(o, bytes):
+def _default(value: Any) -> Any:
+    if isinstance(value, bytes):
         try:
-            return msgpack.unpackb(o, raw=False)
+            return msgpack.unpackb(value, raw=False)
         except Exception:
-            return o.hex()
-    return str(o)
+            return value.hex()
+    return str(value)
 
 
-def _cmd_send(a: argparse.Namespace) -> int:
-    r = _client().send_message(a.conversation_id, a.text, message_id=a.id, system=a.system)
-    _print(r.__dict__)
+def _cmd_send(args: argparse.Namespace) -> int:
+    accepted = _client().send_message(args.conversation_id, args.text, message_id=args.id, system=args.system)
+    _print(accepted.__dict__)
     return 0
 
 
-def _cmd_event(a: argparse.Namespace) -> int:
-    r = _client().send_event(a.conversation_id, a.text, message_id=a.id, pinned=a.pinned)
-    _print(r.__dict__)
+def _cmd_event(args: argparse.Namespace) -> int:
+    accepted = _client().send_event(args.conversation_id, args.text, message_id=args.id, pinned=args.pinned)
+    _print(accepted.__dict__)
     return 0
 
 
-def _cmd_reset(a: argparse.Namespace) -> int:
-    _print(_client().reset(a.conversation_id).__dict__)
+def _cmd_reset(args: argparse.Namespace) -> int:
+    _print(_client().reset(args.conversation_id).__dict__)
     return 0
 
 
-def _cmd_delete(a: argparse.Namespace) -> int:
-    from worker.record.commands import erase_everywhere
+def _cmd_delete(args: argparse.Namespace) -> int:
+    from worker.durable_record.commands import erase_everywhere
 
-    _client().delete(a.conversation_id)
-    erased = erase_everywhere(a.conversation_id)
-    print(f"deleted {a.conversation_id}" + (f" (and {erased} records in the database)" if erased is not None else ""))
+    _client().delete(args.conversation_id)
+    erased = erase_everywhere(args.conversation_id)
+    erased_too = f" (and {erased} records in the database)" if erased is not None else ""
+    print(f"deleted {args.conversation_id}{erased_too}")
     return 0
 
 
-def _cmd_show(a: argparse.Namespace) -> int:
+def _cmd_show(args: argparse.Namespace) -> int:
     from worker.conversation.inspect import inspect_state
 
     store = _store()
-    snap = store.read_state(a.conversation_id)
-    trace = [msgpack.unpackb(t, raw=False) for t in store.trace(a.conversation_id, 50)]
-    statuses = store.statuses(a.conversation_id, 50)
+    snap = store.read_state(args.conversation_id)
+    trace = [msgpack.unpackb(t, raw=False) for t in store.trace(args.conversation_id, 50)]
+    statuses = store.statuses(args.conversation_id, 50)
     latest = {s.provider_id: s.status for s in statuses}
-    view = {"conversation_id": a.conversation_id, "version": snap.version,
-            "mailbox_depth": store.inbox_depth(a.conversation_id),
-            "outbox_depth": store.outbox_depth(a.conversation_id),
-            "dead_letters": len(store.dead_letters(a.conversation_id)),
-            "quarantined_states": len(store.quarantined(a.conversation_id)),
-            "tokens_today": store.tokens_today(a.conversation_id),  # what PARLEY_DAILY_TOKEN_BUDGET is checked against
+    view = {"conversation_id": args.conversation_id, "version": snap.version,
+            "mailbox_depth": store.inbox_depth(args.conversation_id),
+            "outbox_depth": store.outbox_depth(args.conversation_id),
+            "dead_letters": len(store.dead_letters(args.conversation_id)),
+            "quarantined_states": len(store.quarantined(args.conversation_id)),
+            # What PARLEY_DAILY_TOKEN_BUDGET is checked against.
+            "tokens_today": store.tokens_today(args.conversation_id),
             "last_replies": [{"id": t.get("id"), "reply": t.get("reply"), "prompt_tokens": t.get("prompt_tokens")}
                              for t in trace if t.get("reply")][-5:],
             "delivered": [{"id": rid, "provider_ids": ids, "statuses": [latest.get(i) for i in ids]}
-                          for rid, ids in store.delivered(a.conversation_id)][-5:],
+                          for rid, ids in store.delivered(args.conversation_id)][-5:],
             # The latest status of each recent message (forward only: a late `delivered` never hides a `read`).
             "statuses": [{"provider_id": s.provider_id, "status": s.status, "at_ms": s.at_ms,
                           **({"detail": s.detail} if s.detail else {})} for s in statuses[-10:]],
@@ -109,48 +111,50 @@ def _cmd_show(a: argparse.Namespace) -> int:
     return 0
 
 
-def _cmd_trace(a: argparse.Namespace) -> int:
-    for entry in _store().trace(a.conversation_id, a.n):
+def _cmd_trace(args: argparse.Namespace) -> int:
+    for entry in _store().trace(args.conversation_id, args.n):
         _print(msgpack.unpackb(entry, raw=False))
     return 0
 
 
-def _cmd_dead(a: argparse.Namespace) -> int:
+def _cmd_dead(args: argparse.Namespace) -> int:
     from worker.envelopes import decode_dead_letter
 
     store = _store()
-    cids = [a.conversation_id] if a.conversation_id else store.dead_index()
+    cids = [args.conversation_id] if args.conversation_id else store.dead_index()
     for cid in cids:
-        for i, raw in enumerate(store.dead_letters(cid)):
-            d = decode_dead_letter(raw)
-            print(for_terminal(f"{cid} [{i}] {d.what} {d.id}: {d.reason} — {d.detail} (attempts {d.attempts})"))
+        for index, raw in enumerate(store.dead_letters(cid)):
+            letter = decode_dead_letter(raw)
+            print(for_terminal(f"{cid} [{index}] {letter.what} {letter.id}: {letter.reason} — {letter.detail} "
+                               f"(attempts {letter.attempts})"))
     return 0
 
 
-def _cmd_replay(a: argparse.Namespace) -> int:
+def _cmd_replay(args: argparse.Namespace) -> int:
     from worker.envelopes import decode_dead_letter
 
     store = _store()
-    letters = store.dead_letters(a.conversation_id)
-    if not 0 <= a.index < len(letters):
-        print(f"error: {a.conversation_id} has no dead letter {a.index}", file=sys.stderr)
+    letters = store.dead_letters(args.conversation_id)
+    if not 0 <= args.index < len(letters):
+        print(f"error: {args.conversation_id} has no dead letter {args.index}", file=sys.stderr)
         return 2
-    d = decode_dead_letter(letters[a.index])
-    if not d.payload:
-        print(f"error: dead letter {a.index} kept no payload to replay", file=sys.stderr)
+    letter = decode_dead_letter(letters[args.index])
+    if not letter.payload:
+        print(f"error: dead letter {args.index} kept no payload to replay", file=sys.stderr)
         return 2
-    target = "inbox" if d.what == "input" else "outbox"
-    if not store.replay_dead(a.conversation_id, a.index, target=target, entry_id=d.id, payload=d.payload):
+    target = "inbox" if letter.what == "input" else "outbox"
+    if not store.replay_dead(args.conversation_id, args.index, target=target, entry_id=letter.id,
+                             payload=letter.payload):
         print("error: the dead letters changed meanwhile; list them again", file=sys.stderr)
         return 2
     from worker.wakeup import DELIVER, DRAIN, celery_waker
 
-    celery_waker(get_settings(), DRAIN if target == "inbox" else DELIVER)(a.conversation_id)
-    print(for_terminal(f"replayed {d.what} {d.id} of {a.conversation_id} ({d.reason})"))
+    celery_waker(get_settings(), DRAIN if target == "inbox" else DELIVER)(args.conversation_id)
+    print(for_terminal(f"replayed {letter.what} {letter.id} of {args.conversation_id} ({letter.reason})"))
     return 0
 
 
-def _cmd_health(a: argparse.Namespace) -> int:
+def _cmd_health(args: argparse.Namespace) -> int:
     from worker.broker import check_broker
 
     try:
@@ -175,76 +179,78 @@ def _settings_table() -> str:
     return "\n".join(rows)
 
 
-_README_START = "<!-- config:start (generated by `parley config --readme`; do not edit by hand) -->"
-_README_END = "<!-- config:end -->"
+_TABLE_START = "<!-- config:start (generated by `parley config --readme`; do not edit by hand) -->"
+_TABLE_END = "<!-- config:end -->"
 
 
-def readme_with_table(text: str) -> str:
-    """``text`` (docs/configuration.md, or any page with the markers) with its configuration block replaced by the table generated from the settings."""
-    start, end = text.index(_README_START), text.index(_README_END)
-    return text[: start + len(_README_START)] + "\n" + _settings_table() + "\n" + text[end:]
+def page_with_table(text: str) -> str:
+    """``text`` (docs/configuration.md, or any page with the markers) with its configuration block replaced by the
+    table generated from the settings."""
+    start, end = text.index(_TABLE_START), text.index(_TABLE_END)
+    return text[: start + len(_TABLE_START)] + "\n" + _settings_table() + "\n" + text[end:]
 
 
-def _cmd_config(a: argparse.Namespace) -> int:
-    if a.readme:
+def _cmd_config(args: argparse.Namespace) -> int:
+    if args.readme:
         from pathlib import Path
 
-        path = Path(a.readme)
-        path.write_text(readme_with_table(path.read_text()))
+        path = Path(args.readme)
+        path.write_text(page_with_table(path.read_text()))
         print(f"updated the configuration table in {path}")
         return 0
     print(_settings_table())
     return 0
 
 
-def _cmd_demo(a: argparse.Namespace) -> int:
+def _cmd_demo(args: argparse.Namespace) -> int:
     from worker.demo import run_demo
 
-    return run_demo(interactive=a.interactive, turns=a.turns)
+    return run_demo(interactive=args.interactive, turns=args.turns)
 
 
 def _build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="parley", description="Parley: a worker for stateful LLM conversations.")
-    sub = p.add_subparsers(dest="command", required=True)
-    d = sub.add_parser("demo", help="run a worker and a scripted game session (or --interactive chat)")
-    d.add_argument("--interactive", action="store_true")
-    d.add_argument("--turns", type=int, default=None, help="stop the scripted session after N inputs")
-    d.set_defaults(fn=_cmd_demo)
-    s = sub.add_parser("send", help="queue a chat turn")
-    s.add_argument("conversation_id")
-    s.add_argument("text")
-    s.add_argument("--id")
-    s.add_argument("--system")
-    s.set_defaults(fn=_cmd_send)
-    e = sub.add_parser("event", help="queue a game event")
-    e.add_argument("conversation_id")
-    e.add_argument("text")
-    e.add_argument("--id")
-    e.add_argument("--pinned", action="store_true")
-    e.set_defaults(fn=_cmd_event)
+    parser = argparse.ArgumentParser(prog="parley", description="Parley: a worker for stateful LLM conversations.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    demo = sub.add_parser("demo", help="run a worker and a scripted game session (or --interactive chat)")
+    demo.add_argument("--interactive", action="store_true")
+    demo.add_argument("--turns", type=int, default=None, help="stop the scripted session after N inputs")
+    demo.set_defaults(fn=_cmd_demo)
+    send = sub.add_parser("send", help="queue a chat turn")
+    send.add_argument("conversation_id")
+    send.add_argument("text")
+    send.add_argument("--id")
+    send.add_argument("--system")
+    send.set_defaults(fn=_cmd_send)
+    event = sub.add_parser("event", help="queue a game event")
+    event.add_argument("conversation_id")
+    event.add_argument("text")
+    event.add_argument("--id")
+    event.add_argument("--pinned", action="store_true")
+    event.set_defaults(fn=_cmd_event)
     for name, fn in (("reset", _cmd_reset), ("delete", _cmd_delete), ("show", _cmd_show)):
-        x = sub.add_parser(name)
-        x.add_argument("conversation_id")
-        x.set_defaults(fn=fn)
-    t = sub.add_parser("trace")
-    t.add_argument("conversation_id")
-    t.add_argument("-n", type=int, default=50)
-    t.set_defaults(fn=_cmd_trace)
-    dl = sub.add_parser("dead", help="list dead letters with their reasons")
-    dl.add_argument("conversation_id", nargs="?")
-    dl.set_defaults(fn=_cmd_dead)
-    r = sub.add_parser("replay", help="put a dead-lettered input back at the end of the mailbox")
-    r.add_argument("conversation_id")
-    r.add_argument("index", type=int)
-    r.set_defaults(fn=_cmd_replay)
+        command = sub.add_parser(name)
+        command.add_argument("conversation_id")
+        command.set_defaults(fn=fn)
+    trace = sub.add_parser("trace")
+    trace.add_argument("conversation_id")
+    trace.add_argument("-n", type=int, default=50)
+    trace.set_defaults(fn=_cmd_trace)
+    dead = sub.add_parser("dead", help="list dead letters with their reasons")
+    dead.add_argument("conversation_id", nargs="?")
+    dead.set_defaults(fn=_cmd_dead)
+    replay = sub.add_parser("replay", help="put a dead-lettered input back at the end of the mailbox")
+    replay.add_argument("conversation_id")
+    replay.add_argument("index", type=int)
+    replay.set_defaults(fn=_cmd_replay)
     sub.add_parser("health").set_defaults(fn=_cmd_health)
-    c = sub.add_parser("config", help="print every setting (or --readme docs/configuration.md to refresh its table)")
-    c.add_argument("--readme", metavar="PATH")
-    c.set_defaults(fn=_cmd_config)
-    from worker.record.commands import add_parsers
+    config = sub.add_parser("config",
+                            help="print every setting (or --readme docs/configuration.md to refresh its table)")
+    config.add_argument("--readme", metavar="PATH")
+    config.set_defaults(fn=_cmd_config)
+    from worker.durable_record.commands import add_parsers
 
     add_parsers(sub)
-    return p
+    return parser
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -58,8 +58,8 @@ class ConversationClient:
     def from_url(cls, redis_url: str, *, broker_url: str | None = None, wake: Waker | None = None,
                  **settings: Any) -> ConversationClient:
         """A client for the Redis at ``redis_url`` (also the Celery broker unless ``broker_url`` is given)."""
-        s = Settings(redis_url=redis_url, broker_url=broker_url, **settings)
-        return cls._from_settings(s, wake)
+        configured = Settings(redis_url=redis_url, broker_url=broker_url, **settings)
+        return cls._from_settings(configured, wake)
 
     @classmethod
     def from_env(cls, *, wake: Waker | None = None) -> ConversationClient:
@@ -67,10 +67,10 @@ class ConversationClient:
         return cls._from_settings(get_settings(), wake)
 
     @classmethod
-    def _from_settings(cls, s: Settings, wake: Waker | None = None) -> ConversationClient:
+    def _from_settings(cls, settings: Settings, wake: Waker | None = None) -> ConversationClient:
         from worker.runtime import build_store
 
-        return cls(build_store(s), wake or celery_waker(s), max_text_chars=s.max_input_chars)
+        return cls(build_store(settings), wake or celery_waker(settings), max_text_chars=settings.max_input_chars)
 
     def _submit(self, env: Envelope, *, from_player: bool = False) -> Submitted:
         # A notice's text is the deployment's short answer, not the player's words: the input limit is not for it

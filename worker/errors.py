@@ -4,14 +4,17 @@ The tree::
 
     ParleyError
     ├── ConfigurationError
+    ├── RetryLater                      (retryable: after ``countdown`` seconds)
     ├── InputError                      (also a ValueError)
     │   ├── InvalidMessageError
     │   ├── InvalidConversationIdError
     │   ├── EnvelopeError
     │   ├── OversizeInputError
-    │   └── InvalidTextError
+    │   ├── InvalidTextError
+    │   └── WebhookTooLargeError
     ├── StateError
     │   └── StateDecodeError
+    ├── CompactionFailed
     ├── ToolError
     ├── ModelError
     │   ├── ModelUnavailableError       (retryable)
@@ -54,6 +57,19 @@ class ParleyError(Exception):
 
 class ConfigurationError(ParleyError):
     """Raised when a setting is missing or inconsistent (e.g. an unknown provider name)."""
+
+
+class RetryLater(ParleyError):
+    """Raised when the service cannot go on now but can later (a model or channel unavailable, a pace to keep, a
+    status to wait for): nothing was lost, and the task retries after ``countdown`` seconds. ``reason`` says why,
+    for the log."""
+
+    retryable = True
+
+    def __init__(self, reason: str, countdown: float) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.countdown = countdown
 
 
 class InputError(ParleyError, ValueError):
@@ -102,6 +118,11 @@ class StateDecodeError(StateError):
         super().__init__(f"{reason}: {detail}" if detail else reason)
         self.reason = reason
         self.detail = detail
+
+
+class CompactionFailed(ParleyError):
+    """Raised when a compactor could not do its work (the summariser failed or answered nothing); the state stays
+    as it was, and the chain goes on with its next step."""
 
 
 class ToolError(ParleyError):

@@ -113,11 +113,11 @@ class ClientPool:
                 self._idle.append((now, client))
             else:
                 stale.append(client)
-        for c in stale:
-            c.close()
+        for stale_client in stale:
+            stale_client.close()
 
     def close(self) -> None:
         with self._lock:
             idle, self._idle = self._idle, deque()
-        for _, c in idle:
-            c.close()
+        for _, idle_client in idle:
+            idle_client.close()

@@ -26,9 +26,9 @@ class JsonFormatter(logging.Formatter):
             "logger": record.name,
             "event": record.getMessage(),
         }
-        for k, v in record.__dict__.items():
-            if k not in _STD and not k.startswith("_"):
-                out[k] = v
+        for key, value in record.__dict__.items():
+            if key not in _STD and not key.startswith("_"):
+                out[key] = value
         if record.exc_info:
             out["exc"] = self.formatException(record.exc_info)
         return json.dumps(out, default=str, ensure_ascii=False)

@@ -11,7 +11,7 @@ from typing import Any
 
 import redis
 
-from worker import policy, sentinel
+from worker import compaction_chain, sentinel
 from worker.conversation.chat import Chat
 from worker.conversation.compaction import Compactor
 from worker.conversation.model import Model
@@ -104,8 +104,8 @@ def build_model_from_settings(settings: Settings) -> Model:
 
 
 def build_compactor(settings: Settings, model: Model) -> Compactor:
-    """The compactor chain the settings choose (see :func:`worker.policy.build_compactor`)."""
-    return policy.build_compactor(settings, model)
+    """The compactor chain the settings choose (see :func:`worker.compaction_chain.build_compactor`)."""
+    return compaction_chain.build_compactor(settings, model)
 
 
 def build_chat(settings: Settings, model: Model | None = None, *, tools: Any = (),
@@ -116,7 +116,7 @@ def build_chat(settings: Settings, model: Model | None = None, *, tools: Any = (
 
     With the ``usage`` counter, the model is wrapped so that every reported usage calibrates the counter."""
     model = model or build_model_from_settings(settings)
-    counter = policy.build_counter(settings, model.provider, model.model_name)
+    counter = compaction_chain.build_counter(settings, model.provider, model.model_name)
     if isinstance(counter, UsageCalibratedCounter):
         model = CalibratingModel(model, counter)
     return Chat(
@@ -182,7 +182,7 @@ def build_media_preparer(settings: Settings, model: Model) -> MediaPreparer:
     reads = bool(getattr(model, "reads_images", False))  # a model from outside may predate the attribute
     fetcher = None
     if settings.whatsapp_access_token and reads:
-        from worker.delivery.media import CloudMediaFetcher, MediaHosts
+        from worker.delivery.media_download import CloudMediaFetcher, MediaHosts
 
         fetcher = CloudMediaFetcher(settings.whatsapp_api_base_url, settings.whatsapp_access_token.get_secret_value(),
                                     settings.media_max_bytes,

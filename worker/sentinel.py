@@ -64,6 +64,6 @@ def parse(url: str) -> SentinelURL:
 
 def kombu_url(url: str) -> tuple[str, str]:
     """The Celery broker URL in kombu's sentinel form and the master's name (its ``master_name`` option)."""
-    s = parse(url)
-    auth = f":{s.password}@" if s.password else ""
-    return ";".join(f"sentinel://{auth}{h}:{p}/{s.db}" for h, p in s.sentinels), s.master
+    parsed = parse(url)
+    auth = f":{parsed.password}@" if parsed.password else ""
+    return ";".join(f"sentinel://{auth}{host}:{port}/{parsed.db}" for host, port in parsed.sentinels), parsed.master

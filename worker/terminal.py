@@ -27,8 +27,8 @@ _NAMED = {"\t": "\\t", "\r": "\\r"}
 
 
 def _escape(match: re.Match[str]) -> str:
-    c = match.group()
-    return _NAMED.get(c) or (f"\\x{ord(c):02x}" if ord(c) < 0x100 else f"\\u{ord(c):04x}")
+    char = match.group()
+    return _NAMED.get(char) or (f"\\x{ord(char):02x}" if ord(char) < 0x100 else f"\\u{ord(char):04x}")
 
 
 def for_terminal(text: object, indent: str = "    ") -> str:

@@ -20,9 +20,9 @@ import redis
 from tests.support.redis_server import start_redis
 from worker import Chat, ScriptedModel
 from worker.client import ConversationClient
-from worker.delivery.channel import RecordingChannel
 from worker.service import ConversationService, ServiceConfig
 from worker.store.redis_store import ConversationStore
+from worker.testing import RecordingChannel
 
 
 @pytest.fixture(scope="module")

@@ -9,10 +9,10 @@ import pytest
 from tests.conversation.conftest import Clock, make_tool
 from worker import Chat, ScriptedModel, inspect_state
 from worker.conversation import Message, Reply, RoundTrip, Usage
-from worker.conversation.history import check_history
 from worker.conversation.messages import EVENT_MARK
 from worker.conversation.state import decode_state
 from worker.errors import InvalidMessageError, ModelTimeoutError, OversizeInputError, RateLimitedError
+from worker.testing import check_history
 
 
 def test_reply_and_state_round_trip() -> None:

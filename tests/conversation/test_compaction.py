@@ -18,10 +18,11 @@ from worker import (
 )
 from worker.conversation import EstimateCounter, Reply, Usage
 from worker.conversation.compaction import COMPRESSED_MARK
-from worker.conversation.history import check_history, exchanges
+from worker.conversation.history import exchanges
 from worker.conversation.prompt import PINNED_HEADING, SUMMARY_HEADING
 from worker.conversation.state import decode_state
 from worker.errors import ModelUnavailableError
+from worker.testing import check_history
 
 
 def build(chat: Chat, turns: int, *, start: bytes | None = None, event_every: int = 0, label: str = "question") -> bytes:

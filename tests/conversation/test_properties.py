@@ -8,8 +8,8 @@ from hypothesis import strategies as st
 from tests.conversation.conftest import make_tool
 from worker import Chat, Compose, CompressToolExchanges, KeepLastExchanges, ScriptedModel, Summarize, TokenBudget
 from worker.conversation import ModelRequest, Reply
-from worker.conversation.history import check_history
 from worker.conversation.state import decode_state
+from worker.testing import check_history
 
 step = st.one_of(
     st.tuples(st.just("turn"), st.integers(0, 3), st.booleans()),  # tool rounds, a tool fails

@@ -11,7 +11,7 @@ from prometheus_client import REGISTRY
 
 from tests.support.fake_whatsapp import FakeWhatsApp
 from tests.support.whatsapp_fixtures import fixture_file, fixture_names
-from worker.delivery.channel import ConsoleChannel, ReadReceipts, RecordingChannel, WebhookChannel
+from worker.delivery.channel import ConsoleChannel, ReadReceipts, WebhookChannel
 from worker.delivery.token import ACCEPTED_LOG, REJECTED_LOG, TokenHealth
 from worker.delivery.whatsapp import WhatsAppSender, classify_error, is_bsuid
 from worker.errors import (
@@ -21,6 +21,7 @@ from worker.errors import (
     SendOutcomeUnknownError,
     WhatsAppTokenError,
 )
+from worker.testing import RecordingChannel
 
 
 @pytest.fixture

@@ -8,10 +8,11 @@ from collections.abc import Iterator
 import pytest
 
 from tests.support.fake_whatsapp import FakeWhatsApp
-from worker.delivery.channel import ConsoleChannel, RecordingChannel, WebhookChannel, WindowedChannel
+from worker.delivery.channel import ConsoleChannel, WebhookChannel, WindowedChannel
 from worker.delivery.whatsapp import WhatsAppSender
 from worker.delivery.window import MAX_PARAMETER_CHARS, ServiceWindow, Template, template_parameter
 from worker.errors import DeliveryPermanentError, OutsideWindowError
+from worker.testing import RecordingChannel
 
 NOW = 1_800_000_000.0
 HOUR = 3600.0

@@ -7,7 +7,7 @@ import pathlib
 
 import pytest
 
-from worker.cli import main, readme_with_table
+from worker.cli import main, page_with_table
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 CONFIGURATION = ROOT / "docs" / "configuration.md"
@@ -15,7 +15,7 @@ CONFIGURATION = ROOT / "docs" / "configuration.md"
 
 def test_configuration_table_matches_the_settings() -> None:
     text = CONFIGURATION.read_text()
-    assert readme_with_table(text) == text, "run `parley config --readme docs/configuration.md`"
+    assert page_with_table(text) == text, "run `parley config --readme docs/configuration.md`"
 
 
 def test_parley_config_refreshes_the_configuration_page(tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]) -> None:

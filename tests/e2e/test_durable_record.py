@@ -17,7 +17,7 @@ import pytest
 from tests.e2e.conftest import Cluster
 from tests.support.postgres import fresh_database
 from tests.support.workers import ROOT, wait_until
-from worker.record import database
+from worker.durable_record import database
 from worker.store.base import StoreLimits
 
 pytestmark = pytest.mark.e2e

@@ -20,8 +20,8 @@ from tests.llm.validation import check_openai
 from worker import Chat
 from worker.conversation.messages import EVENT_MARK, MARK_CLOSE, MARK_OPEN
 from worker.conversation.state import decode_state
-from worker.delivery.channel import RecordingChannel
 from worker.service import ConversationService, ServiceConfig
+from worker.testing import RecordingChannel
 
 __all__ = ["real_redis"]  # the fixture, used by name
 

@@ -8,7 +8,7 @@ import pytest
 import redis
 
 from tests.support.store_kit import StoreKit, raw
-from worker.record import entries
+from worker.durable_record import entries
 from worker.store.keys import RecordKeys, key_slot
 from worker.store.redis_store import ConversationStore, StoreLimits
 

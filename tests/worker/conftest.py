@@ -9,9 +9,9 @@ import pytest
 
 from worker import Chat, KeepLastExchanges, ScriptedModel
 from worker.client import ConversationClient
-from worker.delivery.channel import RecordingChannel
 from worker.service import ConversationService, ServiceConfig
 from worker.store.redis_store import ConversationStore, StoreLimits
+from worker.testing import RecordingChannel
 
 # The service method each wake-up kind runs (what tasks/conversation.py's tasks call).
 _ENTRY = {"drain": "drain", "deliver": "deliver", "compact": "queue_compaction"}

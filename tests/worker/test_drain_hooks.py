@@ -10,7 +10,6 @@ from typing import Any
 from tests.worker.conftest import Harness, make_harness
 from worker import ScriptedModel
 from worker.conversation.results import TurnResult
-from worker.delivery.channel import RecordingChannel
 from worker.envelopes import ReplyRecord
 from worker.service import Presence, ServiceConfig
 from worker.service.burst import BurstPolicy, Pending
@@ -30,6 +29,7 @@ from worker.service.drain.hooks import (
 from worker.service.drain.outcomes import Answer, Defer, Notice, Outcome
 from worker.service.journal import StoreJournal
 from worker.store.base import Snapshot
+from worker.testing import RecordingChannel
 
 CID = "447700900123"
 BASE = ServiceConfig(system_prompt="You are a test.")

@@ -16,9 +16,9 @@ from tests.support.workers import wait_until
 from tests.worker.conftest import make_harness
 from worker import ScriptedModel, metrics
 from worker.conversation.model import ModelRequest
-from worker.delivery.channel import RecordingChannel
 from worker.service import ConversationService, Heartbeat, ServiceConfig
 from worker.service.heartbeat import Beat
+from worker.testing import RecordingChannel
 
 CID = "447700900321"
 LEASE_MS = 600

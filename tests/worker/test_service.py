@@ -9,7 +9,6 @@ from tests.support.store_kit import StoreKit, raw
 from tests.worker.conftest import make_harness
 from worker import KeepLastExchanges, ScriptedModel, Summarize
 from worker.conversation.state import decode_state
-from worker.delivery.channel import RecordingChannel
 from worker.envelopes import Envelope, ReplyRecord, decode_dead_letter, decode_reply
 from worker.errors import (
     DeliveryPermanentError,
@@ -21,6 +20,7 @@ from worker.errors import (
     RateLimitedError,
 )
 from worker.service import RetryLater, ServiceConfig, delivery
+from worker.testing import RecordingChannel
 
 CID = "447700900123"
 

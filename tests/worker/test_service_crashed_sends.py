@@ -11,9 +11,9 @@ import pytest
 
 from tests.worker.conftest import Harness, make_harness
 from worker import metrics
-from worker.delivery.channel import RecordingChannel
 from worker.envelopes import parse_part_callback, part_callback
 from worker.service import RetryLater, ServiceConfig
+from worker.testing import RecordingChannel
 
 CID = "447700900123"
 LONG = "\n\n".join(f"paragraph {i}: " + "word " * 300 for i in range(6))  # three parts, each its own text

@@ -11,9 +11,9 @@ from worker.client import ConversationClient
 from worker.conversation import chat as chat_module
 from worker.conversation.model import ModelRequest
 from worker.conversation.resident import ResidentCache
-from worker.delivery.channel import RecordingChannel
 from worker.service import ConversationService, ServiceConfig
 from worker.store.redis_store import ConversationStore
+from worker.testing import RecordingChannel
 
 CID = "447700900999"
 

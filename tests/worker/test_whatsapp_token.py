@@ -17,7 +17,7 @@ from tests.support.store_kit import raw
 from tests.worker.conftest import Harness, make_harness
 from worker import ScriptedModel
 from worker.conversation.model import ModelRequest
-from worker.delivery.media import CloudMediaFetcher, MediaHosts
+from worker.delivery.media_download import CloudMediaFetcher, MediaHosts
 from worker.delivery.token import ACCEPTED_LOG, REJECTED_LOG, TokenHealth
 from worker.delivery.whatsapp import WhatsAppSender
 from worker.delivery.window import ServiceWindow

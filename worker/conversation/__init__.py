@@ -6,7 +6,6 @@ calls a model calls it through :func:`complete_observed`, so the round trip reac
 
 from worker.conversation.chat import Chat, CompactionReport, EventResult, RoundTrip, SpliceResult, TurnResult
 from worker.conversation.compaction import (
-    CompactionFailed,
     Compactor,
     Compose,
     CompressToolExchanges,
@@ -22,6 +21,7 @@ from worker.conversation.scripted import Reply, ScriptedModel
 from worker.conversation.state import ConversationState, decode_state, encode_state, load_state
 from worker.conversation.tokens import EstimateCounter, TiktokenCounter, TokenCounter
 from worker.conversation.tools import Tool, ToolCallContext, current_call, turn_context
+from worker.errors import CompactionFailed
 
 __all__ = [
     "Attachment", "Chat", "CompactionFailed", "CompactionReport", "Compactor", "Compose", "CompressToolExchanges",

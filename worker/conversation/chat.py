@@ -25,7 +25,6 @@ from worker.conversation import messages as msgs
 from worker.conversation.bounded import Encoded, encode_bounded
 from worker.conversation.compaction import Compactor, StepsOutcome, apply_compactor
 from worker.conversation.history import CleanPrefix, repair_from, repair_history
-from worker.conversation.journal import NoJournal, TurnJournal
 from worker.conversation.loop import LoopOutcome, ToolChoice, ToolLoop
 from worker.conversation.messages import Message
 from worker.conversation.model import Attachment, Model, ModelRequest, ModelResponse
@@ -44,6 +43,7 @@ from worker.conversation.state import (
 )
 from worker.conversation.tokens import EstimateCounter, TokenCounter
 from worker.conversation.tools import Tool, check_tools, without_lone_surrogates
+from worker.conversation.turn_journal import NoJournal, TurnJournal
 from worker.errors import InvalidMessageError, InvalidTextError, OversizeInputError, StateDecodeError
 
 __all__ = ["Chat", "CompactionReport", "EventResult", "RoundTrip", "SpliceResult", "TurnResult"]
@@ -265,7 +265,7 @@ class Chat:
         was changed (the caller still holds the old state).
 
         ``journal`` (default: none) makes a retried turn replay what an earlier, crashed run of the same turn
-        recorded instead of calling the model and the tools again (see :mod:`worker.conversation.journal`).
+        recorded instead of calling the model and the tools again (see :mod:`worker.conversation.turn_journal`).
 
         ``user`` is the text, or a user :class:`Message` (``messages.user(caption, media=MediaRef(...))`` for a
         photo); user messages with media may appear in ``messages`` too. ``attachments`` (media id ->
@@ -373,14 +373,14 @@ class Chat:
 def _encodable(response: ModelResponse) -> ModelResponse:
     """The reply with any lone surrogate a provider's JSON escaped replaced by U+FFFD (the model's text is not the
     caller's input to refuse): the state it joins can be encoded."""
-    m = response.message
-    content, raw = without_lone_surrogates(m.content), without_lone_surrogates(m.raw)
+    message = response.message
+    content, raw = without_lone_surrogates(message.content), without_lone_surrogates(message.raw)
     calls = tuple(msgs.ToolCall(c.id, without_lone_surrogates(c.name), without_lone_surrogates(c.arguments))
-                  for c in m.tool_calls)
-    if content is m.content and raw is m.raw and all(
-            a.name is b.name and a.arguments is b.arguments for a, b in zip(calls, m.tool_calls, strict=True)):
+                  for c in message.tool_calls)
+    if content is message.content and raw is message.raw and all(
+            a.name is b.name and a.arguments is b.arguments for a, b in zip(calls, message.tool_calls, strict=True)):
         return response
-    return replace(response, message=replace(m, content=content, tool_calls=calls, raw=raw))
+    return replace(response, message=replace(message, content=content, tool_calls=calls, raw=raw))
 
 
 @dataclass

@@ -37,7 +37,7 @@ from worker.conversation.observe import Observer, complete_observed, observing
 from worker.conversation.prompt import fixed_overhead, history_tokens, prompt_tokens
 from worker.conversation.state import ConversationState
 from worker.conversation.tokens import TokenCounter
-from worker.errors import ModelError
+from worker.errors import CompactionFailed, ModelError
 
 log = logging.getLogger(__name__)
 
@@ -58,10 +58,6 @@ class Compactor(Protocol):
     def should_compact(self, state: ConversationState, counter: TokenCounter) -> bool: ...
 
     def compact(self, state: ConversationState, counter: TokenCounter) -> ConversationState: ...
-
-
-class CompactionFailed(Exception):
-    """Raised inside a compactor when it could not do its work; the state stays as it was."""
 
 
 # --- shared mechanics ----------------------------------------------------------------------------
@@ -299,18 +295,18 @@ class CompressToolExchanges:
         targets = set(self._targets(state))
         if not targets:
             return state
-        calls = {c.id: c for m in state.messages for c in m.tool_calls}
+        calls = {c.id: c for message in state.messages for c in message.tool_calls}
         out = list(state.messages)
         for i in targets:
-            m = out[i]
-            call = calls.get(m.tool_call_id or "")
+            message = out[i]
+            call = calls.get(message.tool_call_id or "")
             args = call.arguments if call else ""
-            sample = m.content[: self.sample_chars].rstrip()
+            sample = message.content[: self.sample_chars].rstrip()
             note = (
-                f"{COMPRESSED_MARK}{m.name or (call.name if call else 'tool')}({_short(args, 120)}) returned "
-                f"{len(m.content)} characters; beginning: {sample}…"
+                f"{COMPRESSED_MARK}{message.name or (call.name if call else 'tool')}({_short(args, 120)}) returned "
+                f"{len(message.content)} characters; beginning: {sample}…"
             )
-            out[i] = replace(m, content=note, raw=None)
+            out[i] = replace(message, content=note, raw=None)
         return replace(state, messages=tuple(out), last_usage=None)
 
 

@@ -84,8 +84,8 @@ def _clean_part(messages: Sequence[Message], clean: CleanPrefix | None) -> int:
     """How many leading messages ``clean`` vouches for: all of its own when ``messages`` starts with them."""
     if clean is None:
         return 0
-    k = len(clean.messages)
-    return k if k <= len(messages) and all(map(operator.is_, clean.messages, messages[:k])) else 0
+    vouched = len(clean.messages)
+    return vouched if vouched <= len(messages) and all(map(operator.is_, clean.messages, messages[:vouched])) else 0
 
 
 def repair_from(messages: Sequence[Message],
@@ -154,8 +154,3 @@ def repair_from(messages: Sequence[Message],
     if problems:
         log.warning("history repaired before a request", extra={"problems": problems})
     return fixed, Repair(tuple(problems)), None
-
-
-def check_history(messages: Sequence[Message]) -> list[str]:
-    """The problems :func:`repair_history` would fix; empty when the history is valid."""
-    return list(repair_history(messages)[1].problems)

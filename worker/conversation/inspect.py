@@ -12,22 +12,24 @@ from worker.conversation.tokens import EstimateCounter
 from worker.errors import StateDecodeError
 
 
-def _view(m: Message, limit: int) -> dict[str, Any]:
-    d: dict[str, Any] = {"seq": m.seq, "role": m.role}
-    text = m.content if len(m.content) <= limit else m.content[:limit] + f"… (+{len(m.content) - limit} chars)"
+def _view(message: Message, limit: int) -> dict[str, Any]:
+    view: dict[str, Any] = {"seq": message.seq, "role": message.role}
+    content = message.content
+    text = content if len(content) <= limit else content[:limit] + f"… (+{len(content) - limit} chars)"
     if text:
-        d["content"] = text
-    if m.tool_calls:
-        d["tool_calls"] = [{"id": c.id, "name": c.name, "arguments": c.arguments[:limit]} for c in m.tool_calls]
-    if m.tool_call_id:
-        d["tool_call_id"] = m.tool_call_id
-    if m.is_error:
-        d["is_error"] = True
-    if m.pinned:
-        d["pinned"] = True
-    if m.media is not None:
-        d["media"] = {"kind": m.media.kind, "id": m.media.id, "mime_type": m.media.mime_type}
-    return d
+        view["content"] = text
+    if message.tool_calls:
+        view["tool_calls"] = [{"id": call.id, "name": call.name, "arguments": call.arguments[:limit]}
+                              for call in message.tool_calls]
+    if message.tool_call_id:
+        view["tool_call_id"] = message.tool_call_id
+    if message.is_error:
+        view["is_error"] = True
+    if message.pinned:
+        view["pinned"] = True
+    if message.media is not None:
+        view["media"] = {"kind": message.media.kind, "id": message.media.id, "mime_type": message.media.mime_type}
+    return view
 
 
 def inspect_state(state: bytes | None, *, max_chars: int = 500) -> dict[str, Any]:

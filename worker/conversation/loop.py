@@ -1,9 +1,9 @@
 """The tool loop of one turn: call the model, run the tools it asks for, repeat until it answers in text.
 
 :class:`~worker.conversation.chat.Chat` builds one :class:`ToolLoop` per turn; the loop itself knows
-nothing of observers, lifecycle or compaction. With a :class:`~worker.conversation.journal.TurnJournal` the loop
+nothing of observers, lifecycle or compaction. With a :class:`~worker.conversation.turn_journal.TurnJournal` the loop
 records each model round that asked for tools and each tool result before the model sees it, and a retried turn
-replays what was recorded instead of calling the model or the tools again (see :mod:`worker.conversation.journal`).
+replays what was recorded instead of calling the model or the tools again (see :mod:`worker.conversation.turn_journal`).
 """
 
 from __future__ import annotations
@@ -12,11 +12,11 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
-from worker.conversation.journal import NoJournal, TurnJournal
 from worker.conversation.messages import Message, ToolCall
 from worker.conversation.model import FinishReason, ModelRequest, ModelResponse
 from worker.conversation.state import ConversationState
 from worker.conversation.tools import Tool, run_tool
+from worker.conversation.turn_journal import NoJournal, TurnJournal
 
 ToolChoice = Literal["auto", "none"]
 
@@ -73,11 +73,12 @@ class ToolLoop:
             if final is not None:
                 out.reply, out.state = final[0], st.append(final[1])
                 return out
-            m = response.message
+            message = response.message
             if step >= len(replay):
                 self.journal.record_round(step, response)  # before any of its tools runs
-            results = [self._result(step, call, recorded, out, replayed=step < len(replay)) for call in m.tool_calls]
-            st = st.append(m, *results)
+            results = [self._result(step, call, recorded, out, replayed=step < len(replay))
+                       for call in message.tool_calls]
+            st = st.append(message, *results)
             step += 1
             rounds += 1
             if rounds >= self.max_tool_iterations:
@@ -117,8 +118,8 @@ class ToolLoop:
     def _final(self, response: ModelResponse, tool_choice: ToolChoice,
                out: LoopOutcome) -> tuple[str, Message] | None:
         """The reply and the message to store when ``response`` ends the turn; ``None`` to run its tools."""
-        m = response.message
-        text = m.content.strip()
+        message = response.message
+        text = message.content.strip()
         if response.finish_reason in ("content_filter", "refusal"):
             out.filtered = True
             reply = text or self.fallback_reply
@@ -127,12 +128,12 @@ class ToolLoop:
             out.truncated = True
             reply = text or "(The answer was cut short.)"
             # A truncated tool call cannot be trusted: keep only the text.
-            return reply, (m if not m.tool_calls and text else Message(role="assistant", content=reply))
-        if m.tool_calls and tool_choice == "none":
+            return reply, (message if not message.tool_calls and text else Message(role="assistant", content=reply))
+        if message.tool_calls and tool_choice == "none":
             # The model asked for tools after being told not to: answer with what text there is.
             reply = text or self.fallback_reply
             return reply, Message(role="assistant", content=reply)
-        if not m.tool_calls:
+        if not message.tool_calls:
             reply = text or self.fallback_reply
-            return reply, (m if text else replace(m, content=reply, raw=None))
+            return reply, (message if text else replace(message, content=reply, raw=None))
         return None

@@ -36,10 +36,6 @@ class Usage:
     cached_tokens: int = 0
     cache_creation_tokens: int = 0
 
-    @property
-    def total_tokens(self) -> int:
-        return self.prompt_tokens + self.completion_tokens
-
 
 @dataclass(frozen=True, slots=True)
 class Attachment:

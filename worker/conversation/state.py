@@ -83,8 +83,8 @@ class ConversationState:
 
     @classmethod
     def fresh(cls, provider: str, *, now: float | None = None) -> ConversationState:
-        t = time.time() if now is None else now
-        return cls(provider=provider, meta=Meta(epoch=uuid.uuid4().hex[:16], started_at=t, last_activity=t))
+        started = time.time() if now is None else now
+        return cls(provider=provider, meta=Meta(epoch=uuid.uuid4().hex[:16], started_at=started, last_activity=started))
 
     def append(self, *messages: Message) -> ConversationState:
         """A new state with ``messages`` appended, each given the next ``seq``."""
@@ -108,36 +108,37 @@ class ConversationState:
         return self.next_seq - 1
 
 
-def _changed(s: ConversationState, messages: tuple[Message, ...], next_seq: int, seen_seq: int,
+def _changed(state: ConversationState, messages: tuple[Message, ...], next_seq: int, seen_seq: int,
              last_usage: Usage | None, meta: Meta) -> ConversationState:
-    """``s`` with the fields a turn changes replaced: what :func:`dataclasses.replace` does, built directly. A turn
+    """``state`` with the fields a turn changes replaced: what :func:`dataclasses.replace` does, built directly. A turn
     makes several new states and ``replace`` walks the fields' metadata each time (about twice the cost). Every
     field is passed, in order: tests/conversation/test_state_codec.py fails when a field is added and not here."""
-    return ConversationState(s.provider, messages, s.summary, s.summary_seq, s.pinned, next_seq, seen_seq, last_usage,
-                             s.generation, meta)
+    return ConversationState(state.provider, messages, state.summary, state.summary_seq, state.pinned, next_seq,
+                             seen_seq, last_usage, state.generation, meta)
 
 
 # --- encoding -------------------------------------------------------------------------------------
 
-def _enc_message(m: Message) -> dict[str, Any]:
-    d: dict[str, Any] = {"r": m.role, "s": m.seq}
-    if m.content:
-        d["c"] = m.content
-    if m.tool_calls:
-        d["tc"] = [[c.id, c.name, c.arguments] for c in m.tool_calls]
-    if m.tool_call_id is not None:
-        d["ti"] = m.tool_call_id
-    if m.name is not None:
-        d["n"] = m.name
-    if m.is_error:
-        d["e"] = True
-    if m.pinned:
-        d["p"] = True
-    if m.raw is not None:
-        d["raw"] = m.raw
-    if m.media is not None:
-        d["md"] = [m.media.kind, m.media.id, m.media.mime_type]  # the reference only, never the bytes
-    return d
+def _enc_message(message: Message) -> dict[str, Any]:
+    fields: dict[str, Any] = {"r": message.role, "s": message.seq}
+    if message.content:
+        fields["c"] = message.content
+    if message.tool_calls:
+        fields["tc"] = [[call.id, call.name, call.arguments] for call in message.tool_calls]
+    if message.tool_call_id is not None:
+        fields["ti"] = message.tool_call_id
+    if message.name is not None:
+        fields["n"] = message.name
+    if message.is_error:
+        fields["e"] = True
+    if message.pinned:
+        fields["p"] = True
+    if message.raw is not None:
+        fields["raw"] = message.raw
+    if message.media is not None:
+        # The reference only, never the bytes.
+        fields["md"] = [message.media.kind, message.media.id, message.media.mime_type]
+    return fields
 
 
 def _version_for(messages: Packed, pinned: Packed) -> int:
@@ -145,10 +146,10 @@ def _version_for(messages: Packed, pinned: Packed) -> int:
     return MEDIA_VERSION if messages.media or pinned.media else 1
 
 
-def _enc_usage(u: Usage | None) -> list[int] | None:
-    if u is None:
+def _enc_usage(usage: Usage | None) -> list[int] | None:
+    if usage is None:
         return None
-    return [u.prompt_tokens, u.completion_tokens, u.cached_tokens, u.cache_creation_tokens]
+    return [usage.prompt_tokens, usage.completion_tokens, usage.cached_tokens, usage.cache_creation_tokens]
 
 
 @dataclass(frozen=True, slots=True)
@@ -174,20 +175,20 @@ class Memo:
 _NOTHING = Packed((), b"", False)
 
 
-def _array_header(n: int) -> bytes:
-    if n < 16:
-        return bytes((0x90 | n,))
-    if n < 0x10000:
-        return b"\xdc" + n.to_bytes(2, "big")
-    return b"\xdd" + n.to_bytes(4, "big")
+def _array_header(length: int) -> bytes:
+    if length < 16:
+        return bytes((0x90 | length,))
+    if length < 0x10000:
+        return b"\xdc" + length.to_bytes(2, "big")
+    return b"\xdd" + length.to_bytes(4, "big")
 
 
 def _pack_messages(messages: tuple[Message, ...], before: Packed) -> Packed:
-    k = len(before.messages)
-    if k and k <= len(messages) and all(map(operator.is_, before.messages, messages[:k])):
-        if k == len(messages):
+    reused = len(before.messages)
+    if reused and reused <= len(messages) and all(map(operator.is_, before.messages, messages[:reused])):
+        if reused == len(messages):
             return before
-        added = messages[k:]
+        added = messages[reused:]
         body = before.body + b"".join(msgpack.packb(_enc_message(m), use_bin_type=True) for m in added)
         return Packed(messages, body, before.media or any(m.media is not None for m in added))
     body = b"".join(msgpack.packb(_enc_message(m), use_bin_type=True) for m in messages)
@@ -209,19 +210,19 @@ def encode_with_memo(state: ConversationState, memo: Memo | None = None) -> tupl
     meta = state.meta
     msgs = _pack_messages(state.messages, memo.messages if memo else _NOTHING)
     pins = _pack_messages(state.pinned, memo.pinned if memo else _NOTHING)
-    k = _KEYS
+    key = _KEYS
     body = b"".join((
         b"\x8a",  # a map of the 10 fields below, in this order
-        k["p"], _pack(state.provider),
-        k["m"], _array_header(len(state.messages)), msgs.body,
-        k["sum"], _pack(state.summary),
-        k["sums"], _pack(state.summary_seq),
-        k["pin"], _array_header(len(state.pinned)), pins.body,
-        k["ns"], _pack(state.next_seq),
-        k["seen"], _pack(state.seen_seq),
-        k["u"], _pack(_enc_usage(state.last_usage)),
-        k["g"], _pack(state.generation),
-        k["meta"], _pack([meta.epoch, meta.started_at, meta.last_activity, meta.turns, meta.events,
+        key["p"], _pack(state.provider),
+        key["m"], _array_header(len(state.messages)), msgs.body,
+        key["sum"], _pack(state.summary),
+        key["sums"], _pack(state.summary_seq),
+        key["pin"], _array_header(len(state.pinned)), pins.body,
+        key["ns"], _pack(state.next_seq),
+        key["seen"], _pack(state.seen_seq),
+        key["u"], _pack(_enc_usage(state.last_usage)),
+        key["g"], _pack(state.generation),
+        key["meta"], _pack([meta.epoch, meta.started_at, meta.last_activity, meta.turns, meta.events,
                           meta.compactions]),
     ))
     flags = 0
@@ -241,13 +242,13 @@ _COMPRESSORS: queue.SimpleQueue[zstandard.ZstdCompressor] = queue.SimpleQueue()
 
 def _compress(body: bytes) -> bytes:
     try:
-        c = _COMPRESSORS.get_nowait()
+        compressor = _COMPRESSORS.get_nowait()
     except queue.Empty:
-        c = zstandard.ZstdCompressor(level=_ZSTD_LEVEL)
+        compressor = zstandard.ZstdCompressor(level=_ZSTD_LEVEL)
     try:
-        return c.compress(body)
+        return compressor.compress(body)
     finally:
-        _COMPRESSORS.put(c)
+        _COMPRESSORS.put(compressor)
 
 
 def encode_state(state: ConversationState) -> bytes:
@@ -264,33 +265,33 @@ def _need(cond: bool, what: str) -> None:
 
 
 
-def _dec_message(d: Any) -> Message:
+def _dec_message(fields: Any) -> Message:
     # Hot path (every message of every turn): one type check per field, no helper calls on the common path.
-    if type(d) is not dict:
+    if type(fields) is not dict:
         raise StateDecodeError("invalid", "message is not a map")
-    role = d.get("r")
-    content = d.get("c", "")
-    seq = d.get("s", 0)
+    role = fields.get("r")
+    content = fields.get("c", "")
+    seq = fields.get("s", 0)
     if role not in ROLES or type(content) is not str or type(seq) is not int or seq < 0:
         raise StateDecodeError("invalid", f"bad message (role {role!r})")
     calls: tuple[ToolCall, ...] = ()
-    tc = d.get("tc")
+    tc = fields.get("tc")
     if tc is not None:
         _need(isinstance(tc, list), "bad tool calls")
         out = []
-        for c in tc:
-            _need(isinstance(c, list) and len(c) == 3 and all(isinstance(x, str) for x in c), "bad tool call")
-            out.append(ToolCall(id=c[0], name=c[1], arguments=c[2]))
+        for call in tc:
+            _need(isinstance(call, list) and len(call) == 3 and all(isinstance(x, str) for x in call), "bad tool call")
+            out.append(ToolCall(id=call[0], name=call[1], arguments=call[2]))
         calls = tuple(out)
-    ti = d.get("ti")
-    name = d.get("n")
-    raw = d.get("raw")
+    ti = fields.get("ti")
+    name = fields.get("n")
+    raw = fields.get("raw")
     if (ti is not None and type(ti) is not str) or (name is not None and type(name) is not str) or (
             raw is not None and type(raw) is not dict):
         raise StateDecodeError("invalid", "bad tool_call_id, name or raw")
-    md = d.get("md")
+    md = fields.get("md")
     media = None if md is None else _dec_media(md, role)
-    return Message(role, content, calls, ti, name, bool(d.get("e", False)), bool(d.get("p", False)), seq, raw,
+    return Message(role, content, calls, ti, name, bool(fields.get("e", False)), bool(fields.get("p", False)), seq, raw,
                    media)
 
 
@@ -303,28 +304,28 @@ def _dec_media(md: Any, role: Any) -> MediaRef:
     return MediaRef(id=mid, mime_type=mime, kind=kind)
 
 
-def _from_payload(p: Any) -> ConversationState:
-    _need(isinstance(p, dict), "payload is not a map")
-    provider = p.get("p")
+def _from_payload(payload: Any) -> ConversationState:
+    _need(isinstance(payload, dict), "payload is not a map")
+    provider = payload.get("p")
     _need(isinstance(provider, str) and bool(provider), "no provider")
-    msgs = p.get("m", [])
-    pins = p.get("pin", [])
+    msgs = payload.get("m", [])
+    pins = payload.get("pin", [])
     _need(isinstance(msgs, list) and isinstance(pins, list), "history is not a list")
-    usage_raw = p.get("u")
+    usage_raw = payload.get("u")
     usage = None
     if usage_raw is not None:
         _need(isinstance(usage_raw, list) and len(usage_raw) == 4 and all(isinstance(x, int) for x in usage_raw),
               "bad usage")
         usage = Usage(*usage_raw)
-    meta_raw = p.get("meta", ["", 0.0, 0.0, 0, 0, 0])
+    meta_raw = payload.get("meta", ["", 0.0, 0.0, 0, 0, 0])
     _need(isinstance(meta_raw, list) and len(meta_raw) == 6, "bad meta")
     epoch, started, last, turns, events, compactions = meta_raw
     _need(isinstance(epoch, str), "bad epoch")
     _need(all(isinstance(x, int | float) for x in (started, last)), "bad times")
     _need(all(isinstance(x, int) for x in (turns, events, compactions)), "bad counters")
-    ints = {k: p.get(k, d) for k, d in (("sums", 0), ("ns", 1), ("seen", 0), ("g", 0))}
+    ints = {k: payload.get(k, d) for k, d in (("sums", 0), ("ns", 1), ("seen", 0), ("g", 0))}
     _need(all(isinstance(v, int) and v >= 0 for v in ints.values()), "bad counters")
-    summary = p.get("sum", "")
+    summary = payload.get("sum", "")
     _need(isinstance(summary, str), "bad summary")
     messages = tuple(_dec_message(m) for m in msgs)
     _need(all(m.seq < ints["ns"] for m in messages), "seq beyond next_seq")

@@ -129,8 +129,8 @@ def _load_encoding(name: str) -> object:
 
 def encoding_for_model(model: str) -> str:
     """The encoding a model name uses: o200k_base for the GPT-4o/4.1/5 and o-series families, else cl100k_base."""
-    m = model.lower()
-    if any(m.startswith(p) for p in ("gpt-4o", "gpt-4.1", "gpt-4.5", "gpt-5", "o1", "o3", "o4", "chatgpt-4o")):
+    name = model.lower()
+    if any(name.startswith(p) for p in ("gpt-4o", "gpt-4.1", "gpt-4.5", "gpt-5", "o1", "o3", "o4", "chatgpt-4o")):
         return "o200k_base"
     return "cl100k_base"
 

@@ -75,33 +75,12 @@ class ConsoleChannel:
     def send_text(self, recipient: str, text: str, *, reply_to: str | None = None,
                   callback_data: str | None = None) -> str:
         with self._lock:
-            n = next(self._ids)
+            number = next(self._ids)
             print(f"[reply to {recipient}] {text}", file=self.stream, flush=True)
-        return f"console-{n}"
+        return f"console-{number}"
 
     def mark_read(self, message_id: str, *, typing: bool) -> None:
         """Nothing to show on a console."""
-
-
-class RecordingChannel:
-    """Keeps what it was asked to send (tests)."""
-
-    def __init__(self) -> None:
-        self.sent: list[tuple[str, str, str | None]] = []
-        self.callbacks: list[str | None] = []  # the callback data of each send, in the order of ``sent``
-        self.read: list[tuple[str, bool]] = []  # (message id, typing) per mark_read
-        self._lock = threading.Lock()
-
-    def send_text(self, recipient: str, text: str, *, reply_to: str | None = None,
-                  callback_data: str | None = None) -> str:
-        with self._lock:
-            self.sent.append((recipient, text, reply_to))
-            self.callbacks.append(callback_data)
-            return f"rec-{len(self.sent)}"
-
-    def mark_read(self, message_id: str, *, typing: bool) -> None:
-        with self._lock:
-            self.read.append((message_id, typing))
 
 
 class WebhookChannel:
@@ -117,16 +96,17 @@ class WebhookChannel:
                   callback_data: str | None = None) -> str:
         # The webhook contract has no status callbacks into Parley: ``callback_data`` has nowhere to come back.
         try:
-            r = self._client.post(self.url, json={"recipient": recipient, "text": text, "reply_to": reply_to})
+            response = self._client.post(self.url, json={"recipient": recipient, "text": text, "reply_to": reply_to})
         except httpx.HTTPError as exc:
             raise DeliveryRetryableError(f"webhook unreachable: {exc}") from exc
-        if r.status_code == 429 or r.status_code >= 500:
-            raise DeliveryRetryableError(f"webhook answered {r.status_code}", status=r.status_code)
-        if r.status_code >= 400:
-            raise DeliveryPermanentError(f"webhook answered {r.status_code}: {r.text[:200]}", status=r.status_code)
+        if response.status_code == 429 or response.status_code >= 500:
+            raise DeliveryRetryableError(f"webhook answered {response.status_code}", status=response.status_code)
+        if response.status_code >= 400:
+            raise DeliveryPermanentError(f"webhook answered {response.status_code}: {response.text[:200]}",
+                                         status=response.status_code)
         body: Any = None
         try:
-            body = r.json()
+            body = response.json()
         except ValueError:
             pass
         if isinstance(body, dict) and isinstance(body.get("id"), str):

@@ -39,12 +39,12 @@ def _start_time(pid: int) -> str | None:
 
 def _prune(root: pathlib.Path, keep: pathlib.Path) -> None:
     """Remove the directories of supervisors that no longer run (their counts belong to a past run)."""
-    for d in root.iterdir():
-        pid, _, started = d.name.partition("-")
-        if d == keep or not pid.isdigit():
+    for directory in root.iterdir():
+        pid, _, started = directory.name.partition("-")
+        if directory == keep or not pid.isdigit():
             continue
         if _start_time(int(pid)) != started:
-            shutil.rmtree(d, ignore_errors=True)
+            shutil.rmtree(directory, ignore_errors=True)
 
 
 def supervisor_dir(root: pathlib.Path | None = None) -> pathlib.Path | None:
@@ -56,11 +56,11 @@ def supervisor_dir(root: pathlib.Path | None = None) -> pathlib.Path | None:
     if started is None:  # not Linux: the pid alone (a reused pid could inherit old counts)
         started = "0"
     base = root or pathlib.Path(tempfile.gettempdir()) / f"{_ROOT}-{os.getuid()}"
-    d = base / f"{parent.pid}-{started}"
-    d.mkdir(parents=True, exist_ok=True)
+    directory = base / f"{parent.pid}-{started}"
+    directory.mkdir(parents=True, exist_ok=True)
     with contextlib.suppress(OSError):
-        _prune(base, d)
-    return d
+        _prune(base, directory)
+    return directory
 
 
 def share_metrics_with_sibling_workers() -> None:
@@ -68,13 +68,13 @@ def share_metrics_with_sibling_workers() -> None:
     if ENV in os.environ or "prometheus_client" in sys.modules or "uvicorn" not in sys.modules:
         return
     try:
-        d = supervisor_dir()
+        directory = supervisor_dir()
     except OSError as exc:  # an unusable temporary directory: each worker keeps its own counts, said once here
         logging.getLogger("parley.ingress").warning(
             "ingress metrics not shared between uvicorn workers (%s); set PROMETHEUS_MULTIPROC_DIR", exc)
         return
-    if d is not None:
-        os.environ[ENV] = str(d)
+    if directory is not None:
+        os.environ[ENV] = str(directory)
 
 
 def multiprocess_dir() -> str | None:

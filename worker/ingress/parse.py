@@ -1,8 +1,8 @@
 """WhatsApp webhook bodies -> records (pure: no I/O).
 
 Meta batches several entries, changes, messages and statuses into one POST; every one is walked, in order.
-Shapes vary by API version and rollout (see ``../shared/fixtures/whatsapp``, next to the repository). Every
-message a player sends gets an outcome, never silence:
+Shapes vary by API version and rollout (the tests read real ones through :mod:`tests.support.whatsapp_fixtures`).
+Every message a player sends gets an outcome, never silence:
 
 ==========================================================  ==================================================
 text, template quick-reply button, interactive reply         :class:`InboundMessage` (a chat turn)
@@ -161,8 +161,8 @@ def _timestamp(v: Any) -> str | None:
 
 
 def _phone(v: Any) -> str | None:
-    s = _str(v)
-    return s.strip().lstrip("+") or None if s is not None else None
+    text = _str(v)
+    return text.strip().lstrip("+") or None if text is not None else None
 
 
 def _contacts(value: dict[str, Any]) -> list[dict[str, Any]]:
@@ -175,9 +175,9 @@ def _choose_identity(phone: str | None, user_id: str | None,
     if user_id is None and len(contacts) == 1:
         user_id = _str(contacts[0].get("user_id"))
     if phone is None and user_id is not None:
-        for c in contacts:
-            if _str(c.get("user_id")) == user_id:
-                phone = _phone(c.get("wa_id"))
+        for contact in contacts:
+            if _str(contact.get("user_id")) == user_id:
+                phone = _phone(contact.get("wa_id"))
                 break
     if phone is None and user_id is None and len(contacts) == 1:
         phone = _phone(contacts[0].get("wa_id"))
@@ -200,27 +200,27 @@ def _text_of(msg: dict[str, Any]) -> str | None:
     if kind == "text":
         return _str(_dict(msg.get("text")).get("body"))
     if kind == "button":  # template quick-reply button
-        b = _dict(msg.get("button"))
-        return _str(b.get("text")) or _str(b.get("payload"))
+        button = _dict(msg.get("button"))
+        return _str(button.get("text")) or _str(button.get("payload"))
     if kind == "interactive":
-        i = _dict(msg.get("interactive"))
-        sub = i.get("type")
+        interactive = _dict(msg.get("interactive"))
+        sub = interactive.get("type")
         if sub in _INTERACTIVE_REPLIES:
-            reply = _dict(i.get(sub))
+            reply = _dict(interactive.get(sub))
             return _str(reply.get("title")) or _str(reply.get("id"))
     return None
 
 
 def _errors(obj: dict[str, Any]) -> list[tuple[int | None, str]]:
     out: list[tuple[int | None, str]] = []
-    for e in _list(obj.get("errors")):
-        if not isinstance(e, dict):
+    for error in _list(obj.get("errors")):
+        if not isinstance(error, dict):
             continue
-        code = e.get("code")
+        code = error.get("code")
         if isinstance(code, str) and code.isdigit():
             code = int(code)
-        text = _str(e.get("message")) or _str(e.get("title")) or ""
-        details = _str(_dict(e.get("error_data")).get("details")) or _str(e.get("details"))
+        text = _str(error.get("message")) or _str(error.get("title")) or ""
+        details = _str(_dict(error.get("error_data")).get("details")) or _str(error.get("details"))
         if details and details != text:
             text = f"{text} ({details})" if text else details
         out.append((code if isinstance(code, int) and not isinstance(code, bool) else None, text))

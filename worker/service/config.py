@@ -1,4 +1,4 @@
-"""What the drainer and the deliverer share: the knobs, the wake-up protocol, the retry signal, the metrics
+"""What the drainer and the deliverer share: the knobs, the wake-up protocol, the metrics
 observer of model round trips."""
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ from prometheus_client import Histogram
 
 from worker import metrics
 from worker.conversation.chat import RoundTrip
+from worker.errors import RetryLater as RetryLater  # re-exported: the service's modules import it from here
 from worker.service.burst import BurstPolicy
 
 
@@ -53,15 +54,6 @@ class ServiceConfig:
     model_name: str | None = None  # the configured model, for the record when a provider names none
     daily_token_budget: int = 0  # tokens a conversation may use per UTC day; 0 = no budget
     token_budget_reply: str = ""  # what a player over the budget gets instead of the model's answer
-
-
-class RetryLater(Exception):
-    """Raised when work must be retried later (model or channel unavailable); ``countdown`` in seconds."""
-
-    def __init__(self, reason: str, countdown: float) -> None:
-        super().__init__(reason)
-        self.reason = reason
-        self.countdown = countdown
 
 
 # Bound once: looking a labelled child up costs more than the increment (several per model round trip).

@@ -1,4 +1,4 @@
-"""The worker's turn journal: the core's :class:`~worker.conversation.journal.TurnJournal` backed by the store.
+"""The worker's turn journal: the core's :class:`~worker.conversation.turn_journal.TurnJournal` backed by the store.
 
 One :class:`StoreJournal` per turn, bound to the conversation, the input and the lease token: every entry is
 written by the store's fenced RECORD_STEP before the model sees it, so a worker that lost its lease stops
@@ -14,11 +14,11 @@ import time
 from collections.abc import Mapping, Sequence
 
 from worker import metrics
-from worker.conversation.journal import decode_result, decode_round, encode_result, encode_round
 from worker.conversation.messages import Message
 from worker.conversation.model import ModelResponse
+from worker.conversation.turn_journal import decode_result, decode_round, encode_result, encode_round
+from worker.durable_record.entries import Step, Trail
 from worker.errors import StateDecodeError
-from worker.record.entries import Step, Trail
 from worker.store.protocol import DrainStore
 
 log = logging.getLogger("parley.service")

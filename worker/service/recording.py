@@ -11,10 +11,10 @@ from collections.abc import Sequence
 from typing import Any
 
 from worker.conversation.results import TurnResult
+from worker.durable_record import entries
+from worker.durable_record.entries import InputRecord, Trail
 from worker.envelopes import Envelope, ReplyRecord, decode_envelope
 from worker.errors import EnvelopeError
-from worker.record import entries
-from worker.record.entries import InputRecord, Trail
 
 
 def input_of(env: Envelope) -> InputRecord:

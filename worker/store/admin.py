@@ -3,8 +3,8 @@ inspection, dead-letter replay, delivery statuses, delete)."""
 
 from __future__ import annotations
 
+from worker.durable_record import entries
 from worker.errors import InvalidConversationIdError
-from worker.record import entries
 from worker.store.base import (
     MessageStatus,
     StatusRecorded,

@@ -164,7 +164,7 @@ class StatusRecorded:
 @dataclass(frozen=True)
 class JournalRead:
     """One input's turn journal as stored: model rounds by step, tool results by (step, call id); encoded
-    entries (the core's :mod:`worker.conversation.journal` codecs read them)."""
+    entries (the core's :mod:`worker.conversation.turn_journal` codecs read them)."""
 
     rounds: dict[int, bytes]
     results: dict[tuple[int, str], bytes]

@@ -3,7 +3,7 @@ delivery token; every send is marked in flight before it and sent after it, so a
 
 from __future__ import annotations
 
-from worker.record import entries
+from worker.durable_record import entries
 from worker.store.base import InflightOutcome, OutboxHead, StoreBase, claimed, store_errors
 from worker.store.codes import refused
 from worker.store.scripts import ClaimReply

@@ -1,4 +1,4 @@
-"""The tools a deployment gives the model, from settings alone (DESIGN.md, "Tools a deployment gives the model").
+"""The tools a deployment gives the model, from settings alone (docs/tools.md).
 
 An edge package, not part of the pure core: it imports the game's Python tools, reads the HTTP manifest and keeps
 MCP sessions open. :func:`load_tools` runs once per worker process when the service is built; everything wrong with

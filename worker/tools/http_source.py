@@ -56,8 +56,8 @@ class HttpTool:
                                                                       call.call_id)}
         try:
             with self.pool.lease() as client:
-                r = client.post(self.spec.url, json=body, headers=headers, timeout=self.timeout)
-                status, text, ctype = r.status_code, r.text, r.headers.get("content-type", "")
+                response = client.post(self.spec.url, json=body, headers=headers, timeout=self.timeout)
+                status, text, ctype = response.status_code, response.text, response.headers.get("content-type", "")
         except httpx.TimeoutException as exc:
             TOOL_CALLS.labels("http", "timeout").inc()
             raise ToolError(f"the game engine did not answer within {self.timeout:g} s") from exc

@@ -1,6 +1,6 @@
 """The tool manifest (``PARLEY_TOOLS_FILE``): HTTP tools and MCP servers, in YAML or JSON, validated at worker start.
 
-The contract is DESIGN.md's "Tools a deployment gives the model". A bad manifest fails the worker's start with a
+The format is documented in docs/tools.md. A bad manifest fails the worker's start with a
 :class:`~worker.errors.ConfigurationError` naming the file and the field, so a typo never reaches a player's turn.
 """
 
@@ -70,10 +70,10 @@ def expand_headers(headers: dict[str, str], where: str, env: dict[str, str] | No
     env = dict(os.environ) if env is None else env
     out: dict[str, str] = {}
     for key, value in headers.items():
-        def sub(m: re.Match[str], key: str = key) -> str:
-            if m.group(1) not in env:
-                raise ConfigurationError(f"{where}: header {key!r} uses ${{{m.group(1)}}}, which is not set")
-            return env[m.group(1)]
+        def sub(match: re.Match[str], key: str = key) -> str:
+            if match.group(1) not in env:
+                raise ConfigurationError(f"{where}: header {key!r} uses ${{{match.group(1)}}}, which is not set")
+            return env[match.group(1)]
 
         out[key] = _VAR.sub(sub, value)
     return out
@@ -82,24 +82,24 @@ def expand_headers(headers: dict[str, str], where: str, env: dict[str, str] | No
 def load_manifest(path: str | Path) -> Manifest:
     """Read and validate a manifest; YAML unless the file ends in ``.json`` (JSON is YAML too, but its errors
     read better from the JSON parser)."""
-    p = Path(path)
+    file = Path(path)
     try:
-        text = p.read_text(encoding="utf-8")
+        text = file.read_text(encoding="utf-8")
     except OSError as exc:
-        raise ConfigurationError(f"PARLEY_TOOLS_FILE {p}: cannot read it ({exc.strerror or exc})") from exc
+        raise ConfigurationError(f"PARLEY_TOOLS_FILE {file}: cannot read it ({exc.strerror or exc})") from exc
     try:
-        data = json.loads(text) if p.suffix.lower() == ".json" else yaml.safe_load(text)
+        data = json.loads(text) if file.suffix.lower() == ".json" else yaml.safe_load(text)
     except (ValueError, yaml.YAMLError) as exc:
-        raise ConfigurationError(f"PARLEY_TOOLS_FILE {p}: not valid {'JSON' if p.suffix == '.json' else 'YAML'}: "
+        raise ConfigurationError(f"PARLEY_TOOLS_FILE {file}: not valid {'JSON' if file.suffix == '.json' else 'YAML'}: "
                                  f"{exc}") from exc
     try:
         manifest = Manifest.model_validate(data if data is not None else {})
     except ValidationError as exc:
         problems = "; ".join(f"{'.'.join(str(x) for x in e['loc']) or '(top level)'}: {e['msg']}"
                              for e in exc.errors())
-        raise ConfigurationError(f"PARLEY_TOOLS_FILE {p}: {problems}") from exc
+        raise ConfigurationError(f"PARLEY_TOOLS_FILE {file}: {problems}") from exc
     names = [t.name for t in manifest.tools]
     dupes = sorted({n for n in names if names.count(n) > 1})
     if dupes:
-        raise ConfigurationError(f"PARLEY_TOOLS_FILE {p}: tools: duplicate name(s) {', '.join(dupes)}")
+        raise ConfigurationError(f"PARLEY_TOOLS_FILE {file}: tools: duplicate name(s) {', '.join(dupes)}")
     return manifest

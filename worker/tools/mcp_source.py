@@ -103,8 +103,8 @@ class McpServer:
         assert self._wake is not None
         # The read timeout stays long: the GET stream that carries notifications is idle most of the time.
         http = httpx.AsyncClient(headers=self.headers, timeout=httpx.Timeout(self.call_timeout, read=300))
-        async with http, streamable_http_client(self.url, http_client=http) as (r, w, _), \
-                ClientSession(r, w, message_handler=self._on_message) as session:
+        async with http, streamable_http_client(self.url, http_client=http) as (read_stream, write_stream, _), \
+                ClientSession(read_stream, write_stream, message_handler=self._on_message) as session:
             await session.initialize()
             await self._list(session)
             self._session, self.up = session, True
@@ -130,13 +130,13 @@ class McpServer:
                 break
         self.listed, self.listings = [t for t in tools if self._usable_schema(t)], self.listings + 1
 
-    def _usable_schema(self, t: mt.Tool) -> bool:
+    def _usable_schema(self, tool: mt.Tool) -> bool:
         """Whether a listed tool's input schema is a valid JSON schema: checked when the tools are listed (and
         said in the log then), so a call never meets a schema that cannot check its arguments."""
         try:
-            schema_validator(t.name, {"type": "object", **(t.inputSchema or {})})
+            schema_validator(tool.name, {"type": "object", **(tool.inputSchema or {})})
         except ToolError as exc:
-            log.warning("MCP server %s: tool %r left out: %s", self.label, t.name, exc)
+            log.warning("MCP server %s: tool %r left out: %s", self.label, tool.name, exc)
             return False
         return True
 
@@ -175,18 +175,18 @@ class McpServer:
             MCP_UNAVAILABLE.labels(self.label).inc()
             return []
         out = []
-        for t in self.listed:
-            if t.name in taken or not _NAME.match(t.name):
+        for listed in self.listed:
+            if listed.name in taken or not _NAME.match(listed.name):
                 continue
-            schema = dict(t.inputSchema or {})
+            schema = dict(listed.inputSchema or {})
             schema.setdefault("type", "object")
             try:
-                tool = Tool(name=t.name, description=t.description or t.name, parameters=schema,
-                            handler=_Handler(self, t.name), timeout=self.call_timeout + 2.0)
+                tool = Tool(name=listed.name, description=listed.description or listed.name, parameters=schema,
+                            handler=_Handler(self, listed.name), timeout=self.call_timeout + 2.0)
             except ToolError as exc:  # a server's odd tool must not fail every turn: leave it out
-                log.warning("MCP server %s: tool %r left out: %s", self.label, t.name, exc)
+                log.warning("MCP server %s: tool %r left out: %s", self.label, listed.name, exc)
                 continue
-            taken.add(t.name)
+            taken.add(listed.name)
             out.append(tool)
         return out
 
@@ -236,13 +236,13 @@ class McpSource:
         self.taken = set(taken)
 
     def start(self, wait: float) -> None:
-        for s in self.servers:
-            s.start(wait)
+        for server in self.servers:
+            server.start(wait)
 
     def tools(self) -> list[Tool]:
         taken = set(self.taken)
-        return [t for s in self.servers for t in s.tools(taken)]
+        return [tool for server in self.servers for tool in server.tools(taken)]
 
     def stop(self) -> None:
-        for s in self.servers:
-            s.stop()
+        for server in self.servers:
+            server.stop()

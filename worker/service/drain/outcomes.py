@@ -15,9 +15,9 @@ from typing import Any
 from worker.conversation.chat import State
 from worker.conversation.resident import Resident
 from worker.conversation.results import TurnResult
+from worker.durable_record.entries import Trail
 from worker.envelopes import Envelope, ReplyRecord
 from worker.errors import StateDecodeError
-from worker.record.entries import Trail
 from worker.service.burst import Pending
 
 

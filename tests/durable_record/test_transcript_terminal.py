@@ -9,12 +9,12 @@ from typing import Any
 
 import pytest
 
-from tests.record.test_exporter import CID, _exporter, _harness
+from tests.durable_record.test_exporter import CID, _exporter, _harness
 from tests.test_terminal import HOSTILE, unsafe
 from worker import cli
 from worker.conversation.scripted import Reply, ScriptedModel
 from worker.conversation.tools import Tool
-from worker.record import commands, database
+from worker.durable_record import commands, database
 
 COLUMN = " " * 32  # "2026-01-01 00:00:00  assistant  "
 

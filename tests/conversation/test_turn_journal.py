@@ -8,11 +8,11 @@ from collections.abc import Mapping, Sequence
 import pytest
 
 from worker.conversation.chat import Chat
-from worker.conversation.journal import decode_result, decode_round, encode_result, encode_round
 from worker.conversation.messages import Message, ToolCall
 from worker.conversation.model import ModelRequest, ModelResponse, Usage
 from worker.conversation.scripted import Reply, ScriptedModel
 from worker.conversation.tools import Tool
+from worker.conversation.turn_journal import decode_result, decode_round, encode_result, encode_round
 from worker.errors import StateDecodeError
 
 

@@ -16,8 +16,8 @@ import pytest
 from tests.support.redis_server import RedisServer, start_redis
 from tests.worker.conftest import Harness, make_harness
 from worker.client import ConversationClient
-from worker.record import database
-from worker.record.exporter import Exporter
+from worker.durable_record import database
+from worker.durable_record.exporter import Exporter
 from worker.service import ServiceConfig
 from worker.store.redis_store import ConversationStore, StoreLimits
 

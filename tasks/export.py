@@ -17,6 +17,7 @@ log = logging.getLogger("parley.tasks")
 _exporter: Any = None
 
 
+# Beat and running workers know the task by this name, not by its module's: it stays as it is when the code moves.
 @app.task(name="parley.export_records", ignore_result=True, acks_late=False)
 def export_records() -> int:
     """Export until the record streams are empty; returns the entries written (0 when a pass failed: the entries
@@ -26,8 +27,8 @@ def export_records() -> int:
     if not settings.database_url:
         return 0
     if _exporter is None:
-        from worker.record import database
-        from worker.record.exporter import Exporter
+        from worker.durable_record import database
+        from worker.durable_record.exporter import Exporter
         from worker.runtime import build_store
 
         url = settings.database_url

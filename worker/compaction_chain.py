@@ -1,5 +1,6 @@
-"""The memory policy a deployment chooses in its settings: the token counter, the compactor chain, and the room
-kept free for the model's answer inside its context window.
+"""The compactor chain a deployment's settings choose (:func:`build_compactor`), with what it is built from: the
+token counter (:func:`build_counter`) and the prompt budget the model's context window leaves once the answer has
+its room (:func:`compaction_budget`).
 
 Kept apart from :mod:`worker.runtime` (which wires processes together) because these are decisions about the
 model, each with a reason: tiktoken counts exactly only for OpenAI's own models; a budget that ignores the
@@ -23,7 +24,7 @@ from worker.conversation.tokens import EstimateCounter, TiktokenCounter, TokenCo
 from worker.errors import ConfigurationError
 from worker.settings import Settings
 
-log = logging.getLogger("parley.policy")
+log = logging.getLogger("parley.compaction")
 
 DEFAULT_CHAIN = ("tools", "summarize", "budget")
 
@@ -45,17 +46,17 @@ providers' framing are not all counted)."""
 
 def is_openai_family(model: str) -> bool:
     """Whether ``model`` is one of OpenAI's own models (tokenized by cl100k_base or o200k_base)."""
-    m = model.lower()
-    return m.startswith(("gpt-", "chatgpt-", "o1", "o3", "o4", "text-embedding-", "davinci", "babbage"))
+    name = model.lower()
+    return name.startswith(("gpt-", "chatgpt-", "o1", "o3", "o4", "text-embedding-", "davinci", "babbage"))
 
 
 def context_window(settings: Settings, model: str) -> int:
     """``PARLEY_CONTEXT_WINDOW``, else the family default of ``model``."""
     if settings.context_window:
         return settings.context_window
-    m = model.lower()
+    name = model.lower()
     for prefix, window in sorted(_WINDOWS, key=lambda pw: -len(pw[0])):
-        if m.startswith(prefix) or (prefix == "smollm2" and prefix in m):
+        if name.startswith(prefix) or (prefix == "smollm2" and prefix in name):
             return window
     return UNKNOWN_WINDOW
 

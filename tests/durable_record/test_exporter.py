@@ -12,9 +12,9 @@ import pytest
 from tests.worker.conftest import Harness, make_harness
 from worker.conversation.scripted import Reply, ScriptedModel
 from worker.conversation.tools import Tool
+from worker.durable_record import database
+from worker.durable_record.exporter import Exporter
 from worker.errors import DatabaseUnavailableError
-from worker.record import database
-from worker.record.exporter import Exporter
 from worker.service import ServiceConfig
 from worker.store.redis_store import StoreLimits
 

@@ -1,4 +1,4 @@
-"""The memory policy from settings: the compactor chain, the token counter, the room kept for the answer."""
+"""The compactor chain from settings, the token counter, the room kept for the answer."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ import pytest
 from pydantic import ValidationError
 
 from worker import Compose, CompressToolExchanges, KeepLastExchanges, ScriptedModel, Summarize, TokenBudget
+from worker.compaction_chain import build_compactor, build_counter, compaction_budget, context_window
 from worker.conversation import Message, ModelRequest, Usage
 from worker.conversation.scripted import Reply
 from worker.conversation.tokens import (
@@ -15,7 +16,6 @@ from worker.conversation.tokens import (
     UsageCalibratedCounter,
 )
 from worker.errors import ConfigurationError
-from worker.policy import build_compactor, build_counter, compaction_budget, context_window
 from worker.runtime import build_chat
 from worker.settings import Settings
 

@@ -183,7 +183,7 @@ this orders them whatever host built them."""
 
 @dataclass
 class Rows:
-    """The rows one batch of entries becomes, for each table (see :mod:`worker.record.migrations`), in stream
+    """The rows one batch of entries becomes, for each table (see :mod:`worker.durable_record.migrations`), in stream
     order. ``unreadable`` counts entries that did not decode: they are kept whole (base64) as ``unreadable`` records
     of conversation ``""``, never lost."""
 
@@ -202,41 +202,42 @@ def to_rows(batch: Iterable[tuple[str, Position, bytes, str | None]]) -> Rows:
     rows = Rows()
     for rid, (ms, seq), raw, extra in batch:
         try:
-            e = decode(raw)
+            entry = decode(raw)
         except RecordError as exc:
             rows.unreadable += 1
             rows.records.append((rid, "", ms, seq, "unreadable",
                                  {"raw": base64.b64encode(raw).decode(), "error": exc.args[0] if exc.args else ""}))
             continue
-        cid, kind = e["cid"], e["kind"]
-        body = {k: v for k, v in e.items() if k not in ("v", "cid", "kind")}
+        cid, kind = entry["cid"], entry["kind"]
+        body = {key: value for key, value in entry.items() if key not in ("v", "cid", "kind")}
         if extra:
             body["provider_ids"] = extra.split(",")
         rows.records.append((rid, cid, ms, seq, kind, body))
         if kind == "delete":
             rows.deletes.append((cid, rid, (ms, seq)))
             continue
-        _messages(rows, rid, cid, ms, e)
-        u = e.get("usage")
-        if kind in ("turn", "compaction") and u:  # a compaction's summariser spends tokens too
-            rows.usage.append((rid, cid, ms, e.get("model") or "", int(u.get("prompt") or 0),
-                               int(u.get("completion") or 0), int(u.get("cached") or 0),
-                               int(u.get("cache_write") or 0)))
+        _messages(rows, rid, cid, ms, entry)
+        usage = entry.get("usage")
+        if kind in ("turn", "compaction") and usage:  # a compaction's summariser spends tokens too
+            rows.usage.append((rid, cid, ms, entry.get("model") or "", int(usage.get("prompt") or 0),
+                               int(usage.get("completion") or 0), int(usage.get("cached") or 0),
+                               int(usage.get("cache_write") or 0)))
     return rows
 
 
-def _messages(rows: Rows, rid: str, cid: str, ms: int, e: Mapping[str, Any]) -> None:
-    n = 0
-    for i in e.get("inputs") or ():
-        role = "player" if i.get("kind") == "message" else "event"
-        rows.messages.append((rid, n, cid, ms, role, i.get("id"), None, None, i.get("text") or "", None, None, None,
-                              None))
-        n += 1
-    for s in e.get("steps") or ():
-        rows.messages.append((rid, n, cid, ms, "tool", None, None, None, "", s.get("tool"), s.get("args"),
-                              s.get("result"), s.get("ms")))
-        n += 1
-    reply = e.get("reply") or {}
+def _messages(rows: Rows, rid: str, cid: str, ms: int, entry: Mapping[str, Any]) -> None:
+    seq = 0
+    for item in entry.get("inputs") or ():
+        role = "player" if item.get("kind") == "message" else "event"
+        rows.messages.append((rid, seq, cid, ms, role, item.get("id"), None, None, item.get("text") or "", None, None,
+                              None, None))
+        seq += 1
+    for step in entry.get("steps") or ():
+        rows.messages.append((rid, seq, cid, ms, "tool", None, None, None, "", step.get("tool"), step.get("args"),
+                              step.get("result"), step.get("ms")))
+        seq += 1
+    reply = entry.get("reply") or {}
     for part, text in enumerate(reply.get("parts") or ()):
-        rows.messages.append((rid, n, cid, ms, "assistant", None, reply.get("id"), part, text, None, None, None, None))
-        n += 1
+        rows.messages.append((rid, seq, cid, ms, "assistant", None, reply.get("id"), part, text, None, None, None,
+                              None))
+        seq += 1

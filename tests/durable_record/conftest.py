@@ -17,7 +17,7 @@ def database_url() -> Iterator[str]:
 @pytest.fixture
 def db(database_url: str) -> Iterator[Any]:
     """A connection to a fresh database with the schema upgraded."""
-    from worker.record import database
+    from worker.durable_record import database
 
     conn = database.connect(database_url)
     database.upgrade(conn)

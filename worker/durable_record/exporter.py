@@ -18,9 +18,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from worker import metrics
+from worker.durable_record import database
+from worker.durable_record.entries import to_rows
 from worker.errors import DatabaseUnavailableError, StoreError
-from worker.record import database
-from worker.record.entries import to_rows
 from worker.store.base import stream_position
 from worker.store.records import RecordStore, StreamEntry
 
@@ -71,8 +71,8 @@ class Exporter:
         for stream in streams:
             entries = self.store.read_records(stream, self.batch)
             if entries:
-                n, bad = self._write(stream, entries)
-                exported, unreadable = exported + n, unreadable + bad
+                written, bad = self._write(stream, entries)
+                exported, unreadable = exported + written, unreadable + bad
         self._erase_deletes()
         self.observe(streams)
         return Pass(exported, unreadable, len(streams))
@@ -105,8 +105,8 @@ class Exporter:
         """Passes until the streams are empty (what ``--once``, cron or a beat entry wants from one call); returns
         the entries written."""
         total = 0
-        while n := self.export_once().exported:
-            total += n
+        while written := self.export_once().exported:
+            total += written
         return total
 
     def _write(self, stream: str, entries: list[StreamEntry]) -> tuple[int, int]:

@@ -28,16 +28,16 @@ def _url(settings: Settings) -> str:
 
 
 def _conn() -> Any:
-    from worker.record import database
+    from worker.durable_record import database
 
     return database.connect(_url(get_settings()))
 
 
-def cmd_db(a: argparse.Namespace) -> int:
-    from worker.record import database
+def cmd_db(args: argparse.Namespace) -> int:
+    from worker.durable_record import database
 
     with _conn() as conn:
-        if a.action == "upgrade":
+        if args.action == "upgrade":
             applied = database.upgrade(conn)
             print(f"applied {', '.join(applied)}" if applied else "the schema is up to date")
             _announce_record(get_settings())
@@ -73,19 +73,19 @@ def _idle_without_database() -> int:
     return 0
 
 
-def cmd_exporter(a: argparse.Namespace) -> int:
-    from worker.record import database
-    from worker.record.exporter import Exporter
+def cmd_exporter(args: argparse.Namespace) -> int:
+    from worker.durable_record import database
+    from worker.durable_record.exporter import Exporter
     from worker.runtime import build_store
 
     settings = get_settings()
-    if not settings.database_url and not a.once:
+    if not settings.database_url and not args.once:
         return _idle_without_database()
     url = _url(settings)
     store = build_store(settings)
     exporter = Exporter(store, lambda: database.connect(url), batch=settings.exporter_batch)
     try:
-        if a.once:
+        if args.once:
             print(f"exported {exporter.export_all()} record entries")
             return 0
         if settings.metrics_port:
@@ -104,18 +104,19 @@ def cmd_exporter(a: argparse.Namespace) -> int:
         exporter.close()
 
 
-def cmd_transcript(a: argparse.Namespace) -> int:
-    from worker.record import database
+def cmd_transcript(args: argparse.Namespace) -> int:
+    from worker.durable_record import database
 
     with _conn() as conn:
         database.require_schema(conn)
-        lines = database.transcript(conn, a.conversation_id)
-    if a.json:
+        lines = database.transcript(conn, args.conversation_id)
+    if args.json:
         for line in lines:
-            print(json_for_terminal({k: v for k, v in line.__dict__.items() if v is not None}, default=str))
+            fields = {key: value for key, value in line.__dict__.items() if value is not None}
+            print(json_for_terminal(fields, default=str))
         return 0
     if not lines:
-        print(f"no record of {a.conversation_id}", file=sys.stderr)
+        print(f"no record of {args.conversation_id}", file=sys.stderr)
         return 1
     for line in lines:
         print(format_line(line))
@@ -137,18 +138,18 @@ def format_line(line: Any) -> str:
     return f"{when}  {for_terminal(line.role):<9}  {text}"
 
 
-def cmd_usage(a: argparse.Namespace) -> int:
-    from worker.record import database
+def cmd_usage(args: argparse.Namespace) -> int:
+    from worker.durable_record import database
 
-    since = dt.date.fromisoformat(a.since) if a.since else dt.datetime.now(dt.UTC).date() - dt.timedelta(days=7)
+    since = dt.date.fromisoformat(args.since) if args.since else dt.datetime.now(dt.UTC).date() - dt.timedelta(days=7)
     with _conn() as conn:
         database.require_schema(conn)
-        rows = database.usage(conn, since, a.conversation)
+        rows = database.usage(conn, since, args.conversation)
     print(f"{'day':<10}  {'conversation':<24}  {'turns':>6}  {'prompt':>10}  {'completion':>10}  {'cached':>10}"
           f"  {'total':>10}")
-    for r in rows:
-        print(f"{r.day.isoformat():<10}  {r.conversation_id:<24}  {r.turns:>6}  {r.prompt_tokens:>10}  "
-              f"{r.completion_tokens:>10}  {r.cached_tokens:>10}  {r.total:>10}")
+    for row in rows:
+        print(f"{row.day.isoformat():<10}  {row.conversation_id:<24}  {row.turns:>6}  {row.prompt_tokens:>10}  "
+              f"{row.completion_tokens:>10}  {row.cached_tokens:>10}  {row.total:>10}")
     return 0
 
 
@@ -158,7 +159,7 @@ def erase_everywhere(cid: str) -> int | None:
     settings = get_settings()
     if not settings.database_url:
         return None
-    from worker.record import database
+    from worker.durable_record import database
 
     with _conn() as conn, conn.transaction():
         return database.erase(conn, cid)
@@ -168,14 +169,15 @@ def add_parsers(sub: Any) -> None:
     db = sub.add_parser("db", help="the durable record's schema in PostgreSQL (PARLEY_DATABASE_URL)")
     db.add_argument("action", choices=["upgrade", "version"])
     db.set_defaults(fn=cmd_db)
-    ex = sub.add_parser("exporter", help="copy the record streams to PostgreSQL (the Procfile's exporter process)")
-    ex.add_argument("--once", action="store_true", help="export until the streams are empty, then exit")
-    ex.set_defaults(fn=cmd_exporter)
-    tr = sub.add_parser("transcript", help="the whole conversation from PostgreSQL, in order")
-    tr.add_argument("conversation_id")
-    tr.add_argument("--json", action="store_true", help="one JSON object per line")
-    tr.set_defaults(fn=cmd_transcript)
-    us = sub.add_parser("usage", help="tokens per conversation and UTC day, from PostgreSQL")
-    us.add_argument("--since", help="first day (YYYY-MM-DD); default a week ago")
-    us.add_argument("--conversation", help="only this conversation")
-    us.set_defaults(fn=cmd_usage)
+    exporter = sub.add_parser("exporter",
+                              help="copy the record streams to PostgreSQL (the Procfile's exporter process)")
+    exporter.add_argument("--once", action="store_true", help="export until the streams are empty, then exit")
+    exporter.set_defaults(fn=cmd_exporter)
+    transcript = sub.add_parser("transcript", help="the whole conversation from PostgreSQL, in order")
+    transcript.add_argument("conversation_id")
+    transcript.add_argument("--json", action="store_true", help="one JSON object per line")
+    transcript.set_defaults(fn=cmd_transcript)
+    usage = sub.add_parser("usage", help="tokens per conversation and UTC day, from PostgreSQL")
+    usage.add_argument("--since", help="first day (YYYY-MM-DD); default a week ago")
+    usage.add_argument("--conversation", help="only this conversation")
+    usage.set_defaults(fn=cmd_usage)

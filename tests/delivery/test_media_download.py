@@ -12,7 +12,7 @@ import pytest
 
 from tests.support.fake_whatsapp import FakeWhatsApp
 from tests.support.workers import wait_until
-from worker.delivery.media import CloudMediaFetcher, MediaHosts
+from worker.delivery.media_download import CloudMediaFetcher, MediaHosts
 from worker.delivery.token import TokenHealth
 from worker.errors import MediaRejectedError, MediaTokenError, MediaUnavailableError, ModelUnavailableError
 

@@ -18,13 +18,13 @@ def test_the_beat_entry_is_there_only_when_asked_for() -> None:
     app = make_app(Settings(export_every_seconds=5, database_url="postgresql://db/parley"))
     entry = app.conf.beat_schedule["parley-export-records"]
     assert (entry["task"], entry["schedule"]) == ("parley.export_records", 5)
-    assert "tasks.record" in app.conf.include
+    assert "tasks.export" in app.conf.include
 
 
 def test_the_task_exports_until_the_streams_are_empty(database_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    import tasks.record as task_module
-    from worker.record import database
-    from worker.record.entries import InputRecord, applied
+    import tasks.export as task_module
+    from worker.durable_record import database
+    from worker.durable_record.entries import InputRecord, applied
     from worker.runtime import build_store
 
     conn = database.connect(database_url)

@@ -73,9 +73,9 @@ def encode_round(response: ModelResponse) -> bytes:
 
 def decode_round(data: bytes) -> ModelResponse:
     """The inverse of :func:`encode_round`; raises :class:`~worker.errors.StateDecodeError` on anything else."""
-    d = _unpack(data)
-    message = _dec_message(d.get("m"))
-    finish, usage, raw_finish, model = d.get("f"), d.get("u"), d.get("rf"), d.get("model")
+    fields = _unpack(data)
+    message = _dec_message(fields.get("m"))
+    finish, usage, raw_finish, model = fields.get("f"), fields.get("u"), fields.get("rf"), fields.get("model")
     if message.role != "assistant" or finish not in _FINISH:
         raise StateDecodeError("invalid", "journal round is not an assistant answer")
     if usage is not None and not (isinstance(usage, list) and len(usage) == 4 and all(type(x) is int for x in usage)):

@@ -10,14 +10,15 @@ from tests.worker.conftest import make_harness
 from worker.conversation.compaction import Summarize
 from worker.conversation.model import Usage
 from worker.conversation.scripted import Reply, ScriptedModel
-from worker.record import database
-from worker.record.exporter import Exporter
+from worker.durable_record import database
+from worker.durable_record.exporter import Exporter
 from worker.service import ServiceConfig
 from worker.store.redis_store import StoreLimits
 
 CID = "447700900888"
 TURN = Usage(prompt_tokens=100, completion_tokens=10)
 SUMMARY = Usage(prompt_tokens=400, completion_tokens=50)
+TURN_TOKENS, SUMMARY_TOKENS = 100 + 10, 400 + 50  # what the daily budget counts: prompt and completion
 
 
 def test_a_compaction_s_tokens_count_in_the_budget_and_in_usage(db: Any, database_url: str) -> None:
@@ -30,11 +31,11 @@ def test_a_compaction_s_tokens_count_in_the_budget_and_in_usage(db: Any, databas
     for i in range(3):
         h.client.send_message(CID, f"q{i}", message_id=f"m{i}")
     h.run(defer=("compact",))
-    assert h.store.tokens_today(CID) == 3 * TURN.total_tokens
+    assert h.store.tokens_today(CID) == 3 * TURN_TOKENS
     assert h.service.queue_compaction(CID)
     h.run(defer=("compact",))
     assert len(summarizer.requests) == 1
-    assert h.store.tokens_today(CID) == 3 * TURN.total_tokens + SUMMARY.total_tokens
+    assert h.store.tokens_today(CID) == 3 * TURN_TOKENS + SUMMARY_TOKENS
     Exporter(h.store, lambda: database.connect(database_url)).export_once()
     [row] = database.usage(db, dt.datetime.now(dt.UTC).date() - dt.timedelta(days=1), CID)
     assert (row.turns, row.prompt_tokens, row.completion_tokens) == (3, 3 * 100 + 400, 3 * 10 + 50)

@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
+from worker.durable_record import database
+from worker.durable_record.migrations import migrations
 from worker.errors import RecordError
-from worker.record import database
-from worker.record.migrations import migrations
 
 
 def test_upgrade_creates_the_tables_and_indexes_once(database_url: str) -> None:

@@ -15,9 +15,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from typing import Any
 
+from worker.durable_record.entries import Rows
+from worker.durable_record.migrations import migrations
 from worker.errors import ConfigurationError, DatabaseUnavailableError, RecordError
-from worker.record.entries import Rows
-from worker.record.migrations import migrations
 
 try:
     import psycopg
@@ -127,10 +127,10 @@ def _insert(conn: Any, records: Sequence[tuple[Any, ...]], rows: Rows) -> None:
                 " ON CONFLICT (record_id, seq) DO NOTHING",
                 [(m[0], m[1], m[2], _ts(m[3] / 1000), *m[4:]) for m in msgs])
         usage = []
-        for u in rows.usage:
-            if u[0] in ids:
-                at = _ts(u[2] / 1000)
-                usage.append((u[0], u[1], at, at.date(), *u[3:]))
+        for usage_row in rows.usage:
+            if usage_row[0] in ids:
+                at = _ts(usage_row[2] / 1000)
+                usage.append((usage_row[0], usage_row[1], at, at.date(), *usage_row[3:]))
         if usage:
             cur.executemany(
                 "INSERT INTO usage (record_id, conversation_id, at, day, model, prompt_tokens, completion_tokens,"
@@ -155,10 +155,10 @@ def erase(conn: Any, cid: str, *, before: tuple[int, int] | None = None) -> int:
     after a delete is a new conversation under the same id). Returns the records deleted."""
     with errors():
         if before is None:
-            n = conn.execute("DELETE FROM records WHERE conversation_id = %s", (cid,)).rowcount
+            deleted = conn.execute("DELETE FROM records WHERE conversation_id = %s", (cid,)).rowcount
             conn.execute("DELETE FROM conversations WHERE conversation_id = %s", (cid,))
-            return int(n)
-        n = conn.execute("DELETE FROM records WHERE conversation_id = %s AND (stream_ms, stream_seq) < (%s, %s)",
+            return int(deleted)
+        deleted = conn.execute("DELETE FROM records WHERE conversation_id = %s AND (stream_ms, stream_seq) < (%s, %s)",
                          (cid, *before)).rowcount
         left = conn.execute("SELECT min(at), max(at) FROM records WHERE conversation_id = %s", (cid,)).fetchone()
         if left[0] is None:
@@ -166,7 +166,7 @@ def erase(conn: Any, cid: str, *, before: tuple[int, int] | None = None) -> int:
         else:
             conn.execute("UPDATE conversations SET first_at = %s, last_at = %s WHERE conversation_id = %s",
                          (left[0], left[1], cid))
-        return int(n)
+        return int(deleted)
 
 
 @dataclass(frozen=True)
@@ -204,17 +204,17 @@ def transcript(conn: Any, cid: str) -> list[Line]:
     failed: set[str] = set()
     for kind, body in events:
         if kind == "sent":
-            for n, pid in enumerate(body.get("provider_ids") or ()):
-                ids[(body.get("reply_id"), n)] = pid
+            for part, pid in enumerate(body.get("provider_ids") or ()):
+                ids[(body.get("reply_id"), part)] = pid
         elif kind == "status":
-            pid, st = body.get("provider_id"), body.get("status")
-            if _RANK.get(st, 0) > _RANK.get(best.get(pid, ""), -1):
-                best[pid] = st
+            pid, status_name = body.get("provider_id"), body.get("status")
+            if _RANK.get(status_name, 0) > _RANK.get(best.get(pid, ""), -1):
+                best[pid] = status_name
         elif kind == "failed":
             failed.add(body.get("reply_id"))
     out = []
-    for r in rows:
-        line = Line(*r)
+    for row in rows:
+        line = Line(*row)
         if line.role == "assistant" and line.reply_id is not None:
             pid = ids.get((line.reply_id, line.part or 0))
             status = best.get(pid) if pid else None
