@@ -41,8 +41,8 @@ from worker.service.model_failures import ModelFailures
 from worker.service.presence import Presence
 from worker.service.recording import Recorder
 from worker.service.turn import TurnRunner
-from worker.store.base import CommitResult, OutboxHead, Snapshot
 from worker.store.protocol import DrainStore
+from worker.store.results import CommitResult, OutboxHead, Snapshot
 
 log = logging.getLogger("parley.service")
 

@@ -27,8 +27,8 @@ from worker.errors import (
 from worker.service.config import ServiceConfig
 from worker.service.media import hold_for_token
 from worker.service.recovery import compact_for_context, hold_for_auth, retry_later
-from worker.store.base import CommitResult, Snapshot
 from worker.store.protocol import DrainStore
+from worker.store.results import CommitResult, Snapshot
 
 log = logging.getLogger("parley.service")
 

@@ -30,7 +30,7 @@ from worker.service.config import count_pinned_dropped
 from worker.service.journal import StoreJournal
 from worker.service.media import Prepared
 from worker.service.recovery import usage_trace
-from worker.store.base import CommitResult, Snapshot
+from worker.store.results import CommitResult, Snapshot
 
 if TYPE_CHECKING:
     from worker.service.drain import Drainer, _Run
