@@ -34,7 +34,7 @@ class DeliveryStatusStore(StoreCore):
         by a crash knows it reached the provider (see :meth:`~worker.store.outbox.OutboxStore.inflight_outcome`).
         The latest statuses of the ``limits.statuses_max`` most recent messages are kept."""
         entry = self._record_entry(entries.status, cid, provider_id=provider_id, status=status, detail=detail,
-                            reply_id=reply_id, part=part)
+                                   reply_id=reply_id, part=part)
         res = self._scripts.record_status(keys=self.keys(cid), provider_id=provider_id, status=status, detail=detail,
                                           max_kept=self.limits.statuses_max, reply_id=reply_id, part=part,
                                           record=self._record_args(cid, entry))

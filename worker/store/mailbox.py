@@ -43,9 +43,9 @@ class MailboxStore(StoreCore):
             self._client.zadd(self.global_keys.pending, {cid: now})
         res = self._scripts.accept(
             keys=keys, pending=None if self._cluster else self.global_keys.pending, ttl_keys=self._ttl_keys(keys),
-            input_id=input_id,
-            entry=join_entry(input_id, envelope), now_ms=now, max_inbox=limit, dedupe_max=self.limits.dedupe_max_ids,
-            dedupe_ms=self.limits.dedupe_ms, ttl_ms=self.limits.idle_ttl_ms, inbound=inbound)
+            input_id=input_id, entry=join_entry(input_id, envelope), now_ms=now, max_inbox=limit,
+            dedupe_max=self.limits.dedupe_max_ids, dedupe_ms=self.limits.dedupe_ms, ttl_ms=self.limits.idle_ttl_ms,
+            inbound=inbound)
         if res.code == Accepted.FULL:
             raise InboxFullError(f"conversation {cid} has {res.depth} inputs waiting; the limit is {limit}")
         return AcceptResult(accepted=res.code == Accepted.ACCEPTED, duplicate=res.code == Accepted.DUPLICATE,
