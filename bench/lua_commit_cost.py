@@ -19,6 +19,7 @@ Prints the median over the rounds for each tree, then each round's figures.
 from __future__ import annotations
 
 import argparse
+import inspect
 import json
 import os
 import statistics
@@ -83,11 +84,14 @@ def wrapper() -> float:
     scripts: Any = store._scripts
     canned = [3, 0, 1, False, 0, False, 0, False, 0, 0, [], b"t:3", False]
     scripts._commit = lambda keys, args: canned
-    k = store.keys("447700900001")
+    conversation: dict[str, Any] = {}
+    # The wrapper's keyword for the conversation's keys: ``keys`` now, ``k`` in trees before the store's names.
+    keyword = "keys" if "keys" in inspect.signature(scripts.commit).parameters else "k"
+    conversation[keyword] = store.keys("447700900001")
     record = RecordArgs("stream", "dropped", 0, b"")
 
     def one() -> None:
-        scripts.commit(k=k, token=5, expected_version=2, input_id="m1", mode="set", blob=b"s", reply_entry=b"r",
+        scripts.commit(**conversation, token=5, expected_version=2, input_id="m1", mode="set", blob=b"s", reply_entry=b"r",
                        trace_entry=b"", dead_entry=b"", lease_ms=5000, trace_max=10, dead_max=10, ttl_ms=0,
                        claim_ms=0, record=record, peek=0)
 

@@ -11,7 +11,7 @@ from worker.delivery.whatsapp import WhatsAppSender
 from worker.delivery.window import Template
 from worker.runtime import build_channel, build_pacer, build_store
 from worker.settings import Settings
-from worker.store.rules import PaceLimits
+from worker.store.limits import PaceLimits
 
 WHATSAPP = {"whatsapp_phone_number_id": "106540352242922", "whatsapp_access_token": "tok"}
 

@@ -23,9 +23,9 @@ from worker.delivery.window import ServiceWindow, Template
 from worker.service import ConversationService, MediaPreparer, Pacer, Presence, ServiceConfig, Wake
 from worker.service.burst import BurstPolicy
 from worker.settings import Settings
+from worker.store.limits import PaceLimits
 from worker.store.protocol import PaceStore
 from worker.store.redis_store import ConversationStore, StoreLimits
-from worker.store.rules import PaceLimits
 
 DEFAULT_MODELS = {"openai": "gpt-4o-mini", "anthropic": "claude-haiku-4-5", "local": "SmolLM2-135M-Instruct"}
 

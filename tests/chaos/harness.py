@@ -238,7 +238,7 @@ def run_scenario(cluster: Cluster, load: Load,
         if stuck:
             k = store.keys(cid)
             r = raw_client(store)
-            out.notes.append(f"stranded {cid}: pending={r.zscore(store.g.pending, cid)} lease={r.pttl(k.lease)} "
+            out.notes.append(f"stranded {cid}: pending={r.zscore(store.global_keys.pending, cid)} lease={r.pttl(k.lease)} "
                              f"dlease={r.pttl(k.dlease)} hold={r.pttl(k.hold)} sent={r.hgetall(k.sent)} "
                              f"inbox={store.inbox_depth(cid)} outbox={store.outbox_depth(cid)}")
         observed = Observed(accepted=accepted[cid],

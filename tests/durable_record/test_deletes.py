@@ -40,7 +40,7 @@ def _worker(server: RedisServer) -> Harness:
 
 def _elsewhere(h: Harness) -> ConversationClient:
     """A game engine or the webhook: the same Redis, no PARLEY_DATABASE_URL of its own."""
-    store = ConversationStore(h.store._r, prefix=h.store.prefix, limits=StoreLimits())
+    store = ConversationStore(h.store._client, prefix=h.store.prefix, limits=StoreLimits())
     return ConversationClient(store, lambda cid: h.woken.append(("drain", cid)))
 
 
@@ -135,7 +135,7 @@ def test_a_delete_whose_record_the_stream_cap_dropped_still_erases_the_transcrip
     for i in range(2):
         h.client.send_message("447700900111", f"busy {i}", message_id=f"b{i}")
     h.run()
-    assert int(h.store._r.get(h.store.records.dropped(CID)) or 0) >= 1
+    assert int(h.store._client.get(h.store.records.dropped(CID)) or 0) >= 1
     assert all(e.record_id.split(":")[0] != "d" for e in h.store.read_records(h.store.records.stream(CID), 10))
     exporter.export_once()
     assert database.transcript(db, CID) == []

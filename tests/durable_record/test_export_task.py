@@ -40,7 +40,7 @@ def test_the_task_exports_until_the_streams_are_empty(database_url: str, monkeyp
     store = build_store(settings)
     stream = store.records.stream("447700900001")
     for i in range(7):
-        store._r.xadd(stream, {"id": f"t:{i}", "r": applied("event", "447700900001",
+        store._client.xadd(stream, {"id": f"t:{i}", "r": applied("event", "447700900001",
                                                              inputs=[InputRecord(f"e{i}", "event", f"event {i}")])})
     monkeypatch.setattr(task_module, "get_settings", lambda: settings)
     monkeypatch.setattr(task_module, "_exporter", None)
@@ -49,5 +49,5 @@ def test_the_task_exports_until_the_streams_are_empty(database_url: str, monkeyp
         assert [ln.text for ln in database.transcript(conn, "447700900001")] == [f"event {i}" for i in range(7)]
         assert task_module.export_records() == 0
     finally:
-        store._r.delete(stream)
+        store._client.delete(stream)
         conn.close()

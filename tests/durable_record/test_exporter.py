@@ -152,7 +152,7 @@ def test_an_entry_that_does_not_decode_is_kept_raw(db: Any, database_url: str) -
     h.client.send_message(CID, "hello", message_id="m1")
     h.run()
     [stream] = h.store.record_streams()
-    h.store._r.xadd(stream, {"id": "bad:1", "r": b"\xc1 not msgpack"})
+    h.store._client.xadd(stream, {"id": "bad:1", "r": b"\xc1 not msgpack"})
     assert _exporter(h, database_url).export_once().unreadable == 1
     kind, cid, body = db.execute("SELECT kind, conversation_id, body FROM records WHERE record_id = 'bad:1'").fetchone()
     assert (kind, cid) == ("unreadable", "") and body["raw"]

@@ -18,7 +18,7 @@ from tests.e2e.conftest import Cluster
 from tests.support.postgres import fresh_database
 from tests.support.workers import ROOT, wait_until
 from worker.durable_record import database
-from worker.store.base import StoreLimits
+from worker.store.limits import StoreLimits
 
 pytestmark = pytest.mark.e2e
 
@@ -68,7 +68,7 @@ def test_the_transcript_in_postgresql_matches_every_input_and_reply(cluster: Clu
             store = cluster.store()
             # Settled: every reply delivered (its ``sent`` entry appended) and the exporter caught up.
             wait_until(lambda: all(store.outbox_depth(c) == 0 for c in cids), 30)
-            reader = type(store)(store._r, prefix=store.prefix, limits=StoreLimits(record_max=1))
+            reader = type(store)(store._client, prefix=store.prefix, limits=StoreLimits(record_max=1))
             assert wait_until(lambda: reader.record_backlog().entries == 0, 60), pathlib.Path(log_path).read_text()[-3000:]
         finally:
             watch.close()

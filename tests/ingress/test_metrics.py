@@ -26,7 +26,7 @@ from tests.ingress.test_outcomes import real_redis
 from tests.support.redis_server import free_port
 from worker.client import ConversationClient
 from worker.ingress.app import create_app
-from worker.store.base import StoreLimits
+from worker.store.limits import StoreLimits
 from worker.store.redis_store import ConversationStore
 
 __all__ = ["real_redis"]

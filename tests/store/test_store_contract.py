@@ -398,8 +398,8 @@ def test_stranded_finds_abandoned_work_and_forgets_empty_conversations(store: Co
     store.release("c3", l3.token)  # done: nothing left
     found = store.stranded(100, older_than_ms=0)
     assert found == ["c1"]
-    assert raw(store).zscore(store.g.pending, "c3") is None
-    assert raw(store).zscore(store.g.pending, "c2") is not None
+    assert raw(store).zscore(store.global_keys.pending, "c3") is None
+    assert raw(store).zscore(store.global_keys.pending, "c2") is not None
 
 
 def test_tokens_from_an_earlier_life_of_a_conversation_never_match_again(store: ConversationStore, kit: StoreKit) -> None:
@@ -428,7 +428,7 @@ def test_delete_removes_every_key_but_the_tombstone(store: ConversationStore, cl
     store.delete(CID)
     left = [k.decode() for k in client.scan_iter(match=f"{prefix}:*")]
     assert all("{other}" in k or k.endswith(("pending", f"{{{CID}}}:tomb")) for k in left), left
-    assert raw(store).zscore(store.g.pending, CID) is None
+    assert raw(store).zscore(store.global_keys.pending, CID) is None
     assert 0 < client.pttl(store.keys(CID).tomb) <= store.limits.tombstone_ms  # it expires on its own
 
 
@@ -441,7 +441,7 @@ def test_delete_leaves_a_tombstone_so_retries_of_old_ids_stay_duplicates(store: 
     store.delete(CID)
     assert store.inbox_depth(CID) == 0 and client.exists(store.keys(CID).seen) == 0
     assert [store.accept(CID, b"again", f"id-{i}").duplicate for i in range(3)] == [True] * 3
-    assert store.inbox_depth(CID) == 0 and raw(store).zscore(store.g.pending, CID) is not None
+    assert store.inbox_depth(CID) == 0 and raw(store).zscore(store.global_keys.pending, CID) is not None
     fresh = store.accept(CID, b"new", "id-new")
     assert fresh.accepted and fresh.depth == 1
     assert [i for i, _ in store.inbox(CID)] == ["id-new"]
@@ -491,7 +491,7 @@ def test_idle_ttl(client: redis.Redis, prefix: str) -> None:
     s = ConversationStore(client, prefix=prefix, limits=StoreLimits(idle_ttl_ms=60_000))
     s.accept(CID, b"x", "1")
     assert 0 < client.pttl(s.keys(CID).inbox) <= 60_000
-    assert client.pttl(s.g.pending) == -1  # the sweeper's index spans conversations: it never expires
+    assert client.pttl(s.global_keys.pending) == -1  # the sweeper's index spans conversations: it never expires
     s.accept(CID, b"y", "2")  # still waiting after the commit, so the lease stays (with its own expiry)
     lease = StoreKit(s).acquire(CID, 10_000)
     assert lease
@@ -613,10 +613,10 @@ def test_commit_hands_back_the_next_input_with_the_state_in_every_mode(store: Co
 
 
 def test_stranded_drops_members_that_are_not_conversation_ids(store: ConversationStore) -> None:
-    raw(store).zadd(store.g.pending, {"not a valid id*": 1})
+    raw(store).zadd(store.global_keys.pending, {"not a valid id*": 1})
     accept(store, "c1", 1)
     assert store.stranded(100, older_than_ms=0) == ["c1"]
-    assert raw(store).zscore(store.g.pending, "not a valid id*") is None
+    assert raw(store).zscore(store.global_keys.pending, "not a valid id*") is None
 
 
 def test_stranded_lists_a_dead_workers_conversation_soon_and_a_queued_one_only_after_the_backlog_age(
@@ -633,9 +633,9 @@ def test_stranded_lists_a_dead_workers_conversation_soon_and_a_queued_one_only_a
     token, head = store.begin_delivery("sending", 10_000)  # the claim marks the part in flight
     assert token and head
     raw(store).delete(store.keys("sending").dlease)  # the deliverer died mid-send
-    raw(store).zadd(store.g.pending, {"sending": 1})
-    queued_at = raw(store).zscore(store.g.pending, "queued")
+    raw(store).zadd(store.global_keys.pending, {"sending": 1})
+    queued_at = raw(store).zscore(store.global_keys.pending, "queued")
     assert sorted(store.stranded(100, older_than_ms=0, backlog_ms=60_000)) == ["died", "sending"]
-    assert raw(store).zscore(store.g.pending, "queued") == queued_at  # not listed, not touched
-    assert raw(store).zscore(store.g.pending, "sending") > 1  # listed: re-stamped, woken once per age
+    assert raw(store).zscore(store.global_keys.pending, "queued") == queued_at  # not listed, not touched
+    assert raw(store).zscore(store.global_keys.pending, "sending") > 1  # listed: re-stamped, woken once per age
     assert sorted(store.stranded(100, older_than_ms=0, backlog_ms=0)) == ["died", "queued", "sending"]

@@ -65,7 +65,7 @@ class Lease:
 
 def raw(store: ConversationStore) -> Any:
     """The store's own client, for tests that inspect or age keys directly."""
-    return store._r
+    return store._client
 
 
 def settled(store: ConversationStore, cid: str) -> bool:

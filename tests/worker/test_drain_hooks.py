@@ -28,7 +28,7 @@ from worker.service.drain.hooks import (
 )
 from worker.service.drain.outcomes import Answer, Defer, Notice, Outcome
 from worker.service.journal import StoreJournal
-from worker.store.base import Snapshot
+from worker.store.results import Snapshot
 from worker.testing import RecordingChannel
 
 CID = "447700900123"

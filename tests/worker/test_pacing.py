@@ -12,7 +12,7 @@ from tests.support.store_kit import raw
 from tests.worker.conftest import Harness, make_harness
 from worker import ScriptedModel
 from worker.service import Pacer, RetryLater
-from worker.store.rules import PaceLimits
+from worker.store.limits import PaceLimits
 
 CID = "447700900123"
 SENDER = "106540352242922"

@@ -45,7 +45,7 @@ def test_a_retried_turn_reuses_the_recorded_round_and_result() -> None:
     assert calls == [5], "the game saw the side-effecting call twice"
     assert len(model.requests) == 3  # round 0 was not asked again: one live call after the kill
     assert [t for _, t, _ in h.channel.sent] == ['final: {"gold": 105}']
-    assert h.store._r.exists(h.store.keys(CID).journal) == 0  # the commit deleted the journal
+    assert h.store._client.exists(h.store.keys(CID).journal) == 0  # the commit deleted the journal
     trace = msgpack.unpackb(h.store.trace(CID)[-1])
     assert trace["replayed"] == [1, 1] and trace["tool_calls"] == 0 and trace["model_calls"] == 1
 
@@ -59,7 +59,7 @@ def test_a_worker_fenced_out_mid_turn_stops_and_the_next_repeats_the_call_with_t
         seen.append(n)
         if len(seen) == 1:  # while the first worker is inside the call, another takes the conversation over
             store = holder["store"]
-            store._r.delete(store.keys(CID).lease)  # type: ignore[attr-defined]
+            store._client.delete(store.keys(CID).lease)  # type: ignore[attr-defined]
             holder["token"] = store.begin(CID, 10_000).token  # type: ignore[attr-defined]
         return f"done {n}"
 
@@ -109,7 +109,7 @@ def test_a_full_journal_keeps_the_turn_going_and_counts_what_it_could_not_record
     tool = Tool("act", "Act.", {"type": "object", "properties": {"n": {"type": "integer"}}}, lambda n: f"did {n}")
     model = ScriptedModel([Reply(tool_calls=(("act", {"n": 1}), ("act", {"n": 2}))), _final], default=None)
     h = make_harness(model, tools=[tool])
-    small = ConversationStore(h.store._r, prefix=h.store.prefix, limits=StoreLimits(journal_max=2))
+    small = ConversationStore(h.store._client, prefix=h.store.prefix, limits=StoreLimits(journal_max=2))
     h.service.drainer.store = small
     h.client.send_message(CID, "act", message_id="m1")
     before = _counter("parley_journal_unrecorded_total", reason="full")

@@ -105,7 +105,7 @@ def test_where_no_ingress_runs_the_part_is_resent_at_once(redis_server: RedisSer
 
 
 def test_an_ingress_keeps_its_word_fresh_as_statuses_come(redis_server: RedisServer) -> None:
-    from worker.store import base
+    from worker.store import delivery_statuses
 
     ingress = ConversationStore(redis_server.client(), prefix="fresh-word")
     other = ConversationStore(redis_server.client(), prefix="fresh-word")  # a worker or the CLI
@@ -113,12 +113,12 @@ def test_an_ingress_keeps_its_word_fresh_as_statuses_come(redis_server: RedisSer
     assert not other.status_ingress_announced()  # recording a status is not announcing
     ingress.announce_status_ingress()
     assert other.status_ingress_announced()
-    redis_server.client().delete(ingress.g.status_ingress)  # a day without statuses: the word ran out
+    redis_server.client().delete(ingress.global_keys.status_ingress)  # a day without statuses: the word ran out
     assert ingress._status_announced is not None
-    ingress._status_announced -= base.STATUS_INGRESS_REFRESH_S + 1  # a minute later, a status comes
+    ingress._status_announced -= delivery_statuses.STATUS_INGRESS_REFRESH_S + 1  # a minute later, a status comes
     ingress.record_status(CID, "wamid.1", "sent")
     assert other.status_ingress_announced()
-    assert 0 < redis_server.client().pttl(ingress.g.status_ingress) <= base.STATUS_INGRESS_TTL_MS
+    assert 0 < redis_server.client().pttl(ingress.global_keys.status_ingress) <= delivery_statuses.STATUS_INGRESS_TTL_MS
 
 
 def test_an_explicit_false_wins_over_the_ingress_s_word(redis_server: RedisServer) -> None:

@@ -21,8 +21,9 @@ from worker import metrics
 from worker.durable_record import database
 from worker.durable_record.entries import to_rows
 from worker.errors import DatabaseUnavailableError, StoreError
-from worker.store.base import stream_position
-from worker.store.records import RecordStore, StreamEntry
+from worker.store.entry_codec import stream_position
+from worker.store.record_streams import RecordStreamStore
+from worker.store.results import StreamEntry
 
 log = logging.getLogger("parley.exporter")
 
@@ -43,7 +44,7 @@ class Pass:
 class Exporter:
     """Copies record entries from ``store``'s streams to the database ``connect()`` opens."""
 
-    def __init__(self, store: RecordStore, connect: Callable[[], Any], *, batch: int = 500) -> None:
+    def __init__(self, store: RecordStreamStore, connect: Callable[[], Any], *, batch: int = 500) -> None:
         self.store, self._connect, self.batch = store, connect, batch
         self._conn: Any = None
         # Streams whose cap has dropped entries: their counters stay in the dropped gauge after the exporter has

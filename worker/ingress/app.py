@@ -57,7 +57,7 @@ from worker.ingress.parse import (
     verify_handshake,
     verify_signature,
 )
-from worker.store.base import StatusRecorded
+from worker.store.results import StatusRecorded
 
 log = logging.getLogger("parley.ingress")
 

@@ -14,10 +14,7 @@ import base64
 import copy
 import json
 from collections.abc import Mapping
-from dataclasses import replace
 from typing import Any
-
-import httpx
 
 from worker.conversation.messages import (
     FRAMING_NOTE,
@@ -29,7 +26,8 @@ from worker.conversation.messages import (
 )
 from worker.conversation.model import Attachment, FinishReason, ModelRequest, ModelResponse, Usage
 from worker.errors import ConfigurationError, ModelResponseError
-from worker.llm.transport import RetryPolicy, breaker_for, post_json, shared_clients
+from worker.llm.provider import HttpModel
+from worker.llm.transport import RetryPolicy
 
 DEFAULT_BASE_URL = "https://api.anthropic.com"
 API_VERSION = "2023-06-01"
@@ -215,8 +213,12 @@ def parse_response(data: dict[str, Any]) -> ModelResponse:
                          model=data.get("model"))
 
 
-class AnthropicModel:
+class AnthropicModel(HttpModel):
     """A :class:`~worker.conversation.model.Model` over ``POST {base_url}/v1/messages``."""
+
+    PROVIDER = "anthropic"
+    DEFAULT_BASE_URL = DEFAULT_BASE_URL
+    PATH = "/v1/messages"
 
     def __init__(self, *, model: str, base_url: str | None = None, api_key: str | None = None,
                  timeout: float = 60.0, connect_timeout: float = 5.0, max_retries: int = 2, max_tokens: int = 1024,
@@ -226,36 +228,21 @@ class AnthropicModel:
         if thinking_budget and thinking_budget < MIN_THINKING_BUDGET:
             raise ConfigurationError(f"an extended-thinking budget must be at least {MIN_THINKING_BUDGET} tokens "
                                      f"(got {thinking_budget}); 0 turns thinking off")
-        self._model = model
-        self.reads_images = reads_images_by_name(model) if vision is None else vision
-        self.base_url = (base_url or DEFAULT_BASE_URL).rstrip("/")
-        self._headers = {"Content-Type": "application/json", "anthropic-version": API_VERSION, **(extra_headers or {})}
-        if api_key:
-            self._headers["x-api-key"] = api_key
-        self._timeout = httpx.Timeout(timeout, connect=connect_timeout)
-        self.retry = retry or RetryPolicy(max_retries=max_retries)
-        self.breaker = breaker_for(f"anthropic:{self.base_url}", breaker_threshold, breaker_reset)
+        auth = {"x-api-key": api_key} if api_key else {}
+        super().__init__(model=model, base_url=base_url,
+                         headers={"anthropic-version": API_VERSION, **(extra_headers or {}), **auth}, timeout=timeout,
+                         connect_timeout=connect_timeout, max_retries=max_retries, retry=retry,
+                         breaker_threshold=breaker_threshold, breaker_reset=breaker_reset, vision=vision,
+                         reads_images_by_name=reads_images_by_name)
         self.max_tokens = max_tokens
         self.temperature = temperature
         self.prompt_cache = prompt_cache
         self.thinking_budget = thinking_budget
 
-    @property
-    def provider(self) -> str:
-        return "anthropic"
-
-    @property
-    def model_name(self) -> str:
-        return self._model
-
     def body(self, request: ModelRequest) -> dict[str, Any]:
-        if request.attachments and not self.reads_images:
-            request = replace(request, attachments={})  # a text model gets the photo as words, never a 400
-        return build_body(self._model, request, max_tokens=self.max_tokens, temperature=self.temperature,
-                          prompt_cache=self.prompt_cache, thinking_budget=self.thinking_budget)
+        return build_body(self._model, self._readable(request), max_tokens=self.max_tokens,
+                          temperature=self.temperature, prompt_cache=self.prompt_cache,
+                          thinking_budget=self.thinking_budget)
 
-    def complete(self, request: ModelRequest) -> ModelResponse:
-        data = post_json(provider="anthropic", clients=shared_clients(self.base_url), path=f"{self.base_url}/v1/messages",
-                         body=self.body(request), headers=self._headers, timeout=self._timeout, retry=self.retry,
-                         breaker=self.breaker)
+    def parse(self, data: dict[str, Any]) -> ModelResponse:
         return parse_response(data)

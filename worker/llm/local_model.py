@@ -17,6 +17,7 @@ from typing import Any
 from worker.conversation.messages import MARK_CLOSE, MARK_OPEN, Message, event_text, unseen_media_text
 from worker.conversation.model import FinishReason, ModelRequest, ModelResponse, Usage
 from worker.errors import ConfigurationError, ModelResponseError, ModelUnavailableError
+from worker.llm.provider import ProviderModel
 
 _llama: Any = None
 _load_lock = threading.Lock()
@@ -97,29 +98,20 @@ def _plain(m: Message) -> tuple[str, str]:
     return "assistant", m.content + (f" [called {calls}]" if calls else "")
 
 
-class LocalModel:
-    """A :class:`~worker.conversation.model.Model` running in-process on llama.cpp."""
+class LocalModel(ProviderModel):
+    """A :class:`~worker.conversation.model.Model` running in-process on llama.cpp. SmolLM2 is a text model: it
+    reads no pictures (``reads_images`` stays False)."""
+
+    PROVIDER = "local"
 
     def __init__(self, *, model: str = "SmolLM2-135M-Instruct", max_tokens: int = 160, temperature: float = 0.3,
                  n_ctx: int = 4096, n_threads: int | None = None, repeat_penalty: float = 1.3, **_: Any) -> None:
+        super().__init__(model)
         self.repeat_penalty = repeat_penalty
-        self._model = model
         self.max_tokens = max_tokens
         self.temperature = temperature
         self.n_ctx = n_ctx
         self.n_threads = n_threads
-
-    @property
-    def provider(self) -> str:
-        return "local"
-
-    @property
-    def model_name(self) -> str:
-        return self._model
-
-    @property
-    def reads_images(self) -> bool:
-        return False  # SmolLM2 is a text model
 
     def complete(self, request: ModelRequest) -> ModelResponse:
         llm = load(self.n_ctx, self.n_threads)

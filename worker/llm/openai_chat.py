@@ -9,12 +9,11 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
-import httpx
-
 from worker.conversation.messages import Message, ToolCall, event_text, player_text, unseen_media_text
 from worker.conversation.model import Attachment, FinishReason, ModelRequest, ModelResponse, Usage
 from worker.errors import ModelResponseError
-from worker.llm.transport import RetryPolicy, breaker_for, post_json, shared_clients
+from worker.llm.provider import HttpModel
+from worker.llm.transport import RetryPolicy
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
 
@@ -161,8 +160,12 @@ def parse_response(provider: str, data: dict[str, Any]) -> ModelResponse:
                          model=data.get("model"))
 
 
-class OpenAIChatModel:
+class OpenAIChatModel(HttpModel):
     """A :class:`~worker.conversation.model.Model` over ``POST {base_url}/chat/completions``."""
+
+    PROVIDER = "openai"
+    DEFAULT_BASE_URL = DEFAULT_BASE_URL
+    PATH = "/chat/completions"
 
     def __init__(self, *, model: str, base_url: str | None = None, api_key: str | None = None,
                  timeout: float = 60.0, connect_timeout: float = 5.0, max_retries: int = 2,
@@ -170,40 +173,23 @@ class OpenAIChatModel:
                  breaker_threshold: int = 5, breaker_reset: float = 30.0, max_tokens_field: str | None = None,
                  retry: RetryPolicy | None = None, extra_headers: dict[str, str] | None = None,
                  vision: bool | None = None) -> None:
-        self._model = model
         # vision: None = by the model's name; a compatible server's model (llava, qwen-vl, ...) needs True.
-        self.reads_images = reads_images_by_name(model) if vision is None else vision
-        self.base_url = (base_url or DEFAULT_BASE_URL).rstrip("/")
-        self._headers = {"Content-Type": "application/json", **(extra_headers or {})}
-        if api_key:
-            self._headers["Authorization"] = f"Bearer {api_key}"
-        self._timeout = httpx.Timeout(timeout, connect=connect_timeout)
-        self.retry = retry or RetryPolicy(max_retries=max_retries)
-        self.breaker = breaker_for(f"openai:{self.base_url}", breaker_threshold, breaker_reset)
+        auth = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        super().__init__(model=model, base_url=base_url, headers={**(extra_headers or {}), **auth}, timeout=timeout,
+                         connect_timeout=connect_timeout, max_retries=max_retries, retry=retry,
+                         breaker_threshold=breaker_threshold, breaker_reset=breaker_reset, vision=vision,
+                         reads_images_by_name=reads_images_by_name)
         self.max_tokens = max_tokens
         self.reasoning = is_reasoning_family(model)
         # Reasoning models accept only the default temperature: sending another fails every call with a 400.
         self.temperature = None if self.reasoning else temperature
         self.max_tokens_field = max_tokens_field or ("max_completion_tokens" if self.reasoning else "max_tokens")
 
-    @property
-    def provider(self) -> str:
-        return "openai"
-
-    @property
-    def model_name(self) -> str:
-        return self._model
-
     def body(self, request: ModelRequest) -> dict[str, Any]:
         if self.reasoning and request.temperature is not None:
             request = replace(request, temperature=None)
-        if request.attachments and not self.reads_images:
-            request = replace(request, attachments={})  # a text model gets the photo as words, never a 400
-        return build_body(self._model, request, max_tokens=self.max_tokens, temperature=self.temperature,
-                          max_tokens_field=self.max_tokens_field)
+        return build_body(self._model, self._readable(request), max_tokens=self.max_tokens,
+                          temperature=self.temperature, max_tokens_field=self.max_tokens_field)
 
-    def complete(self, request: ModelRequest) -> ModelResponse:
-        data = post_json(provider="openai", clients=shared_clients(self.base_url), path=f"{self.base_url}/chat/completions",
-                         body=self.body(request), headers=self._headers, timeout=self._timeout, retry=self.retry,
-                         breaker=self.breaker)
-        return parse_response("openai", data)
+    def parse(self, data: dict[str, Any]) -> ModelResponse:
+        return parse_response(self.PROVIDER, data)

@@ -15,8 +15,8 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from worker.errors import ParleyError
-from worker.store.backlog import Backlog
 from worker.store.protocol import SweeperStore
+from worker.store.results import Backlog
 
 log = logging.getLogger("parley.metrics")
 
@@ -25,7 +25,7 @@ OLDEST = "parley_queue_oldest_input_age_seconds"
 
 
 class BacklogCollector(Collector):
-    """Reads :meth:`~worker.store.backlog.BacklogStore.backlog` on each scrape (two round trips and at most ``sample`` probes)."""
+    """Reads :meth:`~worker.store.autoscaling.AutoscalingStore.backlog` on each scrape (two round trips and at most ``sample`` probes)."""
 
     def __init__(self, store: SweeperStore, queue: str, sample: int) -> None:
         self.store = store

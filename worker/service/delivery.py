@@ -43,8 +43,8 @@ from worker.service.config import RetryLater, ServiceConfig
 from worker.service.heartbeat import Beat, Heartbeat
 from worker.service.inflight import CrashedSends
 from worker.service.pacing import Pacer
-from worker.store.base import OutboxHead
 from worker.store.protocol import DeliveryStore
+from worker.store.results import OutboxHead
 
 log = logging.getLogger("parley.service")
 

@@ -2,7 +2,7 @@
 throughput (130429 above it) and the pair rate of one recipient (131056 above it).
 
 Each send first takes a slot from two GCRA buckets in Redis, in one script on Redis's clock
-(:meth:`~worker.store.rules.RulesStore.pace`). A number's slot that comes within ``max_sleep`` is reserved and
+(:meth:`~worker.store.shared_pace.SharedPaceStore.pace`). A number's slot that comes within ``max_sleep`` is reserved and
 waited for in the worker: short waits are the common case at the limit (1/80 s apart), and a reserved slot needs
 no second round trip. A player whose pair budget is spent is never reserved ahead (it would hold the number's
 schedule for everyone): the worker sleeps a short wait and asks again. A longer wait of either kind takes nothing
@@ -18,8 +18,8 @@ from collections.abc import Callable
 
 from worker import metrics
 from worker.service.config import RetryLater
+from worker.store.limits import PaceLimits
 from worker.store.protocol import PaceStore
-from worker.store.rules import PaceLimits
 
 log = logging.getLogger("parley.service")
 

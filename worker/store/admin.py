@@ -1,19 +1,13 @@
-"""The admin side of the store: what the sweeper, the CLI, health checks and webhooks call (reads for
-inspection, dead-letter replay, delivery statuses, delete)."""
+"""The admin side of the store: what the sweeper, the CLI and health checks call (finding stranded conversations,
+locks, reads for inspection, dead-letter replay, delete)."""
 
 from __future__ import annotations
 
 from worker.durable_record import entries
 from worker.errors import InvalidConversationIdError
-from worker.store.base import (
-    MessageStatus,
-    StatusRecorded,
-    StoreBase,
-    join_entry,
-    position_score,
-    split_entry,
-    store_errors,
-)
+from worker.store.core import StoreCore
+from worker.store.entry_codec import join_entry, position_score, split_entry
+from worker.store.redis_errors import store_errors
 
 # What the sweeper reads of each candidate conversation, in this order (see ``stranded``).
 _PROBES: tuple[tuple[str, ...], ...] = (
@@ -22,7 +16,7 @@ _PROBES: tuple[tuple[str, ...], ...] = (
 )
 
 
-class AdminStore(StoreBase):
+class AdminStore(StoreCore):
     """Sweeping, inspecting and repairing conversations."""
 
     @store_errors
@@ -41,27 +35,27 @@ class AdminStore(StoreBase):
         every sweep."""
         now = self._now_ms()
         backlog_cutoff = now - (older_than_ms if backlog_ms is None else max(backlog_ms, older_than_ms))
-        rows = self._r.zrangebyscore(self.g.pending, "-inf", now - older_than_ms, start=0, num=limit,
+        rows = self._client.zrangebyscore(self.global_keys.pending, "-inf", now - older_than_ms, start=0, num=limit,
                                      withscores=True)
         candidates: list[tuple[bytes, float, str]] = []
-        pipe = self._r.pipeline(transaction=False)  # one round trip for the whole batch, not one per conversation
+        pipe = self._client.pipeline(transaction=False)  # one round trip for the whole batch, not one per conversation
         for member, score in rows:
             cid = member.decode("utf-8", "replace")
             try:
-                k = self.keys(cid)
+                keys = self.keys(cid)
             except InvalidConversationIdError:  # written by something else: it can never be drained
-                self._r.zrem(self.g.pending, member)
+                self._client.zrem(self.global_keys.pending, member)
                 continue
             candidates.append((member, score, cid))
             for command, key, *field in _PROBES:
-                getattr(pipe, command)(getattr(k, key), *field)
+                getattr(pipe, command)(getattr(keys, key), *field)
         replies = pipe.execute() if candidates else []
         out: list[str] = []
         width = len(_PROBES)
         for i, (member, score, cid) in enumerate(candidates):
             inbox, outbox, lease, dlease, hold, attempted, claimed = replies[i * width:(i + 1) * width]
             if not inbox and not outbox:
-                self._scripts.zrem_if_score(zset=self.g.pending, member=member, score=score)
+                self._scripts.zrem_if_score(zset=self.global_keys.pending, member=member, score=score)
                 continue
             inputs_wait = bool(inbox) and not lease and not hold
             replies_wait = bool(outbox) and not dlease
@@ -69,112 +63,76 @@ class AdminStore(StoreBase):
             if abandoned or ((inputs_wait or replies_wait) and score <= backlog_cutoff):
                 out.append(cid)
         if out:
-            self._r.zadd(self.g.pending, dict.fromkeys(out, now), xx=True)
+            self._client.zadd(self.global_keys.pending, dict.fromkeys(out, now), xx=True)
         return out
 
     @store_errors
     def try_lock(self, name: str, ttl_ms: int) -> bool:
-        return bool(self._r.set(self.g.lock(name), b"1", nx=True, px=ttl_ms))
+        return bool(self._client.set(self.global_keys.lock(name), b"1", nx=True, px=ttl_ms))
 
     @store_errors
     def ping(self) -> bool:
-        return bool(self._r.ping())
+        return bool(self._client.ping())
 
     @store_errors
     def push_mark(self, key: str, mark: str) -> None:
         """Append ``mark`` to the list at ``key`` (outside every conversation): the ``parley.ping`` task's record
         of when it ran, read by benchmarks and health probes."""
-        self._r.rpush(key, mark)
+        self._client.rpush(key, mark)
 
     @store_errors
     def inbox_depth(self, cid: str) -> int:
-        return int(self._r.llen(self.keys(cid).inbox))
+        return int(self._client.llen(self.keys(cid).inbox))
 
     @store_errors
     def outbox_depth(self, cid: str) -> int:
-        return int(self._r.llen(self.keys(cid).outbox))
+        return int(self._client.llen(self.keys(cid).outbox))
 
     @store_errors
     def inbox(self, cid: str) -> list[tuple[str, bytes]]:
-        return [split_entry(e) for e in self._r.lrange(self.keys(cid).inbox, 0, -1)]
+        return [split_entry(e) for e in self._client.lrange(self.keys(cid).inbox, 0, -1)]
 
     @store_errors
     def outbox(self, cid: str) -> list[tuple[str, bytes]]:
-        return [split_entry(e) for e in self._r.lrange(self.keys(cid).outbox, 0, -1)]
+        return [split_entry(e) for e in self._client.lrange(self.keys(cid).outbox, 0, -1)]
 
     @store_errors
     def trace(self, cid: str, limit: int = 100) -> list[bytes]:
-        return list(self._r.lrange(self.keys(cid).trace, -limit, -1))
+        return list(self._client.lrange(self.keys(cid).trace, -limit, -1))
 
     @store_errors
     def quarantined(self, cid: str) -> list[bytes]:
-        return list(self._r.lrange(self.keys(cid).quarantine, 0, -1))
+        return list(self._client.lrange(self.keys(cid).quarantine, 0, -1))
 
     @store_errors
     def dead_letters(self, cid: str) -> list[bytes]:
-        return list(self._r.lrange(self.keys(cid).dead, 0, -1))
+        return list(self._client.lrange(self.keys(cid).dead, 0, -1))
 
     @store_errors
     def dead_index(self) -> list[str]:
-        return [m.decode() for m in self._r.zrange(self.g.dead_index, 0, -1)]
+        return [m.decode() for m in self._client.zrange(self.global_keys.dead_index, 0, -1)]
 
     @store_errors
     def replay_dead(self, cid: str, index: int, *, target: str, entry_id: str, payload: bytes) -> bool:
         """Move dead letter ``index`` back to the end of the mailbox (``target="inbox"``) or the outbox.
         ``entry_id``/``payload`` are what to queue (decoded from the dead letter by the caller)."""
-        k = self.keys(cid)
-        current = self._r.lindex(k.dead, index)
+        keys = self.keys(cid)
+        current = self._client.lindex(keys.dead, index)
         if current is None:
             return False
-        ok = self._scripts.replay(dead=k.dead, target=k.inbox if target == "inbox" else k.outbox, index=index,
+        ok = self._scripts.replay(dead=keys.dead, target=keys.inbox if target == "inbox" else keys.outbox, index=index,
                                   expected=current, entry=join_entry(entry_id, payload))
         if ok:
-            self._r.zadd(self.g.pending, {cid: self._now_ms()})
-            if not self._r.llen(k.dead):
-                self._r.zrem(self.g.dead_index, cid)
+            self._client.zadd(self.global_keys.pending, {cid: self._now_ms()})
+            if not self._client.llen(keys.dead):
+                self._client.zrem(self.global_keys.dead_index, cid)
         return ok
-
-    @store_errors
-    def record_status(self, cid: str, provider_id: str, status: str, detail: str = "", *,
-                      reply_id: str | None = None, part: int = 0) -> StatusRecorded:
-        """Record a delivery status webhook (sent, delivered, read, failed, ...) of message ``provider_id``.
-
-        The message's status only moves forward, whatever order the webhooks come in (Meta sends ``read`` without
-        ``delivered``, and retries old webhooks for a day and a half): sent < delivered < read, failed is final.
-        ``reply_id`` and ``part`` name the reply part the message was (the callback data it was sent with): while
-        that part is marked in flight the status is kept with it too, so a deliverer that finds it left in flight
-        by a crash knows it reached the provider (see :meth:`~worker.store.outbox.OutboxStore.inflight_outcome`).
-        The latest statuses of the ``limits.statuses_max`` most recent messages are kept."""
-        entry = self._entry(entries.status, cid, provider_id=provider_id, status=status, detail=detail,
-                            reply_id=reply_id, part=part)
-        res = self._scripts.record_status(k=self.keys(cid), provider_id=provider_id, status=status, detail=detail,
-                                          max_kept=self.limits.statuses_max, reply_id=reply_id, part=part,
-                                          record=self._record_args(cid, entry))
-        if self._status_announced is not None:  # an ingress that announced itself: statuses keep the word fresh
-            self.announce_status_ingress()
-        return StatusRecorded(res.moved, res.latest, res.for_part)
-
-    @store_errors
-    def statuses(self, cid: str, limit: int = 50) -> list[MessageStatus]:
-        """The latest status of each of the ``limit`` messages whose first status came last, oldest first."""
-        k = self.keys(cid)
-        ids = [bytes(i) for i in self._r.zrange(k.statusorder, -limit, -1)] if limit > 0 else []
-        if not ids:
-            return []
-        out = []
-        for pid, value in zip(ids, self._r.hmget(k.statuses, ids), strict=True):
-            if value is None:  # trimmed between the two reads
-                continue
-            status, _, rest = bytes(value).decode("utf-8", "replace").partition("\t")
-            at, _, detail = rest.partition("\t")
-            out.append(MessageStatus(pid.decode("utf-8", "replace"), status, int(at or 0), detail))
-        return out
 
     @store_errors
     def delivered(self, cid: str) -> list[tuple[str, list[str]]]:
         """Delivered replies (oldest first) with the provider's message ids of their parts."""
         out = []
-        for e in self._r.lrange(self.keys(cid).delivered, 0, -1):
+        for e in self._client.lrange(self.keys(cid).delivered, 0, -1):
             rid, _, ids = e.decode().partition("\t")
             out.append((rid, ids.split(",") if ids else []))
         return out
@@ -190,12 +148,12 @@ class AdminStore(StoreBase):
         When the deployment keeps a durable record (this process's setting or the announcement in Redis, see
         :meth:`deployment_record_cap`), the delete is recorded too, and the exporter erases the conversation from
         PostgreSQL: a game engine or the webhook, which need no database of their own, delete there as well."""
-        k = self.keys(cid)
+        keys = self.keys(cid)
         cap = self.deployment_record_cap()
-        _, recorded = self._scripts.delete(k=k, now_ms=self._now_ms(), tomb_ms=self.limits.tombstone_ms,
+        _, recorded = self._scripts.delete(keys=keys, now_ms=self._now_ms(), tomb_ms=self.limits.tombstone_ms,
                                            tomb_max=self.limits.dedupe_max_ids,
                                            record=self._record_args(cid, entries.deleted(cid) if cap else None, cap))
         if recorded is not None:  # the exporter erases it even if the stream's cap drops that record
-            self._r.zadd(self.g.record_deletes, {cid: position_score(recorded)})
-        self._r.zrem(self.g.pending, cid)
-        self._r.zrem(self.g.dead_index, cid)
+            self._client.zadd(self.global_keys.record_deletes, {cid: position_score(recorded)})
+        self._client.zrem(self.global_keys.pending, cid)
+        self._client.zrem(self.global_keys.dead_index, cid)

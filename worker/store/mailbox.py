@@ -9,24 +9,20 @@ from collections.abc import Sequence
 import msgpack
 
 from worker.errors import InboxFullError
-from worker.store.base import (
-    AcceptResult,
-    Begin,
-    CommitResult,
-    Snapshot,
-    StateRead,
-    StoreBase,
-    claimed,
-    join_entry,
-    split_entry,
-    store_errors,
-    utc_day,
-)
 from worker.store.codes import Accepted, Idle, Refusal, refused
+from worker.store.core import StoreCore
+from worker.store.entry_codec import claimed_head, join_entry, split_all, split_entry
+from worker.store.redis_errors import store_errors
+from worker.store.results import AcceptResult, Begin, CommitResult, Snapshot, StateRead
 from worker.store.scripts import CommitReply
 
 
-class MailboxStore(StoreBase):
+def utc_day(at: float | None = None) -> str:
+    """The UTC day of ``at`` (default now), as the usage counters name it: ``YYYY-MM-DD``."""
+    return time.strftime("%Y-%m-%d", time.gmtime(at))
+
+
+class MailboxStore(StoreCore):
     """Inputs in, state and replies out, one fenced lease holder at a time."""
 
     @store_errors
@@ -34,21 +30,22 @@ class MailboxStore(StoreBase):
                inbound: bool = False) -> AcceptResult:
         """Append an input to the mailbox unless its id was accepted before. ``inbound``: the input is a message
         the player sent; the time of its first acceptance is kept as the conversation's last inbound message (see
-        :meth:`~worker.store.rules.RulesStore.last_inbound`).
+        :meth:`~worker.store.outbox.OutboxStore.last_inbound`).
 
         Raises :class:`~worker.errors.InboxFullError` when the mailbox holds ``max_inbox`` inputs.
         """
-        k = self.keys(cid)
+        keys = self.keys(cid)
         now = self._now_ms()
         limit = max_inbox or self.limits.max_inbox
         # The sweeper must know of any conversation that might have work, so the pending mark comes first: in
         # the same script on a standalone Redis (one round trip), before it on a Cluster (another slot).
         if self._cluster:
-            self._r.zadd(self.g.pending, {cid: now})
+            self._client.zadd(self.global_keys.pending, {cid: now})
         res = self._scripts.accept(
-            k=k, pending=None if self._cluster else self.g.pending, ttl_keys=self._ttl_keys(k), input_id=input_id,
-            entry=join_entry(input_id, envelope), now_ms=now, max_inbox=limit, dedupe_max=self.limits.dedupe_max_ids,
-            dedupe_ms=self.limits.dedupe_ms, ttl_ms=self.limits.idle_ttl_ms, inbound=inbound)
+            keys=keys, pending=None if self._cluster else self.global_keys.pending, ttl_keys=self._ttl_keys(keys),
+            input_id=input_id, entry=join_entry(input_id, envelope), now_ms=now, max_inbox=limit,
+            dedupe_max=self.limits.dedupe_max_ids, dedupe_ms=self.limits.dedupe_ms, ttl_ms=self.limits.idle_ttl_ms,
+            inbound=inbound)
         if res.code == Accepted.FULL:
             raise InboxFullError(f"conversation {cid} has {res.depth} inputs waiting; the limit is {limit}")
         return AcceptResult(accepted=res.code == Accepted.ACCEPTED, duplicate=res.code == Accepted.DUPLICATE,
@@ -61,12 +58,12 @@ class MailboxStore(StoreBase):
         to that many inputs after the head (what a burst may take in). ``have`` is the tag of the state the
         caller kept decoded from an earlier turn: when it is still the stored one, the blob is not sent
         (``snapshot.state`` is None and ``snapshot.tag`` equals ``have``)."""
-        res = self._scripts.begin(k=self.keys(cid), lease_ms=lease_ms, peek=peek, have=have)
+        res = self._scripts.begin(keys=self.keys(cid), lease_ms=lease_ms, peek=peek, held_tag=have)
         if res.code <= 0:
             return Begin(_IDLE[Idle(res.code)])
         input_id, payload = split_entry(res.entry or b"")
-        return Begin("ok", res.code, Snapshot(payload, input_id, res.blob, res.version, _split_all(res.after),
-                                              res.tag, res.journal), res.attempts)
+        return Begin("ok", res.code, Snapshot(payload, input_id, res.blob, res.version, split_all(res.after),
+                                             res.tag, res.journal), res.attempts)
 
     @store_errors
     def peek(self, cid: str, start: int, count: int) -> tuple[tuple[str, bytes], ...]:
@@ -74,7 +71,7 @@ class MailboxStore(StoreBase):
         read without the lease: what arrived behind a turn while its model answered (a double text)."""
         if count <= 0:
             return ()
-        return _split_all(self._r.lrange(self.keys(cid).inbox, start, start + count - 1))
+        return split_all(self._client.lrange(self.keys(cid).inbox, start, start + count - 1))
 
     @store_errors
     def defer(self, cid: str, token: int, input_id: str, hold_ms: int) -> None:
@@ -85,7 +82,7 @@ class MailboxStore(StoreBase):
 
         Raises :class:`~worker.errors.StaleLeaseError`, changing nothing, when the lease is no longer ours.
         """
-        if not self._scripts.defer(k=self.keys(cid), token=token, input_id=input_id, hold_ms=hold_ms):
+        if not self._scripts.defer(keys=self.keys(cid), token=token, input_id=input_id, hold_ms=hold_ms):
             raise refused(Refusal.FENCE_MOVED, cid=cid, step="defer")
 
     @store_errors
@@ -93,7 +90,7 @@ class MailboxStore(StoreBase):
         """Record a clean, retryable failure of ``input_id`` (the model was unavailable, or ``bad_response``: its
         answer could not be read): the attempt is given back (it did not crash the worker) and counted as a retry
         instead; returns the retries of that kind so far (the two kinds are counted apart)."""
-        n = self._scripts.note_retry(k=self.keys(cid), token=token, input_id=input_id,
+        n = self._scripts.note_retry(keys=self.keys(cid), token=token, input_id=input_id,
                                      counter="bad" if bad_response else "retries")
         if n < 0:
             raise refused(n, cid=cid)
@@ -104,8 +101,9 @@ class MailboxStore(StoreBase):
                reply: bytes | None = None, trace: bytes | None = None, dead: bytes | None = None,
                lease_ms: int = 180_000, claim_delivery_ms: int = 0, also: Sequence[str] = (),
                peek: int = 0, record: bytes | None = None, tokens: int = 0) -> CommitResult:
-        """Apply one input (or a burst: ``input_id`` and the ids in ``also`` after it) atomically: write the state (``None`` keeps it, ``b""`` clears it), remove the input
-        from the mailbox, queue the reply (under the input's id), append the trace entry or the dead letter.
+        """Apply one input (or a burst: ``input_id`` and the ids in ``also`` after it, in mailbox order) atomically:
+        write the state (``None`` keeps it, ``b""`` clears it), remove the inputs from the mailbox, queue the reply
+        (under the input's id), append the trace entry or the dead letter.
 
         The result carries the next input (attempt counted, lease renewed), or ``released`` when the mailbox is
         empty and the lease was given up in the same step (so no producer's wake-up can be lost). With
@@ -118,60 +116,60 @@ class MailboxStore(StoreBase):
         Raises :class:`~worker.errors.StaleLeaseError` and changes nothing when another worker took the
         conversation over, the state version moved, or the inputs are no longer at the head of the mailbox.
         """
-        k = self.keys(cid)
+        keys = self.keys(cid)
         mode = "keep" if new_state is None else ("clear" if new_state == b"" else "set")
         if dead:
             # Index first: a crash after the commit must not leave a dead letter ops cannot find. A refused
             # commit leaves an index entry with nothing behind it, which `parley dead` shows as empty.
-            self._r.zadd(self.g.dead_index, {cid: self._now_ms()})
+            self._client.zadd(self.global_keys.dead_index, {cid: self._now_ms()})
         res = self._scripts.commit(
-            k=k, token=token, expected_version=expected_version, input_id=input_id,
+            keys=keys, token=token, expected_version=expected_version, input_id=input_id,
             mode=mode, blob=new_state or b"", reply_entry=join_entry(input_id, reply) if reply is not None else b"",
             trace_entry=trace or b"", dead_entry=dead or b"", lease_ms=lease_ms, trace_max=self.limits.trace_max,
             dead_max=self.limits.dead_max, ttl_ms=self.limits.idle_ttl_ms, claim_ms=claim_delivery_ms,
-            record=self._record_args(cid, record), peek=peek, also=also, usage_day=utc_day(), tokens=tokens)
+            record=self._record_args(cid, record), peek=peek, burst_ids=also, usage_day=utc_day(), tokens=tokens)
         return self._commit_result(cid, input_id, new_state, res)
 
     @store_errors
     def tokens_today(self, cid: str) -> int:
         """Tokens the conversation's turns used today (UTC), as its commits counted them."""
-        return int(self._r.hget(self.keys(cid).usage, utc_day()) or 0)
+        return int(self._client.hget(self.keys(cid).usage, utc_day()) or 0)
 
     @staticmethod
     def _commit_result(cid: str, input_id: str, new_state: bytes | None, res: CommitReply) -> CommitResult:
         if res.code < 0:
             raise refused(res.code, cid=cid, step="commit", item=input_id, version=res.extra)
         if res.released:
-            d = res.delivery
-            delivery = (d.code, claimed(d)) if d.code > 0 else None
+            started = res.delivery
+            delivery = (started.code, claimed_head(started)) if started.code > 0 else None
             return CommitResult(version=res.code, depth=0, released=True, delivery=delivery, tag=res.tag)
         next_id, payload = split_entry(res.next_entry or b"")
         after = res.kept_blob if new_state is None else (new_state or None)
         # The commit deleted the turn journal: the next input's is known to be empty.
         return CommitResult(version=res.code, depth=res.extra,
-                            next=Snapshot(payload, next_id, after, res.code, _split_all(res.after), res.tag,
+                            next=Snapshot(payload, next_id, after, res.code, split_all(res.after), res.tag,
                                           journal=False),
                             next_attempts=res.next_attempts, tag=res.tag)
 
     @store_errors
     def release(self, cid: str, token: int) -> None:
         """Give the lease up (after an error; the caller re-wakes). A no-op when ``token`` is no longer ours."""
-        k = self.keys(cid)
-        self._scripts.release(fence=k.fence, lease=k.lease, token=token)
+        keys = self.keys(cid)
+        self._scripts.release(fence=keys.fence, lease=keys.lease, token=token)
 
     @store_errors
     def renew_lease(self, cid: str, token: int, lease_ms: int) -> bool:
         """The heartbeat of a running turn: ``True`` when the fence still holds ``token`` (the lease is set again
         to expire in ``lease_ms``, even if it had run out: nobody took a newer token); ``False``, changing
         nothing, when another worker took the conversation over."""
-        k = self.keys(cid)
-        return self._scripts.renew_lease(fence=k.fence, lease=k.lease, token=token, lease_ms=lease_ms)
+        keys = self.keys(cid)
+        return self._scripts.renew_lease(fence=keys.fence, lease=keys.lease, token=token, lease_ms=lease_ms)
 
     @store_errors
     def quarantine(self, cid: str, token: int, blob: bytes, reason: str, *, expected_version: int) -> int:
         """Set an unusable state blob aside (capped list) and clear the state; returns the new version."""
         record = msgpack.packb({"at": time.time(), "reason": reason, "blob": blob}, use_bin_type=True)
-        res = self._scripts.quarantine(k=self.keys(cid), token=token, expected_version=expected_version,
+        res = self._scripts.quarantine(keys=self.keys(cid), token=token, expected_version=expected_version,
                                        record=record, max_kept=self.limits.quarantine_max)
         if res.code < 0:
             raise refused(res.code, cid=cid, step="quarantine", version=res.version)
@@ -180,26 +178,23 @@ class MailboxStore(StoreBase):
     @store_errors
     def read_state(self, cid: str) -> StateRead:
         """The current state, read without a lease (compaction computes off to the side and splices in order)."""
-        blob, version = self._r.hmget(self.keys(cid).state, ["blob", "version"])
+        blob, version = self._client.hmget(self.keys(cid).state, ["blob", "version"])
         return StateRead(blob, int(version or 0))
 
     @store_errors
     def hold(self, cid: str, ms: int) -> None:
         """Hold the conversation: drains before ``ms`` from now return at once (the retry that set it is
         already scheduled), so wake-ups from new inputs do not start extra retries of a failing input."""
-        self._r.set(self.keys(cid).hold, b"1", px=max(1, int(ms)))
+        self._client.set(self.keys(cid).hold, b"1", px=max(1, int(ms)))
 
     @store_errors
     def try_mark_compacting(self, cid: str, ttl_ms: int) -> bool:
-        return bool(self._r.set(self.keys(cid).compacting, b"1", nx=True, px=ttl_ms))
+        return bool(self._client.set(self.keys(cid).compacting, b"1", nx=True, px=ttl_ms))
 
     @store_errors
     def clear_compacting(self, cid: str) -> None:
-        self._r.delete(self.keys(cid).compacting)
+        self._client.delete(self.keys(cid).compacting)
 
 
 _IDLE = {Idle.EMPTY: "empty", Idle.BUSY: "busy", Idle.HELD: "held"}  # Begin's status when no lease was taken
 
-
-def _split_all(entries: list[bytes]) -> tuple[tuple[str, bytes], ...]:
-    return tuple(split_entry(e) for e in entries)

@@ -1,20 +1,35 @@
 """What the service (and the tasks around it) need from a store, as protocols, so they depend on these methods
 rather than on the Redis class: :class:`~worker.store.redis_store.ConversationStore` satisfies :class:`Store`
-(checked by mypy in :mod:`worker.store.redis_store` and by a test)."""
+(checked by mypy in :mod:`worker.store.redis_store` and by a test). Each face is served by the parts of the store
+named in its docstring; the values they answer are in :mod:`worker.store.results`.
+
+``begin(have=...)`` and ``commit(also=...)`` keep their keyword names for the callers: ``have`` is the tag of the
+state the caller holds decoded, ``also`` the ids of the inputs after the head that a burst applied."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from typing import Protocol, runtime_checkable
 
-from worker.store.backlog import Backlog
-from worker.store.base import AcceptResult, Begin, CommitResult, InflightOutcome, JournalRead, OutboxHead, StateRead
-from worker.store.rules import Pace, PaceLimits
+from worker.store.limits import PaceLimits
+from worker.store.results import (
+    AcceptResult,
+    Backlog,
+    Begin,
+    CommitResult,
+    InflightOutcome,
+    JournalRead,
+    OutboxHead,
+    Pace,
+    StateRead,
+)
 
 
 @runtime_checkable
 class DrainStore(Protocol):
-    """The mailbox side: accepting inputs, draining them under a fenced lease, compaction's flag and read."""
+    """The mailbox side: accepting inputs, draining them under a fenced lease, compaction's flag and read
+    (:class:`~worker.store.mailbox.MailboxStore`), and the turn journal
+    (:class:`~worker.store.turn_journal.TurnJournalStore`)."""
 
     def accept(self, cid: str, envelope: bytes, input_id: str, *, max_inbox: int | None = None,
                inbound: bool = False) -> AcceptResult: ...
@@ -43,7 +58,9 @@ class DrainStore(Protocol):
 
 @runtime_checkable
 class DeliveryStore(Protocol):
-    """The outbox side: one fenced deliverer per conversation, each part marked in flight before its send."""
+    """The outbox side: one fenced deliverer per conversation, each part marked in flight before its send
+    (:class:`~worker.store.outbox.OutboxStore`), and whether an ingress records status webhooks
+    (:class:`~worker.store.delivery_statuses.DeliveryStatusStore`)."""
 
     def begin_delivery(self, cid: str, lease_ms: int) -> tuple[int | None, OutboxHead | None]: ...
     def claim_next(self, cid: str, token: int, lease_ms: int) -> OutboxHead | None: ...
@@ -64,14 +81,17 @@ class DeliveryStore(Protocol):
 
 @runtime_checkable
 class PaceStore(Protocol):
-    """The pace every worker shares: one slot per message, from the sender number to one recipient."""
+    """The pace every worker shares: one slot per message, from the sender number to one recipient
+    (:class:`~worker.store.shared_pace.SharedPaceStore`)."""
 
     def pace(self, sender: str, recipient: str, limits: PaceLimits, *, max_wait: float) -> Pace: ...
 
 
 @runtime_checkable
 class SweeperStore(Protocol):
-    """What the worker's periodic and health tasks call through the service's store."""
+    """What the worker's periodic and health tasks call through the service's store
+    (:class:`~worker.store.admin.AdminStore`, and :class:`~worker.store.autoscaling.AutoscalingStore` for the
+    backlog)."""
 
     def stranded(self, limit: int = 1000, older_than_ms: int = 5000, backlog_ms: int | None = None) -> list[str]: ...
     def try_lock(self, name: str, ttl_ms: int) -> bool: ...

@@ -1,16 +1,25 @@
 """The Redis store: mailbox, lease with fencing, atomic commit, outbox, trace, dead letters, sweeper support.
 
-State and envelopes are opaque bytes here. Every multi-key change of one conversation is one Lua script
-(see :mod:`worker.store.lua`, called through :mod:`worker.store.scripts`), so it is atomic and runs unchanged on
-Redis Cluster; the only global keys (the sweeper's ``pending`` set and the dead-letter index) are updated by
-separate commands, ordered so that a crash between them strands nothing.
+State and envelopes are opaque bytes here. Every multi-key change of one conversation is one Lua script (the files
+of ``worker/store/lua/``, called through :mod:`worker.store.scripts`), so it is atomic and runs unchanged on Redis
+Cluster; the only global keys (the sweeper's ``pending`` set and the dead-letter index) are updated by separate
+commands, ordered so that a crash between them strands nothing.
 
-:class:`ConversationStore` is the composition of five parts split by who calls them, over one shared base
-(client, prefix, limits, scripts): :class:`~worker.store.mailbox.MailboxStore` (producers and the drain),
-:class:`~worker.store.journal.JournalStore` (the drain's turn journal), :class:`~worker.store.outbox.OutboxStore`
-(delivery), :class:`~worker.store.rules.RulesStore` (the customer-service window's clock and the shared pace),
-:class:`~worker.store.admin.AdminStore` (sweeper, CLI), :class:`~worker.store.backlog.BacklogStore` (autoscaling
-signals) and :class:`~worker.store.records.RecordStore` (the durable record's exporter).
+:class:`ConversationStore` is the composition of eight parts split by who calls them, over one shared core
+(:class:`~worker.store.core.StoreCore`: client, prefix, limits, scripts):
+
+- :class:`~worker.store.mailbox.MailboxStore`: producers and the drain;
+- :class:`~worker.store.turn_journal.TurnJournalStore`: the drain's turn journal;
+- :class:`~worker.store.outbox.OutboxStore`: delivery, with the customer-service window's clock;
+- :class:`~worker.store.delivery_statuses.DeliveryStatusStore`: status webhooks, and the ingress's word that it
+  records them;
+- :class:`~worker.store.shared_pace.SharedPaceStore`: the pace every worker shares;
+- :class:`~worker.store.admin.AdminStore`: the sweeper, the CLI, health checks;
+- :class:`~worker.store.autoscaling.AutoscalingStore`: the backlog an autoscaler reads;
+- :class:`~worker.store.record_streams.RecordStreamStore`: the durable record's exporter.
+
+What the service sees of it are the protocols of :mod:`worker.store.protocol`; what it answers,
+:mod:`worker.store.results`.
 """
 
 from __future__ import annotations
@@ -20,32 +29,37 @@ from typing import Any
 import redis
 
 from worker.store.admin import AdminStore
-from worker.store.backlog import Backlog, BacklogStore
-from worker.store.base import (
+from worker.store.autoscaling import AutoscalingStore
+from worker.store.delivery_statuses import DeliveryStatusStore
+from worker.store.entry_codec import join_entry, split_entry
+from worker.store.limits import PaceLimits, StoreLimits
+from worker.store.mailbox import MailboxStore
+from worker.store.outbox import OutboxStore
+from worker.store.protocol import DeliveryStore, DrainStore, PaceStore, Store, SweeperStore
+from worker.store.record_streams import RecordStreamStore
+from worker.store.results import (
     AcceptResult,
+    Backlog,
     Begin,
     CommitResult,
     JournalRead,
     OutboxHead,
+    Pace,
+    RecordBacklog,
     Snapshot,
     StateRead,
-    StoreLimits,
-    join_entry,
-    split_entry,
+    StreamEntry,
 )
-from worker.store.journal import JournalStore
-from worker.store.mailbox import MailboxStore
-from worker.store.outbox import OutboxStore
-from worker.store.protocol import DeliveryStore, DrainStore, PaceStore, Store, SweeperStore
-from worker.store.records import RecordBacklog, RecordStore, StreamEntry
-from worker.store.rules import Pace, PaceLimits, RulesStore
+from worker.store.shared_pace import SharedPaceStore
+from worker.store.turn_journal import TurnJournalStore
 
 __all__ = ["AcceptResult", "Backlog", "Begin", "CommitResult", "ConversationStore", "DeliveryStore", "DrainStore",
-           "JournalRead", "OutboxHead", "Pace", "PaceLimits", "PaceStore", "RecordBacklog", "Snapshot", "StateRead", "Store",
-           "StoreLimits", "StreamEntry", "SweeperStore", "from_url", "join_entry", "split_entry"]
+           "JournalRead", "OutboxHead", "Pace", "PaceLimits", "PaceStore", "RecordBacklog", "Snapshot", "StateRead",
+           "Store", "StoreLimits", "StreamEntry", "SweeperStore", "from_url", "join_entry", "split_entry"]
 
 
-class ConversationStore(MailboxStore, JournalStore, OutboxStore, RulesStore, AdminStore, BacklogStore, RecordStore):
+class ConversationStore(MailboxStore, TurnJournalStore, OutboxStore, DeliveryStatusStore, SharedPaceStore, AdminStore,
+                        AutoscalingStore, RecordStreamStore):
     """Conversation storage on Redis (standalone, Sentinel-managed or Cluster)."""
 
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from worker.store import lua
-from worker.store.direct import register
+from worker.store.fast_scripts import register
 from worker.store.keys import ConversationKeys, PaceKeys
 from worker.store.replication import Replication
 
@@ -296,65 +296,68 @@ class Scripts:
         self._client = client
         self._replication = replication or Replication()
 
-        def s(text: str) -> Any:
+        def load(text: str) -> Any:
             return register(client, text)
 
-        self._accept, self._begin, self._commit = s(lua.ACCEPT), s(lua.BEGIN), s(lua.COMMIT)
-        self._release, self._renew, self._retry = s(lua.RELEASE), s(lua.RENEW_LEASE), s(lua.NOTE_RETRY)
-        self._quarantine = s(lua.QUARANTINE)
-        self._mark_inflight, self._clear_inflight = s(lua.MARK_INFLIGHT), s(lua.CLEAR_INFLIGHT)
-        self._mark_sent, self._dead_reply = s(lua.MARK_SENT), s(lua.DEAD_REPLY)
-        self._begin_delivery, self._claim_next = s(lua.BEGIN_DELIVERY), s(lua.CLAIM_NEXT)
-        self._sent_last = s(lua.SENT_LAST_CLAIM_NEXT)
-        self._failure = s(lua.NOTE_DELIVERY_FAILURE)
-        self._replay, self._zrem_if = s(lua.REPLAY), s(lua.ZREM_IF_SCORE)
-        self._delete = s(lua.DELETE_KEEPING_TOMBSTONE)
-        self._record_step = s(lua.RECORD_STEP)
-        self._defer = s(lua.DEFER)
-        self._record_status = s(lua.RECORD_STATUS)
-        self._inflight_outcome = s(lua.INFLIGHT_OUTCOME)
-        self._pace = s(lua.PACE)
+        self._accept, self._begin, self._commit = load(lua.ACCEPT), load(lua.BEGIN), load(lua.COMMIT)
+        self._release, self._renew, self._retry = load(lua.RELEASE), load(lua.RENEW_LEASE), load(lua.NOTE_RETRY)
+        self._quarantine = load(lua.QUARANTINE)
+        self._mark_inflight, self._clear_inflight = load(lua.MARK_INFLIGHT), load(lua.CLEAR_INFLIGHT)
+        self._mark_sent, self._dead_reply = load(lua.MARK_SENT), load(lua.DEAD_REPLY)
+        self._begin_delivery, self._claim_next = load(lua.BEGIN_DELIVERY), load(lua.CLAIM_NEXT)
+        self._sent_last = load(lua.SENT_LAST_CLAIM_NEXT)
+        self._failure = load(lua.NOTE_DELIVERY_FAILURE)
+        self._replay, self._zrem_if = load(lua.REPLAY), load(lua.ZREM_IF_SCORE)
+        self._delete = load(lua.DELETE_KEEPING_TOMBSTONE)
+        self._record_step = load(lua.RECORD_STEP)
+        self._defer = load(lua.DEFER)
+        self._record_status = load(lua.RECORD_STATUS)
+        self._inflight_outcome = load(lua.INFLIGHT_OUTCOME)
+        self._pace = load(lua.PACE)
 
     # --- mailbox -----------------------------------------------------------------------------------
 
-    def accept(self, *, k: ConversationKeys, pending: str | None, ttl_keys: list[str], input_id: str,
+    def accept(self, *, keys: ConversationKeys, pending: str | None, ttl_keys: list[str], input_id: str,
                entry: bytes, now_ms: int, max_inbox: int, dedupe_max: int, dedupe_ms: int, ttl_ms: int,
                inbound: bool = False) -> AcceptReply:
         """``pending`` is the sweeper's zset when it may be touched in the same script (not on a Cluster);
         ``inbound``: the input is a message the player sent (its time opens the customer-service window)."""
-        keys = [k.inbox, k.seen, k.tomb, k.inbound, *([pending] if pending else []), *ttl_keys]
+        script_keys = [keys.inbox, keys.seen, keys.tomb, keys.inbound, *([pending] if pending else []), *ttl_keys]
         code, depth = self._replication.call(
-            self._client, self._accept, keys=keys, what="accept",
+            self._client, self._accept, keys=script_keys, what="accept",
             args=AcceptArgs(input_id, entry, now_ms, max_inbox, dedupe_max, dedupe_ms, ttl_ms,
-                            pending_member=k.cid if pending else "", inbound_flag="1" if inbound else ""))
+                            pending_member=keys.cid if pending else "", inbound_flag="1" if inbound else ""))
         return AcceptReply(int(code), int(depth))
 
-    def begin(self, *, k: ConversationKeys, lease_ms: int, peek: int = 0, have: str = "") -> BeginReply:
-        """``have``: the tag of the state the caller holds decoded ('' none); that blob is not sent again."""
-        res = self._begin(keys=BeginKeys(k.hold, k.inbox, k.lease, k.fence, k.state, k.attempts, k.journal),
-                          args=[lease_ms, peek, have])
+    def begin(self, *, keys: ConversationKeys, lease_ms: int, peek: int = 0, held_tag: str = "") -> BeginReply:
+        """``held_tag``: the tag of the state the caller holds decoded ('' none); that blob is not sent again."""
+        res = self._begin(keys=BeginKeys(keys.hold, keys.inbox, keys.lease, keys.fence, keys.state, keys.attempts,
+                                         keys.journal),
+                          args=[lease_ms, peek, held_tag])
         return BeginReply(int(res[0]), _opt(res[1]), _opt(res[2]), int(res[3] or 0), int(res[4] or 0),
                           [bytes(e) for e in res[5] or ()], _text(res[6]) or "", int(res[7] or 0) == 1)
 
-    def commit(self, *, k: ConversationKeys, token: int, expected_version: int, input_id: str,
+    def commit(self, *, keys: ConversationKeys, token: int, expected_version: int, input_id: str,
                mode: str, blob: bytes, reply_entry: bytes, trace_entry: bytes, dead_entry: bytes, lease_ms: int,
                trace_max: int, dead_max: int, ttl_ms: int, claim_ms: int, record: RecordArgs, peek: int = 0,
-               also: Sequence[str] = (), usage_day: str = "", tokens: int = 0) -> CommitReply:
-        """``also``: the ids of the inputs after the head that the same turn applied (a burst), in mailbox order."""
+               burst_ids: Sequence[str] = (), usage_day: str = "", tokens: int = 0) -> CommitReply:
+        """``burst_ids``: the ids of the inputs after the head that the same turn applied (a burst), in mailbox
+        order."""
         res = self._replication.call(
             self._client, self._commit, what="commit",
-            keys=CommitKeys(k.fence, k.state, k.inbox, k.attempts, k.outbox, k.trace, k.dead, k.lease, k.dlease,
-                            k.dfence, k.sent, k.journal, record.stream, record.dropped, k.usage, k.inbound),
+            keys=CommitKeys(keys.fence, keys.state, keys.inbox, keys.attempts, keys.outbox, keys.trace, keys.dead,
+                            keys.lease, keys.dlease, keys.dfence, keys.sent, keys.journal, record.stream,
+                            record.dropped, keys.usage, keys.inbound),
             args=(*CommitArgs(token, expected_version, input_id, mode, blob, reply_entry, trace_entry, dead_entry,
                               lease_ms, trace_max, dead_max, ttl_ms, str(claim_ms) if claim_ms > 0 else "", peek,
-                              record.entry, record.max, usage_day if tokens > 0 else "", tokens), *also))
+                              record.entry, record.max, usage_day if tokens > 0 else "", tokens), *burst_ids))
         return CommitReply(int(res[0]), int(res[1]), int(res[2]) == 1, _opt(res[3]), int(res[4] or 0),
                            _opt(res[5]), ClaimReply.parse([*res[6:10], res[12]]), [bytes(e) for e in res[10] or ()],
                            _text(res[11]) or "")
 
-    def defer(self, *, k: ConversationKeys, token: int, input_id: str, hold_ms: int) -> bool:
+    def defer(self, *, keys: ConversationKeys, token: int, input_id: str, hold_ms: int) -> bool:
         """False when the fence moved (nothing changed). ``hold_ms`` 0 holds nothing (a hand-back)."""
-        return int(self._defer(keys=[k.fence, k.lease, k.attempts, k.hold],
+        return int(self._defer(keys=[keys.fence, keys.lease, keys.attempts, keys.hold],
                                args=[token, input_id, max(0, hold_ms)])) == 1
 
     def release(self, *, fence: str, lease: str, token: int) -> bool:
@@ -365,19 +368,19 @@ class Scripts:
         """Shared by the drain lease (fence, lease) and the delivery lease (dfence, dlease)."""
         return int(self._renew(keys=[fence, lease], args=[token, lease_ms])) == 1
 
-    def note_retry(self, *, k: ConversationKeys, token: int, input_id: str, counter: str = "retries") -> int:
+    def note_retry(self, *, keys: ConversationKeys, token: int, input_id: str, counter: str = "retries") -> int:
         """The retries counted so far on ``counter`` ("retries" or "bad"), or -1 when the fence moved."""
-        return int(self._retry(keys=[k.fence, k.attempts], args=[token, input_id, counter]))
+        return int(self._retry(keys=[keys.fence, keys.attempts], args=[token, input_id, counter]))
 
-    def quarantine(self, *, k: ConversationKeys, token: int, expected_version: int, record: bytes,
+    def quarantine(self, *, keys: ConversationKeys, token: int, expected_version: int, record: bytes,
                    max_kept: int) -> VersionReply:
-        code, version = self._quarantine(keys=[k.fence, k.state, k.quarantine],
+        code, version = self._quarantine(keys=[keys.fence, keys.state, keys.quarantine],
                                          args=[token, expected_version, record, max_kept])
         return VersionReply(int(code), int(version))
 
-    def record_step(self, *, k: ConversationKeys, token: int, input_id: str, field: str, entry: bytes,
+    def record_step(self, *, keys: ConversationKeys, token: int, input_id: str, field: str, entry: bytes,
                     max_entries: int, ttl_ms: int) -> RecordReply:
-        code, entries = self._record_step(keys=[k.fence, k.inbox, k.journal],
+        code, entries = self._record_step(keys=[keys.fence, keys.inbox, keys.journal],
                                           args=[token, input_id, field, entry, max_entries, ttl_ms])
         return RecordReply(int(code), int(entries))
 
@@ -387,68 +390,70 @@ class Scripts:
     # failover would let the next deliverer send the part again without knowing it was in flight (a resend nobody
     # counts), and a lost sent mark would resend a part the player has.
 
-    def begin_delivery(self, *, k: ConversationKeys, lease_ms: int) -> ClaimReply:
+    def begin_delivery(self, *, keys: ConversationKeys, lease_ms: int) -> ClaimReply:
         return ClaimReply.parse(self._replication.call(
-            self._client, self._begin_delivery, keys=[k.dlease, k.dfence, k.outbox, k.sent, k.inbound],
+            self._client, self._begin_delivery, keys=[keys.dlease, keys.dfence, keys.outbox, keys.sent, keys.inbound],
             args=[lease_ms], what="claim"))
 
-    def claim_next(self, *, k: ConversationKeys, token: int, lease_ms: int) -> ClaimReply:
+    def claim_next(self, *, keys: ConversationKeys, token: int, lease_ms: int) -> ClaimReply:
         return ClaimReply.parse(self._replication.call(
-            self._client, self._claim_next, keys=[k.dfence, k.outbox, k.sent, k.dlease, k.inbound],
+            self._client, self._claim_next, keys=[keys.dfence, keys.outbox, keys.sent, keys.dlease, keys.inbound],
             args=[token, lease_ms], what="claim"))
 
-    def sent_last_claim_next(self, *, k: ConversationKeys, token: int, reply_id: str, provider_id: str,
+    def sent_last_claim_next(self, *, keys: ConversationKeys, token: int, reply_id: str, provider_id: str,
                              delivered_max: int, lease_ms: int, record: RecordArgs) -> ClaimReply:
         return ClaimReply.parse(self._replication.call(
             self._client, self._sent_last, what="sent",
-            keys=SentLastKeys(k.dfence, k.outbox, k.sent, k.delivered, k.dlease, record.stream, record.dropped,
-                              k.inbound),
+            keys=SentLastKeys(keys.dfence, keys.outbox, keys.sent, keys.delivered, keys.dlease, record.stream,
+                              record.dropped,
+                              keys.inbound),
             args=SentLastArgs(token, reply_id, provider_id, delivered_max, lease_ms, record.entry, record.max)))
 
-    def mark_inflight(self, *, k: ConversationKeys, token: int, reply_id: str, part: int) -> int:
-        return int(self._replication.call(self._client, self._mark_inflight, keys=[k.dfence, k.sent],
+    def mark_inflight(self, *, keys: ConversationKeys, token: int, reply_id: str, part: int) -> int:
+        return int(self._replication.call(self._client, self._mark_inflight, keys=[keys.dfence, keys.sent],
                                           args=[token, reply_id, part], what="claim"))
 
-    def clear_inflight(self, *, k: ConversationKeys, token: int) -> int:
-        return int(self._clear_inflight(keys=[k.dfence, k.sent], args=[token]))
+    def clear_inflight(self, *, keys: ConversationKeys, token: int) -> int:
+        return int(self._clear_inflight(keys=[keys.dfence, keys.sent], args=[token]))
 
-    def mark_sent(self, *, k: ConversationKeys, token: int, reply_id: str, part: int, provider_id: str,
+    def mark_sent(self, *, keys: ConversationKeys, token: int, reply_id: str, part: int, provider_id: str,
                   lease_ms: int) -> int:
-        return int(self._replication.call(self._client, self._mark_sent, keys=[k.dfence, k.outbox, k.sent, k.dlease],
+        return int(self._replication.call(self._client, self._mark_sent,
+                                          keys=[keys.dfence, keys.outbox, keys.sent, keys.dlease],
                                           args=[token, reply_id, part, provider_id, lease_ms], what="sent"))
 
-    def dead_reply(self, *, k: ConversationKeys, token: int, reply_id: str, dead_entry: bytes, dead_max: int,
+    def dead_reply(self, *, keys: ConversationKeys, token: int, reply_id: str, dead_entry: bytes, dead_max: int,
                    record: RecordArgs) -> int:
         return int(self._dead_reply(
-            keys=DeadReplyKeys(k.dfence, k.outbox, k.sent, k.dead, record.stream, record.dropped),
+            keys=DeadReplyKeys(keys.dfence, keys.outbox, keys.sent, keys.dead, record.stream, record.dropped),
             args=DeadReplyArgs(token, reply_id, dead_entry, dead_max, record.entry, record.max)))
 
-    def inflight_outcome(self, *, k: ConversationKeys, token: int, reply_id: str, part: int) -> InflightReply:
-        code, status, provider_id, waited = self._inflight_outcome(keys=[k.dfence, k.outbox, k.sent],
+    def inflight_outcome(self, *, keys: ConversationKeys, token: int, reply_id: str, part: int) -> InflightReply:
+        code, status, provider_id, waited = self._inflight_outcome(keys=[keys.dfence, keys.outbox, keys.sent],
                                                                    args=[token, reply_id, part])
         return InflightReply(int(code), _text(status), _text(provider_id), int(waited or 0))
 
-    def note_delivery_failure(self, *, k: ConversationKeys, token: int, reply_id: str) -> int:
+    def note_delivery_failure(self, *, keys: ConversationKeys, token: int, reply_id: str) -> int:
         """The failures counted for ``reply_id``, or -1 (fence moved) / -3 (no longer the head)."""
-        return int(self._failure(keys=[k.dfence, k.outbox, k.sent], args=[token, reply_id]))
+        return int(self._failure(keys=[keys.dfence, keys.outbox, keys.sent], args=[token, reply_id]))
 
     # --- pacing ------------------------------------------------------------------------------------
 
-    def pace(self, *, k: PaceKeys, recipient: str, rate_interval_us: int, rate_tolerance_us: int,
+    def pace(self, *, keys: PaceKeys, recipient: str, rate_interval_us: int, rate_tolerance_us: int,
              recipient_interval_us: int, recipient_tolerance_us: int, max_wait_us: int) -> PaceReply:
         """An interval of 0 turns its limit off."""
-        res = self._pace(keys=[k.rate, k.recipient(recipient)],
+        res = self._pace(keys=[keys.rate, keys.recipient(recipient)],
                          args=PaceArgs(rate_interval_us, rate_tolerance_us, recipient_interval_us,
                                        recipient_tolerance_us, max_wait_us))
         return PaceReply(int(res[0]) == 1, int(res[1]), int(res[2]))
 
     # --- admin -------------------------------------------------------------------------------------
 
-    def record_status(self, *, k: ConversationKeys, provider_id: str, status: str, detail: str, max_kept: int,
+    def record_status(self, *, keys: ConversationKeys, provider_id: str, status: str, detail: str, max_kept: int,
                       reply_id: str | None, part: int, record: RecordArgs) -> StatusReply:
         """``reply_id`` and ``part``: the reply part the status names (from the callback data), if any."""
         moved, latest, for_part = self._record_status(
-            keys=RecordStatusKeys(k.statuses, k.statusorder, k.sent, record.stream, record.dropped),
+            keys=RecordStatusKeys(keys.statuses, keys.statusorder, keys.sent, record.stream, record.dropped),
             args=RecordStatusArgs(provider_id, status, detail, max_kept, reply_id or "", part, record.entry,
                                   record.max))
         return StatusReply(int(moved) == 1, _text(latest) or "", int(for_part) == 1)
@@ -459,11 +464,13 @@ class Scripts:
     def zrem_if_score(self, *, zset: str, member: bytes, score: float) -> bool:
         return int(self._zrem_if(keys=[zset], args=[member, repr(score)])) == 1
 
-    def delete(self, *, k: ConversationKeys, now_ms: int, tomb_ms: int, tomb_max: int,
+    def delete(self, *, keys: ConversationKeys, now_ms: int, tomb_ms: int, tomb_max: int,
                record: RecordArgs) -> tuple[int, bytes | None]:
         """Delete every key of the conversation but its tombstone; returns the ids the tombstone holds and the
         delete record's stream id (``None`` when the record is off)."""
-        keys = [k.tomb, record.stream, record.dropped, k.seen, *(key for key in k.all() if key != k.seen)]
-        held, recorded = self._delete(keys=keys, args=DeleteArgs(now_ms, tomb_ms, tomb_max, f"d:{k.cid}:{now_ms}",
-                                                                 record.entry, record.max))
+        script_keys = [keys.tomb, record.stream, record.dropped, keys.seen,
+                       *(key for key in keys.all() if key != keys.seen)]
+        held, recorded = self._delete(keys=script_keys,
+                                      args=DeleteArgs(now_ms, tomb_ms, tomb_max, f"d:{keys.cid}:{now_ms}",
+                                                      record.entry, record.max))
         return int(held), bytes(recorded) if recorded else None

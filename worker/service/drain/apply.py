@@ -38,8 +38,8 @@ from worker.service.drain.outcomes import (
 )
 from worker.service.drain.run import DrainRun, Written
 from worker.service.recovery import retry_later
-from worker.store.base import CommitResult, Snapshot
 from worker.store.protocol import DrainStore
+from worker.store.results import CommitResult, Snapshot
 
 log = logging.getLogger("parley.service")
 

@@ -26,8 +26,8 @@ from worker.service.drain.run import DrainRun
 from worker.service.drain.turn import TurnRunner
 from worker.service.journal import StoreJournal
 from worker.service.media import MediaPreparer
-from worker.store.base import Snapshot
 from worker.store.protocol import DrainStore
+from worker.store.results import Snapshot
 
 log = logging.getLogger("parley.service")
 

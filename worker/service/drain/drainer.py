@@ -33,8 +33,8 @@ from worker.service.drain.run import Claimed, DrainRun, Written
 from worker.service.heartbeat import Heartbeat
 from worker.service.media import MediaPreparer
 from worker.service.presence import Presence
-from worker.store.base import Snapshot
 from worker.store.protocol import DrainStore
+from worker.store.results import Snapshot
 
 log = logging.getLogger("parley.service")
 

@@ -8,7 +8,7 @@ from worker.conversation.chat import State
 from worker.conversation.resident import Resident
 from worker.envelopes import ReplyRecord
 from worker.service.heartbeat import Beat
-from worker.store.base import OutboxHead, Snapshot
+from worker.store.results import OutboxHead, Snapshot
 
 Claimed = tuple[int, OutboxHead]
 """A delivery already started: the delivery token and the claimed outbox head."""

@@ -24,7 +24,7 @@ from worker.service.drain.run import DrainRun
 from worker.service.journal import StoreJournal
 from worker.service.media import MediaPreparer, Prepared
 from worker.service.recovery import usage_trace
-from worker.store.base import Snapshot
+from worker.store.results import Snapshot
 
 # What the model reads for a photo that could not be loaded, when other messages of a burst carry the turn.
 UNLOADED_PHOTO = "[The player sent a photo that could not be loaded]"

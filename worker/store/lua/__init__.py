@@ -14,7 +14,7 @@ KEYS or ARGV (tests/store/test_lua_files.py checks every file).
 The include mechanism: ``--! include NAME`` (alone on its line) is replaced, when the scripts are loaded, by the
 text of ``include/NAME.lua``, itself resolved the same way. A fragment comes in once per script, at its first
 include; later includes of it, direct or through another fragment, add nothing. Redis thus still receives one
-self-contained script per call (EVALSHA and the direct path of :mod:`worker.store.direct` are unchanged), and a
+self-contained script per call (EVALSHA and the fast path of :mod:`worker.store.fast_scripts` are unchanged), and a
 fragment defines local functions and constants only.
 """
 

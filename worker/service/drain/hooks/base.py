@@ -19,7 +19,7 @@ from worker.service.drain.outcomes import Defer, Outcome
 from worker.service.drain.run import DrainRun
 from worker.service.journal import StoreJournal
 from worker.service.media import Prepared
-from worker.store.base import Snapshot
+from worker.store.results import Snapshot
 
 Prepare = Callable[[Pending], Prepared]
 """The turn's preparation of one chat message (cached per turn: a photo is fetched once)."""

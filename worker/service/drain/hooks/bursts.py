@@ -25,8 +25,8 @@ from worker.service.drain.hooks.base import DrainHook
 from worker.service.drain.outcomes import Defer
 from worker.service.drain.run import DrainRun
 from worker.service.journal import StoreJournal
-from worker.store.base import Snapshot
 from worker.store.protocol import DrainStore
+from worker.store.results import Snapshot
 
 log = logging.getLogger("parley.service")
 

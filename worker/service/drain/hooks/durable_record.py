@@ -11,7 +11,7 @@ from worker.service.drain.hooks.base import DrainHook
 from worker.service.drain.outcomes import Answer, Applied, DeadLetter, Notice, Outcome, Spliced
 from worker.service.drain.run import DrainRun
 from worker.service.recording import Recorder
-from worker.store.base import Snapshot
+from worker.store.results import Snapshot
 
 
 class DurableRecord(DrainHook):

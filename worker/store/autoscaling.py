@@ -9,42 +9,31 @@ so the age is exact whenever the set is no larger than the sample, and a close l
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from worker.errors import InvalidConversationIdError
-from worker.store.base import StoreBase, split_entry, store_errors
+from worker.store.core import StoreCore
+from worker.store.entry_codec import split_entry
+from worker.store.redis_errors import store_errors
+from worker.store.results import Backlog
 
 
-@dataclass(frozen=True)
-class Backlog:
-    """``waiting``: conversations with inputs waiting (counted in the sample, scaled to the whole set when it is
-    larger); ``oldest_age_s``: age of the oldest waiting input found (0 when none waits); ``sampled`` of ``total``
-    conversations in the sweeper's set were probed."""
-
-    waiting: int
-    oldest_age_s: float
-    sampled: int
-    total: int
-
-
-class BacklogStore(StoreBase):
-    """The autoscaling signals' read side."""
+class AutoscalingStore(StoreCore):
+    """The autoscaling signals' read side (:meth:`backlog`, part of :class:`~worker.store.protocol.SweeperStore`)."""
 
     @store_errors
     def backlog(self, sample: int = 1000) -> Backlog:
         """One scrape's view of the backlog; costs two round trips and at most ``sample`` probes."""
-        total = int(self._r.zcard(self.g.pending))
-        rows = self._r.zrange(self.g.pending, 0, max(0, sample - 1), withscores=True) if total else []
-        pipe = self._r.pipeline(transaction=False)
+        total = int(self._client.zcard(self.global_keys.pending))
+        rows = self._client.zrange(self.global_keys.pending, 0, max(0, sample - 1), withscores=True) if total else []
+        pipe = self._client.pipeline(transaction=False)
         probed: list[str] = []
         for member, _ in rows:
             cid = member.decode("utf-8", "replace")
             try:
-                k = self.keys(cid)
+                keys = self.keys(cid)
             except InvalidConversationIdError:
                 continue
-            pipe.llen(k.inbox)
-            pipe.lindex(k.inbox, 0)
+            pipe.llen(keys.inbox)
+            pipe.lindex(keys.inbox, 0)
             probed.append(cid)
         answers = pipe.execute() if probed else []
         heads: list[tuple[str, str, float]] = []
@@ -55,7 +44,7 @@ class BacklogStore(StoreBase):
         now = self._now_ms()
         oldest = now
         if heads:
-            pipe = self._r.pipeline(transaction=False)
+            pipe = self._client.pipeline(transaction=False)
             for cid, input_id, _ in heads:
                 pipe.zscore(self.keys(cid).seen, input_id)
             for (_, _, touched), accepted in zip(heads, pipe.execute(), strict=True):

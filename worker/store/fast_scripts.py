@@ -1,9 +1,10 @@
-"""Scripts sent on a pooled connection, without redis-py's per-command layer.
+"""The fast path of the hot scripts: EVALSHA packed by hiredis and sent on a pooled connection, without redis-py's
+per-command layer.
 
 A turn runs four scripts (accept, begin, commit, the sent mark). Through ``client.evalsha`` each pays redis-py 8's
 command machinery on top of the wire: the observability recorders, the debug-log and maintenance-event checks, the
 per-command lambdas and the pool's timing (bench/README.md, issue 16: about 56 µs of client CPU a call against 45 µs
-for the same EVALSHA sent on a pooled connection, 27 µs over a raw socket). :class:`DirectScript` keeps what
+for the same EVALSHA sent on a pooled connection, 27 µs over a raw socket). :class:`FastScript` keeps what
 matters of that layer and drops the rest:
 
 - the connection comes from the client's own pool and goes back to it, so the pool's bound, its health checks,
@@ -33,7 +34,7 @@ except ImportError:  # pragma: no cover
     _hiredis_pack = None
 
 
-class DirectScript:
+class FastScript:
     """A registered script whose calls go straight to a pooled connection (see the module's docstring).
 
     Called like redis-py's ``Script``: ``script(keys=[...], args=[...])``, or with ``client=`` a pipeline.
@@ -74,8 +75,8 @@ class DirectScript:
 
 
 def register(client: Any, text: str) -> Any:
-    """``text`` as a callable script: a :class:`DirectScript` for a plain ``redis.Redis`` client, else redis-py's
+    """``text`` as a callable script: a :class:`FastScript` for a plain ``redis.Redis`` client, else redis-py's
     own ``Script`` (Cluster, fakeredis, anything else that only promises ``register_script``)."""
     if type(client) is redis.Redis and not getattr(client, "_single_connection_client", False):
-        return DirectScript(client, text)
+        return FastScript(client, text)
     return client.register_script(text)

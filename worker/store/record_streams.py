@@ -1,5 +1,5 @@
-"""The durable record's read side in Redis: what the exporter takes from the record streams, and when it may let
-go of it.
+"""The durable record's streams in Redis (the record itself, in PostgreSQL, is :mod:`worker.durable_record`): what the
+exporter takes from them, and when it may let go of it.
 
 The scripts append (see ``append_record`` in worker/store/lua/include/append_record.lua); this part reads a batch
 oldest first, and deletes exactly the entries whose rows the database committed (``XDEL`` by id: entries appended
@@ -12,39 +12,14 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
 
-from worker.store.base import StoreBase, score_position, store_errors, stream_position
-
-
-@dataclass(frozen=True)
-class StreamEntry:
-    """One entry of a record stream: ``entry_id`` (the stream's, ``<ms>-<n>``), ``record_id`` (the row's unique key),
-    ``raw`` (the msgpack record) and ``extra`` (what the script added: a delivered reply's provider ids)."""
-
-    entry_id: bytes
-    record_id: str
-    raw: bytes
-    extra: str | None
-
-    @property
-    def ms(self) -> int:
-        """When the entry was appended (Redis's clock, from the stream id)."""
-        return int(self.entry_id.split(b"-", 1)[0])
+from worker.store.core import StoreCore
+from worker.store.entry_codec import score_position, stream_position
+from worker.store.redis_errors import store_errors
+from worker.store.results import RecordBacklog, StreamEntry
 
 
-@dataclass(frozen=True)
-class RecordBacklog:
-    """What waits in the record streams: ``entries`` in all, the ``oldest_age_s`` of the oldest, and ``dropped``
-    (entries the cap threw away before they were exported, since the streams began)."""
-
-    entries: int
-    oldest_age_s: float
-    dropped: int
-    dropping: tuple[str, ...] = ()  # the streams whose cap dropped entries (their counters count towards ``dropped``)
-
-
-class RecordStore(StoreBase):
+class RecordStreamStore(StoreCore):
     """The exporter's access to the record streams."""
 
     def record_streams(self) -> list[str]:
@@ -52,16 +27,16 @@ class RecordStore(StoreBase):
         streams = self.records.streams()
         if len(streams) == 1:
             return streams
-        pipe = self._r.pipeline(transaction=False)
-        for s in streams:
-            pipe.xlen(s)
-        return [s for s, n in zip(streams, pipe.execute(), strict=True) if n]
+        pipe = self._client.pipeline(transaction=False)
+        for stream in streams:
+            pipe.xlen(stream)
+        return [stream for stream, length in zip(streams, pipe.execute(), strict=True) if length]
 
     @store_errors
     def read_records(self, stream: str, count: int) -> list[StreamEntry]:
         """Up to ``count`` entries of ``stream``, oldest first."""
         out = []
-        for eid, fields in self._r.xrange(stream, "-", "+", count=count):
+        for eid, fields in self._client.xrange(stream, "-", "+", count=count):
             extra = fields.get(b"x")
             out.append(StreamEntry(bytes(eid), bytes(fields.get(b"id", b"")).decode("utf-8", "replace"),
                                    bytes(fields.get(b"r", b"")), None if extra is None else bytes(extra).decode()))
@@ -71,24 +46,24 @@ class RecordStore(StoreBase):
     def pending_deletes(self, limit: int = 1000) -> list[tuple[str, tuple[int, int], float]]:
         """Deletes not yet settled (see :meth:`settle_delete`), oldest first: (conversation id, the stream position
         of the delete record, its score)."""
-        return [(bytes(m).decode(), score_position(s), float(s))
-                for m, s in self._r.zrange(self.g.record_deletes, 0, limit - 1, withscores=True)]
+        deletes = self._client.zrange(self.global_keys.record_deletes, 0, limit - 1, withscores=True)
+        return [(bytes(member).decode(), score_position(score), float(score)) for member, score in deletes]
 
     @store_errors
     def oldest_record(self, cid: str) -> tuple[int, int] | None:
         """The stream position of the oldest entry still waiting in ``cid``'s record stream, if any."""
-        first = self._r.xrange(self.records.stream(cid), "-", "+", count=1)
+        first = self._client.xrange(self.records.stream(cid), "-", "+", count=1)
         return stream_position(bytes(first[0][0])) if first else None
 
     @store_errors
     def settle_delete(self, cid: str, score: float) -> None:
         """The database has erased ``cid`` up to that delete: forget it, unless a newer delete replaced it."""
-        self._scripts.zrem_if_score(zset=self.g.record_deletes, member=cid.encode(), score=score)
+        self._scripts.zrem_if_score(zset=self.global_keys.record_deletes, member=cid.encode(), score=score)
 
     @store_errors
     def ack_records(self, stream: str, entry_ids: Sequence[bytes]) -> int:
         """Delete the entries whose rows are committed; returns how many were still there."""
-        return int(self._r.xdel(stream, *entry_ids)) if entry_ids else 0
+        return int(self._client.xdel(stream, *entry_ids)) if entry_ids else 0
 
     @store_errors
     def record_backlog(self, streams: Sequence[str] | None = None) -> RecordBacklog:
@@ -96,19 +71,19 @@ class RecordStore(StoreBase):
         entries now, found first, which on a Cluster is one more pipelined trip); one pipelined trip."""
         if streams is None:
             streams = self.record_streams()
-        pipe = self._r.pipeline(transaction=False)
-        for s in streams:
-            pipe.xlen(s)
-            pipe.xrange(s, "-", "+", count=1)
-            pipe.get(self.records.dropped_of(s))
+        pipe = self._client.pipeline(transaction=False)
+        for stream in streams:
+            pipe.xlen(stream)
+            pipe.xrange(stream, "-", "+", count=1)
+            pipe.get(self.records.dropped_of(stream))
         answers = pipe.execute() if streams else []
         entries, dropped, oldest = 0, 0, None
         dropping = []
         for i, stream in enumerate(streams):
-            n, first, d = answers[3 * i: 3 * i + 3]
-            entries += int(n or 0)
-            dropped += int(d or 0)
-            if d:
+            length, first, dropped_here = answers[3 * i: 3 * i + 3]
+            entries += int(length or 0)
+            dropped += int(dropped_here or 0)
+            if dropped_here:
                 dropping.append(stream)
             if first:
                 ms = int(bytes(first[0][0]).split(b"-", 1)[0])

@@ -1,4 +1,4 @@
-"""Scripts sent on a pooled connection (worker/store/direct.py), against a real redis-server of their own: the
+"""Scripts sent on a pooled connection (worker/store/fast_scripts.py), against a real redis-server of their own: the
 server forgets scripts, drops connections and goes away, and the store must behave as it did through redis-py's
 ``Script`` — the same answers, the same errors, no connection kept out of the pool."""
 
@@ -15,7 +15,7 @@ from redis.retry import Retry
 
 from tests.support.redis_server import RedisServer, start_redis
 from worker.errors import StoreError, StoreUnavailableError
-from worker.store.direct import DirectScript, register
+from worker.store.fast_scripts import FastScript, register
 from worker.store.redis_store import ConversationStore
 
 
@@ -45,12 +45,12 @@ def _turn(store: ConversationStore, cid: str, n: int) -> int:
     return res.version
 
 
-def test_a_plain_client_gets_direct_scripts_and_others_keep_redis_py() -> None:
-    assert isinstance(register(redis.Redis(), "return 1"), DirectScript)
-    assert not isinstance(register(fakeredis.FakeRedis(), "return 1"), DirectScript)
+def test_a_plain_client_gets_fast_scripts_and_others_keep_redis_py() -> None:
+    assert isinstance(register(redis.Redis(), "return 1"), FastScript)
+    assert not isinstance(register(fakeredis.FakeRedis(), "return 1"), FastScript)
     single = redis.Redis(single_connection_client=True)
     try:
-        assert not isinstance(register(single, "return 1"), DirectScript)
+        assert not isinstance(register(single, "return 1"), FastScript)
     finally:
         single.close()
 
@@ -82,7 +82,7 @@ def test_a_dropped_connection_is_retried_like_redis_py_does(server: RedisServer)
 
 def _lose_next_send(store: ConversationStore) -> list[object]:
     """The pooled connection's next command fails as if the server had reset it; returns what it was."""
-    pool = store._r.connection_pool
+    pool = store._client.connection_pool
     conn = pool.get_connection()
     real_send, lost = conn.send_packed_command, []
 
@@ -126,7 +126,7 @@ def test_a_server_gone_is_an_outage_and_keeps_the_pool_usable(server: RedisServe
 def test_a_refused_script_is_a_store_error_and_the_connection_goes_back(server: RedisServer) -> None:
     client = redis.Redis(connection_pool=redis.BlockingConnectionPool.from_url(server.url, max_connections=1,
                                                                                 timeout=1))
-    failing = DirectScript(client, "return redis.call('INCR', KEYS[1])")
+    failing = FastScript(client, "return redis.call('INCR', KEYS[1])")
     client.set("text", "not a number")
     for _ in range(3):  # each refusal must give its connection back, or the second would wait and time out
         with pytest.raises(redis.ResponseError):

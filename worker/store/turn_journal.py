@@ -1,15 +1,18 @@
-"""The turn journal's side of the store: what a turn records under its lease so that a retry replays it (model
-rounds, tool results, and which inputs a burst took in), and reading it back at the start of a turn."""
+"""The turn journal's storage: what a turn records under its lease so that a retry replays it (model rounds, tool
+results, and which inputs a burst took in), and reading it back at the start of a turn. The entries are opaque bytes
+here; the pure core encodes and decodes them, the service replays them."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from worker.store.base import JournalRead, StoreBase, store_errors
 from worker.store.codes import Refusal, refused
+from worker.store.core import StoreCore
+from worker.store.redis_errors import store_errors
+from worker.store.results import JournalRead
 
 
-class JournalStore(StoreBase):
+class TurnJournalStore(StoreCore):
     """One hash per conversation; every field is prefixed with the id of the head input it belongs to, and the
     commit that applies that input deletes the hash."""
 
@@ -27,7 +30,7 @@ class JournalStore(StoreBase):
         if step < 0:
             raise ValueError("step must be >= 0")
         field = f"{input_id}\nr\n{step}" if call_id is None else f"{input_id}\nc\n{step}\n{call_id}"
-        return self._record(cid, token, input_id, field, entry)
+        return self._append(cid, token, input_id, field, entry)
 
     @store_errors
     def read_journal(self, cid: str, input_id: str) -> JournalRead:
@@ -36,7 +39,7 @@ class JournalStore(StoreBase):
         results: dict[tuple[int, str], bytes] = {}
         burst: tuple[str, ...] | None = None
         prefix = input_id.encode() + b"\n"
-        for field, entry in self._r.hgetall(self.keys(cid).journal).items():
+        for field, entry in self._client.hgetall(self.keys(cid).journal).items():
             if not field.startswith(prefix):
                 continue  # another input's (cannot outlive its commit; skipped all the same)
             kind, _, rest = field[len(prefix):].decode().partition("\n")
@@ -59,11 +62,11 @@ class JournalStore(StoreBase):
 
         Raises :class:`~worker.errors.StaleLeaseError` as :meth:`record_step` does.
         """
-        return self._record(cid, token, input_id, f"{input_id}\nb\n0", "\n".join(ids).encode())
+        return self._append(cid, token, input_id, f"{input_id}\nb\n0", "\n".join(ids).encode())
 
-    def _record(self, cid: str, token: int, input_id: str, field: str, entry: bytes) -> bool:
+    def _append(self, cid: str, token: int, input_id: str, field: str, entry: bytes) -> bool:
         """One fenced journal entry (RECORD_STEP): ``False`` when the journal is full."""
-        res = self._scripts.record_step(k=self.keys(cid), token=token, input_id=input_id, field=field, entry=entry,
+        res = self._scripts.record_step(keys=self.keys(cid), token=token, input_id=input_id, field=field, entry=entry,
                                         max_entries=self.limits.journal_max, ttl_ms=self.limits.idle_ttl_ms)
         if res.code < 0 and res.code != Refusal.JOURNAL_FULL:
             raise refused(res.code, cid=cid, step="journal entry", item=input_id)
