@@ -143,14 +143,18 @@ def repair_from(messages: Sequence[Message],
     if not problems and not pending and all(m.seq for m in messages[start:]):
         return out, Repair(()), CleanPrefix(tuple(messages), frozenset(answered))
     close_pending()
-    # Results added by close_pending have no seq; give them their call's seq so ordering stays stable.
+    if problems:
+        log.warning("history repaired before a request", extra={"problems": problems})
+    return _with_seqs(out), Repair(tuple(problems)), None
+
+
+def _with_seqs(messages: list[Message]) -> list[Message]:
+    """Results a repair added have no seq: each gets its call's, so ordering by seq stays stable."""
     fixed: list[Message] = []
     last_seq = 0
-    for m in out:
+    for m in messages:
         if m.seq == 0 and last_seq:
             m = replace(m, seq=last_seq)
         last_seq = m.seq or last_seq
         fixed.append(m)
-    if problems:
-        log.warning("history repaired before a request", extra={"problems": problems})
-    return fixed, Repair(tuple(problems)), None
+    return fixed
