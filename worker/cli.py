@@ -45,16 +45,9 @@ def _store() -> Any:
 
 def _print(obj: Any) -> None:
     # Players' and models' text is in it (show, trace): controls escaped so it cannot drive the terminal.
-    print(json_for_terminal(obj, indent=2, default=_default))
+    from worker.show import plain
 
-
-def _default(o: Any) -> Any:
-    if isinstance(o, bytes):
-        try:
-            return msgpack.unpackb(o, raw=False)
-        except Exception:
-            return o.hex()
-    return str(o)
+    print(json_for_terminal(obj, indent=2, default=plain))
 
 
 def _cmd_send(a: argparse.Namespace) -> int:
@@ -84,28 +77,9 @@ def _cmd_delete(a: argparse.Namespace) -> int:
 
 
 def _cmd_show(a: argparse.Namespace) -> int:
-    from worker.conversation.inspect import inspect_state
+    from worker.show import summary
 
-    store = _store()
-    snap = store.read_state(a.conversation_id)
-    trace = [msgpack.unpackb(t, raw=False) for t in store.trace(a.conversation_id, 50)]
-    statuses = store.statuses(a.conversation_id, 50)
-    latest = {s.provider_id: s.status for s in statuses}
-    view = {"conversation_id": a.conversation_id, "version": snap.version,
-            "mailbox_depth": store.inbox_depth(a.conversation_id),
-            "outbox_depth": store.outbox_depth(a.conversation_id),
-            "dead_letters": len(store.dead_letters(a.conversation_id)),
-            "quarantined_states": len(store.quarantined(a.conversation_id)),
-            "tokens_today": store.tokens_today(a.conversation_id),  # what PARLEY_DAILY_TOKEN_BUDGET is checked against
-            "last_replies": [{"id": t.get("id"), "reply": t.get("reply"), "prompt_tokens": t.get("prompt_tokens")}
-                             for t in trace if t.get("reply")][-5:],
-            "delivered": [{"id": rid, "provider_ids": ids, "statuses": [latest.get(i) for i in ids]}
-                          for rid, ids in store.delivered(a.conversation_id)][-5:],
-            # The latest status of each recent message (forward only: a late `delivered` never hides a `read`).
-            "statuses": [{"provider_id": s.provider_id, "status": s.status, "at_ms": s.at_ms,
-                          **({"detail": s.detail} if s.detail else {})} for s in statuses[-10:]],
-            "state": inspect_state(snap.blob)}
-    _print(view)
+    _print(summary(_store(), a.conversation_id))
     return 0
 
 
