@@ -21,9 +21,9 @@ from pydantic import BaseModel, ConfigDict, Field
 from worker.envelopes import MAX_ID_CHARS
 
 #: A message id: the producer's own id of the input (a game event's id, a wamid); resubmitting it is harmless.
-MessageId = Annotated[str, Field(min_length=1, max_length=MAX_ID_CHARS, description=(
+MessageId = Annotated[str, Field(min_length=1, max_length=MAX_ID_CHARS, pattern="^[^\n\x00]*$", description=(
     "The producer's id of this input: resubmitting it (a retry after a timeout, a 429 or a 503) is harmless, "
-    "it is answered as a duplicate. Default: a fresh id (a retry is then a second input)."))]
+    "it is answered as a duplicate. No newline or NUL. Default: a fresh id (a retry is then a second input)."))]
 Text = Annotated[str, Field(min_length=1, pattern=r"\S", description=(
     "The text: not blank, at most PARLEY_MAX_INPUT_CHARS characters (a longer one is a 422 naming `text`)."))]
 

@@ -209,6 +209,14 @@ def _guarded(api: ProducerApi, op: Operation, run: Callable[[str, bytes | bytear
     return endpoint
 
 
+def _by_method(handlers: dict[str, Handler]) -> Handler:
+    async def endpoint(request: Request) -> Response:
+        # HEAD is answered as GET (Starlette adds it to a GET route).
+        return await (handlers.get(request.method) or handlers["GET"])(request)
+
+    return endpoint
+
+
 def api_routes(client: ConversationClient, tokens: list[tuple[bytes, Scope]], body_limit: int) -> list[Route]:
     """The ``/v1/`` routes (none when no token is configured: the API is off and answers 404)."""
     if not tokens:
@@ -216,15 +224,17 @@ def api_routes(client: ConversationClient, tokens: list[tuple[bytes, Scope]], bo
     from worker.ingress.openapi import document
 
     api = ProducerApi(client, tokens, body_limit)
-    routes: list[Route] = []
+    by_path: dict[str, dict[str, Handler]] = {}
     for op in OPERATIONS:
         if op.kind is not None:
             run: Callable[[str, bytes | bytearray], Response] = partial(api.input, op)
         else:
             fn = api.delete if op.method == "DELETE" else api.summary
             run = partial(lambda f, cid, _raw: f(cid), fn)
-        routes.append(Route(op.path, _guarded(api, op, run), methods=[op.method]))
-    doc = document(OPERATIONS)
+        by_path.setdefault(op.path, {})[op.method] = _guarded(api, op, run)
+    # One route per path, so a 405 lists in `Allow` every method the path has (a route per method lists its own).
+    routes = [Route(path, _by_method(handlers), methods=list(handlers)) for path, handlers in by_path.items()]
+    doc = document(OPERATIONS, max_text_chars=client.max_text_chars)
 
     async def openapi(request: Request) -> Response:
         return JSONResponse(doc)

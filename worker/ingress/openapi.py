@@ -8,13 +8,14 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel
 from pydantic.json_schema import models_json_schema
 
-from worker.producer_bodies import Accepted, Problem, Summary
+from worker.producer_bodies import KINDS, Accepted, Problem, Summary
 from worker.store.keys import _ID, MAX_ID_LENGTH
 
 if TYPE_CHECKING:
     from worker.ingress.api import Operation
 
 _REF = "#/components/schemas/{model}"
+_BODY_NAMES = {body.__name__ for body in KINDS.values()}
 _RETRY = {"Retry-After": {"description": "Seconds to wait before sending the same request again.",
                           "schema": {"type": "integer", "minimum": 0}}}
 _ERRORS: dict[str, tuple[str, dict[str, Any]]] = {
@@ -68,10 +69,15 @@ def _operation(op: Operation) -> dict[str, Any]:
     return out
 
 
-def document(operations: tuple[Operation, ...]) -> dict[str, Any]:
-    """The OpenAPI document of ``operations``."""
+def document(operations: tuple[Operation, ...], *, max_text_chars: int | None = None) -> dict[str, Any]:
+    """The OpenAPI document of ``operations``; ``max_text_chars`` (the client's ``PARLEY_MAX_INPUT_CHARS``) is the
+    bodies' ``text`` ``maxLength``."""
     models: list[type[BaseModel]] = [Accepted, Problem, Summary, *(op.body for op in operations if op.body)]
     _, defs = models_json_schema([(m, "validation") for m in dict.fromkeys(models)], ref_template=_REF)
+    for schema in defs.get("$defs", {}).values():
+        text = schema.get("properties", {}).get("text")
+        if text is not None and max_text_chars is not None and schema["title"] in _BODY_NAMES:
+            text["maxLength"] = max_text_chars
     paths: dict[str, dict[str, Any]] = {}
     for op in operations:
         paths.setdefault(op.path, {})[op.method.lower()] = _operation(op)
