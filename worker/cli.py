@@ -9,6 +9,7 @@
     parley trace CID [-n N]                the conversation's trace
     parley dead [CID] | parley replay CID INDEX
     parley health                          exit 0 when Redis and the broker answer (container probe)
+    parley inlet                           queue the messages a game engine publishes to PARLEY_INLET_STREAM
     parley config [--readme PATH]          every setting, its variable and default (a Markdown table), or
                                            refresh that table in the page at PATH
                                            (docs/configuration.md)
@@ -171,6 +172,12 @@ def _cmd_config(a: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_inlet(a: argparse.Namespace) -> int:
+    from worker.inlet import run_inlet
+
+    return run_inlet(get_settings())
+
+
 def _cmd_demo(a: argparse.Namespace) -> int:
     from worker.demo import run_demo
 
@@ -212,6 +219,8 @@ def _build_parser() -> argparse.ArgumentParser:
     r.add_argument("index", type=int)
     r.set_defaults(fn=_cmd_replay)
     sub.add_parser("health").set_defaults(fn=_cmd_health)
+    sub.add_parser("inlet", help="queue the messages of PARLEY_INLET_STREAM (the Procfile's inlet process)").set_defaults(
+        fn=_cmd_inlet)
     c = sub.add_parser("config", help="print every setting (or --readme docs/configuration.md to refresh its table)")
     c.add_argument("--readme", metavar="PATH")
     c.set_defaults(fn=_cmd_config)

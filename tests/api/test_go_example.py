@@ -8,12 +8,11 @@ import os
 import pathlib
 import shutil
 import subprocess
-from collections.abc import Iterator
 
 import pytest
 
 from tests.support.api_server import ApiProcess
-from tests.support.redis_server import RedisServer, in_ci, redis_binary, skip_or_fail, start_redis
+from tests.support.redis_server import RedisServer, in_ci, redis_of_its_own
 from worker.envelopes import decode_envelope
 from worker.store.redis_store import ConversationStore
 
@@ -31,13 +30,7 @@ def _go() -> str:
     return go
 
 
-@pytest.fixture
-def redis_server() -> Iterator[RedisServer]:
-    if redis_binary() is None:
-        skip_or_fail("no redis-server binary")
-    server = start_redis()
-    yield server
-    server.stop()
+redis_server = pytest.fixture(redis_of_its_own)
 
 
 def test_the_go_producer_sends_an_event_and_a_message_and_reads_the_summary(
