@@ -114,6 +114,7 @@ class Inlet:
             return 0
         blocked = self._blockers(entries)
         held: set[str] = set()
+        accepted: list[bytes] = []
         done = 0
         for eid, fields in entries:
             outcome = self._one(eid, fields, blocked, held)
@@ -122,8 +123,15 @@ class Inlet:
                 self._retry_at = time.monotonic() + self.retry_seconds
             else:
                 done += 1
+            if outcome in ("accepted", "duplicate"):
+                accepted.append(eid)
             if outcome == "unavailable":
                 break  # the store is down: the rest of the batch stays pending too
+        if accepted:
+            # One acknowledgement for the batch (a round trip per entry halved the rate). Until it lands, the
+            # accepted entries still look pending: a crash now redelivers them as duplicates, and other inlets
+            # hold the same conversations' later entries a moment longer, never out of order.
+            self.r.xack(self.stream, self.group, *accepted)
         return done
 
     def _blockers(self, entries: list[Any]) -> dict[str, tuple[int, int]]:
@@ -155,7 +163,6 @@ class Inlet:
         except StoreError as exc:
             log.error("inlet: store unavailable, entry %s held: %s", eid.decode(), exc)
             return "unavailable"
-        self.r.xack(self.stream, self.group, eid)
         return "duplicate" if done else "accepted"
 
     def _accept(self, eid: bytes, msg: QueueMessage) -> bool:
