@@ -1,5 +1,5 @@
-"""``parley inlet`` (the Procfile's ``inlet`` process): queue messages from a Redis stream become inputs of their
-conversations, with the producers' API's guarantees (validated, idempotent by message id, in order per conversation,
+"""``parley inlet`` (the Procfile's ``inlet`` process): queue messages from a Redis stream (and, when the broker is
+RabbitMQ, a durable queue: :mod:`worker.inlet.amqp`) become inputs of their conversations, with the producers' API's guarantees (validated, idempotent by message id, in order per conversation,
 held while a mailbox is full, never dropped). See :mod:`worker.inlet.stream` and docs/producers.md."""
 
 from __future__ import annotations
@@ -8,14 +8,31 @@ import logging
 import os
 import signal
 import socket
+import threading
 import time
+from collections.abc import Callable
 from types import FrameType
+from typing import Any
 
 import redis
 
 from worker.settings import Settings
 
 log = logging.getLogger("parley.inlet")
+
+
+def _start_amqp(settings: Settings, client: Any, stopping: Callable[[], bool]) -> None:
+    """When the broker is RabbitMQ, consume PARLEY_INLET_QUEUE too, in a thread of its own."""
+    from worker.broker import is_amqp
+
+    url = settings.effective_broker_url()
+    if not is_amqp(url):
+        return
+    from worker.inlet.amqp import AmqpInlet
+
+    amqp = AmqpInlet(url, client, settings.inlet_queue)
+    threading.Thread(target=amqp.run, args=(stopping,), name="inlet-amqp", daemon=True).start()
+    log.info("inlet consuming the RabbitMQ queue %s", settings.inlet_queue)
 
 
 def run_inlet(settings: Settings, *, consumer: str | None = None) -> int:
@@ -41,6 +58,7 @@ def run_inlet(settings: Settings, *, consumer: str | None = None) -> int:
                   consumer or f"{socket.gethostname()}-{os.getpid()}", batch=settings.inlet_batch,
                   claim_idle_ms=int(settings.inlet_claim_idle_seconds * 1000))
     log.info("inlet %s consuming %s (group %s)", inlet.consumer, inlet.stream, inlet.group)
+    _start_amqp(settings, inlet.client, lambda: stopping)
     ready = False
     while not stopping:
         try:
