@@ -175,7 +175,7 @@ def _cmd_config(a: argparse.Namespace) -> int:
 def _cmd_inlet(a: argparse.Namespace) -> int:
     from worker.inlet import run_inlet
 
-    return run_inlet(get_settings())
+    return run_inlet(get_settings(), once=a.once)
 
 
 def _cmd_demo(a: argparse.Namespace) -> int:
@@ -219,8 +219,9 @@ def _build_parser() -> argparse.ArgumentParser:
     r.add_argument("index", type=int)
     r.set_defaults(fn=_cmd_replay)
     sub.add_parser("health").set_defaults(fn=_cmd_health)
-    sub.add_parser("inlet", help="queue the messages of PARLEY_INLET_STREAM (the Procfile's inlet process)").set_defaults(
-        fn=_cmd_inlet)
+    il = sub.add_parser("inlet", help="queue the messages of PARLEY_INLET_STREAM (the Procfile's inlet process)")
+    il.add_argument("--once", action="store_true", help="one round of the stream, then exit")
+    il.set_defaults(fn=_cmd_inlet)
     c = sub.add_parser("config", help="print every setting (or --readme docs/configuration.md to refresh its table)")
     c.add_argument("--readme", metavar="PATH")
     c.set_defaults(fn=_cmd_config)

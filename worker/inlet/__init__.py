@@ -35,8 +35,9 @@ def _start_amqp(settings: Settings, client: Any, stopping: Callable[[], bool]) -
     log.info("inlet consuming the RabbitMQ queue %s", settings.inlet_queue)
 
 
-def run_inlet(settings: Settings, *, consumer: str | None = None) -> int:
-    """Consume ``PARLEY_INLET_STREAM`` until SIGTERM or SIGINT; a Redis outage is waited out, never a crash."""
+def run_inlet(settings: Settings, *, consumer: str | None = None, once: bool = False) -> int:
+    """Consume ``PARLEY_INLET_STREAM`` until SIGTERM or SIGINT; a Redis outage is waited out, never a crash.
+    ``once``: one round of the stream (no queue), then return (a probe of the entry point)."""
     from worker.client import ConversationClient
     from worker.inlet.stream import Inlet
 
@@ -57,6 +58,10 @@ def run_inlet(settings: Settings, *, consumer: str | None = None) -> int:
     inlet = Inlet(r, ConversationClient.from_env(), settings.inlet_stream, settings.inlet_group,
                   consumer or f"{socket.gethostname()}-{os.getpid()}", batch=settings.inlet_batch,
                   claim_idle_ms=int(settings.inlet_claim_idle_seconds * 1000))
+    if once:
+        inlet.ensure_group()
+        inlet.step()
+        return 0
     log.info("inlet %s consuming %s (group %s)", inlet.consumer, inlet.stream, inlet.group)
     _start_amqp(settings, inlet.client, lambda: stopping)
     ready = False
