@@ -9,6 +9,7 @@
     parley trace CID [-n N]                the conversation's trace
     parley dead [CID] | parley replay CID INDEX
     parley health                          exit 0 when Redis and the broker answer (container probe)
+    parley inlet                           queue the messages a game engine publishes to PARLEY_INLET_STREAM
     parley config [--readme PATH]          every setting, its variable and default (a Markdown table), or
                                            refresh that table in the page at PATH
                                            (docs/configuration.md)
@@ -45,16 +46,9 @@ def _store() -> Any:
 
 def _print(obj: Any) -> None:
     # Players' and models' text is in it (show, trace): controls escaped so it cannot drive the terminal.
-    print(json_for_terminal(obj, indent=2, default=_default))
+    from worker.show import plain
 
-
-def _default(value: Any) -> Any:
-    if isinstance(value, bytes):
-        try:
-            return msgpack.unpackb(value, raw=False)
-        except Exception:
-            return value.hex()
-    return str(value)
+    print(json_for_terminal(obj, indent=2, default=plain))
 
 
 def _cmd_send(args: argparse.Namespace) -> int:
@@ -85,29 +79,9 @@ def _cmd_delete(args: argparse.Namespace) -> int:
 
 
 def _cmd_show(args: argparse.Namespace) -> int:
-    from worker.conversation.inspect import inspect_state
+    from worker.show import summary
 
-    store = _store()
-    snap = store.read_state(args.conversation_id)
-    trace = [msgpack.unpackb(t, raw=False) for t in store.trace(args.conversation_id, 50)]
-    statuses = store.statuses(args.conversation_id, 50)
-    latest = {s.provider_id: s.status for s in statuses}
-    view = {"conversation_id": args.conversation_id, "version": snap.version,
-            "mailbox_depth": store.inbox_depth(args.conversation_id),
-            "outbox_depth": store.outbox_depth(args.conversation_id),
-            "dead_letters": len(store.dead_letters(args.conversation_id)),
-            "quarantined_states": len(store.quarantined(args.conversation_id)),
-            # What PARLEY_DAILY_TOKEN_BUDGET is checked against.
-            "tokens_today": store.tokens_today(args.conversation_id),
-            "last_replies": [{"id": t.get("id"), "reply": t.get("reply"), "prompt_tokens": t.get("prompt_tokens")}
-                             for t in trace if t.get("reply")][-5:],
-            "delivered": [{"id": rid, "provider_ids": ids, "statuses": [latest.get(i) for i in ids]}
-                          for rid, ids in store.delivered(args.conversation_id)][-5:],
-            # The latest status of each recent message (forward only: a late `delivered` never hides a `read`).
-            "statuses": [{"provider_id": s.provider_id, "status": s.status, "at_ms": s.at_ms,
-                          **({"detail": s.detail} if s.detail else {})} for s in statuses[-10:]],
-            "state": inspect_state(snap.blob)}
-    _print(view)
+    _print(summary(_store(), args.conversation_id))
     return 0
 
 
@@ -202,6 +176,12 @@ def _cmd_config(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_inlet(args: argparse.Namespace) -> int:
+    from worker.inlet import run_inlet
+
+    return run_inlet(get_settings(), once=args.once)
+
+
 def _cmd_demo(args: argparse.Namespace) -> int:
     from worker.demo import run_demo
 
@@ -243,6 +223,9 @@ def _build_parser() -> argparse.ArgumentParser:
     replay.add_argument("index", type=int)
     replay.set_defaults(fn=_cmd_replay)
     sub.add_parser("health").set_defaults(fn=_cmd_health)
+    inlet = sub.add_parser("inlet", help="queue the messages of PARLEY_INLET_STREAM (the Procfile's inlet process)")
+    inlet.add_argument("--once", action="store_true", help="one round of the stream, then exit")
+    inlet.set_defaults(fn=_cmd_inlet)
     config = sub.add_parser("config",
                             help="print every setting (or --readme docs/configuration.md to refresh its table)")
     config.add_argument("--readme", metavar="PATH")

@@ -76,7 +76,9 @@ class ConversationClient:
         # A notice's text is the deployment's short answer, not the player's words: the input limit is not for it
         # (the ingress answers a text over that limit with one).
         if env.text is not None and env.kind != "notice" and len(env.text) > self.max_text_chars:
-            raise OversizeInputError(f"text is {len(env.text)} characters; the limit is {self.max_text_chars}")
+            err = OversizeInputError(f"text is {len(env.text)} characters; the limit is {self.max_text_chars}")
+            err.field = "text"
+            raise err
         result = self.store.accept(env.conversation_id, env.to_bytes(), env.message_id,
                                    inbound=from_player or _from_player(env))
         # Only the first input of a burst needs a wake-up: with more waiting, a wake-up is already queued, or a

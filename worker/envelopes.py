@@ -105,8 +105,10 @@ class Envelope(_Wire):
             try:
                 v.encode("utf-8")
             except UnicodeEncodeError as exc:
-                raise InvalidTextError(f"{info.field_name} holds a character UTF-8 cannot encode ({v[exc.start]!r}, "
-                                       f"a lone surrogate) at position {exc.start}") from None
+                err = InvalidTextError(f"{info.field_name} holds a character UTF-8 cannot encode "
+                                       f"({v[exc.start]!r}, a lone surrogate) at position {exc.start}")
+                err.field = info.field_name
+                raise err from None
         return v
 
     @field_validator("message_id")

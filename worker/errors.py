@@ -73,7 +73,12 @@ class RetryLater(ParleyError):
 
 
 class InputError(ParleyError, ValueError):
-    """Raised when a caller passes input that can never be accepted as it is."""
+    """Raised when a caller passes input that can never be accepted as it is.
+
+    ``field`` names the argument at fault when the raiser knows it (``text``, ``conversation_id``, ...): the HTTP API
+    answers with it."""
+
+    field: str | None = None
 
 
 class InvalidMessageError(InputError):
@@ -82,6 +87,8 @@ class InvalidMessageError(InputError):
 
 class InvalidConversationIdError(InputError):
     """Raised when a conversation id is empty, too long or has characters that could escape its Redis keys."""
+
+    field = "conversation_id"
 
 
 class EnvelopeError(InputError):

@@ -238,6 +238,21 @@ class Settings(BaseSettings):
                                            "hours), at most PARLEY_DEDUPE_SECONDS; 0 = off.")
     webhook_max_body_bytes: int = Field(8 * 1024 * 1024, gt=0, description="Largest webhook body the ingress reads "
                                         "(413 past it, checked while reading).")
+    # --- The producers' API over HTTP and the inlet (docs/producers.md) ---
+    api_tokens: SecretStr | None = Field(None, description="Bearer tokens of the producers' HTTP API under /v1/ on "
+                                         "the webhook process, comma-separated: `token` (scope producer: queue "
+                                         "inputs, read a summary) or `operator:token` (also delete). Several tokens "
+                                         "let producers rotate them. Unset or empty: the API is off (404).")
+    inlet_stream: str = Field("parley:inlet", min_length=1, description="Redis stream `parley inlet` consumes: each "
+                              "entry one field `envelope` holding the JSON of a queue message (docs/producers.md).")
+    inlet_group: str = Field("parley-inlet", min_length=1, description="The inlet's consumer group on "
+                             "PARLEY_INLET_STREAM (every inlet process of a deployment joins it).")
+    inlet_queue: str = Field("parley.inlet", min_length=1, description="Durable RabbitMQ queue the inlet also "
+                             "consumes when the broker is RabbitMQ.")
+    inlet_batch: int = Field(100, ge=1, description="Stream entries one inlet reads at a time.")
+    inlet_claim_idle_seconds: float = Field(30.0, gt=0, description="An entry another inlet read and left "
+                                            "unacknowledged this long (it crashed, or its mailbox was full) is "
+                                            "claimed and tried again.")
     delivery_max_attempts: int = Field(8, description="Failed sends of one reply (throttling, 5xx) before it is "
                                        "dead-lettered; counted in Redis with the reply, whichever worker sends it.")
     delivery_part_interval: float = Field(0.0, description="Seconds between the parts of one split reply.")

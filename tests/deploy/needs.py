@@ -1,9 +1,9 @@
 """Which settings each process of the deployment reads, found by running its entry point with every read of a
 :class:`~worker.settings.Settings` field noted (so the answer follows the code, not a hand list).
 
-``python -m tests.deploy.needs PROCESS`` (``worker``, ``webhook`` or ``exporter``) starts that process's entry point
+``python -m tests.deploy.needs PROCESS`` (``worker``, ``webhook``, ``exporter`` or ``inlet``) starts that process's entry point
 as far as it can go without a provider: the worker builds its Celery app and its service; the webhook builds its app
-and takes one signed webhook carrying a player's message and a status; the exporter runs one pass. It prints the
+and takes one signed webhook carrying a player's message and a status; the exporter and the inlet run one pass. It prints the
 fields read as a JSON list. REDIS_URL (and PARLEY_DATABASE_URL for the exporter) must point at real servers.
 """
 
@@ -75,7 +75,14 @@ def _exporter() -> None:
     assert main(["exporter", "--once"]) == 0
 
 
-PROCESSES: dict[str, Callable[[], None]] = {"worker": _worker, "webhook": _webhook, "exporter": _exporter}
+def _inlet() -> None:
+    from worker.cli import main
+
+    assert main(["inlet", "--once"]) == 0
+
+
+PROCESSES: dict[str, Callable[[], None]] = {"worker": _worker, "webhook": _webhook, "exporter": _exporter,
+                                            "inlet": _inlet}
 
 
 if __name__ == "__main__":

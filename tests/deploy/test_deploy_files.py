@@ -29,8 +29,9 @@ def known_env() -> set[str]:
 
 def test_procfile_names_every_process() -> None:
     procs = needs.procfile()
-    assert set(procs) == {"worker", "webhook", "exporter"}
+    assert set(procs) == {"worker", "webhook", "exporter", "inlet"}
     assert procs["exporter"].strip() == "parley exporter"
+    assert procs["inlet"].strip() == "parley inlet"
     assert "celery -A tasks worker" in procs["worker"] and "--pool ${PARLEY_POOL:-gevent}" in procs["worker"]
     assert "worker.ingress.app:app" in procs["webhook"]
 

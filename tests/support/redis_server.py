@@ -9,6 +9,7 @@ import socket
 import subprocess
 import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import pytest
@@ -104,3 +105,13 @@ class RedisServer:
 
 def start_redis(appendonly: bool = False) -> RedisServer:
     return RedisServer(port=free_port(), dir=tempfile.mkdtemp(prefix="parley-redis-"), appendonly=appendonly).start()
+
+
+def redis_of_its_own() -> Iterator[RedisServer]:
+    """A test's own redis-server on a free port (``name = pytest.fixture(redis_of_its_own)``); skipped when there
+    is no binary, failed in CI."""
+    if redis_binary() is None:
+        skip_or_fail("no redis-server binary")
+    server = start_redis()
+    yield server
+    server.stop()

@@ -42,6 +42,8 @@ from starlette.routing import Route
 from worker.client import ConversationClient, Submitted
 from worker.errors import InboxFullError, InputError, StoreError, WebhookTooLargeError
 from worker.ingress import metrics as ingress_metrics
+from worker.ingress.api import api_routes, parse_tokens
+from worker.ingress.body import TooLarge, read_body
 from worker.ingress.parse import (
     InboundEvent,
     InboundMessage,
@@ -69,24 +71,6 @@ class IngressStore(Protocol):
                       reply_id: str | None = None, part: int = 0) -> StatusRecorded: ...
 
     def ping(self) -> bool: ...
-
-
-class _TooLarge(Exception):
-    pass
-
-
-async def _read_body(request: Request, limit: int) -> bytearray:
-    """The body, refused as soon as it passes ``limit`` (the declared length first, then each chunk as it comes):
-    an oversized body is never held whole."""
-    declared = request.headers.get("content-length")
-    if declared is not None and declared.isdigit() and int(declared) > limit:
-        raise _TooLarge
-    body = bytearray()
-    async for chunk in request.stream():
-        if len(body) + len(chunk) > limit:
-            raise _TooLarge
-        body += chunk
-    return body  # not copied into bytes: the HMAC and the JSON decoder read a bytearray as well
 
 
 @dataclass(frozen=True)
@@ -278,11 +262,12 @@ LARGE_BODY_BYTES = 256 * 1024
 def create_app(client: ConversationClient, store: IngressStore, *, app_secret: str, verify_token: str,
                max_body_bytes: int | None = None, location_as: LocationAs = "event",
                unsupported_reply: str | None = None, refused_reply: str | None = None,
-               max_age_seconds: float | None = None) -> Starlette:
+               max_age_seconds: float | None = None, api_tokens: str = "") -> Starlette:
     """An ingress bound to a producer client and a store (tests pass fakeredis-backed ones). ``location_as``,
     ``unsupported_reply``, ``refused_reply``, ``max_age_seconds`` and ``max_body_bytes`` are ``PARLEY_LOCATION_AS``,
     ``PARLEY_UNSUPPORTED_REPLY``, ``PARLEY_REFUSED_REPLY``, ``PARLEY_WEBHOOK_MAX_AGE_SECONDS`` and
-    ``PARLEY_WEBHOOK_MAX_BODY_BYTES`` (default: the settings' defaults; a max age of 0 turns the age check off)."""
+    ``PARLEY_WEBHOOK_MAX_BODY_BYTES`` (default: the settings' defaults; a max age of 0 turns the age check off).
+    ``api_tokens`` (``PARLEY_API_TOKENS``) turns the producers' API under ``/v1/`` on (:mod:`worker.ingress.api`)."""
     body_limit = int(_default("webhook_max_body_bytes", max_body_bytes))
     replies = _Replies(_default("unsupported_reply", unsupported_reply), _default("refused_reply", refused_reply))
     ingress = _Ingress(client, store, app_secret, location_as, replies,
@@ -302,8 +287,8 @@ def create_app(client: ConversationClient, store: IngressStore, *, app_secret: s
 
     async def receive(request: Request) -> Response:
         try:
-            raw = await _read_body(request, body_limit)
-        except _TooLarge:
+            raw = await read_body(request, body_limit)
+        except TooLarge:
             return _answer("too_large", {"error": f"body larger than {body_limit} bytes"}, 413)
         except ClientDisconnect:
             return Response(status_code=400)
@@ -329,6 +314,7 @@ def create_app(client: ConversationClient, store: IngressStore, *, app_secret: s
         Route("/webhook", receive, methods=["POST"]),
         Route("/healthz", healthz, methods=["GET"]),
         Route("/metrics", metrics, methods=["GET"]),
+        *api_routes(client, parse_tokens(api_tokens), body_limit),
     ])
 
 
@@ -356,7 +342,8 @@ def _from_env() -> Starlette:
     client.store.announce_status_ingress()
     return create_app(client, client.store, app_secret=secret, verify_token=token, location_as=s.location_as,
                       unsupported_reply=s.unsupported_reply, refused_reply=s.refused_reply,
-                      max_age_seconds=s.webhook_max_age_seconds, max_body_bytes=s.webhook_max_body_bytes)
+                      max_age_seconds=s.webhook_max_age_seconds, max_body_bytes=s.webhook_max_body_bytes,
+                      api_tokens=s.api_tokens.get_secret_value() if s.api_tokens else "")
 
 
 class _LazyApp:

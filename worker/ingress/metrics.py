@@ -22,6 +22,10 @@ WEBHOOK_RECORDS = Counter("parley_webhook_records_total",
                           "PARLEY_REFUSED_REPLY), duplicate, mailbox_full, too_old (older than "
                           "PARLEY_WEBHOOK_MAX_AGE_SECONDS: not applied), status, status_too_old, ignored.",
                           ["outcome"])
+API_REQUESTS = Counter("parley_api_requests_total",
+                       "Requests to the producers' HTTP API (/v1/), by operation (send_message, send_event, reset, "
+                       "delete, summary) and HTTP status (202 accepted, 401/403 refused token or scope, 400/422 bad "
+                       "input, 413 too large, 429 mailbox full, 503 Redis unavailable, ...).", ["operation", "status"])
 # The newest of every worker's value ("max"): an alert compares the two to see a wrong app secret.
 _LAST_VALID = "parley_webhook_last_valid_signature_timestamp_seconds"
 _LAST_BAD = "parley_webhook_last_bad_signature_timestamp_seconds"

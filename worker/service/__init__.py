@@ -23,8 +23,8 @@ from worker.conversation.resident import ResidentCache
 from worker.conversation.results import CompactionReport
 from worker.delivery.channel import Channel
 from worker.envelopes import Envelope, Spent
-from worker.errors import DeliveryError, StoreError
-from worker.service.config import RetryLater, ServiceConfig, Wake, observe_round_trip
+from worker.errors import DeliveryError, RetryLater, StoreError
+from worker.service.config import ServiceConfig, Wake, observe_round_trip
 from worker.service.delivery import Deliverer
 from worker.service.drain import Claimed, Drained, Drainer, Written
 from worker.service.heartbeat import Heartbeat

@@ -10,7 +10,6 @@ from prometheus_client import Histogram
 
 from worker import metrics
 from worker.conversation.chat import RoundTrip
-from worker.errors import RetryLater as RetryLater  # re-exported: the service's modules import it from here
 from worker.service.burst import BurstPolicy
 
 

@@ -36,10 +36,11 @@ from worker.errors import (
     DeliveryRetryableError,
     EnvelopeError,
     OutsideWindowError,
+    RetryLater,
     SendOutcomeUnknownError,
     WhatsAppTokenError,
 )
-from worker.service.config import RetryLater, ServiceConfig
+from worker.service.config import ServiceConfig
 from worker.service.heartbeat import Beat, Heartbeat
 from worker.service.inflight import CrashedSends
 from worker.service.pacing import Pacer

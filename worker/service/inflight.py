@@ -27,7 +27,8 @@ from __future__ import annotations
 import logging
 
 from worker import metrics
-from worker.service.config import RetryLater, ServiceConfig
+from worker.errors import RetryLater
+from worker.service.config import ServiceConfig
 from worker.store.protocol import DeliveryStore
 
 log = logging.getLogger("parley.service")

@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable
 
 from worker import metrics
-from worker.service.config import RetryLater
+from worker.errors import RetryLater
 from worker.store.limits import PaceLimits
 from worker.store.protocol import PaceStore
 

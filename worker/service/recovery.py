@@ -24,8 +24,8 @@ from typing import NoReturn
 from worker.conversation.chat import Chat, State
 from worker.conversation.compaction import TokenBudget
 from worker.conversation.model import Usage
-from worker.errors import AuthenticationError
-from worker.service.config import RetryLater, ServiceConfig
+from worker.errors import AuthenticationError, RetryLater
+from worker.service.config import ServiceConfig
 from worker.store.protocol import DrainStore
 
 log = logging.getLogger("parley.service")

@@ -1,0 +1,135 @@
+"""Accepted inputs per second through the producers' HTTP API and through the stream inlet, each against the Python
+client's accept rate in the same run (issue 29's aims: at least 0.5x through HTTP, at least 0.8x through the inlet).
+
+All three accept the same inputs (game events, unique message ids, spread over conversations) into the same Redis
+(the URL given; a scratch prefix, deleted afterwards). The Python client and the HTTP API are driven by the same
+number of threads; the API is the webhook process as the Procfile runs it (uvicorn, two workers, configured from the
+environment). The inlet is one in-process consumer draining a stream filled beforehand (publishing is the engine's
+cost, not Parley's).
+
+    python bench/producers_accept.py [--url redis://127.0.0.1:6379/15] [--inputs 4000] [--threads 4]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Callable
+
+import httpx
+import redis
+
+from worker.client import ConversationClient
+from worker.inlet.stream import Inlet
+from worker.store.redis_store import ConversationStore
+
+CONVERSATIONS = 200
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _threads(n: int, threads: int, send: Callable[[int], None]) -> float:
+    """Inputs per second when ``threads`` threads send inputs 0..n-1 between them."""
+    def run(k: int) -> None:
+        for i in range(k, n, threads):
+            send(i)
+
+    workers = [threading.Thread(target=run, args=(k,)) for k in range(threads)]
+    start = time.perf_counter()
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+    return n / (time.perf_counter() - start)
+
+
+def python_client(url: str, prefix: str, n: int, threads: int) -> float:
+    client = ConversationClient(ConversationStore(redis.Redis.from_url(url), prefix=prefix), wake=lambda cid: None)
+    run = uuid.uuid4().hex[:8]
+    return _threads(n, threads, lambda i: client.send_event(f"c{i % CONVERSATIONS}", f"event {i}",
+                                                           message_id=f"py-{run}-{i}"))
+
+
+def http_api(url: str, prefix: str, n: int, threads: int, workers: int) -> float:
+    port = _free_port()
+    env = {**os.environ, "REDIS_URL": url, "PARLEY_KEY_PREFIX": prefix, "PARLEY_API_TOKENS": "bench",
+           "PARLEY_LOG_LEVEL": "WARNING"}
+    proc = subprocess.Popen([sys.executable, "-m", "uvicorn", "worker.ingress.app:app", "--port", str(port),
+                             "--workers", str(workers), "--log-level", "warning"], env=env)
+    try:
+        base = f"http://127.0.0.1:{port}"
+        for _ in range(300):
+            try:
+                if httpx.get(f"{base}/healthz").status_code == 200:
+                    break
+            except httpx.HTTPError:
+                time.sleep(0.1)
+        clients = [httpx.Client(base_url=base, headers={"Authorization": "Bearer bench"}) for _ in range(threads)]
+        run = uuid.uuid4().hex[:8]
+
+        def send(i: int) -> None:
+            r = clients[i % threads].post(f"/v1/conversations/h{i % CONVERSATIONS}/events",
+                                          json={"text": f"event {i}", "message_id": f"http-{run}-{i}"})
+            assert r.status_code == 202, r.text
+
+        return _threads(n, threads, send)
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+def inlet(url: str, prefix: str, n: int) -> float:
+    r = redis.Redis.from_url(url)
+    stream = f"{prefix}:inlet"
+    pipe = r.pipeline(transaction=False)
+    for i in range(n):
+        pipe.xadd(stream, {"envelope": json.dumps({"kind": "event", "conversation_id": f"s{i % CONVERSATIONS}",
+                                                    "text": f"event {i}"})})
+    pipe.execute()
+    client = ConversationClient(ConversationStore(r, prefix=prefix), wake=lambda cid: None)
+    consumer = Inlet(r, client, stream, "bench", "one", block_ms=1)
+    consumer.ensure_group()
+    start = time.perf_counter()
+    done = 0
+    while done < n:
+        done += consumer.step()
+    return n / (time.perf_counter() - start)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("--url", default="redis://127.0.0.1:6379/15")
+    p.add_argument("--inputs", type=int, default=4000)
+    p.add_argument("--threads", type=int, default=4)
+    p.add_argument("--workers", type=int, default=2, help="uvicorn workers (the Procfile's default)")
+    a = p.parse_args()
+    prefix = f"bench-{uuid.uuid4().hex[:6]}"
+    try:
+        base = python_client(a.url, prefix, a.inputs, a.threads)
+        api = http_api(a.url, prefix, a.inputs, a.threads, a.workers)
+        base_single = python_client(a.url, prefix, a.inputs, 1)
+        streamed = inlet(a.url, prefix, a.inputs)
+    finally:
+        r = redis.Redis.from_url(a.url)
+        for key in r.scan_iter(match=f"{prefix}*", count=1000):
+            r.delete(key)
+    print(f"python client, {a.threads} threads: {base:8.0f} inputs/s")
+    print(f"HTTP API,      {a.threads} threads, {a.workers} uvicorn workers: {api:8.0f} inputs/s  = {api / base:.2f}x the client (aim 0.5x)")
+    print(f"python client, 1 thread:  {base_single:8.0f} inputs/s")
+    print(f"inlet, 1 consumer:        {streamed:8.0f} inputs/s  = {streamed / base_single:.2f}x the client on one "
+          f"thread (aim 0.8x)")
+
+
+if __name__ == "__main__":
+    main()

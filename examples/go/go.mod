@@ -1,0 +1,3 @@
+module example.com/parley-producer
+
+go 1.19

@@ -1,0 +1,244 @@
+"""The producers' HTTP API under ``/v1/``, on the webhook process: a game engine in any language queues messages,
+events and resets, deletes a conversation and reads its summary, with the Python client's guarantees.
+
+Authentication: ``Authorization: Bearer <token>``, the tokens from ``PARLEY_API_TOKENS`` (see :func:`parse_tokens`),
+compared in constant time against every configured token. No tokens: the API is off (404).
+
+Answers (the OpenAPI document at ``GET /v1/openapi.json`` says the same, see :mod:`worker.ingress.openapi`): 202
+``{"input_id", "duplicate"}``; 401 (no or unknown token, with ``WWW-Authenticate: Bearer``); 403 (the token's scope
+does not cover the operation); 400 (not JSON); 422 (a field is wrong: ``{"error", "field"}``); 413 (body over
+``PARLEY_WEBHOOK_MAX_BODY_BYTES``); 429 (the conversation's mailbox is full) and 503 (Redis unavailable), both with
+``Retry-After``: the same request with the same message id can be sent again safely.
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+import logging
+import re
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from functools import partial
+from typing import Any, Literal
+
+from pydantic import ValidationError
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import ClientDisconnect, Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from worker.client import ConversationClient
+from worker.errors import ConfigurationError, InboxFullError, InputError, StoreError, WebhookTooLargeError
+from worker.ingress import metrics as ingress_metrics
+from worker.ingress.body import TooLarge, read_body
+from worker.ingress.parse import decode_webhook
+from worker.producer_bodies import CLIENT_METHODS, KINDS, Accepted, ProducerBody, field_of
+from worker.show import known, plain, summary
+from worker.store.keys import validate_conversation_id
+
+log = logging.getLogger("parley.api")
+
+Scope = Literal["producer", "operator"]
+SCOPES: tuple[Scope, ...] = ("producer", "operator")
+#: Seconds a client is asked to wait after a 429 (a full mailbox drains at the model's pace) or a 503 (an outage).
+RETRY_AFTER_FULL = 5
+RETRY_AFTER_UNAVAILABLE = 2
+#: JSON objects one body may hold: a producer's body is one flat object.
+MAX_BODY_OBJECTS = 16
+_SCOPE_PREFIX = re.compile(r"[a-z]+")
+
+
+def parse_tokens(raw: str) -> list[tuple[bytes, Scope]]:
+    """``PARLEY_API_TOKENS``: comma-separated tokens, each ``token`` (scope ``producer``: queue inputs, read a
+    summary) or ``operator:token`` (also delete a conversation; the handoff operations join this scope).
+    ``producer:token`` is allowed too. Several tokens of a scope let producers rotate them. A prefix of lower-case
+    letters before ``:`` that is not a scope is refused (a misspelt scope must not become a producer's token); a
+    token is otherwise whatever is left, colons included. Raises :class:`ConfigurationError`."""
+    out: list[tuple[bytes, Scope]] = []
+    for item in (part.strip() for part in raw.split(",")):
+        if not item:
+            continue
+        prefix, sep, rest = item.partition(":")
+        scope: Scope = "producer"
+        if sep and _SCOPE_PREFIX.fullmatch(prefix):
+            if prefix not in SCOPES:
+                raise ConfigurationError(f"PARLEY_API_TOKENS: unknown scope {prefix!r} (known: {', '.join(SCOPES)})")
+            scope, item = prefix, rest  # type: ignore[assignment]  # checked against SCOPES just above
+        if not item:
+            raise ConfigurationError("PARLEY_API_TOKENS: an empty token")
+        out.append((item.encode(), scope))
+    return out
+
+
+def _scope_of(header: str | None, tokens: list[tuple[bytes, Scope]]) -> Scope | None:
+    """The scope of the request's bearer token, ``None`` when it has none or an unknown one. Every configured token
+    is compared (in constant time), so the answer's timing says nothing about which one came close."""
+    scheme, _, given = (header or "").partition(" ")
+    if scheme.lower() != "bearer":
+        return None
+    candidate = given.strip().encode("utf-8", "replace")
+    found: Scope | None = None
+    for token, scope in tokens:
+        if hmac.compare_digest(candidate, token) and found != "operator":
+            found = scope
+    return found
+
+
+def _allows(held: Scope, needed: Scope) -> bool:
+    return held == "operator" or needed == "producer"
+
+
+def problem(status: int, error: str, field: str | None = None, headers: dict[str, str] | None = None) -> JSONResponse:
+    return JSONResponse({"error": error, "field": field}, status_code=status, headers=headers)
+
+
+def _input_error(exc: InputError) -> JSONResponse:
+    if isinstance(exc, InboxFullError):
+        return problem(429, f"the conversation's mailbox is full, retry later: {exc}",
+                       headers={"Retry-After": str(RETRY_AFTER_FULL)})
+    return problem(422, str(exc), exc.field)
+
+
+@dataclass(frozen=True)
+class Operation:
+    """One operation of the API: the route, the scope it needs, its body and what it does. The OpenAPI document is
+    generated from these (:mod:`worker.ingress.openapi`)."""
+
+    operation_id: str
+    method: str
+    path: str
+    scope: Scope
+    summary: str
+    kind: str | None = None  # an input of this kind (its body is KINDS[kind]); None: delete or read
+
+    @property
+    def body(self) -> type[ProducerBody] | None:
+        return KINDS[self.kind] if self.kind else None
+
+
+_CONVERSATION = "/v1/conversations/{conversation_id}"
+OPERATIONS: tuple[Operation, ...] = (
+    Operation("send_message", "POST", _CONVERSATION + "/messages", "producer",
+              "Queue a chat turn; the model answers it.", "message"),
+    Operation("send_event", "POST", _CONVERSATION + "/events", "producer",
+              "Queue a game event; no model call, the model reads it on the next turn.", "event"),
+    Operation("reset", "POST", _CONVERSATION + "/reset", "producer",
+              "Queue a reset: the inputs before it are applied first, then the conversation starts fresh.", "reset"),
+    Operation("delete", "DELETE", _CONVERSATION, "operator",
+              "Delete everything of the conversation now (its message ids are remembered for a while)."),
+    Operation("summary", "GET", _CONVERSATION, "producer",
+              "What `parley show` prints: state, mailbox and outbox depth, last replies, delivery statuses."),
+)
+
+
+@dataclass(frozen=True)
+class ProducerApi:
+    """The handlers, bound to a client and the configured tokens."""
+
+    client: ConversationClient
+    tokens: list[tuple[bytes, Scope]]
+    body_limit: int
+
+    def input(self, op: Operation, cid: str, raw: bytes | bytearray) -> Response:
+        """Validate one body and queue its input (blocking: runs in a worker thread)."""
+        assert op.body is not None and op.kind is not None
+        try:
+            obj: Any = decode_webhook(raw, max_objects=MAX_BODY_OBJECTS) if raw.strip() else {}
+        except WebhookTooLargeError as exc:
+            return problem(413, str(exc))
+        except ValueError as exc:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+            return problem(400, f"the body is not JSON: {exc}")
+        try:
+            body = op.body.model_validate(obj)
+        except ValidationError as exc:
+            err = exc.errors(include_url=False)[0]
+            return problem(422, f"{field_of(err['loc']) or 'body'}: {err['msg']}", field_of(err["loc"]))
+        try:
+            done = getattr(self.client, CLIENT_METHODS[op.kind])(cid, **body.arguments())
+        except InputError as exc:
+            return _input_error(exc)
+        return JSONResponse(Accepted(input_id=done.message_id, duplicate=done.duplicate).model_dump(), status_code=202)
+
+    def delete(self, cid: str) -> Response:
+        try:
+            self.client.delete(cid)
+        except InputError as exc:
+            return _input_error(exc)
+        return Response(status_code=204)
+
+    def summary(self, cid: str) -> Response:
+        try:
+            view = summary(self.client.store, validate_conversation_id(cid))
+        except InputError as exc:
+            return _input_error(exc)
+        if not known(view):
+            return problem(404, f"no conversation {cid}")
+        return Response(json.dumps(view, default=plain), media_type="application/json")
+
+
+Handler = Callable[[Request], Awaitable[Response]]
+
+
+def _guarded(api: ProducerApi, op: Operation, run: Callable[[str, bytes | bytearray], Response]) -> Handler:
+    """The endpoint: authenticate, read the body within the limit, run ``run`` in a worker thread, map a store
+    outage to 503 and count the outcome."""
+    async def endpoint(request: Request) -> Response:
+        response = await _answer(request)
+        ingress_metrics.API_REQUESTS.labels(op.operation_id, str(response.status_code)).inc()
+        return response
+
+    async def _answer(request: Request) -> Response:
+        scope = _scope_of(request.headers.get("authorization"), api.tokens)
+        if scope is None:
+            return problem(401, "a valid bearer token is required", headers={"WWW-Authenticate": "Bearer"})
+        if not _allows(scope, op.scope):
+            return problem(403, f"this token's scope ({scope}) does not allow {op.operation_id}")
+        try:
+            raw = await read_body(request, api.body_limit) if op.body is not None else b""
+        except TooLarge:
+            return problem(413, f"body larger than {api.body_limit} bytes")
+        except ClientDisconnect:
+            return Response(status_code=400)
+        try:
+            return await run_in_threadpool(partial(run, request.path_params["conversation_id"], raw))
+        except StoreError as exc:  # Redis down, failing over, refusing writes: the same request can be sent again
+            log.error("API %s not done, answering 503: %s", op.operation_id, exc)
+            return problem(503, "storage unavailable, retry later", headers={"Retry-After": str(RETRY_AFTER_UNAVAILABLE)})
+
+    return endpoint
+
+
+def _by_method(handlers: dict[str, Handler]) -> Handler:
+    async def endpoint(request: Request) -> Response:
+        # HEAD is answered as GET (Starlette adds it to a GET route).
+        return await (handlers.get(request.method) or handlers["GET"])(request)
+
+    return endpoint
+
+
+def api_routes(client: ConversationClient, tokens: list[tuple[bytes, Scope]], body_limit: int) -> list[Route]:
+    """The ``/v1/`` routes (none when no token is configured: the API is off and answers 404)."""
+    if not tokens:
+        return []
+    from worker.ingress.openapi import document
+
+    api = ProducerApi(client, tokens, body_limit)
+    by_path: dict[str, dict[str, Handler]] = {}
+    for op in OPERATIONS:
+        if op.kind is not None:
+            run: Callable[[str, bytes | bytearray], Response] = partial(api.input, op)
+        else:
+            fn = api.delete if op.method == "DELETE" else api.summary
+            run = partial(lambda f, cid, _raw: f(cid), fn)
+        by_path.setdefault(op.path, {})[op.method] = _guarded(api, op, run)
+    # One route per path, so a 405 lists in `Allow` every method the path has (a route per method lists its own).
+    routes = [Route(path, _by_method(handlers), methods=list(handlers)) for path, handlers in by_path.items()]
+    doc = document(OPERATIONS, max_text_chars=client.max_text_chars)
+
+    async def openapi(request: Request) -> Response:
+        return JSONResponse(doc)
+
+    routes.append(Route("/v1/openapi.json", openapi, methods=["GET"]))
+    return routes
+

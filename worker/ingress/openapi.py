@@ -1,0 +1,93 @@
+"""The OpenAPI 3.1 document of the producers' API, generated from the operations and the pydantic bodies (never
+written by hand, so it cannot drift from what the API accepts; a test and the Schemathesis fuzz hold it to that)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from pydantic import BaseModel
+from pydantic.json_schema import models_json_schema
+
+from worker.producer_bodies import KINDS, Accepted, Problem, Summary
+from worker.store.keys import _ID, MAX_ID_LENGTH
+
+if TYPE_CHECKING:
+    from worker.ingress.api import Operation
+
+_REF = "#/components/schemas/{model}"
+_BODY_NAMES = {body.__name__ for body in KINDS.values()}
+_RETRY = {"Retry-After": {"description": "Seconds to wait before sending the same request again.",
+                          "schema": {"type": "integer", "minimum": 0}}}
+_ERRORS: dict[str, tuple[str, dict[str, Any]]] = {
+    "401": ("No bearer token, or not one of PARLEY_API_TOKENS.",
+            {"WWW-Authenticate": {"description": "`Bearer`", "schema": {"type": "string"}}}),
+    "403": ("The token's scope does not allow this operation.", {}),
+    "422": ("A field is wrong (`field` names it; `conversation_id` for the path).", {}),
+    "429": ("The conversation's mailbox is full: send the same request (same message_id) again later.", _RETRY),
+    "503": ("Redis is unavailable: send the same request (same message_id) again later.", _RETRY),
+}
+_BODY_ERRORS: dict[str, tuple[str, dict[str, Any]]] = {
+    "400": ("The body is not JSON.", {}),
+    "413": ("The body is larger than PARLEY_WEBHOOK_MAX_BODY_BYTES.", {}),
+}
+
+
+def _ref(model: type[BaseModel]) -> dict[str, str]:
+    return {"$ref": _REF.format(model=model.__name__)}
+
+
+def _json(model: type[BaseModel]) -> dict[str, Any]:
+    return {"application/json": {"schema": _ref(model)}}
+
+
+def _responses(op: Operation) -> dict[str, Any]:
+    if op.kind is not None:
+        ok = {"202": {"description": "Accepted (or a duplicate of an input accepted before).",
+                      "content": _json(Accepted)}}
+    elif op.method == "DELETE":
+        ok = {"204": {"description": "Deleted."}}
+    else:
+        ok = {"200": {"description": "The conversation's summary.", "content": _json(Summary)},
+              "404": {"description": "Parley knows nothing of this conversation.", "content": _json(Problem)}}
+    errors = {**_ERRORS, **(_BODY_ERRORS if op.kind is not None else {})}
+    for status, (text, headers) in sorted(errors.items()):
+        ok[status] = {"description": text, "content": _json(Problem), **({"headers": headers} if headers else {})}
+    return ok
+
+
+def _operation(op: Operation) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "operationId": op.operation_id, "summary": op.summary,
+        "description": f"Scope: {op.scope}" + (" (or operator)." if op.scope == "producer" else "."),
+        "parameters": [{"name": "conversation_id", "in": "path", "required": True,
+                        "schema": {"type": "string", "minLength": 1, "maxLength": MAX_ID_LENGTH,
+                                   "pattern": f"^{_ID.pattern}$"}}],
+        "responses": _responses(op),
+    }
+    if op.body is not None:
+        out["requestBody"] = {"required": op.kind != "reset", "content": _json(op.body)}
+    return out
+
+
+def document(operations: tuple[Operation, ...], *, max_text_chars: int | None = None) -> dict[str, Any]:
+    """The OpenAPI document of ``operations``; ``max_text_chars`` (the client's ``PARLEY_MAX_INPUT_CHARS``) is the
+    bodies' ``text`` ``maxLength``."""
+    models: list[type[BaseModel]] = [Accepted, Problem, Summary, *(op.body for op in operations if op.body)]
+    _, defs = models_json_schema([(m, "validation") for m in dict.fromkeys(models)], ref_template=_REF)
+    for schema in defs.get("$defs", {}).values():
+        text = schema.get("properties", {}).get("text")
+        if text is not None and max_text_chars is not None and schema["title"] in _BODY_NAMES:
+            text["maxLength"] = max_text_chars
+    paths: dict[str, dict[str, Any]] = {}
+    for op in operations:
+        paths.setdefault(op.path, {})[op.method.lower()] = _operation(op)
+    return {
+        "openapi": "3.1.0",
+        "info": {"title": "Parley producers' API", "version": "1",
+                 "description": "Queue chat turns, game events and resets for Parley's workers from any language. "
+                                "See docs/producers.md."},
+        "paths": paths,
+        "components": {"schemas": defs.get("$defs", {}),
+                       "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}}},
+        "security": [{"bearer": []}],
+    }

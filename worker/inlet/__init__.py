@@ -1,0 +1,77 @@
+"""``parley inlet`` (the Procfile's ``inlet`` process): queue messages from a Redis stream (and, when the broker is
+RabbitMQ, a durable queue: :mod:`worker.inlet.amqp`) become inputs of their conversations, with the producers' API's guarantees (validated, idempotent by message id, in order per conversation,
+held while a mailbox is full, never dropped). See :mod:`worker.inlet.stream` and docs/producers.md."""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import socket
+import threading
+import time
+from collections.abc import Callable
+from types import FrameType
+from typing import Any
+
+import redis
+
+from worker.settings import Settings
+
+log = logging.getLogger("parley.inlet")
+
+
+def _start_amqp(settings: Settings, client: Any, stopping: Callable[[], bool]) -> None:
+    """When the broker is RabbitMQ, consume PARLEY_INLET_QUEUE too, in a thread of its own."""
+    from worker.broker import is_amqp
+
+    url = settings.effective_broker_url()
+    if not is_amqp(url):
+        return
+    from worker.inlet.amqp import AmqpInlet
+
+    amqp = AmqpInlet(url, client, settings.inlet_queue)
+    threading.Thread(target=amqp.run, args=(stopping,), name="inlet-amqp", daemon=True).start()
+    log.info("inlet consuming the RabbitMQ queue %s", settings.inlet_queue)
+
+
+def run_inlet(settings: Settings, *, consumer: str | None = None, once: bool = False) -> int:
+    """Consume ``PARLEY_INLET_STREAM`` until SIGTERM or SIGINT; a Redis outage is waited out, never a crash.
+    ``once``: one round of the stream (no queue), then return (a probe of the entry point)."""
+    from worker.client import ConversationClient
+    from worker.inlet.stream import Inlet
+
+    if settings.metrics_port:
+        from prometheus_client import start_http_server
+
+        start_http_server(settings.metrics_port)
+    stopping = False
+
+    def stop(signum: int, frame: FrameType | None) -> None:
+        nonlocal stopping
+        stopping = True
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    r = redis.Redis.from_url(settings.redis_url or "redis://localhost:6379/0", socket_timeout=30,
+                             health_check_interval=30)
+    inlet = Inlet(r, ConversationClient.from_env(), settings.inlet_stream, settings.inlet_group,
+                  consumer or f"{socket.gethostname()}-{os.getpid()}", batch=settings.inlet_batch,
+                  claim_idle_ms=int(settings.inlet_claim_idle_seconds * 1000))
+    if once:
+        inlet.ensure_group()
+        inlet.step()
+        return 0
+    log.info("inlet %s consuming %s (group %s)", inlet.consumer, inlet.stream, inlet.group)
+    _start_amqp(settings, inlet.client, lambda: stopping)
+    ready = False
+    while not stopping:
+        try:
+            if not ready:
+                inlet.ensure_group()
+                ready = True
+            inlet.step()
+        except redis.RedisError as exc:
+            log.error("inlet: Redis unavailable, trying again: %s", exc)
+            time.sleep(1.0)
+    return 0

@@ -1,0 +1,180 @@
+"""The Redis stream inlet: entries of ``PARLEY_INLET_STREAM`` become inputs of their conversations.
+
+Every inlet process joins one consumer group, so they share the stream. An entry is acknowledged (``XACK``) only once
+its input is in the conversation's mailbox (or was already: a duplicate), or once it has been moved to the dead-letter
+stream ``<stream>:dead`` with its reason, in the same transaction. A full mailbox or a store outage leaves the entry
+pending: this inlet reads its own pending entries again after a pause, and an entry another inlet left pending past
+``PARLEY_INLET_CLAIM_IDLE_SECONDS`` (it crashed) is claimed with ``XAUTOCLAIM``.
+
+Order: the group hands a conversation's entries to different inlets, in stream order. Before applying a batch, an
+inlet asks Redis (held.lua) which conversations still have an older entry pending outside the batch; an entry of such
+a conversation waits. Since an entry leaves the pending list only once its input is accepted, and entries are handed
+out in stream order, a conversation's inputs reach its mailbox in stream order whichever inlets read them, crashes
+included. An entry without a ``message_id`` gets ``<stream>/<entry id>``, so a redelivery is a duplicate.
+"""
+
+from __future__ import annotations
+
+import importlib.resources
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import redis
+from prometheus_client import Counter
+
+from worker.client import ConversationClient
+from worker.errors import InboxFullError, InputError, StoreError
+from worker.inlet.messages import QueueMessage, Unacceptable, parse_message
+from worker.producer_bodies import CLIENT_METHODS
+
+log = logging.getLogger("parley.inlet")
+
+ENTRIES = Counter("parley_inlet_entries_total",
+                  "Queue messages the inlet handled, by outcome: accepted, duplicate, dead (moved to the dead-letter "
+                  "stream with its reason), held (left pending: an older entry of its conversation is pending, its "
+                  "mailbox is full, or the store is unavailable; tried again).", ["outcome"])
+#: Pending entries held.lua examines per batch; past it, the entries newer than the last one examined wait.
+PENDING_EXAMINED = 10_000
+FIELD = b"envelope"
+
+
+def dead_stream(stream: str) -> str:
+    """Where the inlet moves what it cannot accept: ``<stream>:dead``."""
+    return f"{stream}:dead"
+
+
+def _sid(entry_id: bytes | str) -> tuple[int, int]:
+    ms, _, seq = (entry_id.decode() if isinstance(entry_id, bytes) else entry_id).partition("-")
+    return int(ms), int(seq or 0)
+
+
+@dataclass
+class Inlet:
+    """One consumer of the group. ``step()`` does one round: claim, retry its own pending entries, read new ones."""
+
+    r: redis.Redis
+    client: ConversationClient
+    stream: str
+    group: str
+    consumer: str
+    batch: int = 100
+    claim_idle_ms: int = 30_000
+    retry_seconds: float = 1.0
+    block_ms: int = 1000
+    _held: Any = field(default=None, init=False, repr=False)
+    _retry_at: float = field(default=0.0, init=False)
+    _claim_at: float = field(default=0.0, init=False)
+
+    def __post_init__(self) -> None:
+        source = importlib.resources.files("worker.inlet").joinpath("held.lua").read_text()
+        self._held = self.r.register_script(source)
+
+    def ensure_group(self) -> None:
+        """Create the group (from the stream's start: entries written before the first inlet ran are not skipped)."""
+        try:
+            self.r.xgroup_create(self.stream, self.group, id="0", mkstream=True)
+        except redis.ResponseError as exc:
+            if "BUSYGROUP" not in str(exc):
+                raise
+
+    def step(self) -> int:
+        """One round; how many entries it accepted or moved aside (held ones are not counted)."""
+        now = time.monotonic()
+        done = 0
+        if now >= self._claim_at:
+            self._claim_at = now + self.claim_idle_ms / 2000
+            claimed: Any = self.r.xautoclaim(self.stream, self.group, self.consumer, self.claim_idle_ms, "0-0",
+                                        count=self.batch)
+            done += self.apply(claimed[1])
+        if now >= self._retry_at:
+            done += self._retry_own()
+        return done + self.apply(self._read(">", block=self.block_ms if done == 0 else None))
+
+    def _read(self, start: str | bytes, block: int | None = None) -> list[Any]:
+        got: Any = self.r.xreadgroup(self.group, self.consumer, {self.stream: start}, count=self.batch, block=block)
+        return list(got[0][1]) if got else []
+
+    def _retry_own(self) -> int:
+        """Apply this consumer's pending entries again, oldest first, a batch at a time."""
+        done, start = 0, "0"
+        while True:
+            entries = self._read(start)
+            if not entries:
+                return done
+            done += self.apply(entries)
+            start = entries[-1][0]
+
+    def apply(self, entries: list[Any]) -> int:
+        """Accept ``entries`` (``[(id, {field: value})]``, stream order) in order; returns how many were accepted or
+        moved aside. A held entry stays pending and is tried again after ``retry_seconds``."""
+        entries = [(eid, fields) for eid, fields in entries if fields]  # a claimed entry trimmed away is None
+        if not entries:
+            return 0
+        blocked = self._blockers(entries)
+        held: set[str] = set()
+        accepted: list[bytes] = []
+        done = 0
+        for eid, fields in entries:
+            outcome = self._one(eid, fields, blocked, held)
+            ENTRIES.labels("held" if outcome == "unavailable" else outcome).inc()
+            if outcome in ("held", "unavailable"):
+                self._retry_at = time.monotonic() + self.retry_seconds
+            else:
+                done += 1
+            if outcome in ("accepted", "duplicate"):
+                accepted.append(eid)
+            if outcome == "unavailable":
+                break  # the store is down: the rest of the batch stays pending too
+        if accepted:
+            # One acknowledgement for the batch (a round trip per entry halved the rate). Until it lands, the
+            # accepted entries still look pending: a crash now redelivers them as duplicates, and other inlets
+            # hold the same conversations' later entries a moment longer, never out of order.
+            self.r.xack(self.stream, self.group, *accepted)
+        return done
+
+    def _blockers(self, entries: list[Any]) -> dict[str, tuple[int, int]]:
+        ids = [eid for eid, _ in entries]
+        out = self._held(keys=[self.stream], args=[self.group, ids[-1], PENDING_EXAMINED, *ids])
+        blocked = {bytes(out[i]).decode(): _sid(out[i + 1]) for i in range(1, len(out) - 1, 2)}
+        if out[0]:  # more pending entries than examined: past the newest examined, nothing is known
+            blocked["*"] = _sid(out[0])
+        return blocked
+
+    def _one(self, eid: bytes, fields: dict[bytes, bytes], blocked: dict[str, tuple[int, int]], held: set[str]) -> str:
+        try:
+            msg = parse_message(fields.get(FIELD, b""))
+        except Unacceptable as exc:
+            return self._dead(eid, fields, exc.reason)
+        cid = msg.conversation_id
+        sid, older, unknown = _sid(eid), blocked.get(cid), blocked.get("*")
+        if cid in held or (older is not None and older < sid) or (unknown is not None and unknown < sid):
+            held.add(cid)
+            return "held"
+        try:
+            done = self._accept(eid, msg)
+        except InboxFullError:
+            log.warning("inlet: %s's mailbox is full; entry %s held", cid, eid.decode())
+            held.add(cid)
+            return "held"
+        except InputError as exc:
+            return self._dead(eid, fields, f"{exc.field or 'input'}: {exc}" if exc.field else str(exc))
+        except StoreError as exc:
+            log.error("inlet: store unavailable, entry %s held: %s", eid.decode(), exc)
+            return "unavailable"
+        return "duplicate" if done else "accepted"
+
+    def _accept(self, eid: bytes, msg: QueueMessage) -> bool:
+        kwargs = msg.body.arguments()
+        kwargs.setdefault("message_id", f"{self.stream}/{eid.decode()}")
+        return bool(getattr(self.client, CLIENT_METHODS[msg.kind])(msg.conversation_id, **kwargs).duplicate)
+
+    def _dead(self, eid: bytes, fields: dict[bytes, bytes], reason: str) -> str:
+        log.warning("inlet: entry %s moved to %s: %s", eid.decode(), dead_stream(self.stream), reason)
+        pipe = self.r.pipeline(transaction=True)
+        pipe.xadd(dead_stream(self.stream), {"entry_id": eid, "reason": reason, "consumer": self.consumer,
+                                             FIELD: fields.get(FIELD, b"")})
+        pipe.xack(self.stream, self.group, eid)
+        pipe.execute()
+        return "dead"
