@@ -117,8 +117,10 @@ class LocalModel:
     """A :class:`~worker.conversation.model.Model` running in-process on llama.cpp."""
 
     def __init__(self, *, model: str = "SmolLM2-135M-Instruct", max_tokens: int = 160, temperature: float = 0.3,
-                 n_ctx: int = 4096, n_threads: int | None = None, repeat_penalty: float = 1.3, **_: Any) -> None:
+                 n_ctx: int = 4096, n_threads: int | None = None, repeat_penalty: float = 1.0,
+                 dry_multiplier: float = 0.8, **_: Any) -> None:
         self.repeat_penalty = repeat_penalty
+        self.dry_multiplier = dry_multiplier
         self._model = model
         self.max_tokens = max_tokens
         self.temperature = temperature
@@ -147,7 +149,12 @@ class LocalModel:
             "messages": messages,
             "max_tokens": min(request.max_tokens or self.max_tokens, self.max_tokens),
             "temperature": request.temperature if request.temperature is not None else self.temperature,
-            "repeat_penalty": self.repeat_penalty,  # a 135M model loops without it
+            # A 135M model loops without a penalty. Not repeat_penalty (1.3 before): llama.cpp's server counts the
+            # prompt's last tokens too, so it kept the model off the very names it was asked about ("Which place did
+            # I just tag?" answered greedily: 1.3 wandered off, 1.0 and DRY named Harrogate Theatre). DRY penalises
+            # only a sequence that repeats.
+            "repeat_penalty": self.repeat_penalty,
+            "dry_multiplier": self.dry_multiplier,
         }
         with _call_lock:
             data = server.handle_chat_completions(body)
