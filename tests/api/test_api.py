@@ -9,13 +9,13 @@ import fakeredis
 import pytest
 import redis
 from starlette.testclient import TestClient
-from worker.store.base import StoreLimits
 
 from worker.client import ConversationClient
 from worker.envelopes import decode_envelope
 from worker.errors import ConfigurationError
 from worker.ingress.api import parse_tokens
 from worker.ingress.app import create_app
+from worker.store.limits import StoreLimits
 from worker.store.redis_store import ConversationStore
 
 PRODUCER = {"Authorization": "Bearer game-token"}

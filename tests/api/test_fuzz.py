@@ -12,11 +12,11 @@ import redis
 import schemathesis
 from hypothesis import HealthCheck, settings
 from starlette.applications import Starlette
-from worker.store.base import StoreLimits
 
 from tests.support.redis_server import free_port, redis_binary, skip_or_fail, start_redis
 from worker.client import ConversationClient
 from worker.ingress.app import create_app
+from worker.store.limits import StoreLimits
 from worker.store.redis_store import ConversationStore
 
 TOKEN = "fuzz-operator-token"

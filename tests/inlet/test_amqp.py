@@ -13,13 +13,13 @@ from typing import Any
 import pytest
 from kombu.connection import Connection
 from kombu.messaging import Producer
-from worker.store.base import StoreLimits
 
 from tests.support.rabbitmq import Vhost, rabbitmq_vhost
 from tests.support.redis_server import RedisServer, redis_of_its_own
 from worker.client import ConversationClient
 from worker.envelopes import decode_envelope
 from worker.inlet.amqp import AmqpInlet, dead_queue, inlet_queue
+from worker.store.limits import StoreLimits
 from worker.store.redis_store import ConversationStore
 
 server = pytest.fixture(redis_of_its_own)

