@@ -22,7 +22,7 @@ def make_app(settings: Settings | None = None) -> Celery:
     """A Celery app configured for Parley (producers use it to send wake-ups, workers to run tasks)."""
     s = settings or get_settings()
     app = Celery("parley", include=["tasks.conversation", "tasks.record"])
-    hard = s.task_time_limit
+    hard = s.broker.task_time_limit
     app.conf.update(
         # No pickle anywhere: a pickle payload pushed into the queue is refused, never loaded.
         task_serializer="msgpack",
@@ -40,15 +40,15 @@ def make_app(settings: Settings | None = None) -> Celery:
         # Redis or RabbitMQ: queue declaration, publisher confirms, visibility timeout (worker.broker says why).
         **broker_conf(s),
         worker_hijack_root_logger=False,
-        worker_send_task_events=s.task_events,
-        worker_enable_remote_control=s.remote_control,
+        worker_send_task_events=s.broker.task_events,
+        worker_enable_remote_control=s.broker.remote_control,
         task_send_sent_event=False,
     )
-    if s.export_every_seconds and s.database_url:
+    if s.record.export_every_seconds and s.record.database_url:
         # The exporter as a beat entry (instead of the Procfile's exporter process): see tasks/record.py.
         app.conf.beat_schedule = {"parley-export-records": {
-            "task": "parley.export_records", "schedule": s.export_every_seconds,
-            "options": {"queue": QUEUE, "expires": s.export_every_seconds}}}
+            "task": "parley.export_records", "schedule": s.record.export_every_seconds,
+            "options": {"queue": QUEUE, "expires": s.record.export_every_seconds}}}
     return app
 
 

@@ -18,12 +18,12 @@ from worker.settings import Settings
 def test_reset_phrases_accept_the_comma_form_and_json(monkeypatch: pytest.MonkeyPatch, raw: str,
                                                       expected: list[str]) -> None:
     monkeypatch.setenv("PARLEY_RESET_PHRASES", raw)
-    assert Settings(_env_file=None).reset_phrases == expected  # type: ignore[call-arg]
+    assert Settings(_env_file=None).memory.reset_phrases == expected  # type: ignore[call-arg]
 
 
 def test_reset_phrases_given_in_code() -> None:
-    assert Settings(_env_file=None, reset_phrases=["a", "b"]).reset_phrases == ["a", "b"]  # type: ignore[call-arg]
-    assert Settings(_env_file=None, reset_phrases="a, b").reset_phrases == ["a", "b"]  # type: ignore[call-arg,arg-type]
+    assert Settings(_env_file=None, reset_phrases=["a", "b"]).memory.reset_phrases == ["a", "b"]  # type: ignore[call-arg]
+    assert Settings(_env_file=None, reset_phrases="a, b").memory.reset_phrases == ["a", "b"]  # type: ignore[call-arg,arg-type]
 
 
 @pytest.mark.parametrize("raw", ['["unterminated', "[1, 2]"])

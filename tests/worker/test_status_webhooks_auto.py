@@ -98,7 +98,7 @@ def test_where_the_webhook_process_runs_a_crashed_part_waits_for_its_status_and_
 
 
 def test_where_no_ingress_runs_the_part_is_resent_at_once(redis_server: RedisServer) -> None:
-    assert Settings(_env_file=None).status_webhooks == "auto"  # type: ignore[call-arg]
+    assert Settings(_env_file=None).delivery.status_webhooks == "auto"  # type: ignore[call-arg]
     h, ch = _crashed_worker(redis_server)
     assert h.service.deliver(CID) == 1
     assert [t for _, t, _ in ch.sent] == ["ack:one", "ack:one"]

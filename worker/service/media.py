@@ -33,15 +33,15 @@ from worker.envelopes import Envelope
 from worker.errors import InvalidMessageError, MediaRejectedError, MediaTokenError, MediaUnavailableError
 from worker.service.config import ServiceConfig
 from worker.service.recovery import retry_later
-from worker.settings import Settings
+from worker.settings import Media, Webhook
 from worker.store.protocol import DrainStore
 
 log = logging.getLogger("parley.service")
 
 # What the model reads for a photo it cannot see, before the caption.
 UNSEEN_CAPTION_PREFIX = "[The player sent a photo you cannot see, with this caption:] "
-DEFAULT_UNSUPPORTED_REPLY: str = Settings.model_fields["unsupported_reply"].default
-DEFAULT_TURN_MAX_BYTES: int = Settings.model_fields["media_turn_max_bytes"].default
+DEFAULT_UNSUPPORTED_REPLY: str = Webhook().unsupported_reply
+DEFAULT_TURN_MAX_BYTES: int = Media().turn_max_bytes
 
 
 class Fetcher(Protocol):
