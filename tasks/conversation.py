@@ -123,7 +123,7 @@ def sweep(limit: int = 1000) -> int:
     # A conversation whose worker died (an attempt counted, a reply claimed, no lease) is found one lease plus one
     # or two intervals after the death. Work with no such evidence is most likely waiting behind a backlog of
     # wake-ups: it is woken again only after six intervals, so a backlog is not doubled by the sweeper.
-    interval_ms = int(settings.drain.sweep_interval * 1000)
+    interval_ms = settings.drain.sweep_ms
     for cid in svc.store.stranded(limit, interval_ms, backlog_ms=6 * interval_ms):
         drain.apply_async(args=[cid])
         deliver.apply_async(args=[cid])
@@ -138,7 +138,7 @@ def _sweeper_loop(stop: threading.Event) -> None:
     while not stop.wait(settings.drain.sweep_interval):
         try:
             # One sweep per interval across all workers: whoever takes the lock sends it.
-            if service().store.try_lock("sweep", int(settings.drain.sweep_interval * 1000)):
+            if service().store.try_lock("sweep", settings.drain.sweep_ms):
                 sweep.apply_async()
         except Exception:
             log.exception("sweeper tick failed")

@@ -21,7 +21,6 @@ from worker.conversation.tools import Tool
 from worker.delivery.channel import Channel, ConsoleChannel, WebhookChannel
 from worker.delivery.window import ServiceWindow, Template
 from worker.service import ConversationService, MediaPreparer, Pacer, Presence, ServiceConfig, Wake
-from worker.service.burst import BurstPolicy
 from worker.settings import Settings
 from worker.store.protocol import PaceStore
 from worker.store.redis_store import ConversationStore, StoreLimits
@@ -60,17 +59,11 @@ def _sentinel_master(s: sentinel.SentinelURL, settings: Settings) -> Any:
 
 
 def build_store(settings: Settings, client: Any = None) -> ConversationStore:
-    limits = StoreLimits(
-        max_inbox=settings.store.max_inbox,
-        dedupe_max_ids=settings.store.dedupe_max_ids,
-        dedupe_ms=int(settings.store.dedupe_seconds * 1000),
-        trace_max=settings.store.trace_max,
-        idle_ttl_ms=int(settings.store.idle_ttl_seconds * 1000) if settings.store.idle_ttl_seconds else 0,
-        tombstone_ms=int(settings.store.delete_tombstone_seconds * 1000),
-        wait_replicas=settings.redis.wait_replicas,
-        wait_timeout_ms=int(settings.redis.wait_timeout * 1000),
-        record_max=settings.record.stream_max if settings.record.database_url else 0,
-    )
+    store, redis = settings.store, settings.redis
+    limits = StoreLimits(max_inbox=store.max_inbox, dedupe_max_ids=store.dedupe_max_ids, dedupe_ms=store.dedupe_ms,
+                         trace_max=store.trace_max, idle_ttl_ms=store.idle_ttl_ms, tombstone_ms=store.tombstone_ms,
+                         wait_replicas=redis.wait_replicas, wait_timeout_ms=redis.wait_timeout_ms,
+                         record_max=settings.record.stream_limit)
     return ConversationStore(client if client is not None else redis_client(settings), prefix=settings.redis.key_prefix,
                              limits=limits)
 
@@ -159,7 +152,7 @@ def service_window(settings: Settings) -> ServiceWindow:
     if settings.whatsapp.template:
         template = Template(settings.whatsapp.template, settings.whatsapp.template_language,
                             settings.whatsapp.template_parameter, settings.whatsapp.template_text)
-    return ServiceWindow(settings.whatsapp.window_hours * 3600, template)
+    return ServiceWindow(settings.whatsapp.window_seconds, template)
 
 
 def build_pacer(settings: Settings, store: PaceStore, channel: Channel) -> Pacer | None:
@@ -171,7 +164,7 @@ def build_pacer(settings: Settings, store: PaceStore, channel: Channel) -> Pacer
     if settings.whatsapp.messages_per_second <= 0 and settings.whatsapp.recipient_per_minute <= 0:
         return None  # both limits off: no round trip to Redis per send
     limits = PaceLimits(per_second=settings.whatsapp.messages_per_second, burst=settings.whatsapp.burst,
-                        recipient_per_second=settings.whatsapp.recipient_per_minute / 60,
+                        recipient_per_second=settings.whatsapp.recipient_per_second,
                         recipient_burst=settings.whatsapp.recipient_burst)
     return Pacer(store, channel.phone_number_id, limits, max_sleep=settings.whatsapp.pace_max_sleep)
 
@@ -192,31 +185,12 @@ def build_media_preparer(settings: Settings, model: Model) -> MediaPreparer:
 
 
 def service_config(settings: Settings) -> ServiceConfig:
-    """The service's knobs from the settings; a turn may run as long as a task may (the heartbeat's bound)."""
-    return ServiceConfig(
-        system_prompt=settings.llm.system_prompt,
-        lease_ms=int(settings.drain.lease_seconds * 1000),
-        max_hold_ms=int(settings.broker.task_time_limit * 1000),
-        max_attempts=settings.drain.max_attempts,
-        max_model_retries=settings.drain.max_model_retries,
-        max_bad_response_retries=settings.drain.max_bad_response_retries,
-        max_retry_delay=settings.drain.max_retry_delay,
-        delivery_max_attempts=settings.delivery.max_attempts,
-        delivery_part_interval=settings.delivery.part_interval,
-        status_webhooks=None if settings.delivery.status_webhooks == "auto" else settings.delivery.status_webhooks,
-        resend_grace_ms=int(settings.delivery.resend_grace_seconds * 1000),
-        deliver_inline=settings.delivery.deliver_inline,
-        burst=BurstPolicy(quiet=settings.burst.quiet_seconds, max_wait=settings.burst.max_wait_seconds,
-                          max_messages=settings.burst.max_messages, merge=settings.burst.double_text == "merge",
-                          max_merges=settings.burst.double_text_max_merges),
-        dead_letter_reply=settings.drain.dead_letter_reply,
-        drain_max_turns=settings.drain.max_turns,
-        drain_max_seconds=settings.drain.max_seconds,
-        record=bool(settings.record.database_url),
-        model_name=settings.llm.model,
-        daily_token_budget=settings.budget.daily_token_budget,
-        token_budget_reply=settings.budget.token_budget_reply,
-    )
+    """The service's knobs: the settings' groups it reads; a turn may run as long as a task may (the heartbeat's
+    bound)."""
+    return ServiceConfig(drain=settings.drain, delivery=settings.delivery, burst=settings.burst,
+                         budget=settings.budget, system_prompt=settings.llm.system_prompt,
+                         model_name=settings.llm.model, record=settings.record.enabled,
+                         max_hold_ms=settings.broker.task_time_limit_ms)
 
 
 def build_service(settings: Settings, wake: Wake, *, model: Model | None = None, channel: Channel | None = None,
@@ -240,7 +214,7 @@ def build_service(settings: Settings, wake: Wake, *, model: Model | None = None,
         presence=build_presence(settings, channel),
         media=build_media_preparer(settings, chat.model),
         pacer=build_pacer(settings, store, channel),
-        residents=ResidentCache(settings.store.state_cache_mb << 20),
+        residents=ResidentCache(settings.store.state_cache_bytes),
     )
 
 

@@ -498,6 +498,14 @@ class WhatsApp:
                                   "the pace a worker sleeps through; a longer one hands the reply to a later delivery "
                                   "task, holding no worker meanwhile.")
 
+    @property
+    def window_seconds(self) -> float:
+        return self.window_hours * 3600
+
+    @property
+    def recipient_per_second(self) -> float:
+        return self.recipient_per_minute / 60
+
     @model_validator(mode="after")
     def _template_text(self) -> WhatsApp:
         if self.template and self.template_parameter == "fixed" and not self.template_text:

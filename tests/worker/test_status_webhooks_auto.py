@@ -19,13 +19,14 @@ from typing import Any
 import httpx
 import pytest
 
+from tests.configs import bare_config
 from tests.deploy.needs import ROOT, procfile
 from tests.support.redis_server import RedisServer, free_port, start_redis
 from tests.support.status_webhooks import status_body
 from tests.worker.conftest import Harness, make_harness
 from tests.worker.test_service_crashed_sends import CID, CrashingChannel, Killed, queue
 from worker.runtime import service_config
-from worker.service import RetryLater, ServiceConfig
+from worker.service import RetryLater
 from worker.settings import Settings
 from worker.store.redis_store import ConversationStore
 
@@ -43,7 +44,7 @@ def _crashed_worker(server: RedisServer, **env: Any) -> tuple[Harness, CrashingC
     """A worker with the settings' defaults (PARLEY_STATUS_WEBHOOKS unset, or ``env``) whose first send of a reply
     reached WhatsApp just before the process died."""
     settings = Settings(_env_file=None, **env)  # type: ignore[call-arg]
-    config = ServiceConfig(system_prompt="You are a test.", deliver_inline=False, resend_grace_ms=60_000,
+    config = bare_config(system_prompt="You are a test.", deliver_inline=False, resend_grace_ms=60_000,
                            status_webhooks=service_config(settings).status_webhooks)  # as production maps it
     ch = CrashingChannel()
     h = make_harness(channel=ch, config=config, redis_client=server.client())
