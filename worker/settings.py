@@ -15,6 +15,7 @@ wants (milliseconds, a flag) is a property of the group. The environment stays f
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from functools import lru_cache
 from typing import Annotated, Any, ClassVar, Literal
 
@@ -620,14 +621,18 @@ _FLAT: type[BaseSettings] = type("Settings", (_Flat,), {  # named so a source's 
 
 def _grouped(flat: dict[str, Any]) -> dict[str, Any]:
     """``{"lease_seconds": 5, "burst": Burst(...)}`` -> ``{"drain": {"lease_seconds": 5}, "burst": Burst(...)}``."""
-    out: dict[str, Any] = {}
+    out = {key: value for key, value in flat.items() if key.lower() not in _ROUTE}  # groups, _env_file, unknowns
     for key, value in flat.items():
-        route = _ROUTE.get(key.lower())
-        if route is None:
-            out[key] = value  # a group, or a key the model refuses by name
+        if (route := _ROUTE.get(key.lower())) is None:
             continue
         group, name = route
-        out.setdefault(group, {})[name] = value
+        given = out.get(group)
+        if given is None:
+            out[group] = {name: value}
+        elif isinstance(given, dict):
+            out[group] = {**given, name: value}
+        else:  # a group object and one of its settings by flat name: the flat one wins, as in a dict
+            out[group] = replace(given, **{name: value})
     return out
 
 
