@@ -8,7 +8,6 @@ builds that, taking the service's knobs by the names the service reads them (``l
 
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import Any, Literal
 
 from worker.service import ServiceConfig
@@ -46,5 +45,5 @@ def bare_config(*, lease_ms: int | None = None, resend_grace_ms: int | None = No
     if resend_grace_ms is not None:
         delivery["resend_grace_seconds"] = resend_grace_ms / 1000
     delivery["status_webhooks"] = "auto" if status_webhooks is None else status_webhooks
-    return ServiceConfig(drain=replace(BARE_DRAIN, **drain), delivery=replace(BARE_DELIVERY, **delivery),
-                         budget=replace(BARE_BUDGET, **budget), burst=burst or bare_burst(), **knobs)
+    return ServiceConfig(drain=BARE_DRAIN.model_copy(update=drain), delivery=BARE_DELIVERY.model_copy(update=delivery),
+                         budget=BARE_BUDGET.model_copy(update=budget), burst=burst or bare_burst(), **knobs)

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import pytest
 from pydantic import ValidationError
 
@@ -155,7 +153,7 @@ def test_the_model_options_flow_from_settings_to_the_wire() -> None:
         check_anthropic(body)
         assert body["thinking"] == {"type": "enabled", "budget_tokens": 1500} and body["max_tokens"] == 1900
         assert body["system"][0]["cache_control"] == {"type": "ephemeral"}
-        off = s.model_copy(update={"llm": replace(s.llm, anthropic_prompt_cache=False, anthropic_thinking_budget=0)})
+        off = s.model_copy(update={"llm": s.llm.model_copy(update={"anthropic_prompt_cache": False, "anthropic_thinking_budget": 0})})
         build_model_from_settings(off).complete(req)
         assert server.requests[-1]["system"] == "Be brief." and "thinking" not in server.requests[-1]
         server.default = openai_text("ok")

@@ -15,11 +15,20 @@ wants (milliseconds, a flag) is a property of the group. The environment stays f
 from __future__ import annotations
 
 import json
-from dataclasses import replace
+from copy import copy
 from functools import lru_cache
-from typing import Annotated, Any, ClassVar, Literal
+from typing import Annotated, Any, ClassVar, Literal, cast
 
-from pydantic import AliasChoices, ConfigDict, Field, SecretStr, ValidationError, field_validator, model_validator
+from pydantic import (
+    AliasChoices,
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 from pydantic.dataclasses import dataclass
 from pydantic.fields import FieldInfo
 from pydantic_core import InitErrorDetails
@@ -36,6 +45,15 @@ CompactionStep = Literal["tools", "summarize", "keep_last", "budget"]
 
 # populate_by_name: code builds a group by field name (``Redis(url=...)``), the environment by flat name.
 _GROUP = ConfigDict(populate_by_name=True, extra="forbid")
+
+
+class _Group(BaseModel):
+    """A group of settings: frozen, built by field name in code and by flat name from the environment. A model
+    rather than a dataclass where nothing needs :func:`dataclasses.replace`, and its validator built on first use
+    (``defer_build``; the settings' own validator covers the groups): fifteen classes built at import cost every
+    process's start-up about 30 ms more otherwise (bench: import plus the first ``Settings()``)."""
+
+    model_config = ConfigDict(frozen=True, defer_build=True, **_GROUP)
 _STANDARD: dict[str, Any] = {"standard": True}  # a field read from its standard name (REDIS_URL) as well as PARLEY_REDIS_URL
 
 
@@ -46,8 +64,7 @@ def _split(v: object) -> object:
     return [p.strip() for p in v.split(",") if p.strip()]
 
 
-@dataclass(frozen=True, config=_GROUP)
-class Redis:
+class Redis(_Group):
     """Redis for conversation state."""
 
     heading: ClassVar[str] = "Redis"
@@ -76,8 +93,7 @@ class Redis:
         return int(self.wait_timeout * 1000)
 
 
-@dataclass(frozen=True, config=_GROUP)
-class Broker:
+class Broker(_Group):
     """The Celery broker and the worker's Celery options."""
 
     heading: ClassVar[str] = "Celery and its broker"
@@ -108,8 +124,7 @@ class Broker:
         return int(self.task_time_limit * 1000)
 
 
-@dataclass(frozen=True, config=_GROUP)
-class Llm:
+class Llm(_Group):
     """The model: which provider, how it is called, and how long it may answer."""
 
     heading: ClassVar[str] = "The model"
@@ -160,8 +175,7 @@ class Llm:
         return "local"
 
 
-@dataclass(frozen=True, config=_GROUP)
-class Tooling:
+class Tooling(_Group):
     """The game's tools: Python, HTTP and MCP."""
 
     heading: ClassVar[str] = "The game's tools"
@@ -183,8 +197,7 @@ class Tooling:
     max_tool_iterations: int = Field(default=10, description="Most rounds of tool calls in one turn.")
 
 
-@dataclass(frozen=True, config=_GROUP)
-class Memory:
+class Memory(_Group):
     """What a conversation keeps: compaction, resets and the bounds of its state."""
 
     heading: ClassVar[str] = "The conversation's memory"
@@ -238,8 +251,7 @@ class Memory:
         return _split(v)
 
 
-@dataclass(frozen=True, config=_GROUP)
-class Store:
+class Store(_Group):
     """Bounds on what Redis keeps per conversation, and the worker's cache of states."""
 
     heading: ClassVar[str] = "What Redis keeps"
@@ -277,8 +289,7 @@ class Store:
         return self.state_cache_mb << 20
 
 
-@dataclass(frozen=True, config=_GROUP)
-class Drain:
+class Drain(_Group):
     """How a worker holds a conversation and retries its inputs."""
 
     heading: ClassVar[str] = "The drain: leases, retries, fairness"
@@ -362,8 +373,7 @@ class Burst:
         return self.max_messages - 1 if self.quiet_seconds > 0 or self.merge else 0
 
 
-@dataclass(frozen=True, config=_GROUP)
-class Media:
+class Media(_Group):
     """Photos players send, fetched for a model that reads images."""
 
     heading: ClassVar[str] = "Photos"
@@ -389,8 +399,7 @@ class Media:
         return _split(v)
 
 
-@dataclass(frozen=True, config=_GROUP)
-class Webhook:
+class Webhook(_Group):
     """What the webhook ingress accepts from WhatsApp, and the short answers it gives at once."""
 
     heading: ClassVar[str] = "The webhook ingress"
@@ -416,8 +425,7 @@ class Webhook:
                                 "webhook body the ingress reads (413 past it, checked while reading).")
 
 
-@dataclass(frozen=True, config=_GROUP)
-class Delivery:
+class Delivery(_Group):
     """How replies leave: where to, how often a send is retried, what a crash in the middle of one means."""
 
     heading: ClassVar[str] = "Delivery"
@@ -452,8 +460,7 @@ class Delivery:
         return int(self.resend_grace_seconds * 1000)
 
 
-@dataclass(frozen=True, config=_GROUP)
-class WhatsApp:
+class WhatsApp(_Group):
     """The WhatsApp Cloud API: the sender number, its window, its template and its pace."""
 
     heading: ClassVar[str] = "WhatsApp"
@@ -514,8 +521,7 @@ class WhatsApp:
         return self
 
 
-@dataclass(frozen=True, config=_GROUP)
-class Record:
+class Record(_Group):
     """The durable record in PostgreSQL, and the exporter that fills it."""
 
     heading: ClassVar[str] = "The durable record (PostgreSQL)"
@@ -545,8 +551,7 @@ class Record:
         return self.stream_max if self.database_url else 0
 
 
-@dataclass(frozen=True, config=_GROUP)
-class Budget:
+class Budget(_Group):
     """A player's daily token budget."""
 
     heading: ClassVar[str] = "The daily token budget"
@@ -558,8 +563,7 @@ class Budget:
                                     description="The answer a player over the daily token budget gets.")
 
 
-@dataclass(frozen=True, config=_GROUP)
-class Observability:
+class Observability(_Group):
     """Logs and metrics."""
 
     heading: ClassVar[str] = "Logs and metrics"
@@ -598,25 +602,28 @@ _ROUTE: dict[str, tuple[str, str]] = {flat: (group, name) for group, cls in GROU
                                       for flat, (name, _) in knobs(cls).items()}
 
 
-class _Flat(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="PARLEY_", env_file=".env", extra="ignore")
+_ROUTE_INFO: dict[str, FieldInfo] = {flat: GROUPS[g].__pydantic_fields__[n] for flat, (g, n) in _ROUTE.items()}
 
 
-def _flat_field(flat: str, info: FieldInfo) -> tuple[Any, Any]:
-    """The field the environment sources look ``flat`` up by: its annotation (so JSON and NoDecode are as in the
-    group) and, for a standard name, the name with and without PARLEY_."""
+def _flat_field(flat: str, info: FieldInfo) -> FieldInfo:
+    """The field the environment sources look ``flat`` up by: the group's (so JSON and NoDecode are as there), under
+    PARLEY_ + its flat name, or for a standard name that name with and without PARLEY_."""
     std = env_name(flat, info)
-    alias = AliasChoices(std, f"PARLEY_{std}") if not std.startswith("PARLEY_") else None
-    annotation = Annotated[(info.annotation, *info.metadata)] if info.metadata else info.annotation  # type: ignore[arg-type]
-    return annotation, Field(default=None, validation_alias=alias)
+    field = copy(info)
+    field.validation_alias = AliasChoices(std, f"PARLEY_{std}") if not std.startswith("PARLEY_") else None
+    return field
 
 
-# Never validated: only the environment sources read it, for the variables' names and how to decode their values.
-_FLAT: type[BaseSettings] = type("Settings", (_Flat,), {  # named so a source's error names "Settings"
-    "__annotations__": {flat: _flat_field(flat, GROUPS[g].__pydantic_fields__[n])[0] for flat, (g, n) in _ROUTE.items()},
-    **{flat: _flat_field(flat, GROUPS[g].__pydantic_fields__[n])[1] for flat, (g, n) in _ROUTE.items()},
-    "__module__": __name__,
-})
+class _Flat:
+    """The settings by flat name, for the environment sources, which read only a settings class's ``model_config``
+    and ``model_fields``: a catalogue, never a model (building one of 106 fields is a start-up cost every process
+    would pay for nothing)."""
+
+    model_config = SettingsConfigDict(env_prefix="PARLEY_", env_file=".env", extra="ignore")
+    model_fields = {flat: _flat_field(flat, info) for flat, info in _ROUTE_INFO.items()}
+
+
+_FLAT = cast(type[BaseSettings], _Flat)
 
 
 def _grouped(flat: dict[str, Any]) -> dict[str, Any]:
@@ -632,7 +639,7 @@ def _grouped(flat: dict[str, Any]) -> dict[str, Any]:
         elif isinstance(given, dict):
             out[group] = {**given, name: value}
         else:  # a group object and one of its settings by flat name: the flat one wins, as in a dict
-            out[group] = replace(given, **{name: value})
+            out[group] = {**{f: getattr(given, f) for f in type(given).__pydantic_fields__}, name: value}
     return out
 
 
@@ -652,7 +659,6 @@ class _Regrouped(PydanticBaseSettingsSource):
         return _grouped({self._names.get(k.lower(), k): v for k, v in self.inner().items()})
 
 
-_ROUTE_INFO: dict[str, FieldInfo] = {flat: GROUPS[g].__pydantic_fields__[n] for flat, (g, n) in _ROUTE.items()}
 
 
 _VARIABLE: dict[tuple[str, str], str] = {(g, n): env_name(flat, _ROUTE_INFO[flat]) for flat, (g, n) in _ROUTE.items()}
