@@ -619,7 +619,8 @@ class _Flat:
     and ``model_fields``: a catalogue, never a model (building one of 106 fields is a start-up cost every process
     would pay for nothing)."""
 
-    model_config = SettingsConfigDict(env_prefix="PARLEY_", env_file=".env", extra="ignore")
+    # populate_by_name: a value found under a field's own name is taken as it is (not looked up a second time).
+    model_config = SettingsConfigDict(env_prefix="PARLEY_", env_file=".env", extra="ignore", populate_by_name=True)
     model_fields = {flat: _flat_field(flat, info) for flat, info in _ROUTE_INFO.items()}
 
 
@@ -643,20 +644,23 @@ def _grouped(flat: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+# Any key an environment source hands back (a flat name, a standard name with or without PARLEY_) -> the flat name.
+_FLAT_NAME = {a.lower(): flat for flat, info in _ROUTE_INFO.items()
+              for a in (flat, env_name(flat, info), f"PARLEY_{env_name(flat, info)}")}
+
+
 class _Regrouped(PydanticBaseSettingsSource):
     """An environment source over the flat names, its values handed on by group."""
 
     def __init__(self, settings_cls: type[BaseSettings], inner: PydanticBaseSettingsSource) -> None:
         super().__init__(settings_cls)
         self.inner = inner
-        self._names = {a.lower(): flat for flat, info in _ROUTE_INFO.items()
-                       for a in (flat, env_name(flat, info), f"PARLEY_{env_name(flat, info)}")}
 
     def get_field_value(self, field: FieldInfo, field_name: str) -> tuple[Any, str, bool]:
         raise NotImplementedError  # __call__ reads the inner source whole
 
     def __call__(self) -> dict[str, Any]:
-        return _grouped({self._names.get(k.lower(), k): v for k, v in self.inner().items()})
+        return _grouped({_FLAT_NAME.get(k.lower(), k): v for k, v in self.inner().items()})
 
 
 
