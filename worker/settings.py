@@ -3,7 +3,7 @@
 Standard names where the ecosystem has them (``REDIS_URL``, ``OPENAI_API_KEY``, ``WHATSAPP_ACCESS_TOKEN``,
 ...); everything else under ``PARLEY_``. ``parley config`` prints the table docs/configuration.md is generated from.
 
-The settings come in groups, each a small frozen dataclass a component takes as it is (as httpx's ``Timeout`` and
+The settings come in groups, each a small frozen object a component takes as it is (as httpx's ``Timeout`` and
 ``Limits`` are): :class:`Redis`, :class:`Broker`, :class:`Llm`, :class:`Tooling`, :class:`Memory`, :class:`Store`,
 :class:`Drain`, :class:`Burst`, :class:`Media`, :class:`Webhook`, :class:`Delivery`, :class:`WhatsApp`,
 :class:`Record`, :class:`Budget` and :class:`Observability`. A knob is declared once, in its group; a unit a component
@@ -54,6 +54,8 @@ class _Group(BaseModel):
     process's start-up about 30 ms more otherwise (bench: import plus the first ``Settings()``)."""
 
     model_config = ConfigDict(frozen=True, defer_build=True, **_GROUP)
+
+
 _STANDARD: dict[str, Any] = {"standard": True}  # a field read from its standard name (REDIS_URL) as well as PARLEY_REDIS_URL
 
 
