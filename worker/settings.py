@@ -706,8 +706,9 @@ class Settings(BaseSettings):
     def __init__(self, **values: Any) -> None:
         """Takes a group (``burst=Burst(...)``) or a setting by its flat name (``burst_quiet_seconds=2``), as the
         environment names it without PARLEY_; ``_env_file=None`` reads no ``.env``."""
+        # An empty group is validated by the settings' own validator; a default_factory would build the group's.
         try:
-            super().__init__(**_grouped(values))
+            super().__init__(**{**{group: {} for group in GROUPS}, **_grouped(values)})
         except ValidationError as exc:
             raise _by_variable(exc) from None
 
