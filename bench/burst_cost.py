@@ -37,7 +37,7 @@ from worker.client import ConversationClient
 from worker.conversation.model import ModelRequest, Usage
 from worker.conversation.scripted import Reply
 from worker.service import ConversationService, ServiceConfig
-from worker.service.burst import BurstPolicy
+from worker.settings import Burst, Delivery, Drain
 from worker.store.redis_store import ConversationStore, StoreLimits
 from worker.testing import RecordingChannel
 
@@ -105,7 +105,9 @@ class Mode:
         self.store = ConversationStore(fakeredis.FakeRedis(server=fakeredis.FakeServer()),
                                        prefix=f"b{uuid.uuid4().hex[:6]}", limits=StoreLimits())
         chat = Chat(model=ScriptedModel(default=self.answer), auto_compact=False)
-        config = ServiceConfig(system_prompt=SYSTEM, burst=BurstPolicy(quiet=self.quiet, max_wait=8.0))
+        config = ServiceConfig(system_prompt=SYSTEM, burst=Burst(quiet_seconds=self.quiet, max_wait_seconds=8.0),
+                               drain=Drain(max_turns=0, max_seconds=0.0, dead_letter_reply=""),
+                               delivery=Delivery(status_webhooks=False))
         entry = {"drain": lambda c: self.service.drain(c), "deliver": lambda c: self.service.deliver(c),
                  "compact": lambda c: self.service.queue_compaction(c)}
 

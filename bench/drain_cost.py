@@ -38,20 +38,23 @@ def child(port: int, n: int, features: bool) -> dict[str, float]:
 
     from worker import Chat, ScriptedModel
     from worker.client import ConversationClient
-    from worker.delivery.channel import RecordingChannel
     from worker.service import ConversationService, Presence, ServiceConfig
-    from worker.service.burst import BurstPolicy
+    from worker.settings import Budget, Burst, Delivery, Drain
     from worker.store.redis_store import ConversationStore
+    from worker.testing import RecordingChannel
 
     store = ConversationStore(redis.Redis(port=port), prefix=f"b{uuid.uuid4().hex[:6]}")
     chat = Chat(model=ScriptedModel(default=lambda req: "ack"), auto_compact=False)
     channel = RecordingChannel()
-    config = ServiceConfig(system_prompt="You are a test.")
+    bare = {"drain": Drain(max_turns=0, max_seconds=0.0, dead_letter_reply=""),
+            "delivery": Delivery(status_webhooks=False), "budget": Budget(token_budget_reply="")}
+    config = ServiceConfig(system_prompt="You are a test.", burst=Burst(quiet_seconds=0.0), **bare)
     presence = None
     if features:
-        config = ServiceConfig(system_prompt="You are a test.", burst=BurstPolicy(merge=True),
-                               daily_token_budget=10**9, token_budget_reply="over", record=True,
-                               drain_max_turns=1000)
+        config = ServiceConfig(system_prompt="You are a test.", burst=Burst(quiet_seconds=0.0, double_text="merge"),
+                               drain=Drain(max_turns=1000, max_seconds=0.0, dead_letter_reply=""),
+                               delivery=Delivery(status_webhooks=False),
+                               budget=Budget(daily_token_budget=10**9, token_budget_reply="over"), record=True)
         presence = Presence(channel, enabled=True, spawn=lambda post: post(), autostart=False)
     service = ConversationService(store, chat, channel, lambda *a, **k: None, config, presence=presence)
     client = ConversationClient(store, lambda cid: None)

@@ -32,6 +32,7 @@ from worker_bench import Peers
 from worker.delivery.whatsapp import WhatsAppSender
 from worker.envelopes import ReplyRecord
 from worker.service import Deliverer, Heartbeat, Pacer, ServiceConfig
+from worker.settings import Delivery
 from worker.store.redis_store import ConversationStore, PaceLimits, StoreLimits
 
 PROCESSES, THREADS = 2, 8
@@ -57,7 +58,7 @@ def deliver_all(url: str, prefix: str, wa_url: str, limit: float, cids: list[str
                               limits=StoreLimits(max_inbox=10))
     sender = WhatsAppSender(phone_number_id=SENDER, access_token="bench", base_url=wa_url)
     pacer = Pacer(store, SENDER, PaceLimits(per_second=limit, burst=10), max_sleep=2.0)
-    deliverer = Deliverer(store, sender, ServiceConfig(), Heartbeat(3.0, 600.0), pacer=pacer)
+    deliverer = Deliverer(store, sender, ServiceConfig(delivery=Delivery(status_webhooks=False)), Heartbeat(3.0, 600.0), pacer=pacer)
     todo = iter(cids)
     lock = threading.Lock()
 

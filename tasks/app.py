@@ -22,7 +22,7 @@ def make_app(settings: Settings | None = None) -> Celery:
     """A Celery app configured for Parley (producers use it to send wake-ups, workers to run tasks)."""
     settings = settings or get_settings()
     app = Celery("parley", include=["tasks.conversation", "tasks.export"])
-    hard = settings.task_time_limit
+    hard = settings.broker.task_time_limit
     app.conf.update(
         # No pickle anywhere: a pickle payload pushed into the queue is refused, never loaded.
         task_serializer="msgpack",
@@ -40,15 +40,15 @@ def make_app(settings: Settings | None = None) -> Celery:
         # Redis or RabbitMQ: queue declaration, publisher confirms, visibility timeout (worker.broker says why).
         **broker_conf(settings),
         worker_hijack_root_logger=False,
-        worker_send_task_events=settings.task_events,
-        worker_enable_remote_control=settings.remote_control,
+        worker_send_task_events=settings.broker.task_events,
+        worker_enable_remote_control=settings.broker.remote_control,
         task_send_sent_event=False,
     )
-    if settings.export_every_seconds and settings.database_url:
+    if settings.record.export_every_seconds and settings.record.database_url:
         # The exporter as a beat entry (instead of the Procfile's exporter process): see tasks/export.py.
         app.conf.beat_schedule = {"parley-export-records": {
-            "task": "parley.export_records", "schedule": settings.export_every_seconds,
-            "options": {"queue": QUEUE, "expires": settings.export_every_seconds}}}
+            "task": "parley.export_records", "schedule": settings.record.export_every_seconds,
+            "options": {"queue": QUEUE, "expires": settings.record.export_every_seconds}}}
     return app
 
 

@@ -123,7 +123,7 @@ def sweep(limit: int = 1000) -> int:
     # A conversation whose worker died (an attempt counted, a reply claimed, no lease) is found one lease plus one
     # or two intervals after the death. Work with no such evidence is most likely waiting behind a backlog of
     # wake-ups: it is woken again only after six intervals, so a backlog is not doubled by the sweeper.
-    interval_ms = int(settings.sweep_interval * 1000)
+    interval_ms = settings.drain.sweep_ms
     for cid in svc.store.stranded(limit, interval_ms, backlog_ms=6 * interval_ms):
         drain.apply_async(args=[cid])
         deliver.apply_async(args=[cid])
@@ -135,10 +135,10 @@ def sweep(limit: int = 1000) -> int:
 
 def _sweeper_loop(stop: threading.Event) -> None:
     settings = get_settings()
-    while not stop.wait(settings.sweep_interval):
+    while not stop.wait(settings.drain.sweep_interval):
         try:
             # One sweep per interval across all workers: whoever takes the lock sends it.
-            if service().store.try_lock("sweep", int(settings.sweep_interval * 1000)):
+            if service().store.try_lock("sweep", settings.drain.sweep_ms):
                 sweep.apply_async()
         except Exception:
             log.exception("sweeper tick failed")
@@ -169,9 +169,9 @@ def _preload_token_counter(**_: Any) -> None:
     from worker.runtime import DEFAULT_MODELS
 
     settings = get_settings()
-    provider = settings.effective_provider()
+    provider = settings.llm.effective_provider()
     if provider in DEFAULT_MODELS:
-        compaction_chain.build_counter(settings, provider, settings.llm_model or DEFAULT_MODELS[provider])
+        compaction_chain.build_counter(settings, provider, settings.llm.model or DEFAULT_MODELS[provider])
 
 
 @signals.worker_process_init.connect
@@ -185,13 +185,13 @@ def _start_sweeper(sender: Any = None, **_: Any) -> None:
     if not isinstance(getattr(sender, "pool", None), PreforkPool):
         _warm_up()
     threading.Thread(target=_sweeper_loop, args=(_stop,), name="parley-sweeper", daemon=True).start()
-    port = get_settings().metrics_port
+    port = get_settings().observability.metrics_port
     if port:
         from prometheus_client import REGISTRY, start_http_server
 
         from worker.service.backlog import BacklogCollector
 
-        REGISTRY.register(BacklogCollector(service().store, QUEUE, get_settings().backlog_sample))
+        REGISTRY.register(BacklogCollector(service().store, QUEUE, get_settings().observability.backlog_sample))
         start_http_server(port)
         log.info("serving Prometheus metrics", extra={"port": port})
 

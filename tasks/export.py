@@ -24,15 +24,15 @@ def export_records() -> int:
     not written stay in the streams, and the next beat tries again)."""
     global _exporter
     settings = get_settings()
-    if not settings.database_url:
+    if not settings.record.database_url:
         return 0
     if _exporter is None:
         from worker.durable_record import database
         from worker.durable_record.exporter import Exporter
         from worker.runtime import build_store
 
-        url = settings.database_url
-        _exporter = Exporter(build_store(settings), lambda: database.connect(url), batch=settings.exporter_batch)
+        url = settings.record.database_url
+        _exporter = Exporter(build_store(settings), lambda: database.connect(url), batch=settings.record.exporter_batch)
     try:
         return int(_exporter.export_all())
     except (DatabaseUnavailableError, StoreError) as exc:

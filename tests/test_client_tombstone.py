@@ -38,7 +38,7 @@ def test_delete_then_retried_ids_are_duplicates_and_new_ids_start_afresh() -> No
 
 
 def test_the_tombstone_default_is_two_days() -> None:
-    assert Settings().delete_tombstone_seconds == 172_800.0
+    assert Settings().store.delete_tombstone_seconds == 172_800.0
 
 
 @pytest.fixture

@@ -44,7 +44,7 @@ def test_the_chain_is_read_from_the_environment_in_its_order(monkeypatch: pytest
     monkeypatch.setenv("PARLEY_COMPACTION", " keep_last, Budget ,tools")
     monkeypatch.setenv("PARLEY_COMPACTION_KEEP_LAST", "3")
     s = Settings(_env_file=None)
-    assert s.compaction == ["keep_last", "budget", "tools"]
+    assert s.memory.compaction == ["keep_last", "budget", "tools"]
     chain = build_compactor(s, Named("anthropic", "claude-haiku-4-5"))
     assert _steps(chain) == [KeepLastExchanges, TokenBudget, CompressToolExchanges]
     assert chain.steps[0] == KeepLastExchanges(3)  # type: ignore[attr-defined]
@@ -153,7 +153,7 @@ def test_the_model_options_flow_from_settings_to_the_wire() -> None:
         check_anthropic(body)
         assert body["thinking"] == {"type": "enabled", "budget_tokens": 1500} and body["max_tokens"] == 1900
         assert body["system"][0]["cache_control"] == {"type": "ephemeral"}
-        off = s.model_copy(update={"anthropic_prompt_cache": False, "anthropic_thinking_budget": 0})
+        off = s.model_copy(update={"llm": s.llm.model_copy(update={"anthropic_prompt_cache": False, "anthropic_thinking_budget": 0})})
         build_model_from_settings(off).complete(req)
         assert server.requests[-1]["system"] == "Be brief." and "thinking" not in server.requests[-1]
         server.default = openai_text("ok")

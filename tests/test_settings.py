@@ -18,12 +18,12 @@ from worker.settings import Settings
 def test_reset_phrases_accept_the_comma_form_and_json(monkeypatch: pytest.MonkeyPatch, raw: str,
                                                       expected: list[str]) -> None:
     monkeypatch.setenv("PARLEY_RESET_PHRASES", raw)
-    assert Settings(_env_file=None).reset_phrases == expected  # type: ignore[call-arg]
+    assert Settings(_env_file=None).memory.reset_phrases == expected  # type: ignore[call-arg]
 
 
 def test_reset_phrases_given_in_code() -> None:
-    assert Settings(_env_file=None, reset_phrases=["a", "b"]).reset_phrases == ["a", "b"]  # type: ignore[call-arg]
-    assert Settings(_env_file=None, reset_phrases="a, b").reset_phrases == ["a", "b"]  # type: ignore[call-arg,arg-type]
+    assert Settings(_env_file=None, reset_phrases=["a", "b"]).memory.reset_phrases == ["a", "b"]  # type: ignore[call-arg]
+    assert Settings(_env_file=None, reset_phrases="a, b").memory.reset_phrases == ["a", "b"]  # type: ignore[call-arg,arg-type]
 
 
 @pytest.mark.parametrize("raw", ['["unterminated', "[1, 2]"])
@@ -32,3 +32,32 @@ def test_reset_phrases_that_look_like_json_but_are_not_a_list_of_texts_are_refus
     monkeypatch.setenv("PARLEY_RESET_PHRASES", raw)
     with pytest.raises((ValueError, ConfigurationError)):
         Settings(_env_file=None)  # type: ignore[call-arg]
+
+
+def test_a_bad_value_is_reported_under_its_variable(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PARLEY_BURST_MAX_MESSAGES", "many")
+    with pytest.raises(ValueError, match="PARLEY_BURST_MAX_MESSAGES") as caught:
+        Settings(_env_file=None)  # type: ignore[call-arg]
+    assert "burst.max_messages" not in str(caught.value)
+
+
+def test_a_setting_reaches_its_group_from_the_environment_a_flat_name_or_a_group(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from worker.settings import Burst
+
+    monkeypatch.setenv("PARLEY_LEASE_SECONDS", "2.5")
+    monkeypatch.setenv("PARLEY_WHATSAPP_ACCESS_TOKEN", "tok")
+    s = Settings(_env_file=None, burst_quiet_seconds=0.5, double_text="merge")  # type: ignore[call-arg]
+    assert (s.drain.lease_seconds, s.drain.lease_ms) == (2.5, 2500)
+    assert s.whatsapp.access_token is not None and s.whatsapp.access_token.get_secret_value() == "tok"
+    assert (s.burst.quiet, s.burst.merge, s.burst.peek) == (0.5, True, 19)
+    given = Settings(_env_file=None, burst=Burst(quiet_seconds=0), burst_max_messages=3)  # type: ignore[call-arg]
+    assert (given.burst.quiet, given.burst.max_messages, given.burst.peek) == (0.0, 3, 0)
+
+
+def test_each_unit_a_component_reads_is_the_groups_property() -> None:
+    s = Settings(_env_file=None, idle_ttl_seconds=1.5, status_webhooks=False, database_url="postgresql://db/p")  # type: ignore[call-arg]
+    assert (s.store.idle_ttl_ms, s.store.dedupe_ms, s.store.tombstone_ms) == (1500, 345_600_000, 172_800_000)
+    assert (s.delivery.statuses, s.record.enabled, s.record.stream_limit) == (False, True, 100_000)
+    bare = Settings(_env_file=None)  # type: ignore[call-arg]
+    assert (bare.store.idle_ttl_ms, bare.delivery.statuses, bare.record.stream_limit) == (0, None, 0)

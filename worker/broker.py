@@ -46,7 +46,7 @@ def quorum_queue() -> Any:
 def broker_conf(settings: Settings, *, pool_limit: int | None = None) -> dict[str, Any]:
     """The Celery configuration entries that depend on the broker (workers and producers apply the same)."""
     url = settings.effective_broker_url()
-    limit = pool_limit if pool_limit is not None else min(settings.broker_max_connections, 100)
+    limit = pool_limit if pool_limit is not None else min(settings.broker.max_connections, 100)
     conf: dict[str, Any] = {"broker_url": url, "broker_pool_limit": limit, "task_default_queue": QUEUE,
                             "broker_connection_retry_on_startup": True}
     if is_amqp(url):
@@ -59,19 +59,19 @@ def broker_conf(settings: Settings, *, pool_limit: int | None = None) -> dict[st
     else:
         if sentinel.is_sentinel(url):  # kombu's own sentinel form, derived from the one Parley URL
             conf["broker_url"], master = sentinel.kombu_url(url)
-            transport_extra: dict[str, Any] = {"master_name": settings.broker_sentinel_master or master}
+            transport_extra: dict[str, Any] = {"master_name": settings.broker.sentinel_master or master}
         else:
             transport_extra = {}
         conf["broker_transport_options"] = {
             **transport_extra,
             # Above the hard time limit (the defaults are): a message whose task outlives it is redelivered while
             # the first copy still runs. Parley stays correct then (the lease turns the copy away): wasted work.
-            "visibility_timeout": settings.visibility_timeout,
-            "unacked_restore_interval": settings.broker_restore_interval,
-            "unacked_restore_throttle": settings.broker_restore_throttle,
+            "visibility_timeout": settings.broker.visibility_timeout,
+            "unacked_restore_interval": settings.broker.restore_interval,
+            "unacked_restore_throttle": settings.broker.restore_throttle,
             # Every pool thread publishes wake-ups and acks its own message: with kombu's default of 10
             # connections a busy worker fails both ("Too many connections").
-            "max_connections": settings.broker_max_connections,
+            "max_connections": settings.broker.max_connections,
         }
     return conf
 

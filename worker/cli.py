@@ -28,7 +28,7 @@ from typing import Any
 
 import msgpack
 
-from worker.settings import Settings, get_settings
+from worker.settings import get_settings
 from worker.terminal import for_terminal, json_for_terminal
 
 
@@ -142,14 +142,16 @@ def _cmd_health(args: argparse.Namespace) -> int:
 
 
 def _settings_table() -> str:
-    """The configuration table, generated from the settings model (docs/configuration.md's table comes from here)."""
+    """The configuration table, generated from the settings' groups (docs/configuration.md's table comes from here)."""
+    from worker.settings import GROUPS, env_name, knobs
+
     rows = ["| variable | default | meaning |", "|---|---|---|"]
-    for name, field in Settings.model_fields.items():
-        alias = field.validation_alias
-        env = alias.choices[0] if alias is not None and hasattr(alias, "choices") else f"PARLEY_{name.upper()}"
-        default = field.default if field.default_factory is None else field.default_factory()  # type: ignore[call-arg]
-        shown = "" if default is None else f"`{json.dumps(default) if not isinstance(default, str) else default}`"
-        rows.append(f"| `{env}` | {shown} | {(field.description or '').replace('|', '/')} |")
+    for group in GROUPS.values():
+        rows.append(f"| **{group.heading}** | | |")
+        for flat, (_, field) in knobs(group).items():
+            default = field.default if field.default_factory is None else field.default_factory()  # type: ignore[call-arg]
+            shown = "" if default is None else f"`{json.dumps(default) if not isinstance(default, str) else default}`"
+            rows.append(f"| `{env_name(flat, field)}` | {shown} | {(field.description or '').replace('|', '/')} |")
     return "\n".join(rows)
 
 

@@ -70,7 +70,7 @@ class ConversationClient:
     def _from_settings(cls, settings: Settings, wake: Waker | None = None) -> ConversationClient:
         from worker.runtime import build_store
 
-        return cls(build_store(settings), wake or celery_waker(settings), max_text_chars=settings.max_input_chars)
+        return cls(build_store(settings), wake or celery_waker(settings), max_text_chars=settings.memory.max_input_chars)
 
     def _submit(self, env: Envelope, *, from_player: bool = False) -> Submitted:
         # A notice's text is the deployment's short answer, not the player's words: the input limit is not for it

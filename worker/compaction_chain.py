@@ -52,8 +52,8 @@ def is_openai_family(model: str) -> bool:
 
 def context_window(settings: Settings, model: str) -> int:
     """``PARLEY_CONTEXT_WINDOW``, else the family default of ``model``."""
-    if settings.context_window:
-        return settings.context_window
+    if settings.llm.context_window:
+        return settings.llm.context_window
     name = model.lower()
     for prefix, window in sorted(_WINDOWS, key=lambda pw: -len(pw[0])):
         if name.startswith(prefix) or (prefix == "smollm2" and prefix in name):
@@ -63,8 +63,8 @@ def context_window(settings: Settings, model: str) -> int:
 
 def answer_room(settings: Settings, provider: str) -> int:
     """Tokens an answer may take: the max tokens, plus the thinking budget when Claude thinks first."""
-    thinking = settings.anthropic_thinking_budget if provider == "anthropic" else 0
-    return settings.llm_max_tokens + thinking
+    thinking = settings.llm.anthropic_thinking_budget if provider == "anthropic" else 0
+    return settings.llm.max_tokens + thinking
 
 
 def compaction_budget(settings: Settings, provider: str, model: str) -> int:
@@ -79,8 +79,8 @@ def compaction_budget(settings: Settings, provider: str, model: str) -> int:
                                  f"once {answer_room(settings, provider)} tokens are kept for the answer; lower "
                                  "PARLEY_LLM_MAX_TOKENS / PARLEY_ANTHROPIC_THINKING_BUDGET or set "
                                  "PARLEY_CONTEXT_WINDOW")
-    budget = min(settings.compaction_max_tokens, room)
-    if budget < settings.compaction_max_tokens:
+    budget = min(settings.memory.compaction_max_tokens, room)
+    if budget < settings.memory.compaction_max_tokens:
         log.info("compaction budget lowered to fit the context window",
                  extra={"model": model, "window": window, "budget": budget})
     return budget
@@ -88,7 +88,7 @@ def compaction_budget(settings: Settings, provider: str, model: str) -> int:
 
 def build_counter(settings: Settings, provider: str, model: str) -> TokenCounter:
     """The token counter ``PARLEY_TOKEN_COUNTER`` names (``auto``: tiktoken for OpenAI's models, else usage)."""
-    kind = settings.token_counter
+    kind = settings.memory.token_counter
     if kind == "auto":
         kind = "tiktoken" if provider == "openai" and is_openai_family(model) else "usage"
     if kind == "tiktoken":
@@ -105,22 +105,22 @@ def build_compactor(settings: Settings, model: Model, *, budget: int | None = No
     ``budget`` is the prompt size to keep under (default: :func:`compaction_budget` for ``model``)."""
     if budget is None:
         budget = compaction_budget(settings, model.provider, model.model_name)
-    target = settings.compaction_target_tokens
+    target = settings.memory.compaction_target_tokens
     if target is not None and target > budget:
         target = None  # the default 70% of the lowered budget
-    names: list[str] | None = list(settings.compaction) if settings.compaction is not None else None
+    names: list[str] | None = list(settings.memory.compaction) if settings.memory.compaction is not None else None
     if names is None:
-        names = [s for s in DEFAULT_CHAIN if s != "summarize" or settings.compaction_summarize]
+        names = [s for s in DEFAULT_CHAIN if s != "summarize" or settings.memory.compaction_summarize]
     steps: list[Compactor] = []
     for name in names:
         if name == "tools":
-            steps.append(CompressToolExchanges(keep_recent=settings.compress_tool_outputs_after))
+            steps.append(CompressToolExchanges(keep_recent=settings.memory.compress_tool_outputs_after))
         elif name == "summarize":
-            steps.append(Summarize(model, keep_last=settings.compaction_keep_last, trigger_tokens=int(budget * 0.8)))
+            steps.append(Summarize(model, keep_last=settings.memory.compaction_keep_last, trigger_tokens=int(budget * 0.8)))
         elif name == "keep_last":
-            if settings.compaction_keep_last < 1:
+            if settings.memory.compaction_keep_last < 1:
                 raise ConfigurationError("the keep_last compaction step needs PARLEY_COMPACTION_KEEP_LAST >= 1")
-            steps.append(KeepLastExchanges(settings.compaction_keep_last))
+            steps.append(KeepLastExchanges(settings.memory.compaction_keep_last))
         elif name == "budget":
             steps.append(TokenBudget(budget, target))
         else:  # the settings' Literal refuses these; a Settings built by hand might not

@@ -124,27 +124,27 @@ def run_demo(*, interactive: bool = False, turns: int | None = None, timeout: fl
     from worker.settings import Settings
 
     settings = Settings()
-    if settings.effective_provider() == "local" and not local_model.installed():
+    if settings.llm.effective_provider() == "local" and not local_model.installed():
         # Else the worker would fail each turn and the demo would wait out its timeout in silence.
         print(f"No model provider is configured, and {local_model.INSTALL_HINT} (scripts/demo does both); "
               "or set OPENAI_API_KEY, OPENAI_BASE_URL or ANTHROPIC_API_KEY.", file=sys.stderr)
         return 1
-    with _maybe_embedded_redis(settings.redis_url) as redis_url, reply_sink() as (sink_url, replies):
+    with _maybe_embedded_redis(settings.redis.url) as redis_url, reply_sink() as (sink_url, replies):
         env = dict(os.environ, REDIS_URL=redis_url)
-        whatsapp = bool(settings.whatsapp_phone_number_id and settings.whatsapp_access_token)
+        whatsapp = bool(settings.whatsapp.phone_number_id and settings.whatsapp.access_token)
         if not whatsapp:
             env["PARLEY_REPLY_WEBHOOK_URL"] = sink_url
         os.environ.update({"REDIS_URL": redis_url})
         from worker.client import ConversationClient
 
-        provider = settings.effective_provider()
-        broker = "" if not settings.broker_url else f", broker {settings.broker_url.split('@')[-1]}"
+        provider = settings.llm.effective_provider()
+        broker = "" if not settings.broker.url else f", broker {settings.broker.url.split('@')[-1]}"
         print(f"Parley demo — Redis {redis_url}{broker}, model provider: {provider}, "
               f"replies: {'WhatsApp' if whatsapp else 'printed here'}")
         print(f"(worker log: {os.path.join(tempfile.gettempdir(), 'parley-demo-worker.log')}; the first answer "
               f"waits for the worker to start{' and load the model' if provider == 'local' else ''})\n")
         # The worker reads PARLEY_BROKER_URL from the environment; the producer must publish to the same broker.
-        client = ConversationClient.from_url(redis_url, broker_url=settings.broker_url)
+        client = ConversationClient.from_url(redis_url, broker_url=settings.broker.url)
         cid = f"demo-{int(time.time())}"
         with worker_process(env) as proc:
             steps: Iterator[tuple[str, str]] = _interactive() if interactive else iter(GAME_SCRIPT[:turns])
@@ -168,7 +168,7 @@ def run_demo(*, interactive: bool = False, turns: int | None = None, timeout: fl
                     print(f"parley> {p}")
                 print()
         print(f"Done. Inspect the conversation with: REDIS_URL={redis_url} parley show {cid}"
-              if settings.redis_url else "Done.")
+              if settings.redis.url else "Done.")
     return 0
 
 

@@ -48,10 +48,10 @@ def configure_logging(settings: Settings) -> None:
         return
     handler = logging.StreamHandler()
     handler._parley = True  # type: ignore[attr-defined]
-    handler.setFormatter(JsonFormatter() if settings.log_json else
+    handler.setFormatter(JsonFormatter() if settings.observability.log_json else
                          TextFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     root.addHandler(handler)
-    root.setLevel(settings.log_level.upper())
+    root.setLevel(settings.observability.log_level.upper())
     # httpx logs every request at INFO: two lines per turn repeating what Parley's own lines and metrics say,
     # JSON-formatted on the hot path. They come back with PARLEY_LOG_LEVEL=DEBUG.
     if root.level > logging.DEBUG:

@@ -21,7 +21,6 @@ from worker.conversation.tools import Tool
 from worker.delivery.channel import Channel, ConsoleChannel, WebhookChannel
 from worker.delivery.window import ServiceWindow, Template
 from worker.service import ConversationService, MediaPreparer, Pacer, Presence, ServiceConfig, Wake
-from worker.service.burst import BurstPolicy
 from worker.settings import Settings
 from worker.store.limits import PaceLimits
 from worker.store.protocol import PaceStore
@@ -32,16 +31,16 @@ DEFAULT_MODELS = {"openai": "gpt-4o-mini", "anthropic": "claude-haiku-4-5", "loc
 
 def redis_client(settings: Settings) -> Any:
     """A redis-py client for conversation state (a cluster client when ``PARLEY_REDIS_CLUSTER`` is set)."""
-    url = settings.effective_redis_url()
+    url = settings.redis.effective_url()
     if sentinel.is_sentinel(url):
         return _sentinel_master(sentinel.parse(url), settings)
-    if settings.redis_cluster:
+    if settings.redis.cluster:
         from redis.cluster import RedisCluster
 
-        return RedisCluster.from_url(url, max_connections=settings.redis_max_connections)
+        return RedisCluster.from_url(url, max_connections=settings.redis.max_connections)
     # Blocking: with a threads pool of hundreds, a thread waits for a free connection instead of failing with
     # "Too many connections"; each holds one only for the length of a command or script.
-    pool = redis.BlockingConnectionPool.from_url(url, max_connections=settings.redis_max_connections, timeout=20,
+    pool = redis.BlockingConnectionPool.from_url(url, max_connections=settings.redis.max_connections, timeout=20,
                                                  health_check_interval=30, socket_keepalive=True)
     return redis.Redis(connection_pool=pool)
 
@@ -56,51 +55,45 @@ def _sentinel_master(s: sentinel.SentinelURL, settings: Settings) -> Any:
                         sentinel_kwargs={"socket_timeout": 2.0, **kwargs})
     return watchers.master_for(  # type: ignore[no-untyped-call]
         s.master, db=s.db, password=s.password, socket_timeout=10.0, socket_keepalive=True,
-        max_connections=settings.redis_max_connections, health_check_interval=30)
+        max_connections=settings.redis.max_connections, health_check_interval=30)
 
 
 def build_store(settings: Settings, client: Any = None) -> ConversationStore:
-    limits = StoreLimits(
-        max_inbox=settings.max_inbox,
-        dedupe_max_ids=settings.dedupe_max_ids,
-        dedupe_ms=int(settings.dedupe_seconds * 1000),
-        trace_max=settings.trace_max,
-        idle_ttl_ms=int(settings.idle_ttl_seconds * 1000) if settings.idle_ttl_seconds else 0,
-        tombstone_ms=int(settings.delete_tombstone_seconds * 1000),
-        wait_replicas=settings.redis_wait_replicas,
-        wait_timeout_ms=int(settings.redis_wait_timeout * 1000),
-        record_max=settings.record_stream_max if settings.database_url else 0,
-    )
-    return ConversationStore(client if client is not None else redis_client(settings), prefix=settings.key_prefix,
+    store, redis = settings.store, settings.redis
+    limits = StoreLimits(max_inbox=store.max_inbox, dedupe_max_ids=store.dedupe_max_ids, dedupe_ms=store.dedupe_ms,
+                         trace_max=store.trace_max, idle_ttl_ms=store.idle_ttl_ms, tombstone_ms=store.tombstone_ms,
+                         wait_replicas=redis.wait_replicas, wait_timeout_ms=redis.wait_timeout_ms,
+                         record_max=settings.record.stream_limit)
+    return ConversationStore(client if client is not None else redis_client(settings), prefix=settings.redis.key_prefix,
                              limits=limits)
 
 
 def build_model_from_settings(settings: Settings) -> Model:
     from worker.llm import build_model
 
-    provider = settings.effective_provider()
+    provider = settings.llm.effective_provider()
     options: dict[str, Any] = {
-        "timeout": settings.llm_timeout,
-        "connect_timeout": settings.llm_connect_timeout,
-        "max_retries": settings.llm_max_retries,
-        "max_tokens": settings.llm_max_tokens,
-        "breaker_threshold": settings.llm_breaker_threshold,
-        "breaker_reset": settings.llm_breaker_reset,
+        "timeout": settings.llm.timeout,
+        "connect_timeout": settings.llm.connect_timeout,
+        "max_retries": settings.llm.max_retries,
+        "max_tokens": settings.llm.max_tokens,
+        "breaker_threshold": settings.llm.breaker_threshold,
+        "breaker_reset": settings.llm.breaker_reset,
     }
     if provider == "openai":
         # max_completion_tokens vs max_tokens is chosen by the model's family in the provider.
-        key = settings.openai_api_key.get_secret_value() if settings.openai_api_key else None
-        return build_model("openai", model=settings.llm_model or DEFAULT_MODELS["openai"],
-                           base_url=settings.openai_base_url, api_key=key, **options)
+        key = settings.llm.openai_api_key.get_secret_value() if settings.llm.openai_api_key else None
+        return build_model("openai", model=settings.llm.model or DEFAULT_MODELS["openai"],
+                           base_url=settings.llm.openai_base_url, api_key=key, **options)
     if provider == "anthropic":
-        key = settings.anthropic_api_key.get_secret_value() if settings.anthropic_api_key else None
-        return build_model("anthropic", model=settings.llm_model or DEFAULT_MODELS["anthropic"],
-                           base_url=settings.anthropic_base_url, api_key=key,
-                           prompt_cache=settings.anthropic_prompt_cache,
-                           thinking_budget=settings.anthropic_thinking_budget, **options)
+        key = settings.llm.anthropic_api_key.get_secret_value() if settings.llm.anthropic_api_key else None
+        return build_model("anthropic", model=settings.llm.model or DEFAULT_MODELS["anthropic"],
+                           base_url=settings.llm.anthropic_base_url, api_key=key,
+                           prompt_cache=settings.llm.anthropic_prompt_cache,
+                           thinking_budget=settings.llm.anthropic_thinking_budget, **options)
     options.pop("breaker_threshold")
     options.pop("breaker_reset")
-    return build_model("local", model=settings.llm_model or DEFAULT_MODELS["local"], **options)
+    return build_model("local", model=settings.llm.model or DEFAULT_MODELS["local"], **options)
 
 
 def build_compactor(settings: Settings, model: Model) -> Compactor:
@@ -125,41 +118,41 @@ def build_chat(settings: Settings, model: Model | None = None, *, tools: Any = (
         counter=counter,
         tools=tools,
         tool_source=tool_source,
-        tool_timeout=settings.tool_timeout,
-        max_tool_iterations=settings.max_tool_iterations,
+        tool_timeout=settings.tooling.tool_timeout,
+        max_tool_iterations=settings.tooling.max_tool_iterations,
         auto_compact=False,  # the worker compacts in a follow-up task
-        idle_gap_seconds=settings.idle_gap_seconds,
-        reset_phrases=settings.reset_phrases,
-        max_state_bytes=settings.max_state_bytes,
-        max_pinned=settings.max_pinned,
-        max_input_chars=settings.max_input_chars,
-        max_tokens=settings.llm_max_tokens,
+        idle_gap_seconds=settings.memory.idle_gap_seconds,
+        reset_phrases=settings.memory.reset_phrases,
+        max_state_bytes=settings.memory.max_state_bytes,
+        max_pinned=settings.memory.max_pinned,
+        max_input_chars=settings.memory.max_input_chars,
+        max_tokens=settings.llm.max_tokens,
     )
 
 
 def build_channel(settings: Settings) -> Channel:
     """WhatsApp when configured, else a generic webhook when configured, else the console."""
-    if settings.whatsapp_phone_number_id and settings.whatsapp_access_token:
+    if settings.whatsapp.phone_number_id and settings.whatsapp.access_token:
         from worker.delivery.whatsapp import WhatsAppSender
 
         return WhatsAppSender(
-            base_url=settings.whatsapp_api_base_url,
-            phone_number_id=settings.whatsapp_phone_number_id,
-            access_token=settings.whatsapp_access_token.get_secret_value(),
+            base_url=settings.whatsapp.api_base_url,
+            phone_number_id=settings.whatsapp.phone_number_id,
+            access_token=settings.whatsapp.access_token.get_secret_value(),
             window=service_window(settings),
         )
-    if settings.reply_webhook_url:
-        return WebhookChannel(settings.reply_webhook_url)
+    if settings.delivery.reply_webhook_url:
+        return WebhookChannel(settings.delivery.reply_webhook_url)
     return ConsoleChannel(sys.stdout)
 
 
 def service_window(settings: Settings) -> ServiceWindow:
     """WhatsApp's customer-service window and the template sent outside it, from the settings."""
     template = None
-    if settings.whatsapp_template:
-        template = Template(settings.whatsapp_template, settings.whatsapp_template_language,
-                            settings.whatsapp_template_parameter, settings.whatsapp_template_text)
-    return ServiceWindow(settings.whatsapp_window_hours * 3600, template)
+    if settings.whatsapp.template:
+        template = Template(settings.whatsapp.template, settings.whatsapp.template_language,
+                            settings.whatsapp.template_parameter, settings.whatsapp.template_text)
+    return ServiceWindow(settings.whatsapp.window_seconds, template)
 
 
 def build_pacer(settings: Settings, store: PaceStore, channel: Channel) -> Pacer | None:
@@ -168,12 +161,12 @@ def build_pacer(settings: Settings, store: PaceStore, channel: Channel) -> Pacer
 
     if not isinstance(channel, WhatsAppSender):
         return None
-    if settings.whatsapp_messages_per_second <= 0 and settings.whatsapp_recipient_per_minute <= 0:
+    if settings.whatsapp.messages_per_second <= 0 and settings.whatsapp.recipient_per_minute <= 0:
         return None  # both limits off: no round trip to Redis per send
-    limits = PaceLimits(per_second=settings.whatsapp_messages_per_second, burst=settings.whatsapp_burst,
-                        recipient_per_second=settings.whatsapp_recipient_per_minute / 60,
-                        recipient_burst=settings.whatsapp_recipient_burst)
-    return Pacer(store, channel.phone_number_id, limits, max_sleep=settings.whatsapp_pace_max_sleep)
+    limits = PaceLimits(per_second=settings.whatsapp.messages_per_second, burst=settings.whatsapp.burst,
+                        recipient_per_second=settings.whatsapp.recipient_per_second,
+                        recipient_burst=settings.whatsapp.recipient_burst)
+    return Pacer(store, channel.phone_number_id, limits, max_sleep=settings.whatsapp.pace_max_sleep)
 
 
 def build_media_preparer(settings: Settings, model: Model) -> MediaPreparer:
@@ -181,42 +174,23 @@ def build_media_preparer(settings: Settings, model: Model) -> MediaPreparer:
     images (``reads_images``); otherwise the caption, or ``PARLEY_UNSUPPORTED_REPLY`` without one."""
     reads = bool(getattr(model, "reads_images", False))  # a model from outside may predate the attribute
     fetcher = None
-    if settings.whatsapp_access_token and reads:
+    if settings.whatsapp.access_token and reads:
         from worker.delivery.media_download import CloudMediaFetcher, MediaHosts
 
-        fetcher = CloudMediaFetcher(settings.whatsapp_api_base_url, settings.whatsapp_access_token.get_secret_value(),
-                                    settings.media_max_bytes,
-                                    hosts=MediaHosts.of(settings.media_hosts, settings.media_allow_http))
-    return MediaPreparer(fetcher, reads_images=reads, unsupported_reply=settings.unsupported_reply,
-                         turn_max_bytes=settings.media_turn_max_bytes)
+        fetcher = CloudMediaFetcher(settings.whatsapp.api_base_url, settings.whatsapp.access_token.get_secret_value(),
+                                    settings.media.max_bytes,
+                                    hosts=MediaHosts.of(settings.media.hosts, settings.media.allow_http))
+    return MediaPreparer(fetcher, reads_images=reads, unsupported_reply=settings.webhook.unsupported_reply,
+                         turn_max_bytes=settings.media.turn_max_bytes)
 
 
 def service_config(settings: Settings) -> ServiceConfig:
-    """The service's knobs from the settings; a turn may run as long as a task may (the heartbeat's bound)."""
-    return ServiceConfig(
-        system_prompt=settings.system_prompt,
-        lease_ms=int(settings.lease_seconds * 1000),
-        max_hold_ms=int(settings.task_time_limit * 1000),
-        max_attempts=settings.max_attempts,
-        max_model_retries=settings.max_model_retries,
-        max_bad_response_retries=settings.max_bad_response_retries,
-        max_retry_delay=settings.max_retry_delay,
-        delivery_max_attempts=settings.delivery_max_attempts,
-        delivery_part_interval=settings.delivery_part_interval,
-        status_webhooks=None if settings.status_webhooks == "auto" else settings.status_webhooks,
-        resend_grace_ms=int(settings.resend_grace_seconds * 1000),
-        deliver_inline=settings.deliver_inline,
-        burst=BurstPolicy(quiet=settings.burst_quiet_seconds, max_wait=settings.burst_max_wait_seconds,
-                          max_messages=settings.burst_max_messages, merge=settings.double_text == "merge",
-                          max_merges=settings.double_text_max_merges),
-        dead_letter_reply=settings.dead_letter_reply,
-        drain_max_turns=settings.drain_max_turns,
-        drain_max_seconds=settings.drain_max_seconds,
-        record=bool(settings.database_url),
-        model_name=settings.llm_model,
-        daily_token_budget=settings.daily_token_budget,
-        token_budget_reply=settings.token_budget_reply,
-    )
+    """The service's knobs: the settings' groups it reads; a turn may run as long as a task may (the heartbeat's
+    bound)."""
+    return ServiceConfig(drain=settings.drain, delivery=settings.delivery, burst=settings.burst,
+                         budget=settings.budget, system_prompt=settings.llm.system_prompt,
+                         model_name=settings.llm.model, record=settings.record.enabled,
+                         max_hold_ms=settings.broker.task_time_limit_ms)
 
 
 def build_service(settings: Settings, wake: Wake, *, model: Model | None = None, channel: Channel | None = None,
@@ -240,10 +214,10 @@ def build_service(settings: Settings, wake: Wake, *, model: Model | None = None,
         presence=build_presence(settings, channel),
         media=build_media_preparer(settings, chat.model),
         pacer=build_pacer(settings, store, channel),
-        residents=ResidentCache(settings.state_cache_mb << 20),
+        residents=ResidentCache(settings.store.state_cache_bytes),
     )
 
 
 def build_presence(settings: Settings, channel: Channel) -> Presence:
     """Read marks and the typing indicator (``PARLEY_TYPING_INDICATOR``); a no-op for channels without them."""
-    return Presence(channel, enabled=settings.typing_indicator)
+    return Presence(channel, enabled=settings.delivery.typing_indicator)

@@ -17,10 +17,11 @@ import msgpack
 import pytest
 import redis
 
+from tests.configs import bare_config
 from tests.support.redis_server import start_redis
 from worker import Chat, ScriptedModel
 from worker.client import ConversationClient
-from worker.service import ConversationService, ServiceConfig
+from worker.service import ConversationService
 from worker.store.redis_store import ConversationStore
 from worker.testing import RecordingChannel
 
@@ -36,7 +37,7 @@ def test_no_input_is_stranded_by_enqueue_finish_races(redis_url: str) -> None:
     store = ConversationStore(redis.Redis.from_url(redis_url), prefix=f"race{uuid.uuid4().hex[:6]}")
     wakeups: queue.Queue[str | None] = queue.Queue()
     chat = Chat(model=ScriptedModel(), auto_compact=False)
-    service = ConversationService(store, chat, RecordingChannel(), lambda kind, cid: None, ServiceConfig())
+    service = ConversationService(store, chat, RecordingChannel(), lambda kind, cid: None, bare_config())
     client = ConversationClient(store, wakeups.put)
     racing_client = ConversationClient(store, lambda cid: None)  # its wake-up is delivered by hand below
     pushed: set[str] = set()

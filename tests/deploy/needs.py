@@ -18,7 +18,7 @@ from collections.abc import Callable
 from typing import Any
 
 from tests.support.whatsapp_fixtures import as_if_sent_now, fixture_payload
-from worker.settings import Settings
+from worker.settings import GROUPS, knobs
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 APP_SECRET = "probe-secret"
@@ -32,18 +32,23 @@ def procfile() -> dict[str, str]:
 
 
 def track() -> set[str]:
-    """From now on, note every field of every Settings instance that is read."""
+    """From now on, note every setting (by its flat name) of every settings group that is read."""
     read: set[str] = set()
-    fields = frozenset(Settings.model_fields)
-    plain = Settings.__getattribute__
+    for group in GROUPS.values():
+        flat = {name: f for f, (name, _) in knobs(group).items()}
+        _spy(group, flat, read)
+    return read
 
-    def spy(self: Settings, name: str) -> Any:
-        if name in fields:
-            read.add(name)
+
+def _spy(group: type[Any], flat: dict[str, str], read: set[str]) -> None:
+    plain = group.__getattribute__
+
+    def spy(self: Any, name: str) -> Any:
+        if name in flat:
+            read.add(flat[name])
         return plain(self, name)
 
-    Settings.__getattribute__ = spy  # type: ignore[method-assign,assignment]
-    return read
+    group.__getattribute__ = spy
 
 
 def _worker() -> None:

@@ -18,7 +18,7 @@ import yaml
 from tests.deploy import needs
 from tests.support.postgres import fresh_database
 from tests.support.redis_server import start_redis
-from worker.settings import Settings
+from worker.settings import GROUPS, env_name, knobs
 
 ROOT = needs.ROOT
 
@@ -98,11 +98,10 @@ PER_PROCESS = {"metrics_port"}
 def _field_of_env() -> dict[str, str]:
     """Every environment variable a setting is read from -> the setting."""
     out = {}
-    for name, field in Settings.model_fields.items():
-        out[f"PARLEY_{name.upper()}"] = name
-        alias = field.validation_alias
-        if alias is not None and hasattr(alias, "choices"):
-            out.update({str(c): name for c in alias.choices})
+    for group in GROUPS.values():
+        for name, (_, field) in knobs(group).items():
+            out[f"PARLEY_{name.upper()}"] = name
+            out[env_name(name, field)] = name
     return out
 
 

@@ -13,12 +13,12 @@ from typing import Any
 
 import pytest
 
+from tests.configs import bare_config
 from tests.support.redis_server import RedisServer, start_redis
 from tests.worker.conftest import Harness, make_harness
 from worker.client import ConversationClient
 from worker.durable_record import database
 from worker.durable_record.exporter import Exporter
-from worker.service import ServiceConfig
 from worker.store.redis_store import ConversationStore, StoreLimits
 
 CID = "447700900777"
@@ -34,7 +34,7 @@ def redis_server() -> Iterator[RedisServer]:
 
 def _worker(server: RedisServer) -> Harness:
     """A worker of a deployment with the record on (PARLEY_DATABASE_URL set on the workers)."""
-    config = ServiceConfig(system_prompt="You are a test.", record=True, model_name="scripted-1")
+    config = bare_config(system_prompt="You are a test.", record=True, model_name="scripted-1")
     return make_harness(config=config, limits=StoreLimits(record_max=10_000), redis_client=server.client())
 
 
@@ -106,7 +106,7 @@ def test_a_compaction_computed_before_a_delete_does_not_bring_the_conversation_b
         _elsewhere(holder[0]).delete(CID)  # the delete lands while the summariser runs
         return "SUMMARY: the player's secret is 42"
 
-    config = ServiceConfig(system_prompt="You are a test.", record=True, model_name="scripted-1")
+    config = bare_config(system_prompt="You are a test.", record=True, model_name="scripted-1")
     h = make_harness(config=config, limits=StoreLimits(record_max=10_000), redis_client=redis_server.client(),
                      compactor=Summarize(ScriptedModel(default=summarise), keep_last=1, batch=1))
     holder.append(h)
@@ -123,7 +123,7 @@ def test_a_compaction_computed_before_a_delete_does_not_bring_the_conversation_b
 
 def test_a_delete_whose_record_the_stream_cap_dropped_still_erases_the_transcript(
         redis_server: RedisServer, db: Any, database_url: str) -> None:
-    config = ServiceConfig(system_prompt="You are a test.", record=True, model_name="scripted-1")
+    config = bare_config(system_prompt="You are a test.", record=True, model_name="scripted-1")
     h = make_harness(config=config, limits=StoreLimits(record_max=3), redis_client=redis_server.client())
     h.client.send_message(CID, "my secret", message_id="m1")
     h.run()

@@ -9,13 +9,13 @@ from typing import Any
 
 import pytest
 
+from tests.configs import bare_config
 from tests.worker.conftest import Harness, make_harness
 from worker.conversation.scripted import Reply, ScriptedModel
 from worker.conversation.tools import Tool
 from worker.durable_record import database
 from worker.durable_record.exporter import Exporter
 from worker.errors import DatabaseUnavailableError
-from worker.service import ServiceConfig
 from worker.store.redis_store import StoreLimits
 
 CID = "447700900555"
@@ -23,7 +23,7 @@ RECORD = StoreLimits(record_max=10_000)
 
 
 def _harness(model: ScriptedModel | None = None, *, budget: int = 0, **kw: Any) -> Harness:
-    config = ServiceConfig(system_prompt="You are a test.", record=True, model_name="scripted-1",
+    config = bare_config(system_prompt="You are a test.", record=True, model_name="scripted-1",
                            daily_token_budget=budget, token_budget_reply="That's enough for today!")
     return make_harness(model, config=config, limits=RECORD, **kw)
 
@@ -197,7 +197,7 @@ def test_the_dropped_gauge_keeps_counting_a_stream_the_exporter_emptied(db: Any,
     from worker import metrics
     from worker.store.keys import RecordKeys
 
-    h = make_harness(config=ServiceConfig(system_prompt="You are a test.", record=True), limits=StoreLimits(record_max=3))
+    h = make_harness(config=bare_config(system_prompt="You are a test.", record=True), limits=StoreLimits(record_max=3))
     h.store.records = RecordKeys(h.store.prefix, clustered=True)  # one stream per slot: an empty one is not looked at
     for i in range(5):
         h.client.send_message(CID, f"line {i}", message_id=f"m{i}")

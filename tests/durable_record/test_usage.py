@@ -6,13 +6,13 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
+from tests.configs import bare_config
 from tests.worker.conftest import make_harness
 from worker.conversation.compaction import Summarize
 from worker.conversation.model import Usage
 from worker.conversation.scripted import Reply, ScriptedModel
 from worker.durable_record import database
 from worker.durable_record.exporter import Exporter
-from worker.service import ServiceConfig
 from worker.store.redis_store import StoreLimits
 
 CID = "447700900888"
@@ -24,7 +24,7 @@ TURN_TOKENS, SUMMARY_TOKENS = 100 + 10, 400 + 50  # what the daily budget counts
 def test_a_compaction_s_tokens_count_in_the_budget_and_in_usage(db: Any, database_url: str) -> None:
     summarizer = ScriptedModel(default=lambda req: Reply("the summary", usage=SUMMARY))
     model = ScriptedModel(default=lambda req: Reply("ack", usage=TURN))
-    config = ServiceConfig(system_prompt="You are a test.", record=True, model_name="scripted-1",
+    config = bare_config(system_prompt="You are a test.", record=True, model_name="scripted-1",
                            daily_token_budget=1_000_000)
     h = make_harness(model, compactor=Summarize(summarizer, keep_last=1, batch=1), config=config,
                      limits=StoreLimits(record_max=10_000))

@@ -32,7 +32,7 @@ def test_a_killed_workers_conversation_is_taken_over_at_the_default_settings(clu
     for name in ("PARLEY_LEASE_SECONDS", "PARLEY_SWEEP_INTERVAL", "PARLEY_LLM_TIMEOUT"):
         cluster.env.pop(name)  # the shipped defaults, not the suite's short lease
     defaults = Settings()
-    assert defaults.lease_seconds <= 10 and defaults.sweep_interval <= 5
+    assert defaults.drain.lease_seconds <= 10 and defaults.drain.sweep_interval <= 5
     first_call, killed = threading.Event(), threading.Event()
 
     def hang_the_first_call(_: object) -> None:  # the busy worker's turn is in flight until it dies
@@ -51,11 +51,11 @@ def test_a_killed_workers_conversation_is_taken_over_at_the_default_settings(clu
     spare = cluster.start_worker("spare", pool=pool, concurrency=2)
     assert wait_until(lambda: "ready" in spare.log(), 60), spare.log()
     # Past the lease, with a spare worker sweeping: the heartbeat keeps the slow turn's conversation its own.
-    time.sleep(max(0.0, started + 1.5 * defaults.lease_seconds - time.monotonic()))
+    time.sleep(max(0.0, started + 1.5 * defaults.drain.lease_seconds - time.monotonic()))
     # Two more sweeps (one per interval across the workers) have looked since and woken nothing: the lease, which
     # would have run out without the heartbeat, was still held when they looked.
     swept = empty_sweeps(cluster)
-    assert wait_until(lambda: empty_sweeps(cluster) >= swept + 2, 3 * defaults.sweep_interval + 30), spare.log()
+    assert wait_until(lambda: empty_sweeps(cluster) >= swept + 2, 3 * defaults.drain.sweep_interval + 30), spare.log()
     assert len(cluster.llm.requests) == 1, "another worker took over a live worker's turn"
     busy.kill(signal.SIGKILL)
     killed_at = time.monotonic()

@@ -12,10 +12,10 @@ from starlette.testclient import TestClient
 
 from tests.ingress.test_ingress import SECRET, VERIFY, Rig, meta_bytes, sign, text_value
 from worker.ingress.app import create_app
-from worker.settings import Settings
+from worker.settings import Settings, Webhook
 
 HOUR = 3600.0
-DEFAULT_AGE = Settings.model_fields["webhook_max_age_seconds"].default
+DEFAULT_AGE = Webhook().max_age_seconds
 
 
 def body(*, age: float | None, status_age: float | None = None, wamid: str = "wamid.R1") -> bytes:
@@ -47,7 +47,7 @@ def test_meta_retrying_a_message_never_accepted_for_36_hours_still_gets_in() -> 
 
 def test_the_default_lies_between_metas_retries_and_the_dedupe_memory() -> None:
     s = Settings()
-    assert 36 * HOUR * 1.5 <= s.webhook_max_age_seconds <= s.dedupe_seconds
+    assert 36 * HOUR * 1.5 <= s.webhook.max_age_seconds <= s.store.dedupe_seconds
 
 
 def test_a_longer_age_than_the_dedupe_memory_is_refused_at_start() -> None:

@@ -21,14 +21,14 @@ from tests.support.whatsapp_fixtures import fixture_payload as shared_payload
 from worker.client import ConversationClient
 from worker.envelopes import decode_envelope
 from worker.ingress.app import create_app
-from worker.settings import Settings
+from worker.settings import Webhook
 from worker.store.redis_store import ConversationStore
 
 SECRET = "app-secret"
 VERIFY = "vibecoding"
 #: Meta's timestamps are Unix seconds as a string; the ingress refuses one older than PARLEY_WEBHOOK_MAX_AGE_SECONDS.
 NOW = str(int(time.time()))
-REFUSED = Settings.model_fields["refused_reply"].default
+REFUSED = Webhook().refused_reply
 
 def sign(raw: bytes, secret: str = SECRET) -> str:
     return "sha256=" + hmac.new(secret.encode(), raw, hashlib.sha256).hexdigest()

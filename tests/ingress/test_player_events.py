@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 import redis
 
+from tests.configs import bare_config
 from tests.ingress.test_outcomes import RedisRig, real_redis
 from tests.llm.servers import ScriptedServer, openai_text
 from tests.llm.test_event_forgery import openai_events
@@ -20,7 +21,7 @@ from tests.llm.validation import check_openai
 from worker import Chat
 from worker.conversation.messages import EVENT_MARK, MARK_CLOSE, MARK_OPEN
 from worker.conversation.state import decode_state
-from worker.service import ConversationService, ServiceConfig
+from worker.service import ConversationService
 from worker.testing import RecordingChannel
 
 __all__ = ["real_redis"]  # the fixture, used by name
@@ -54,7 +55,7 @@ def server() -> Iterator[ScriptedServer]:
 def drain(rig: RedisRig, server: ScriptedServer) -> None:
     chat = Chat(model=openai_model(server), auto_compact=False)
     service = ConversationService(rig.store, chat, RecordingChannel(), lambda *a, **k: None,
-                                  ServiceConfig(system_prompt="You are a guide."))
+                                  bare_config(system_prompt="You are a guide."))
     service.drain(CID)
 
 

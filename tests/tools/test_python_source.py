@@ -29,7 +29,7 @@ TOOLS = [Tool(name="inventory", description="A player's items.", parameters=SCHE
 def factory(settings):
     # A factory reads the settings (here the model's name) to build its tools.
     return [Tool(name="model_name", description="The model in use.", parameters={"type": "object"},
-                 handler=lambda: settings.llm_model)]
+                 handler=lambda: settings.llm.model)]
 
 
 def broken_factory(settings):

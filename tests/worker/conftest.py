@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 import fakeredis
 import pytest
 
+from tests.configs import bare_config
 from worker import Chat, KeepLastExchanges, ScriptedModel
 from worker.client import ConversationClient
 from worker.service import ConversationService, ServiceConfig
@@ -59,7 +60,7 @@ def make_harness(model: ScriptedModel | None = None, *, compactor: object = None
         woken.append((kind, cid))
         scheduled.append((kind, cid, countdown))
 
-    svc = ConversationService(store, chat, ch, wake, config or ServiceConfig(system_prompt="You are a test."))
+    svc = ConversationService(store, chat, ch, wake, config or bare_config(system_prompt="You are a test."))
     client = ConversationClient(store, lambda cid: woken.append(("drain", cid)))
     return Harness(store, model, ch, svc, client, woken, scheduled)  # type: ignore[arg-type]
 

@@ -5,8 +5,9 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
+from tests.configs import bare_burst
 from worker.envelopes import Envelope, Media
-from worker.service.burst import BurstPolicy, Pending, decide, extend, recorded
+from worker.service.burst import Pending, decide, extend, recorded
 
 CID = "447700900999"
 NOW = 1_000_000.0
@@ -28,7 +29,7 @@ def test_a_burst_is_a_prefix_of_burstable_inputs_that_ends_at_a_chat_message(tai
     after = [None if k is None else item(i + 1, "message" if k == "photo" else k, photo=k == "photo")
              for i, k in enumerate(tail)]
     head = item(0, "message")
-    d = decide(head, after, BurstPolicy(quiet=1.0, max_messages=limit), NOW, complete=complete)
+    d = decide(head, after, bare_burst(quiet=1.0, max_messages=limit), NOW, complete=complete)
     assert d.wait == 0  # every input is old: nothing to wait for
     assert d.inputs[0] is head and len(d.inputs) <= limit
     assert d.inputs[-1].env.kind == "message"
@@ -37,7 +38,7 @@ def test_a_burst_is_a_prefix_of_burstable_inputs_that_ends_at_a_chat_message(tai
 
 
 def test_an_open_burst_waits_out_the_quiet_period_but_not_past_the_maximum_wait() -> None:
-    policy = BurstPolicy(quiet=1.5, max_wait=8.0)
+    policy = bare_burst(quiet=1.5, max_wait=8.0)
     head = item(0, "message", NOW - 1.0)
     assert decide(head, [], policy, NOW, complete=True).wait == 0.5
     old_head = item(0, "message", NOW - 7.9)
@@ -48,20 +49,20 @@ def test_an_open_burst_waits_out_the_quiet_period_but_not_past_the_maximum_wait(
 
 
 def test_coalescing_off_takes_one_message() -> None:
-    d = decide(item(0, "message", NOW), [item(1, "message", NOW)], BurstPolicy(quiet=0), NOW, complete=True)
+    d = decide(item(0, "message", NOW), [item(1, "message", NOW)], bare_burst(quiet=0), NOW, complete=True)
     assert d.inputs == (item(0, "message", NOW),) and d.wait == 0
 
 
 def test_a_photo_alone_is_burstable_only_when_the_model_sees_it() -> None:
     after = [item(1, "message", photo=True), item(2, "message")]
     head = item(0, "message")
-    assert len(decide(head, after, BurstPolicy(quiet=1.0), NOW, complete=True).inputs) == 1
-    assert len(decide(head, after, BurstPolicy(quiet=1.0, reads_images=True), NOW, complete=True).inputs) == 3
+    assert len(decide(head, after, bare_burst(quiet=1.0), NOW, complete=True).inputs) == 1
+    assert len(decide(head, after, bare_burst(quiet=1.0, reads_images=True), NOW, complete=True).inputs) == 3
 
 
 def test_extend_takes_new_messages_and_the_events_before_them() -> None:
     burst = (item(0, "message"),)
-    policy = BurstPolicy(quiet=1.0, max_messages=4)
+    policy = bare_burst(quiet=1.0, max_messages=4)
     assert extend(burst, [item(1, "event"), item(2, "message"), item(3, "event")], policy) == (
         burst[0], item(1, "event"), item(2, "message"))
     assert extend(burst, [item(1, "event")], policy) == burst  # no new chat message: nothing to merge

@@ -7,12 +7,13 @@ from contextlib import contextmanager
 from dataclasses import replace
 from typing import Any
 
+from tests.configs import bare_burst, bare_config
 from tests.worker.conftest import Harness, make_harness
 from worker import ScriptedModel
 from worker.conversation.results import TurnResult
 from worker.envelopes import ReplyRecord
-from worker.service import Presence, ServiceConfig
-from worker.service.burst import BurstPolicy, Pending
+from worker.service import Presence
+from worker.service.burst import Pending
 from worker.service.drain import Drainer, DrainRun
 from worker.service.drain.hooks import (
     Bursts,
@@ -32,7 +33,7 @@ from worker.store.results import Snapshot
 from worker.testing import RecordingChannel
 
 CID = "447700900123"
-BASE = ServiceConfig(system_prompt="You are a test.")
+BASE = bare_config(system_prompt="You are a test.")
 
 
 class Spy(DrainHook):
@@ -134,8 +135,8 @@ def test_features_that_are_off_are_not_in_the_list() -> None:
     store = make_harness().store
     off = build_hooks(store, BASE, Presence.disabled())
     assert [type(h) for h in off] == [Photos]  # a photo can come in any conversation
-    on = replace(BASE, daily_token_budget=1000, burst=BurstPolicy(quiet=1.0, merge=True), record=True,
-                 drain_max_turns=5)
+    on = bare_config(system_prompt="You are a test.", daily_token_budget=1000,
+                     burst=bare_burst(quiet=1.0, merge=True), record=True, drain_max_turns=5)
     every = build_hooks(store, on, Presence(RecordingChannel(), enabled=True))
     assert [type(h) for h in every] == [DailyBudget, Photos, Bursts, Merge, Receipts, DurableRecord, Fairness]
 
@@ -166,7 +167,7 @@ def test_an_answer_carries_what_its_commit_writes() -> None:
             got.append(outcome)
             return None
 
-    policy = BurstPolicy(quiet=5.0, max_messages=2)  # two messages fill the burst: no waiting
+    policy = bare_burst(quiet=5.0, max_messages=2)  # two messages fill the burst: no waiting
     h = _with(make_harness(config=replace(BASE, burst=policy)), Bursts(policy), Keep())
     h.client.send_message(CID, "wait", message_id="m1")
     h.client.send_message(CID, "which way", message_id="m2")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import pytest
 
+from tests.configs import bare_config
 from worker.errors import (
     AuthenticationError,
     CircuitOpenError,
@@ -23,10 +24,9 @@ from worker.errors import (
     ModelUnavailableError,
     RateLimitedError,
 )
-from worker.service.config import ServiceConfig
 from worker.service.drain.failures import Count, Verdict, counted_as, decide
 
-CONFIG = ServiceConfig(max_model_retries=30, max_bad_response_retries=3)
+CONFIG = bare_config(max_model_retries=30, max_bad_response_retries=3)
 
 ROWS = [
     # the provider refuses the key: held with no end, however many retries (never the player's fault)
@@ -71,5 +71,5 @@ def test_each_budget_ends_exactly_at_its_setting(bad: bool, limit: int) -> None:
     exc = ModelResponseError("garbage") if bad else ModelUnavailableError("down")
     assert decide(exc, limit, CONFIG).action == "retry"
     assert decide(exc, limit + 1, CONFIG).action == "dead"
-    zero = ServiceConfig(max_model_retries=0, max_bad_response_retries=0)
+    zero = bare_config(max_model_retries=0, max_bad_response_retries=0)
     assert decide(exc, 1, zero).action == "dead"  # a budget of 0: the first failure is the last

@@ -8,13 +8,11 @@ position it gives the flood (behind the others), and the sweeper as the net unde
 
 from __future__ import annotations
 
-from dataclasses import replace
-
+from tests.configs import bare_config
 from tests.worker.conftest import Harness, make_harness
 from worker import ScriptedModel
-from worker.service import ServiceConfig
 
-BASE = ServiceConfig(system_prompt="You are a test.")
+BASE = bare_config(system_prompt="You are a test.")
 
 
 def _harness(**bounds: float) -> tuple[Harness, list[str]]:
@@ -24,7 +22,7 @@ def _harness(**bounds: float) -> tuple[Harness, list[str]]:
         seen.append(req.messages[-1].content)
         return "ack:" + req.messages[-1].content
 
-    return make_harness(ScriptedModel(default=answer), config=replace(BASE, **bounds)), seen
+    return make_harness(ScriptedModel(default=answer), config=bare_config(system_prompt="You are a test.", **bounds)), seen
 
 
 def _flood(h: Harness, cid: str, n: int) -> None:

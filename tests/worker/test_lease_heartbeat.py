@@ -11,12 +11,13 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from tests.configs import bare_config
 from tests.support.store_kit import raw
 from tests.support.workers import wait_until
 from tests.worker.conftest import make_harness
 from worker import ScriptedModel, metrics
 from worker.conversation.model import ModelRequest
-from worker.service import ConversationService, Heartbeat, ServiceConfig
+from worker.service import ConversationService, Heartbeat
 from worker.service.heartbeat import Beat
 from worker.testing import RecordingChannel
 
@@ -70,7 +71,7 @@ def _in_thread(fn, *args):  # type: ignore[no-untyped-def]
 
 def test_a_turn_longer_than_the_lease_keeps_its_lease_and_commits() -> None:
     started, release = threading.Event(), threading.Event()
-    h = make_harness(ScriptedModel(default=_held(started, release)), config=ServiceConfig(lease_ms=LEASE_MS))
+    h = make_harness(ScriptedModel(default=_held(started, release)), config=bare_config(lease_ms=LEASE_MS))
     h.client.send_message(CID, "slow one", message_id="m1")
     stale = metrics.STALE_COMMITS._value.get()
     first, out = _in_thread(h.service.drain, CID)
@@ -91,7 +92,7 @@ def test_a_turn_longer_than_the_lease_keeps_its_lease_and_commits() -> None:
 def test_a_stalled_worker_without_heartbeat_loses_the_lease_and_its_commit_is_refused() -> None:
     started, release = threading.Event(), threading.Event()
     stalled = Heartbeat(LEASE_MS / 3000, 600, autostart=False)  # a frozen process: its heartbeat never runs
-    h = make_harness(ScriptedModel([_held(started, release)], default=_quick), config=ServiceConfig(lease_ms=LEASE_MS))
+    h = make_harness(ScriptedModel([_held(started, release)], default=_quick), config=bare_config(lease_ms=LEASE_MS))
     worker_a = _second_worker(h.service, heartbeat=stalled)
     h.client.send_message(CID, "first", message_id="m1")
     stale = metrics.STALE_COMMITS._value.get()
@@ -118,7 +119,7 @@ def test_a_send_longer_than_the_delivery_lease_is_not_resent_by_another_worker()
             release.wait(30)  # the send lasts until the test releases it
             return super().send_text(recipient, text, reply_to=reply_to)
 
-    h = make_harness(channel=SlowChannel(), config=ServiceConfig(lease_ms=LEASE_MS, deliver_inline=False))
+    h = make_harness(channel=SlowChannel(), config=bare_config(lease_ms=LEASE_MS, deliver_inline=False))
     h.client.send_message(CID, "hello", message_id="m1")
     h.service.drain(CID)
     duplicates = metrics.DUPLICATE_WINDOW._value.get()
@@ -142,7 +143,7 @@ def test_a_beat_landing_after_the_lease_was_given_up_does_not_take_it_back(monke
     renewing then would take the lease back and hide the conversation from the next drain and the sweeper for
     a whole lease period."""
     hb = Heartbeat(LEASE_MS / 3000, 600, autostart=False)
-    h = make_harness(config=ServiceConfig(lease_ms=LEASE_MS))
+    h = make_harness(config=bare_config(lease_ms=LEASE_MS))
     svc = _second_worker(h.service, heartbeat=hb)
     real_stop = hb.stop
     renewed: list[bool] = []

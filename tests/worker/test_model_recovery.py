@@ -10,6 +10,7 @@ import logging
 import msgpack
 import pytest
 
+from tests.configs import bare_config
 from tests.support.store_kit import raw
 from tests.worker.conftest import Harness, make_harness
 from worker import KeepLastExchanges, ScriptedModel, TokenBudget, metrics
@@ -18,7 +19,7 @@ from worker.conversation.scripted import Reply
 from worker.conversation.state import decode_state
 from worker.envelopes import decode_dead_letter
 from worker.errors import AuthenticationError, ContextLengthError, RateLimitedError
-from worker.service import RetryLater, ServiceConfig, recovery
+from worker.service import RetryLater, recovery
 
 CID = "447700900789"
 TOO_LONG = "openai answered 400: This model's maximum context length is 128000 tokens"
@@ -117,7 +118,7 @@ def test_a_rejected_key_holds_every_conversation_without_dead_letters_then_resum
                 for _ in range(40)]
     model = ScriptedModel(rejected, default=_echo)
     # Budgets far below the 40 refusals: neither the crash budget nor the outage budget may dead-letter them.
-    h = make_harness(model, config=ServiceConfig(max_attempts=2, max_model_retries=3, max_retry_delay=60.0))
+    h = make_harness(model, config=bare_config(max_attempts=2, max_model_retries=3, max_retry_delay=60.0))
     failures = _count(metrics.PROVIDER_AUTH_FAILURES)
     h.client.send_message(CID, "hello", message_id="m1")
     countdowns = []

@@ -5,6 +5,7 @@ from __future__ import annotations
 import msgpack
 import pytest
 
+from tests.configs import bare_config
 from tests.support.store_kit import StoreKit, raw
 from tests.worker.conftest import make_harness
 from worker import KeepLastExchanges, ScriptedModel, Summarize
@@ -19,7 +20,7 @@ from worker.errors import (
     OversizeInputError,
     RateLimitedError,
 )
-from worker.service import RetryLater, ServiceConfig, delivery
+from worker.service import RetryLater, delivery
 from worker.testing import RecordingChannel
 
 CID = "447700900123"
@@ -91,7 +92,7 @@ def test_malformed_envelope_reaching_a_worker_is_dead_lettered_and_the_rest_proc
 def test_model_errors_retry_then_dead_letter_and_the_conversation_continues() -> None:
     model = ScriptedModel([RateLimitedError("slow down", retry_after=3.0)] * 2 + ["recovered"] +
                           [ModelRequestError("bad request")] + ["next one"])
-    h = make_harness(model, config=ServiceConfig(max_attempts=5))
+    h = make_harness(model, config=bare_config(max_attempts=5))
     h.client.send_message(CID, "one", message_id="m1")
     for _ in range(2):
         with pytest.raises(RetryLater) as info:
@@ -115,7 +116,7 @@ def test_model_errors_retry_then_dead_letter_and_the_conversation_continues() ->
 
 
 def test_poison_input_is_dead_lettered_after_k_attempts() -> None:
-    h = make_harness(config=ServiceConfig(max_attempts=3))
+    h = make_harness(config=bare_config(max_attempts=3))
     h.client.send_message(CID, "poison", message_id="p1")
     h.client.send_message(CID, "fine", message_id="m2")
     kit = StoreKit(h.store)
@@ -200,7 +201,7 @@ def test_throttled_delivery_retries_and_permanent_failure_is_dead_lettered() -> 
 def test_crash_in_the_send_window_is_counted_and_resent() -> None:
     from worker import metrics
 
-    h = make_harness(config=ServiceConfig(deliver_inline=False))
+    h = make_harness(config=bare_config(deliver_inline=False))
     h.client.send_message(CID, "one", message_id="m1")
     h.service.drain(CID)
     assert h.channel.sent == [] and h.woken[-1] == ("deliver", CID)

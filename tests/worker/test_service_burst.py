@@ -6,6 +6,7 @@ import time
 
 import msgpack
 
+from tests.configs import bare_burst, bare_config
 from tests.support.store_kit import raw
 from tests.worker.conftest import Harness, make_harness
 from worker import ScriptedModel
@@ -16,7 +17,6 @@ from worker.conversation.tools import Tool
 from worker.envelopes import Envelope, Media, decode_dead_letter
 from worker.errors import MediaRejectedError, ModelRequestError
 from worker.service import ServiceConfig
-from worker.service.burst import BurstPolicy
 from worker.service.drain import Drainer
 from worker.service.drain.turn import UNLOADED_PHOTO
 from worker.service.media import DEFAULT_UNSUPPORTED_REPLY, MediaPreparer
@@ -27,8 +27,8 @@ QUIET = 0.3
 
 
 def config(**burst: object) -> ServiceConfig:
-    policy = BurstPolicy(**{"quiet": QUIET, "max_wait": 5.0, "max_messages": 20, **burst})  # type: ignore[arg-type]
-    return ServiceConfig(system_prompt="You are a test.", burst=policy, dead_letter_reply="Sorry, try again.")
+    policy = bare_burst(**{"quiet": QUIET, "max_wait": 5.0, "max_messages": 20, **burst})  # type: ignore[arg-type]
+    return bare_config(system_prompt="You are a test.", burst=policy, dead_letter_reply="Sorry, try again.")
 
 
 def echo_all(req: ModelRequest) -> str:
@@ -254,7 +254,7 @@ def test_a_dead_lettered_message_gets_the_apology_and_stays_replayable() -> None
 
 def test_no_apology_for_a_dead_event_or_when_none_is_configured() -> None:
     h = make_harness(ScriptedModel([ModelRequestError("bad request")], default=echo_all),
-                     config=ServiceConfig(system_prompt="x"))
+                     config=bare_config(system_prompt="x"))
     h.client.send_message(CID, "hello", message_id="wamid.1")
     h.run()
     assert h.channel.sent == [] and len(h.store.dead_letters(CID)) == 1

@@ -9,10 +9,11 @@ import time
 
 import pytest
 
+from tests.configs import bare_config
 from tests.worker.conftest import Harness, make_harness
 from worker import metrics
 from worker.envelopes import parse_part_callback, part_callback
-from worker.service import RetryLater, ServiceConfig
+from worker.service import RetryLater
 from worker.testing import RecordingChannel
 
 CID = "447700900123"
@@ -45,7 +46,7 @@ class CrashingChannel(RecordingChannel):
 
 def harness(*, webhooks: bool = True, grace_ms: int = 60_000) -> tuple[Harness, CrashingChannel]:
     ch = CrashingChannel()
-    h = make_harness(channel=ch, config=ServiceConfig(deliver_inline=False, status_webhooks=webhooks,
+    h = make_harness(channel=ch, config=bare_config(deliver_inline=False, status_webhooks=webhooks,
                                                       resend_grace_ms=grace_ms))
     return h, ch
 

@@ -8,13 +8,14 @@ from collections.abc import Iterator
 
 import pytest
 
+from tests.configs import bare_config
 from tests.support.store_kit import StoreKit, raw
 from tests.worker.conftest import Harness, make_harness
 from tests.worker.test_service import FlakyChannel
 from worker import ScriptedModel, Summarize, metrics
 from worker.envelopes import decode_dead_letter
 from worker.errors import DeliveryRetryableError, ModelResponseError, ModelUnavailableError, StoreError
-from worker.service import RetryLater, ServiceConfig
+from worker.service import RetryLater
 from worker.store.redis_store import ConversationStore
 
 CID = "447700900456"
@@ -40,7 +41,7 @@ def test_the_delivery_limit_counts_every_failed_send_of_a_reply_whoever_sends_it
     """Inline delivery, the deliver task and a later turn's delivery all count against one budget per reply."""
     throttled = [DeliveryRetryableError("throttled", code=130429, retry_after=1.0) for _ in range(3)]
     ch = FlakyChannel(list(throttled))
-    h = make_harness(channel=ch, config=ServiceConfig(delivery_max_attempts=3))
+    h = make_harness(channel=ch, config=bare_config(delivery_max_attempts=3))
     h.client.send_message(CID, "one", message_id="m1")
     assert h.run(defer=("deliver",)) == [("deliver", CID)]  # failure 1: the drain's inline delivery
     with pytest.raises(RetryLater):
@@ -55,7 +56,7 @@ def test_the_delivery_limit_counts_every_failed_send_of_a_reply_whoever_sends_it
 
 
 def test_the_deliver_task_ignores_an_attempt_argument_from_older_messages(tasks_with) -> None:  # type: ignore[no-untyped-def]
-    h = make_harness(config=ServiceConfig(deliver_inline=False))
+    h = make_harness(config=bare_config(deliver_inline=False))
     tc = tasks_with(h)
     h.client.send_message(CID, "one", message_id="m1")
     h.service.drain(CID)
@@ -76,7 +77,7 @@ def _retried(h: Harness, times: int) -> None:
 def test_an_unreadable_model_answer_is_retried_a_few_times_then_dead_lettered() -> None:
     garbage = [ModelResponseError(f"no choices in the body ({i})") for i in range(3)]
     model = ScriptedModel([*garbage, ModelResponseError("still garbage")], default="answer to next")
-    h = make_harness(model, config=ServiceConfig(max_bad_response_retries=3))
+    h = make_harness(model, config=bare_config(max_bad_response_retries=3))
     h.client.send_message(CID, "bad luck", message_id="m1")
     h.client.send_message(CID, "next", message_id="m2")
     _retried(h, 3)
@@ -91,7 +92,7 @@ def test_an_outage_does_not_use_up_the_budget_of_unreadable_answers() -> None:
     # dead-lettered on the first truncated answer after it, the two kinds of retry being counted together.
     down = [ModelUnavailableError("provider down") for _ in range(5)]
     model = ScriptedModel([*down, ModelResponseError("truncated body")], default="answer")
-    h = make_harness(model, config=ServiceConfig(max_bad_response_retries=3))
+    h = make_harness(model, config=bare_config(max_bad_response_retries=3))
     h.client.send_message(CID, "patience", message_id="m1")
     _retried(h, 6)
     assert h.store.dead_letters(CID) == []
@@ -99,7 +100,7 @@ def test_an_outage_does_not_use_up_the_budget_of_unreadable_answers() -> None:
 
 
 def test_a_malformed_input_and_a_poison_message_are_counted_by_their_kind() -> None:
-    h = make_harness(config=ServiceConfig(max_attempts=1))
+    h = make_harness(config=bare_config(max_attempts=1))
     malformed, message = _count(metrics.INPUTS, "malformed", "dead"), _count(metrics.INPUTS, "message", "dead")
     h.store.accept(CID, b"\xc1not msgpack", "junk-1")
     h.client.send_message(CID, "poison", message_id="p1")

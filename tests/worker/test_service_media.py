@@ -117,7 +117,7 @@ def test_settings_choose_whether_to_fetch(token: str | None, reads: bool, fetche
     settings = Settings(_env_file=None, whatsapp_access_token=token)  # type: ignore[call-arg]
     preparer = build_media_preparer(settings, ScriptedModel(reads_images=reads))
     assert (preparer.fetcher is not None) is fetches and preparer.reads_images is reads
-    assert preparer.unsupported_reply == settings.unsupported_reply
+    assert preparer.unsupported_reply == settings.webhook.unsupported_reply
 
 
 def test_a_prepared_photo_goes_through_a_turn_and_only_its_reference_is_stored() -> None:
@@ -133,7 +133,7 @@ def test_a_prepared_photo_goes_through_a_turn_and_only_its_reference_is_stored()
 def test_the_service_has_a_preparer_that_fetches_nothing_by_default() -> None:
     service = ConversationService(None, Chat(model=ScriptedModel()), None, lambda *a, **k: None)  # type: ignore[arg-type]
     assert isinstance(service.media, MediaPreparer) and service.media.fetcher is None
-    assert service.media.prepare(photo(None)).notice == Settings(_env_file=None).unsupported_reply  # type: ignore[call-arg]
+    assert service.media.prepare(photo(None)).notice == Settings(_env_file=None).webhook.unsupported_reply  # type: ignore[call-arg]
 
 
 @pytest.mark.parametrize("bad", ["1\n", "..", "../me"])
@@ -183,7 +183,7 @@ def test_by_default_photos_come_only_over_https_from_metas_media_host() -> None:
         wa.add_media("777", b"\x89PNG pixels", "image/png")
         settings = Settings(_env_file=None, whatsapp_api_base_url=wa.base_url, whatsapp_access_token="tok",  # type: ignore[call-arg]
                             unsupported_reply=SORRY)
-        assert settings.media_hosts == ["lookaside.fbsbx.com"] and not settings.media_allow_http
+        assert settings.media.hosts == ["lookaside.fbsbx.com"] and not settings.media.allow_http
         before = count("notice", "bad_host")
         assert build_media_preparer(settings, ScriptedModel(reads_images=True)).prepare(photo("")) == Prepared(
             notice=SORRY)
@@ -195,7 +195,7 @@ def test_by_default_photos_come_only_over_https_from_metas_media_host() -> None:
 
 def test_media_hosts_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PARLEY_MEDIA_HOSTS", "lookaside.fbsbx.com, *.fbcdn.net")
-    assert Settings(_env_file=None).media_hosts == ["lookaside.fbsbx.com", "*.fbcdn.net"]  # type: ignore[call-arg]
+    assert Settings(_env_file=None).media.hosts == ["lookaside.fbsbx.com", "*.fbcdn.net"]  # type: ignore[call-arg]
     monkeypatch.setenv("PARLEY_MEDIA_HOSTS", " ")
     with pytest.raises(ValueError):
         Settings(_env_file=None)  # type: ignore[call-arg]

@@ -6,12 +6,13 @@ from __future__ import annotations
 import fakeredis
 import pytest
 
+from tests.configs import bare_config
 from worker import Chat, ScriptedModel
 from worker.client import ConversationClient
 from worker.conversation import chat as chat_module
 from worker.conversation.model import ModelRequest
 from worker.conversation.resident import ResidentCache
-from worker.service import ConversationService, ServiceConfig
+from worker.service import ConversationService
 from worker.store.redis_store import ConversationStore
 from worker.testing import RecordingChannel
 
@@ -29,7 +30,7 @@ def _workers(n: int, *, cache_bytes: int = 64 << 20) -> tuple[ConversationClient
     store = ConversationStore(fakeredis.FakeRedis(server=fakeredis.FakeServer()), prefix="r")
     channel = RecordingChannel()
     services = [ConversationService(store, Chat(model=ScriptedModel(default=_history), auto_compact=False), channel,
-                                    lambda *a, **k: None, ServiceConfig(), residents=ResidentCache(cache_bytes))
+                                    lambda *a, **k: None, bare_config(), residents=ResidentCache(cache_bytes))
                 for _ in range(n)]
     return ConversationClient(store, lambda cid: None), services, channel
 

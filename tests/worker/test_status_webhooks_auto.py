@@ -19,13 +19,14 @@ from typing import Any
 import httpx
 import pytest
 
+from tests.configs import bare_config
 from tests.deploy.needs import ROOT, procfile
 from tests.support.redis_server import RedisServer, free_port, start_redis
 from tests.support.status_webhooks import status_body
 from tests.worker.conftest import Harness, make_harness
 from tests.worker.test_service_crashed_sends import CID, CrashingChannel, Killed, queue
 from worker.runtime import service_config
-from worker.service import RetryLater, ServiceConfig
+from worker.service import RetryLater
 from worker.settings import Settings
 from worker.store.redis_store import ConversationStore
 
@@ -43,7 +44,7 @@ def _crashed_worker(server: RedisServer, **env: Any) -> tuple[Harness, CrashingC
     """A worker with the settings' defaults (PARLEY_STATUS_WEBHOOKS unset, or ``env``) whose first send of a reply
     reached WhatsApp just before the process died."""
     settings = Settings(_env_file=None, **env)  # type: ignore[call-arg]
-    config = ServiceConfig(system_prompt="You are a test.", deliver_inline=False, resend_grace_ms=60_000,
+    config = bare_config(system_prompt="You are a test.", deliver_inline=False, resend_grace_ms=60_000,
                            status_webhooks=service_config(settings).status_webhooks)  # as production maps it
     ch = CrashingChannel()
     h = make_harness(channel=ch, config=config, redis_client=server.client())
@@ -98,7 +99,7 @@ def test_where_the_webhook_process_runs_a_crashed_part_waits_for_its_status_and_
 
 
 def test_where_no_ingress_runs_the_part_is_resent_at_once(redis_server: RedisServer) -> None:
-    assert Settings(_env_file=None).status_webhooks == "auto"  # type: ignore[call-arg]
+    assert Settings(_env_file=None).delivery.status_webhooks == "auto"  # type: ignore[call-arg]
     h, ch = _crashed_worker(redis_server)
     assert h.service.deliver(CID) == 1
     assert [t for _, t, _ in ch.sent] == ["ack:one", "ack:one"]

@@ -12,6 +12,7 @@ from collections.abc import Iterator
 import pytest
 from prometheus_client import REGISTRY
 
+from tests.configs import bare_config
 from tests.support.fake_whatsapp import FakeWhatsApp
 from tests.support.store_kit import raw
 from tests.worker.conftest import Harness, make_harness
@@ -51,7 +52,7 @@ def whatsapp(api: FakeWhatsApp, health: TokenHealth, config: ServiceConfig | Non
     sender = WhatsAppSender(phone_number_id="106540352242922", access_token="tok", base_url=api.base_url,
                             window=ServiceWindow(0), token=health, timeout=timeout)
     return make_harness(ScriptedModel(default=echo), channel=sender,
-                        config=config or ServiceConfig(system_prompt="test", max_retry_delay=30.0))
+                        config=config or bare_config(system_prompt="test", max_retry_delay=30.0))
 
 
 def run_until_quiet(h: Harness, rounds: int = 100) -> list[float]:
@@ -81,7 +82,7 @@ def test_a_rejected_token_holds_every_reply_then_they_go_out_once_in_order(
         api: FakeWhatsApp, caplog: pytest.LogCaptureFixture) -> None:
     health = TokenHealth()
     # Far more refusals than a reply may fail (delivery_max_attempts 3): none of them may dead-letter a reply.
-    h = whatsapp(api, health, ServiceConfig(system_prompt="test", delivery_max_attempts=3, max_retry_delay=30.0))
+    h = whatsapp(api, health, bare_config(system_prompt="test", delivery_max_attempts=3, max_retry_delay=30.0))
     api.fail(190, status=401, times=12, message="Error validating access token: Session has expired")
     held = sample("parley_deliveries_total", outcome="held")
     with caplog.at_level(logging.INFO, logger="parley.delivery"):
@@ -108,7 +109,7 @@ def test_a_rejected_token_holds_every_reply_then_they_go_out_once_in_order(
 
 def test_a_401_without_a_code_holds_too(api: FakeWhatsApp) -> None:
     health = TokenHealth()
-    h = whatsapp(api, health, ServiceConfig(system_prompt="test", delivery_max_attempts=1))
+    h = whatsapp(api, health, bare_config(system_prompt="test", delivery_max_attempts=1))
     for _ in range(3):
         api.errors.append((401, {"error": {"message": "Unauthorized"}}, {}))
     h.client.send_message(CIDS[0], "hi", message_id="m1")
@@ -119,7 +120,7 @@ def test_a_401_without_a_code_holds_too(api: FakeWhatsApp) -> None:
 def photo_harness(api: FakeWhatsApp, health: TokenHealth) -> Harness:
     model = ScriptedModel(default=lambda req: f"saw {len(req.attachments)} photo(s): {req.messages[-1].content}",
                           reads_images=True)
-    h = make_harness(model, config=ServiceConfig(system_prompt="test", max_model_retries=2, max_attempts=2))
+    h = make_harness(model, config=bare_config(system_prompt="test", max_model_retries=2, max_attempts=2))
     fetcher = CloudMediaFetcher(api.base_url, "test-token", hosts=MediaHosts.of(["127.0.0.1"], allow_http=True),
                                 token=health)
     media = MediaPreparer(fetcher, reads_images=True)
@@ -155,7 +156,7 @@ def test_a_send_that_timed_out_is_settled_as_a_crash_window_part_not_resent_at_o
         api: FakeWhatsApp, caplog: pytest.LogCaptureFixture) -> None:
     """Without status webhooks: the part keeps its in-flight mark; the next attempt resends it, counted as a
     send-window hit and logged as such (the stand-in had it: the player sees it twice, and ops can see why)."""
-    h = whatsapp(api, TokenHealth(), ServiceConfig(system_prompt="test", deliver_inline=False), timeout=0.3)
+    h = whatsapp(api, TokenHealth(), bare_config(system_prompt="test", deliver_inline=False), timeout=0.3)
     h.client.send_message(CIDS[0], "hi", message_id="m1")
     h.run(defer=("deliver",))
     window = sample("parley_duplicate_send_window_total")
@@ -174,7 +175,7 @@ def test_a_send_that_timed_out_is_settled_as_a_crash_window_part_not_resent_at_o
 
 
 def test_a_send_that_timed_out_is_marked_sent_when_a_status_webhook_shows_it_arrived(api: FakeWhatsApp) -> None:
-    h = whatsapp(api, TokenHealth(), ServiceConfig(system_prompt="test", deliver_inline=False, status_webhooks=True,
+    h = whatsapp(api, TokenHealth(), bare_config(system_prompt="test", deliver_inline=False, status_webhooks=True,
                                                    resend_grace_ms=60_000), timeout=0.3)
     h.client.send_message(CIDS[0], "hi", message_id="m1")
     h.run(defer=("deliver",))

@@ -22,9 +22,9 @@ log = logging.getLogger("parley.exporter")
 
 
 def _url(settings: Settings) -> str:
-    if not settings.database_url:
+    if not settings.record.database_url:
         raise ConfigurationError("PARLEY_DATABASE_URL is not set: the durable record is off")
-    return settings.database_url
+    return settings.record.database_url
 
 
 def _conn() -> Any:
@@ -79,24 +79,24 @@ def cmd_exporter(args: argparse.Namespace) -> int:
     from worker.runtime import build_store
 
     settings = get_settings()
-    if not settings.database_url and not args.once:
+    if not settings.record.database_url and not args.once:
         return _idle_without_database()
     url = _url(settings)
     store = build_store(settings)
-    exporter = Exporter(store, lambda: database.connect(url), batch=settings.exporter_batch)
+    exporter = Exporter(store, lambda: database.connect(url), batch=settings.record.exporter_batch)
     try:
         if args.once:
             print(f"exported {exporter.export_all()} record entries")
             return 0
-        if settings.metrics_port:
+        if settings.observability.metrics_port:
             from prometheus_client import start_http_server
 
-            start_http_server(settings.metrics_port)
+            start_http_server(settings.observability.metrics_port)
         stopping: list[bool] = []
         signal.signal(signal.SIGTERM, lambda *_: stopping.append(True))
         print("exporter running (SIGTERM or Ctrl-C stops it after the current batch)", file=sys.stderr)
         try:
-            exporter.run(idle=settings.exporter_idle_seconds, stop=lambda: bool(stopping))
+            exporter.run(idle=settings.record.exporter_idle_seconds, stop=lambda: bool(stopping))
         except KeyboardInterrupt:
             pass
         return 0
@@ -157,7 +157,7 @@ def erase_everywhere(cid: str) -> int | None:
     """After ``delete``: erase the conversation from the database at once too (the delete's record entry does it
     again when the exporter reaches it). ``None`` when no database is configured."""
     settings = get_settings()
-    if not settings.database_url:
+    if not settings.record.database_url:
         return None
     from worker.durable_record import database
 

@@ -186,9 +186,9 @@ def _apply(client: ConversationClient, store: IngressStore, records: list[Record
 
 
 def _default(setting: str, given: Any) -> Any:
-    from worker.settings import Settings
+    from worker.settings import Webhook
 
-    return Settings.model_fields[setting].default if given is None else given
+    return getattr(Webhook(), setting) if given is None else given
 
 
 def _report(rec: Unsupported) -> None:
@@ -268,10 +268,10 @@ def create_app(client: ConversationClient, store: IngressStore, *, app_secret: s
     ``PARLEY_UNSUPPORTED_REPLY``, ``PARLEY_REFUSED_REPLY``, ``PARLEY_WEBHOOK_MAX_AGE_SECONDS`` and
     ``PARLEY_WEBHOOK_MAX_BODY_BYTES`` (default: the settings' defaults; a max age of 0 turns the age check off).
     ``api_tokens`` (``PARLEY_API_TOKENS``) turns the producers' API under ``/v1/`` on (:mod:`worker.ingress.api`)."""
-    body_limit = int(_default("webhook_max_body_bytes", max_body_bytes))
+    body_limit = int(_default("max_body_bytes", max_body_bytes))
     replies = _Replies(_default("unsupported_reply", unsupported_reply), _default("refused_reply", refused_reply))
     ingress = _Ingress(client, store, app_secret, location_as, replies,
-                       float(_default("webhook_max_age_seconds", max_age_seconds)))
+                       float(_default("max_age_seconds", max_age_seconds)))
     large_bodies = anyio.CapacityLimiter(2)
     if not app_secret:
         log.error("no WhatsApp app secret configured: every webhook POST will be refused (401)")
@@ -333,17 +333,17 @@ def _from_env() -> Starlette:
 
     s = get_settings()
     configure_logging(s)
-    secret = s.whatsapp_app_secret.get_secret_value() if s.whatsapp_app_secret else ""
-    token = s.whatsapp_verify_token.get_secret_value() if s.whatsapp_verify_token else ""
+    secret = s.whatsapp.app_secret.get_secret_value() if s.whatsapp.app_secret else ""
+    token = s.whatsapp.verify_token.get_secret_value() if s.whatsapp.verify_token else ""
     # from_env() builds its store with worker.runtime.build_store(settings); statuses and health checks share
     # it (one Redis connection pool, not two).
     client = ConversationClient.from_env()
     # Workers left with PARLEY_STATUS_WEBHOOKS=auto wait for a status before resending a crashed send.
     client.store.announce_status_ingress()
-    return create_app(client, client.store, app_secret=secret, verify_token=token, location_as=s.location_as,
-                      unsupported_reply=s.unsupported_reply, refused_reply=s.refused_reply,
-                      max_age_seconds=s.webhook_max_age_seconds, max_body_bytes=s.webhook_max_body_bytes,
-                      api_tokens=s.api_tokens.get_secret_value() if s.api_tokens else "")
+    return create_app(client, client.store, app_secret=secret, verify_token=token, location_as=s.webhook.location_as,
+                      unsupported_reply=s.webhook.unsupported_reply, refused_reply=s.webhook.refused_reply,
+                      max_age_seconds=s.webhook.max_age_seconds, max_body_bytes=s.webhook.max_body_bytes,
+                      api_tokens=s.producers.api_tokens.get_secret_value() if s.producers.api_tokens else "")
 
 
 class _LazyApp:

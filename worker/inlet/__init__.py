@@ -30,9 +30,9 @@ def _start_amqp(settings: Settings, client: Any, stopping: Callable[[], bool]) -
         return
     from worker.inlet.amqp import AmqpInlet
 
-    amqp = AmqpInlet(url, client, settings.inlet_queue)
+    amqp = AmqpInlet(url, client, settings.producers.inlet_queue)
     threading.Thread(target=amqp.run, args=(stopping,), name="inlet-amqp", daemon=True).start()
-    log.info("inlet consuming the RabbitMQ queue %s", settings.inlet_queue)
+    log.info("inlet consuming the RabbitMQ queue %s", settings.producers.inlet_queue)
 
 
 def run_inlet(settings: Settings, *, consumer: str | None = None, once: bool = False) -> int:
@@ -41,10 +41,10 @@ def run_inlet(settings: Settings, *, consumer: str | None = None, once: bool = F
     from worker.client import ConversationClient
     from worker.inlet.stream import Inlet
 
-    if settings.metrics_port:
+    if settings.observability.metrics_port:
         from prometheus_client import start_http_server
 
-        start_http_server(settings.metrics_port)
+        start_http_server(settings.observability.metrics_port)
     stopping = False
 
     def stop(signum: int, frame: FrameType | None) -> None:
@@ -53,11 +53,11 @@ def run_inlet(settings: Settings, *, consumer: str | None = None, once: bool = F
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
-    r = redis.Redis.from_url(settings.redis_url or "redis://localhost:6379/0", socket_timeout=30,
+    r = redis.Redis.from_url(settings.redis.url or "redis://localhost:6379/0", socket_timeout=30,
                              health_check_interval=30)
-    inlet = Inlet(r, ConversationClient.from_env(), settings.inlet_stream, settings.inlet_group,
-                  consumer or f"{socket.gethostname()}-{os.getpid()}", batch=settings.inlet_batch,
-                  claim_idle_ms=int(settings.inlet_claim_idle_seconds * 1000))
+    inlet = Inlet(r, ConversationClient.from_env(), settings.producers.inlet_stream, settings.producers.inlet_group,
+                  consumer or f"{socket.gethostname()}-{os.getpid()}", batch=settings.producers.inlet_batch,
+                  claim_idle_ms=int(settings.producers.inlet_claim_idle_seconds * 1000))
     if once:
         inlet.ensure_group()
         inlet.step()

@@ -20,33 +20,23 @@ from dataclasses import dataclass
 
 from worker.envelopes import Envelope, decode_envelope
 from worker.errors import EnvelopeError
+from worker.settings import Burst
 
 CLOCK_SKEW = 2.0
 BURSTABLE = ("message", "event")
 
 
-@dataclass(frozen=True)
-class BurstPolicy:
-    """The burst settings (``PARLEY_BURST_*``, ``PARLEY_DOUBLE_TEXT*``). ``quiet`` 0 turns coalescing off."""
+# The burst settings (``PARLEY_BURST_*``, ``PARLEY_DOUBLE_TEXT*``) are the policy: ``quiet`` 0 turns coalescing off;
+# ``reads_images`` says whether a bare photo can join a burst.
+BurstPolicy = Burst
 
-    quiet: float = 0.0
-    max_wait: float = 8.0
-    max_messages: int = 20
-    merge: bool = False
-    max_merges: int = 2
-    reads_images: bool = False  # the model reads pictures (and they can be fetched): a bare photo can join a burst
 
-    def alone(self, p: Pending) -> bool:
-        """A picture without a caption that the model cannot see becomes a short answer, not a turn: it goes
-        alone, in its place."""
-        env = p.env
-        return (env.kind == "message" and env.media is not None and not self.reads_images
-                and not (env.text and env.text.strip()))
-
-    @property
-    def peek(self) -> int:
-        """How many inputs after the head the drain needs to see to decide: enough to fill a burst."""
-        return self.max_messages - 1 if self.quiet > 0 or self.merge else 0
+def alone(policy: BurstPolicy, p: Pending) -> bool:
+    """A picture without a caption that the model cannot see becomes a short answer, not a turn: it goes alone, in
+    its place."""
+    env = p.env
+    return (env.kind == "message" and env.media is not None and not policy.reads_images
+            and not (env.text and env.text.strip()))
 
 
 @dataclass(frozen=True)
@@ -88,7 +78,7 @@ def _run(head: Pending, after: Sequence[Pending | None], policy: BurstPolicy,
         if len(run) >= limit:
             closed = True
             break
-        if item is None or item.env.kind not in BURSTABLE or policy.alone(item):
+        if item is None or item.env.kind not in BURSTABLE or alone(policy, item):
             closed = True
             break
         run.append(item)
@@ -101,7 +91,7 @@ def decide(head: Pending, after: Sequence[Pending | None], policy: BurstPolicy, 
            *, complete: bool) -> Decision:
     """What to do with a chat message at the head. ``after`` are the inputs queued after it as the store showed
     them; ``complete`` says whether that is the whole mailbox (else more may follow: the burst is full anyway)."""
-    if policy.quiet <= 0 or policy.alone(head):
+    if policy.quiet <= 0 or alone(policy, head):
         return Decision((head,))
     run, closed = _run(head, after, policy, policy.max_messages)
     if closed or not complete:
@@ -123,7 +113,7 @@ def extend(burst: Sequence[Pending], after: Sequence[Pending | None], policy: Bu
     run: list[Pending] = []
     for item in after:
         if len(burst) + len(run) >= policy.max_messages or item is None or item.env.kind not in BURSTABLE \
-                or policy.alone(item):
+                or alone(policy, item):
             break
         run.append(item)
     while run and run[-1].env.kind != "message":

@@ -10,7 +10,7 @@ from prometheus_client import Histogram
 
 from worker import metrics
 from worker.conversation.chat import RoundTrip
-from worker.service.burst import BurstPolicy
+from worker.settings import Broker, Budget, Burst, Delivery, Drain
 
 
 class Wake(Protocol):
@@ -22,37 +22,87 @@ class Wake(Protocol):
 
 @dataclass(frozen=True)
 class ServiceConfig:
-    """The knobs of the service (built from :class:`worker.settings.Settings`).
+    """The knobs of the service: the settings' groups it reads, as :mod:`worker.settings` declares them (the
+    runtime passes the process's own; a default is the group's documented default).
 
-    ``lease_ms`` is how long a conversation (or its delivery) stays owned by a worker that stopped renewing it:
-    a running turn renews it every ``lease_ms / 3`` (see :mod:`worker.service.heartbeat`), so it can be short
+    ``drain.lease_ms`` is how long a conversation (or its delivery) stays owned by a worker that stopped renewing
+    it: a running turn renews it every ``lease_ms / 3`` (see :mod:`worker.service.heartbeat`), so it can be short
     and a dead worker's conversations are taken over soon. ``max_hold_ms`` bounds the time between two commits
-    that the heartbeat covers: a turn stuck past it loses the conversation, and the fence refuses its commit.
+    that the heartbeat covers (a task's hard time limit): a turn stuck past it loses the conversation, and the fence
+    refuses its commit. The properties are the paths the service reads, each a group's field or unit.
     """
 
-    system_prompt: str | None = None
-    lease_ms: int = 10_000
-    max_hold_ms: int = 600_000
-    max_attempts: int = 5
-    max_model_retries: int = 30
-    max_bad_response_retries: int = 3
-    max_retry_delay: float = 60.0
-    delivery_max_attempts: int = 8
-    delivery_part_interval: float = 0.0
-    # An ingress records status webhooks (see worker.service.inflight); None: when one says so in Redis.
-    status_webhooks: bool | None = False
-    resend_grace_ms: int = 10_000
+    drain: Drain = field(default_factory=Drain)
+    delivery: Delivery = field(default_factory=Delivery)
+    burst: Burst = field(default_factory=Burst)
+    budget: Budget = field(default_factory=Budget)
+    system_prompt: str | None = None  # the settings' (Llm.system_prompt); a turn may carry its own
+    model_name: str | None = None  # the configured model (Llm.model), for the record when a provider names none
+    record: bool = False  # build durable-record entries (Record.enabled: a database is configured)
+    max_hold_ms: int = Broker().task_time_limit_ms
     compaction_flag_ms: int = 300_000
-    deliver_inline: bool = True
     trace_reply_chars: int = 4000
-    burst: BurstPolicy = field(default_factory=BurstPolicy)
-    drain_max_turns: int = 0  # inputs a drain applies before it hands the conversation back; 0 = no bound
-    drain_max_seconds: float = 0.0  # the same bound in seconds (checked after each commit); 0 = no bound
-    dead_letter_reply: str = ""  # the apology a player gets for a dead-lettered message; empty = none
-    record: bool = False  # build durable-record entries (a database is configured)
-    model_name: str | None = None  # the configured model, for the record when a provider names none
-    daily_token_budget: int = 0  # tokens a conversation may use per UTC day; 0 = no budget
-    token_budget_reply: str = ""  # what a player over the budget gets instead of the model's answer
+
+    @property
+    def lease_ms(self) -> int:
+        return self.drain.lease_ms
+
+    @property
+    def max_attempts(self) -> int:
+        return self.drain.max_attempts
+
+    @property
+    def max_model_retries(self) -> int:
+        return self.drain.max_model_retries
+
+    @property
+    def max_bad_response_retries(self) -> int:
+        return self.drain.max_bad_response_retries
+
+    @property
+    def max_retry_delay(self) -> float:
+        return self.drain.max_retry_delay
+
+    @property
+    def drain_max_turns(self) -> int:
+        return self.drain.max_turns
+
+    @property
+    def drain_max_seconds(self) -> float:
+        return self.drain.max_seconds
+
+    @property
+    def dead_letter_reply(self) -> str:
+        return self.drain.dead_letter_reply
+
+    @property
+    def delivery_max_attempts(self) -> int:
+        return self.delivery.max_attempts
+
+    @property
+    def delivery_part_interval(self) -> float:
+        return self.delivery.part_interval
+
+    @property
+    def status_webhooks(self) -> bool | None:
+        """An ingress records status webhooks (see worker.service.inflight); None: when one says so in Redis."""
+        return self.delivery.statuses
+
+    @property
+    def resend_grace_ms(self) -> int:
+        return self.delivery.resend_grace_ms
+
+    @property
+    def deliver_inline(self) -> bool:
+        return self.delivery.deliver_inline
+
+    @property
+    def daily_token_budget(self) -> int:
+        return self.budget.daily_token_budget
+
+    @property
+    def token_budget_reply(self) -> str:
+        return self.budget.token_budget_reply
 
 
 # Bound once: looking a labelled child up costs more than the increment (several per model round trip).

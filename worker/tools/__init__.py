@@ -42,14 +42,14 @@ def fixed_tools(settings: Any) -> tuple[list[Tool], list[McpServerSpec]]:
     """The tools whose set never changes (Python, then the manifest's HTTP tools) and the MCP servers to open;
     no connection is made, so the worker's main process can check the configuration before it forks."""
     fixed: list[Tool] = []
-    if settings.tools:
-        fixed.extend(load_reference(settings.tools, settings))
+    if settings.tooling.tools:
+        fixed.extend(load_reference(settings.tooling.tools, settings))
     fixed.extend(load_entry_points(settings))
     servers: list[McpServerSpec] = []
-    if settings.tools_file:
-        manifest = load_manifest(settings.tools_file)
-        fixed.extend(http_tools(manifest.tools, where=f"PARLEY_TOOLS_FILE {settings.tools_file}",
-                                default_timeout=settings.tool_timeout))
+    if settings.tooling.tools_file:
+        manifest = load_manifest(settings.tooling.tools_file)
+        fixed.extend(http_tools(manifest.tools, where=f"PARLEY_TOOLS_FILE {settings.tooling.tools_file}",
+                                default_timeout=settings.tooling.tool_timeout))
         servers.extend(manifest.mcp_servers)
     servers.extend(_env_servers(settings))
     for s in servers:
@@ -65,11 +65,11 @@ def _env_servers(settings: Any) -> list[McpServerSpec]:
     """The servers of ``PARLEY_MCP_SERVERS``, each with its headers from ``PARLEY_MCP_HEADERS`` (keyed by the URL as
     written there). Headers for a server that is not in the list are refused: a mistyped key would otherwise send
     no credentials and fail every call."""
-    urls = [u.strip() for u in (settings.mcp_servers or "").split(",") if u.strip()]
+    urls = [u.strip() for u in (settings.tooling.mcp_servers or "").split(",") if u.strip()]
     for url in urls:
         if not url.startswith(("http://", "https://")):
             raise ConfigurationError(f"PARLEY_MCP_SERVERS: {redact_url(url)!r} is not an http(s) URL")
-    headers = settings.mcp_headers or {}
+    headers = settings.tooling.mcp_headers or {}
     unknown = sorted(redact_url(u) for u in headers if u not in urls)
     if unknown:
         raise ConfigurationError(f"PARLEY_MCP_HEADERS: {', '.join(unknown)} is not one of PARLEY_MCP_SERVERS")
@@ -86,8 +86,8 @@ def load_tools(settings: Any, *, mcp_start_wait: float = MCP_START_WAIT) -> Load
 
     bridge = EventLoopThread()
     source = McpSource([McpServer(s.url, headers=expand_headers(s.headers, f"mcp_servers ({redact_url(s.url)})"),
-                                  bridge=bridge, call_timeout=settings.tool_timeout,
-                                  refresh_seconds=settings.mcp_refresh_seconds) for s in servers],
+                                  bridge=bridge, call_timeout=settings.tooling.tool_timeout,
+                                  refresh_seconds=settings.tooling.mcp_refresh_seconds) for s in servers],
                        taken=[t.name for t in fixed])
     source.start(mcp_start_wait)
     return LoadedTools(fixed, source)
