@@ -14,6 +14,7 @@ conversation id, the text limit ``PARLEY_MAX_INPUT_CHARS``, lone surrogates, bla
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -108,3 +109,39 @@ class Summary(BaseModel):
     delivered: list[dict[str, Any]]
     statuses: list[dict[str, Any]]
     state: dict[str, Any] = Field(description="The decoded state (messages, summary, pinned facts).")
+
+
+Scope = Literal["producer", "operator"]
+"""What a token may do: a producer queues inputs and reads summaries; an operator may also delete."""
+
+
+@dataclass(frozen=True)
+class Operation:
+    """One operation of the API: the route, the scope it needs, its body and what it does. The OpenAPI document is
+    generated from these (:mod:`worker.ingress.openapi`)."""
+
+    operation_id: str
+    method: str
+    path: str
+    scope: Scope
+    summary: str
+    kind: str | None = None  # an input of this kind (its body is KINDS[kind]); None: delete or read
+
+    @property
+    def body(self) -> type[ProducerBody] | None:
+        return KINDS[self.kind] if self.kind else None
+
+
+_CONVERSATION = "/v1/conversations/{conversation_id}"
+OPERATIONS: tuple[Operation, ...] = (
+    Operation("send_message", "POST", _CONVERSATION + "/messages", "producer",
+              "Queue a chat turn; the model answers it.", "message"),
+    Operation("send_event", "POST", _CONVERSATION + "/events", "producer",
+              "Queue a game event; no model call, the model reads it on the next turn.", "event"),
+    Operation("reset", "POST", _CONVERSATION + "/reset", "producer",
+              "Queue a reset: the inputs before it are applied first, then the conversation starts fresh.", "reset"),
+    Operation("delete", "DELETE", _CONVERSATION, "operator",
+              "Delete everything of the conversation now (its message ids are remembered for a while)."),
+    Operation("summary", "GET", _CONVERSATION, "producer",
+              "What `parley show` prints: state, mailbox and outbox depth, last replies, delivery statuses."),
+)

@@ -20,7 +20,7 @@ import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from functools import partial
-from typing import Any, Literal
+from typing import Any
 
 from pydantic import ValidationError
 from starlette.concurrency import run_in_threadpool
@@ -33,13 +33,12 @@ from worker.errors import ConfigurationError, InboxFullError, InputError, StoreE
 from worker.ingress import metrics as ingress_metrics
 from worker.ingress.body import TooLarge, read_body
 from worker.ingress.parse import decode_webhook
-from worker.producer_bodies import CLIENT_METHODS, KINDS, Accepted, ProducerBody, field_of
+from worker.producer_bodies import CLIENT_METHODS, OPERATIONS, Accepted, Operation, Scope, field_of
 from worker.show import known, plain, summary
 from worker.store.keys import validate_conversation_id
 
 log = logging.getLogger("parley.api")
 
-Scope = Literal["producer", "operator"]
 SCOPES: tuple[Scope, ...] = ("producer", "operator")
 #: Seconds a client is asked to wait after a 429 (a full mailbox drains at the model's pace) or a 503 (an outage).
 RETRY_AFTER_FULL = 5
@@ -98,38 +97,6 @@ def _input_error(exc: InputError) -> JSONResponse:
         return problem(429, f"the conversation's mailbox is full, retry later: {exc}",
                        headers={"Retry-After": str(RETRY_AFTER_FULL)})
     return problem(422, str(exc), exc.field)
-
-
-@dataclass(frozen=True)
-class Operation:
-    """One operation of the API: the route, the scope it needs, its body and what it does. The OpenAPI document is
-    generated from these (:mod:`worker.ingress.openapi`)."""
-
-    operation_id: str
-    method: str
-    path: str
-    scope: Scope
-    summary: str
-    kind: str | None = None  # an input of this kind (its body is KINDS[kind]); None: delete or read
-
-    @property
-    def body(self) -> type[ProducerBody] | None:
-        return KINDS[self.kind] if self.kind else None
-
-
-_CONVERSATION = "/v1/conversations/{conversation_id}"
-OPERATIONS: tuple[Operation, ...] = (
-    Operation("send_message", "POST", _CONVERSATION + "/messages", "producer",
-              "Queue a chat turn; the model answers it.", "message"),
-    Operation("send_event", "POST", _CONVERSATION + "/events", "producer",
-              "Queue a game event; no model call, the model reads it on the next turn.", "event"),
-    Operation("reset", "POST", _CONVERSATION + "/reset", "producer",
-              "Queue a reset: the inputs before it are applied first, then the conversation starts fresh.", "reset"),
-    Operation("delete", "DELETE", _CONVERSATION, "operator",
-              "Delete everything of the conversation now (its message ids are remembered for a while)."),
-    Operation("summary", "GET", _CONVERSATION, "producer",
-              "What `parley show` prints: state, mailbox and outbox depth, last replies, delivery statuses."),
-)
 
 
 @dataclass(frozen=True)

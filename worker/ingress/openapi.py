@@ -3,16 +3,13 @@ written by hand, so it cannot drift from what the API accepts; a test and the Sc
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from pydantic import BaseModel
 from pydantic.json_schema import models_json_schema
 
-from worker.producer_bodies import KINDS, Accepted, Problem, Summary
+from worker.producer_bodies import KINDS, Accepted, Operation, Problem, Summary
 from worker.store.keys import _ID, MAX_ID_LENGTH
-
-if TYPE_CHECKING:
-    from worker.ingress.api import Operation
 
 _REF = "#/components/schemas/{model}"
 _BODY_NAMES = {body.__name__ for body in KINDS.values()}
