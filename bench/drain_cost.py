@@ -17,20 +17,16 @@ tree and the ratio new / old.
 
 from __future__ import annotations
 
-import argparse
 import cProfile
 import json
-import os
 import pstats
 import statistics
-import subprocess
 import sys
 import time
 import uuid
-from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
+from two_trees import options, run_alternating
 
 
 def child(port: int, n: int, features: bool) -> dict[str, float]:
@@ -80,27 +76,8 @@ def child(port: int, n: int, features: bool) -> dict[str, float]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--old", required=True, help="the other tree (a folder holding its worker/ package)")
-    parser.add_argument("--n", type=int, default=2000)
-    parser.add_argument("--rounds", type=int, default=6)
-    opts = parser.parse_args()
-    sys.path.insert(0, str(ROOT))
-    from tests.support.redis_server import start_redis
-
-    server = start_redis()
-    trees = {"old": str(Path(opts.old).resolve()), "new": str(ROOT)}
-    results: dict[tuple[str, str], list[dict[str, float]]] = {}
-    try:
-        for r in range(opts.rounds):
-            for config in ("plain", "features"):
-                for label in ("old", "new") if r % 2 == 0 else ("new", "old"):
-                    out = subprocess.run([sys.executable, __file__, "--child", str(server.port), str(opts.n), config],
-                                         env={**os.environ, "PYTHONPATH": trees[label]}, cwd=trees[label],
-                                         capture_output=True, text=True, check=True)
-                    results.setdefault((config, label), []).append(json.loads(out.stdout))
-    finally:
-        server.stop()
+    runs = run_alternating(__file__, options(), (("plain",), ("features",)))
+    results = {(variant[0], label): figures for (variant, label), figures in runs.items()}
     med: dict[tuple[str, str], dict[str, Any]] = {
         key: {k: statistics.median(run[k] for run in runs) for k in runs[0]} for key, runs in results.items()}
     for config in ("plain", "features"):

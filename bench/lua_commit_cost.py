@@ -18,20 +18,16 @@ Prints the median over the rounds for each tree, then each round's figures.
 
 from __future__ import annotations
 
-import argparse
 import inspect
 import json
-import os
 import statistics
-import subprocess
 import sys
 import time
 import timeit
 import uuid
-from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
+from two_trees import options, run_alternating
 
 
 def wire(port: int, n: int) -> dict[str, float]:
@@ -100,26 +96,8 @@ def wrapper() -> float:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--old", required=True, help="the other tree (a folder holding its worker/ package)")
-    parser.add_argument("--n", type=int, default=2000)
-    parser.add_argument("--rounds", type=int, default=6)
-    opts = parser.parse_args()
-    sys.path.insert(0, str(ROOT))
-    from tests.support.redis_server import start_redis
-
-    server = start_redis()
-    trees = {"old": str(Path(opts.old).resolve()), "new": str(ROOT)}
-    results: dict[str, list[dict[str, float]]] = {"old": [], "new": []}
-    try:
-        for r in range(opts.rounds):
-            for label in ("old", "new") if r % 2 == 0 else ("new", "old"):
-                out = subprocess.run([sys.executable, __file__, "--child", str(server.port), str(opts.n)],
-                                     env={**os.environ, "PYTHONPATH": trees[label]}, cwd=trees[label],
-                                     capture_output=True, text=True, check=True)
-                results[label].append(json.loads(out.stdout))
-    finally:
-        server.stop()
+    runs = run_alternating(__file__, options())
+    results = {label: figures for (_, label), figures in runs.items()}
     for label, runs in results.items():
         medians = {k: round(statistics.median(run[k] for run in runs), 1) for k in runs[0]}
         print(label, medians, "rounds:", [{k: round(v, 1) for k, v in run.items()} for run in runs])
