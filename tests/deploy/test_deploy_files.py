@@ -11,6 +11,7 @@ import shlex
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 import yaml
@@ -78,16 +79,30 @@ def test_the_procfile_exporter_without_a_database_stays_up_idle_until_sigterm(tm
     argv[0] = str(pathlib.Path(sys.executable).with_name(argv[0]))  # the worktree's own console script
     proc = subprocess.Popen(argv, cwd=tmp_path, env=_env_without_parley(), stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
+    said: list[str] = []
+    ready = threading.Event()
+
+    def read_stderr() -> None:
+        assert proc.stderr is not None
+        for line in proc.stderr:
+            said.append(line)
+            if "PARLEY_DATABASE_URL is not set" in line:
+                ready.set()  # said once its SIGTERM handler is in place (a loaded machine may take long to get there)
+
+    reader = threading.Thread(target=read_stderr, daemon=True)
+    reader.start()
     try:
-        time.sleep(4)
-        assert proc.poll() is None, f"the exporter exited ({proc.returncode}): {proc.communicate()[1]}"
+        assert ready.wait(120), f"the exporter said nothing (exit code {proc.poll()}): {said}"
+        time.sleep(0.5)  # it stays up past saying so
+        assert proc.poll() is None, f"the exporter exited ({proc.returncode}): {said}"
         proc.send_signal(signal.SIGTERM)
-        out, err = proc.communicate(timeout=10)
+        out, _ = proc.communicate(timeout=10)
+        reader.join(timeout=5)
     finally:
         if proc.poll() is None:
             proc.kill()
     assert proc.returncode == 0
-    lines = [ln for ln in (out + err).splitlines() if ln.strip()]
+    lines = [ln for ln in (out + "".join(said)).splitlines() if ln.strip()]
     assert len(lines) == 1 and "PARLEY_DATABASE_URL is not set" in lines[0], lines
 
 

@@ -62,9 +62,10 @@ def _idle_without_database() -> int:
     stops the whole formation when any process exits, even with 0) until SIGTERM or Ctrl-C."""
     import threading
 
-    log.warning("PARLEY_DATABASE_URL is not set: the durable record is off; the exporter idles until stopped")
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    # Said once the handler is in place, so the line also tells a supervisor the process is ready to be stopped.
+    log.warning("PARLEY_DATABASE_URL is not set: the durable record is off; the exporter idles until stopped")
     try:
         while not stop.wait(3600):
             pass
