@@ -61,3 +61,14 @@ def test_each_unit_a_component_reads_is_the_groups_property() -> None:
     assert (s.delivery.statuses, s.record.enabled, s.record.stream_limit) == (False, True, 100_000)
     bare = Settings(_env_file=None)  # type: ignore[call-arg]
     assert (bare.store.idle_ttl_ms, bare.delivery.statuses, bare.record.stream_limit) == (0, None, 0)
+
+
+def test_a_tool_factory_reading_a_setting_by_its_flat_name_still_gets_it_with_a_warning() -> None:
+    """Before the groups, a PARLEY_TOOLS factory read ``settings.llm_model``; it still works, and says the new path."""
+    settings = Settings(_env_file=None, llm_model="gpt-4o-mini", burst_quiet_seconds=2.5)
+    with pytest.warns(DeprecationWarning, match=r"settings\.llm\.model"):
+        assert settings.llm_model == "gpt-4o-mini"  # type: ignore[attr-defined]
+    with pytest.warns(DeprecationWarning):
+        assert settings.burst_quiet_seconds == 2.5  # type: ignore[attr-defined]
+    with pytest.raises(AttributeError):
+        settings.no_such_setting  # type: ignore[attr-defined]  # noqa: B018

@@ -15,9 +15,10 @@ wants (milliseconds, a flag) is a property of the group. The environment stays f
 from __future__ import annotations
 
 import json
+import warnings
 from copy import copy
 from functools import lru_cache
-from typing import Annotated, Any, ClassVar, Literal, cast
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal, cast
 
 from pydantic import (
     AliasChoices,
@@ -754,6 +755,17 @@ class Settings(BaseSettings):
                              f"PARLEY_DEDUPE_SECONDS ({self.store.dedupe_seconds:g}): a webhook replayed in between "
                              f"would be applied again")
         return self
+
+    if not TYPE_CHECKING:  # hidden from mypy, so Parley's own code must use the groups (a typo stays an error)
+        def __getattr__(self, name: str) -> Any:
+            """``settings.llm_model`` as before the groups: a deployment's tool factory (``PARLEY_TOOLS``) may read
+            a setting by its flat name; it gets the group's value and a DeprecationWarning naming the new path."""
+            route = _ROUTE.get(name)
+            if route is None:
+                return super().__getattr__(name)
+            group, field = route
+            warnings.warn(f"settings.{name} is settings.{group}.{field} now", DeprecationWarning, stacklevel=2)
+            return getattr(getattr(self, group), field)
 
     def effective_broker_url(self) -> str:
         return self.broker.url or self.redis.effective_url()
