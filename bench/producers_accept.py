@@ -15,6 +15,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import pathlib
+import shlex
 import socket
 import subprocess
 import sys
@@ -31,6 +33,7 @@ from worker.inlet.stream import Inlet
 from worker.store.redis_store import ConversationStore
 
 CONVERSATIONS = 200
+ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 
 def _free_port() -> int:
@@ -61,12 +64,18 @@ def python_client(url: str, prefix: str, n: int, threads: int) -> float:
                                                            message_id=f"py-{run}-{i}"))
 
 
+def webhook_command(port: int, workers: int) -> list[str]:
+    """The Procfile's webhook command (uvicorn and its options), on ``port`` with ``workers`` workers."""
+    line = next(ln for ln in (ROOT / "Procfile").read_text().splitlines() if ln.startswith("webhook:"))
+    command = line.partition(":")[2].replace("${PORT:-8080}", str(port))
+    return shlex.split(command.replace("${PARLEY_WEBHOOK_WORKERS:-2}", str(workers)).replace("0.0.0.0", "127.0.0.1"))
+
+
 def http_api(url: str, prefix: str, n: int, threads: int, workers: int) -> float:
     port = _free_port()
     env = {**os.environ, "REDIS_URL": url, "PARLEY_KEY_PREFIX": prefix, "PARLEY_API_TOKENS": "bench",
            "PARLEY_LOG_LEVEL": "WARNING"}
-    proc = subprocess.Popen([sys.executable, "-m", "uvicorn", "worker.ingress.app:app", "--port", str(port),
-                             "--workers", str(workers), "--log-level", "warning"], env=env)
+    proc = subprocess.Popen([sys.executable, "-m", *webhook_command(port, workers), "--log-level", "warning"], env=env)
     try:
         base = f"http://127.0.0.1:{port}"
         for _ in range(300):
