@@ -4,7 +4,8 @@ client's accept rate in the same run (issue 29's aims: at least 0.5x through HTT
 All three accept the same inputs (game events, unique message ids, spread over conversations) into the same Redis
 (the URL given; a scratch prefix, deleted afterwards). The Python client and the HTTP API are driven by the same
 number of threads; the API is the webhook process as the Procfile runs it (uvicorn, two workers, configured from the
-environment). The inlet is one in-process consumer draining a stream filled beforehand (publishing is the engine's
+environment), sent to by httpx and by a lean client (http.client): on a small machine the sender's own CPU is
+part of what is measured, and httpx's is about as much as the server's. The inlet is one in-process consumer draining a stream filled beforehand (publishing is the engine's
 cost, not Parley's).
 
     python bench/producers_accept.py [--url redis://127.0.0.1:6379/15] [--inputs 4000] [--threads 4]
@@ -13,6 +14,7 @@ cost, not Parley's).
 from __future__ import annotations
 
 import argparse
+import http.client
 import json
 import os
 import pathlib
@@ -71,7 +73,30 @@ def webhook_command(port: int, workers: int) -> list[str]:
     return shlex.split(command.replace("${PARLEY_WEBHOOK_WORKERS:-2}", str(workers)).replace("0.0.0.0", "127.0.0.1"))
 
 
-def http_api(url: str, prefix: str, n: int, threads: int, workers: int) -> float:
+def _stdlib_sender(port: int, threads: int, run: str) -> Callable[[int], None]:
+    """A lean HTTP client (http.client, one keep-alive connection a thread, Nagle off as Go's net/http has it): the
+    server's share of the cost shows where httpx's own (about half a millisecond of CPU a request here) would hide
+    it."""
+    conns = [http.client.HTTPConnection("127.0.0.1", port) for _ in range(threads)]
+    for conn in conns:
+        conn.connect()
+        assert conn.sock is not None
+        conn.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    headers = {"Authorization": "Bearer bench", "Content-Type": "application/json"}
+
+    def send(i: int) -> None:
+        conn = conns[i % threads]
+        conn.request("POST", f"/v1/conversations/l{i % CONVERSATIONS}/events", headers=headers,
+                     body=json.dumps({"text": f"event {i}", "message_id": f"lean-{run}-{i}"}))
+        r = conn.getresponse()
+        assert r.status == 202, r.read()
+        r.read()
+
+    return send
+
+
+def http_api(url: str, prefix: str, n: int, threads: int, workers: int) -> tuple[float, float]:
+    """Inputs per second through the webhook process, sent with httpx and with a lean client."""
     port = _free_port()
     env = {**os.environ, "REDIS_URL": url, "PARLEY_KEY_PREFIX": prefix, "PARLEY_API_TOKENS": "bench",
            "PARLEY_LOG_LEVEL": "WARNING"}
@@ -92,7 +117,7 @@ def http_api(url: str, prefix: str, n: int, threads: int, workers: int) -> float
                                           json={"text": f"event {i}", "message_id": f"http-{run}-{i}"})
             assert r.status_code == 202, r.text
 
-        return _threads(n, threads, send)
+        return _threads(n, threads, send), _threads(n, threads, _stdlib_sender(port, threads, run))
     finally:
         proc.terminate()
         proc.wait(10)
@@ -126,7 +151,7 @@ def main() -> None:
     prefix = f"bench-{uuid.uuid4().hex[:6]}"
     try:
         base = python_client(a.url, prefix, a.inputs, a.threads)
-        api = http_api(a.url, prefix, a.inputs, a.threads, a.workers)
+        api, lean = http_api(a.url, prefix, a.inputs, a.threads, a.workers)
         base_single = python_client(a.url, prefix, a.inputs, 1)
         streamed = inlet(a.url, prefix, a.inputs)
     finally:
@@ -135,6 +160,7 @@ def main() -> None:
             r.delete(key)
     print(f"python client, {a.threads} threads: {base:8.0f} inputs/s")
     print(f"HTTP API,      {a.threads} threads, {a.workers} uvicorn workers: {api:8.0f} inputs/s  = {api / base:.2f}x the client (aim 0.5x)")
+    print(f"HTTP API, lean client (http.client): {lean:8.0f} inputs/s  = {lean / base:.2f}x the client")
     print(f"python client, 1 thread:  {base_single:8.0f} inputs/s")
     print(f"inlet, 1 consumer:        {streamed:8.0f} inputs/s  = {streamed / base_single:.2f}x the client on one "
           f"thread (aim 0.8x)")
