@@ -5,7 +5,8 @@ All three accept the same inputs (game events, unique message ids, spread over c
 (the URL given; a scratch prefix, deleted afterwards). The Python client and the HTTP API are driven by the same
 number of threads; the API is the webhook process as the Procfile runs it (uvicorn, two workers, configured from the
 environment), sent to by httpx and by a lean client (http.client): on a small machine the sender's own CPU is
-part of what is measured, and httpx's is about as much as the server's. The inlet is one in-process consumer draining a stream filled beforehand (publishing is the engine's
+part of what is measured, and httpx's is about as much as the server's; with Go on the PATH, also by a producer
+written in Go (bench/go_sender, as a game engine's backend might be). The inlet is one in-process consumer draining a stream filled beforehand (publishing is the engine's
 cost, not Parley's).
 
     python bench/producers_accept.py [--url redis://127.0.0.1:6379/15] [--inputs 4000] [--threads 4]
@@ -19,9 +20,11 @@ import json
 import os
 import pathlib
 import shlex
+import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import uuid
@@ -95,8 +98,20 @@ def _stdlib_sender(port: int, threads: int, run: str) -> Callable[[int], None]:
     return send
 
 
-def http_api(url: str, prefix: str, n: int, threads: int, workers: int) -> tuple[float, float]:
-    """Inputs per second through the webhook process, sent with httpx and with a lean client."""
+def _go_sender(workdir: str) -> str | None:
+    """bench/go_sender built into ``workdir`` (a producer in Go, the standard library only), or ``None`` without Go."""
+    go = shutil.which("go")
+    if go is None:
+        return None
+    binary = os.path.join(workdir, "go_sender")
+    subprocess.run([go, "build", "-o", binary, "."], cwd=ROOT / "bench" / "go_sender", check=True,
+                   env={**os.environ, "CGO_ENABLED": "0"})
+    return binary
+
+
+def http_api(url: str, prefix: str, n: int, threads: int, workers: int,
+             go_sender: str | None) -> tuple[float, float, float | None]:
+    """Inputs per second through the webhook process, sent with httpx, with a lean client and from Go."""
     port = _free_port()
     env = {**os.environ, "REDIS_URL": url, "PARLEY_KEY_PREFIX": prefix, "PARLEY_API_TOKENS": "bench",
            "PARLEY_LOG_LEVEL": "WARNING"}
@@ -117,7 +132,13 @@ def http_api(url: str, prefix: str, n: int, threads: int, workers: int) -> tuple
                                           json={"text": f"event {i}", "message_id": f"http-{run}-{i}"})
             assert r.status_code == 202, r.text
 
-        return _threads(n, threads, send), _threads(n, threads, _stdlib_sender(port, threads, run))
+        lean = _threads(n, threads, _stdlib_sender(port, threads, run))
+        from_go = None
+        if go_sender is not None:
+            out = subprocess.run([go_sender, base, "bench", str(n), str(threads), run], check=True,
+                                 capture_output=True, text=True)
+            from_go = float(out.stdout)
+        return _threads(n, threads, send), lean, from_go
     finally:
         proc.terminate()
         proc.wait(10)
@@ -151,7 +172,8 @@ def main() -> None:
     prefix = f"bench-{uuid.uuid4().hex[:6]}"
     try:
         base = python_client(a.url, prefix, a.inputs, a.threads)
-        api, lean = http_api(a.url, prefix, a.inputs, a.threads, a.workers)
+        with tempfile.TemporaryDirectory() as workdir:
+            api, lean, from_go = http_api(a.url, prefix, a.inputs, a.threads, a.workers, _go_sender(workdir))
         base_single = python_client(a.url, prefix, a.inputs, 1)
         streamed = inlet(a.url, prefix, a.inputs)
     finally:
@@ -161,6 +183,8 @@ def main() -> None:
     print(f"python client, {a.threads} threads: {base:8.0f} inputs/s")
     print(f"HTTP API,      {a.threads} threads, {a.workers} uvicorn workers: {api:8.0f} inputs/s  = {api / base:.2f}x the client (aim 0.5x)")
     print(f"HTTP API, lean client (http.client): {lean:8.0f} inputs/s  = {lean / base:.2f}x the client")
+    if from_go is not None:
+        print(f"HTTP API, a Go producer:  {from_go:8.0f} inputs/s  = {from_go / base:.2f}x the client")
     print(f"python client, 1 thread:  {base_single:8.0f} inputs/s")
     print(f"inlet, 1 consumer:        {streamed:8.0f} inputs/s  = {streamed / base_single:.2f}x the client on one "
           f"thread (aim 0.8x)")

@@ -1,0 +1,3 @@
+module example.com/parley-bench-sender
+
+go 1.19
