@@ -88,9 +88,10 @@ def test_stalled_worker_past_its_lease(cluster: Cluster) -> None:
             w = _worker_asking(c, asking) or random.choice(c.workers)
             w.kill(signal.SIGSTOP)
             out.faults += 1
-            # Longer than the 5 s lease plus the 5 s sweep interval: the sweeper (or a new input's wake-up) has
-            # handed its conversation to another worker before it wakes.
-            time.sleep(11.5)
+            # Past the 5 s lease and two 5 s sweep intervals: the sweeper (or a new input's wake-up) has handed its
+            # conversation to another worker before it wakes (at 11.5 s a late sweep on a loaded CI machine let
+            # the stopped worker wake first and finish its own turn: nothing was taken over).
+            time.sleep(16.5)
             w.kill(signal.SIGCONT)
 
     # The producer starts once every worker is up, so that the first stop lands on a worker with conversations.

@@ -12,6 +12,7 @@ import sys
 import httpx
 import pytest
 
+from tests.chaos.harness import window_hits
 from tests.e2e.conftest import Cluster
 from tests.support.api_server import ApiProcess
 from tests.support.workers import wait_until
@@ -65,8 +66,14 @@ def test_http_and_stream_inputs_are_answered_once_in_order_through_sigkills(clus
             if p.poll() is None:
                 p.send_signal(signal.SIGTERM)
             p.wait(15)
+    resent = window_hits(w.log() for w in cluster.workers)
     for cid in by_http + by_stream:
-        assert cluster.whatsapp.texts_for(cid) == [f"ack:{cid} question {n}" for n in range(PER)], cid
+        texts = cluster.whatsapp.texts_for(cid)
+        once = [t for i, t in enumerate(texts) if i == 0 or t != texts[i - 1]]
+        assert once == [f"ack:{cid} question {n}" for n in range(PER)], cid
+        # A reply may arrive twice only where a worker was killed between sending it and marking it sent, and the
+        # worker that took over logged resending it (invariant 5: the crash window, counted).
+        assert len(texts) - len(once) <= sum(n for (c, _, _), n in resent.items() if c == cid), (cid, texts)
     seen = [json.dumps(req["messages"], ensure_ascii=False) for req in cluster.llm.requests]
     for cid in (by_http[0], by_stream[0]):
         assert any(f"{cid} tagged Harrogate Theatre" in s for s in seen), cid
