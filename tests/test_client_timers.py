@@ -102,3 +102,21 @@ def test_delete_drops_the_pending_timers(setup) -> None:  # type: ignore[no-unty
     client.send_event(CID, "x", message_id="nudge", at=soon())
     client.delete(CID)
     assert store.scheduled(CID) == [] and store.timer_conversations() == 0
+
+
+def test_parley_scheduled_lists_the_pending_timers_and_cancel_drops_one(setup, monkeypatch, capsys) -> None:  # type: ignore[no-untyped-def]
+    from worker import cli, timer_commands
+
+    client, store, _ = setup
+    client.send_event(CID, "Still there?\x1b[2J", message_id="nudge", at=soon(120))
+    client.reset(CID, message_id="r", at=soon(600))
+    rows = timer_commands.pending_timers(store, CID)
+    assert [(r["kind"], r["message_id"]) for r in rows] == [("event", "nudge"), ("reset", "r")]
+    assert 100 < rows[0]["in_seconds"] <= 120 and rows[0]["due"].endswith("+00:00")
+    monkeypatch.setattr("worker.runtime.build_store", lambda settings: store)
+    monkeypatch.setattr("worker.client.ConversationClient.from_env", classmethod(lambda cls: client))
+    assert cli.main(["scheduled", CID]) == 0
+    out = capsys.readouterr().out
+    assert "nudge" in out and "reset" in out and "\x1b" not in out  # the text is escaped for the terminal
+    assert cli.main(["cancel", CID, "nudge"]) == 0 and cli.main(["cancel", CID, "nudge"]) == 1
+    assert [t.message_id for t in store.scheduled(CID)] == ["r"]

@@ -7,20 +7,25 @@ workers' may sit in different zones, and guessing one would fire a nudge hours e
 
 from __future__ import annotations
 
+import re
 import time
 from datetime import datetime
 
 from worker.errors import InvalidScheduleError
+
+#: The shape of an RFC 3339 timestamp with an offset (the HTTP API's ``at``; its JSON schema's pattern).
+RFC3339 = r"^[0-9]{4}-[0-9]{2}-[0-9]{2}[Tt ][0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]+)?([Zz]|[+-][0-9]{2}:[0-9]{2})$"
+_RFC3339 = re.compile(RFC3339)
 
 
 def parse_rfc3339(value: object) -> datetime:
     """An RFC 3339 timestamp with an offset (``2026-11-25T19:30:00Z``, ``...+01:00``) as an aware datetime."""
     if isinstance(value, datetime):
         return value
-    if not isinstance(value, str):
+    if not isinstance(value, str) or not _RFC3339.match(value):
         raise InvalidScheduleError("at must be an RFC 3339 timestamp with an offset, e.g. 2026-11-25T19:30:00Z")
     try:
-        parsed = datetime.fromisoformat(value)
+        parsed = datetime.fromisoformat(value.upper())
     except ValueError:
         raise InvalidScheduleError(f"at is not an RFC 3339 timestamp: {value[:64]!r}") from None
     return aware(parsed)
