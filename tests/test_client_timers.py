@@ -48,6 +48,7 @@ def test_each_input_kind_is_held_until_due_then_fired_once_and_woken(setup) -> N
     assert loop.run_once() == 3 and woken == [CID]  # one wake-up: the mailbox was empty before the first
     kinds = [decode_envelope(e).kind for _, e in store.inbox(CID)]
     assert kinds == ["event", "message", "reset"] and loop.run_once() == 0
+    assert store.last_inbound(CID) is None  # the player did not write when the held message fired
 
 
 def test_scheduling_the_same_id_again_says_duplicate_and_holds_one(setup) -> None:  # type: ignore[no-untyped-def]

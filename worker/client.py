@@ -87,15 +87,16 @@ class ConversationClient:
             err = OversizeInputError(f"text is {len(env.text)} characters; the limit is {self.max_text_chars}")
             err.field = "text"
             raise err
-        inbound = from_player or _from_player(env)
         due = due_ms(at) if at is not None else None
         if due is not None:
-            held = self.store.schedule(env.conversation_id, env.to_bytes(), env.message_id, due, inbound=inbound,
+            # Held: it never opens WhatsApp's window when it fires, since the player did not write at that time.
+            held = self.store.schedule(env.conversation_id, env.to_bytes(), env.message_id, due,
                                        reset=env.kind == "reset")
             return Submitted(env.conversation_id, env.message_id, held.duplicate, 0, scheduled=True)
         if env.kind == "reset":  # a reset joins the order with no timers held behind it (docs/producers.md)
             self.store.drop_timers(env.conversation_id)
-        result = self.store.accept(env.conversation_id, env.to_bytes(), env.message_id, inbound=inbound)
+        result = self.store.accept(env.conversation_id, env.to_bytes(), env.message_id,
+                                   inbound=from_player or _from_player(env))
         # Only the first input of a burst needs a wake-up: with more waiting, a wake-up is already queued, or a
         # worker is draining (its commit hands the new input back atomically), or the head waits for its
         # scheduled retry; the sweeper covers a worker that died. Fewer Celery tasks, same guarantees.
