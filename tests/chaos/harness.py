@@ -39,6 +39,7 @@ from __future__ import annotations
 import json
 import random
 import re
+import signal
 import threading
 import time
 from collections import Counter
@@ -420,6 +421,16 @@ def part_duplicates_beyond_resends(cid: str, sent: list[SentPart], windows: Coun
             out.append((f"{cid}: part {part} of reply {reply_id} reached WhatsApp {n} times; the workers resent it "
                         f"{explained} times from the send window", n - 1 - explained))
     return out
+
+
+def sigkill_at_random(c: Cluster, stop: threading.Event, out: Outcome) -> None:
+    """The chaos of SIGKILLs: a random worker killed and started again every 0.3-0.8 s."""
+    while not stop.wait(random.uniform(0.3, 0.8)):
+        w = random.choice(c.workers)
+        w.kill(signal.SIGKILL)
+        out.faults += 1
+        time.sleep(0.2)
+        w.start()
 
 
 def restart(w: WorkerProcess) -> WorkerProcess:
