@@ -115,8 +115,6 @@ WHATSAPP_TOKEN_REJECTED = Gauge("parley_whatsapp_token_rejected",
 WHATSAPP_TOKEN_REFUSALS = Counter("parley_whatsapp_token_refusals_total",
                                   "WhatsApp calls refused for the access token, by what was held: send (a reply "
                                   "part), media (a photo fetch) or receipt (a read receipt, dropped).", ["what"])
-TIMERS_SCHEDULED = Counter("parley_timers_scheduled_total",
-                           "Inputs held until they are due (at=), by outcome: held, duplicate.", ["outcome"])
 TIMERS_FIRED = Counter("parley_timers_fired_total",
                        "Held inputs accepted into their mailbox when due (counted by the worker that fired them).")
 TIMERS_DROPPED = Counter("parley_timers_dropped_total",
