@@ -121,3 +121,13 @@ def test_parley_scheduled_lists_the_pending_timers_and_cancel_drops_one(setup, m
     assert "nudge" in out and "reset" in out and "\x1b" not in out  # the text is escaped for the terminal
     assert cli.main(["cancel", CID, "nudge"]) == 0 and cli.main(["cancel", CID, "nudge"]) == 1
     assert [t.message_id for t in store.scheduled(CID)] == ["r"]
+
+
+def test_the_inlet_takes_at_as_the_http_api_does() -> None:
+    from worker.inlet.messages import Unacceptable, parse_message
+
+    msg = parse_message(b'{"kind": "event", "conversation_id": "447700900123", "text": "Still there?", '
+                        b'"message_id": "nudge", "at": "2030-01-01T12:00:00+01:00"}')
+    assert msg.body.arguments()["at"] == datetime(2030, 1, 1, 11, 0, tzinfo=UTC)
+    with pytest.raises(Unacceptable, match="at"):
+        parse_message(b'{"kind": "reset", "conversation_id": "447700900123", "at": "2030-01-01T12:00:00"}')
