@@ -144,6 +144,21 @@ def _sweeper_loop(stop: threading.Event) -> None:
             log.exception("sweeper tick failed")
 
 
+def _timer_loop(stop: threading.Event) -> None:
+    from worker.service.timers import TimerLoop
+
+    while not stop.is_set():  # Redis may be down at start-up: the loop starts once the service can be built
+        try:
+            store = service().store
+            break
+        except Exception:
+            log.exception("timer loop cannot start yet")
+            stop.wait(5.0)
+    else:
+        return
+    TimerLoop(store, lambda cid: drain.apply_async(args=[cid])).run(stop, get_settings().drain.timer_poll_seconds)
+
+
 _stop = threading.Event()
 
 
@@ -185,6 +200,7 @@ def _start_sweeper(sender: Any = None, **_: Any) -> None:
     if not isinstance(getattr(sender, "pool", None), PreforkPool):
         _warm_up()
     threading.Thread(target=_sweeper_loop, args=(_stop,), name="parley-sweeper", daemon=True).start()
+    threading.Thread(target=_timer_loop, args=(_stop,), name="parley-timers", daemon=True).start()
     port = get_settings().observability.metrics_port
     if port:
         from prometheus_client import REGISTRY, start_http_server

@@ -17,6 +17,8 @@
     parley exporter [--once]               copy the record streams to PostgreSQL
     parley transcript CID [--json]         the whole conversation from PostgreSQL
     parley usage [--since DAY] [--conversation CID]   tokens per conversation and UTC day
+    parley scheduled CID [--json]          the conversation's pending timers (inputs sent with at=), earliest first
+    parley cancel CID MESSAGE_ID           cancel a pending timer
 """
 
 from __future__ import annotations
@@ -235,6 +237,9 @@ def _build_parser() -> argparse.ArgumentParser:
     from worker.durable_record.commands import add_parsers
 
     add_parsers(sub)
+    from worker import timer_commands
+
+    timer_commands.add_parsers(sub)
     return parser
 
 

@@ -7,13 +7,19 @@
 Each call validates the input (a bad one raises :class:`~worker.errors.InputError` at once and nothing is
 queued), appends it to the conversation's mailbox (a resubmitted ``message_id`` is ignored), and wakes a
 worker. The inputs of one conversation are applied in the order these calls returned.
+
+With ``at=`` (an aware datetime) an input is validated the same way and held in Redis until then; when due it is
+accepted into the mailbox as if it were sent at that moment (see :mod:`worker.store.timers` and docs/producers.md,
+"Timers"): ``cancel_scheduled`` drops one not yet due.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
+from worker.due_time import due_ms
 from worker.envelopes import Envelope, Media, build_envelope
 from worker.errors import OversizeInputError
 from worker.settings import Settings, get_settings
@@ -24,12 +30,14 @@ from worker.wakeup import Waker, celery_waker
 
 @dataclass(frozen=True)
 class Submitted:
-    """What a submission did: ``duplicate`` when the message id was seen before (nothing queued)."""
+    """What a submission did: ``duplicate`` when the message id was seen before (nothing queued); ``scheduled``
+    when the input is held until its ``at`` (``depth`` is then 0: nothing joined the mailbox yet)."""
 
     conversation_id: str
     message_id: str
     duplicate: bool
     depth: int
+    scheduled: bool = False
 
 
 def _from_player(env: Envelope) -> bool:
@@ -72,13 +80,21 @@ class ConversationClient:
 
         return cls(build_store(settings), wake or celery_waker(settings), max_text_chars=settings.memory.max_input_chars)
 
-    def _submit(self, env: Envelope, *, from_player: bool = False) -> Submitted:
+    def _submit(self, env: Envelope, *, from_player: bool = False, at: datetime | None = None) -> Submitted:
         # A notice's text is the deployment's short answer, not the player's words: the input limit is not for it
         # (the ingress answers a text over that limit with one).
         if env.text is not None and env.kind != "notice" and len(env.text) > self.max_text_chars:
             err = OversizeInputError(f"text is {len(env.text)} characters; the limit is {self.max_text_chars}")
             err.field = "text"
             raise err
+        due = due_ms(at) if at is not None else None
+        if due is not None:
+            # Held: it never opens WhatsApp's window when it fires, since the player did not write at that time.
+            held = self.store.schedule(env.conversation_id, env.to_bytes(), env.message_id, due,
+                                       reset=env.kind == "reset")
+            return Submitted(env.conversation_id, env.message_id, held.duplicate, 0, scheduled=True)
+        if env.kind == "reset":  # a reset joins the order with no timers held behind it (docs/producers.md)
+            self.store.drop_timers(env.conversation_id)
         result = self.store.accept(env.conversation_id, env.to_bytes(), env.message_id,
                                    inbound=from_player or _from_player(env))
         # Only the first input of a burst needs a wake-up: with more waiting, a wake-up is already queued, or a
@@ -94,14 +110,16 @@ class ConversationClient:
 
     def send_message(self, conversation_id: str, text: str, *, message_id: str | None = None,
                      reply_to: str | None = None, system: str | None = None,
-                     recipient: str | None = None, media: Media | None = None) -> Submitted:
+                     recipient: str | None = None, media: Media | None = None,
+                     at: datetime | None = None) -> Submitted:
         """Queue a chat turn. ``message_id`` (e.g. WhatsApp's wamid) makes resubmission harmless;
         ``reply_to`` threads the reply; ``system`` replaces the configured system prompt for this turn;
         ``recipient`` is where the reply goes (default: the conversation id). With ``media`` (a picture the
-        player sent) ``text`` is its caption and may be empty."""
+        player sent) ``text`` is its caption and may be empty. ``at``: hold it until then (an aware datetime; now
+        or past: at once)."""
         return self._submit(self._envelope(kind="message", conversation_id=conversation_id, text=text or None,
                                            message_id=message_id, reply_to=reply_to, system=system,
-                                           recipient=recipient, media=media))
+                                           recipient=recipient, media=media), at=at)
 
     def send_notice(self, conversation_id: str, text: str, *, message_id: str | None = None,
                     reply_to: str | None = None, recipient: str | None = None) -> Submitted:
@@ -111,22 +129,30 @@ class ConversationClient:
                                            message_id=message_id, reply_to=reply_to, recipient=recipient))
 
     def send_event(self, conversation_id: str, text: str, *, message_id: str | None = None,
-                   pinned: bool = False, from_player: bool = False) -> Submitted:
+                   pinned: bool = False, from_player: bool = False, at: datetime | None = None) -> Submitted:
         """Queue a game event ("User has just tagged Harrogate Theatre"); no model call, no reply. The model
         reads it as context on the next turn; ``pinned`` events survive compaction. ``from_player``: the text is
         something the player sent on WhatsApp (a location pin, a reaction): it reaches the model as the player's
         words, never as the game's (its name and address are the player's to choose), and it opens the 24-hour
-        window as a message does."""
+        window as a message does. ``at``: hold it until then (an aware datetime; now or past: at once), e.g. a
+        nudge for a player who stopped moving, cancelled with :meth:`cancel_scheduled` when they move."""
         return self._submit(self._envelope(kind="event", conversation_id=conversation_id, text=text,
                                            message_id=message_id, pinned=pinned, from_player=from_player or None),
-                            from_player=from_player)
+                            from_player=from_player, at=at)
 
-    def reset(self, conversation_id: str, *, message_id: str | None = None) -> Submitted:
-        """Queue a reset: inputs before it are applied first; the conversation then starts fresh."""
-        return self._submit(self._envelope(kind="reset", conversation_id=conversation_id, message_id=message_id))
+    def reset(self, conversation_id: str, *, message_id: str | None = None, at: datetime | None = None) -> Submitted:
+        """Queue a reset: inputs before it are applied first; the conversation then starts fresh. The timers the
+        conversation holds when the reset joins its order (now, or at ``at``) are dropped."""
+        return self._submit(self._envelope(kind="reset", conversation_id=conversation_id, message_id=message_id),
+                            at=at)
+
+    def cancel_scheduled(self, conversation_id: str, message_id: str) -> bool:
+        """Cancel an input held with ``at=`` that is not yet due: ``True`` if one was held and is now dropped;
+        ``False`` if none with that id is held (never scheduled, cancelled before, or already due and accepted)."""
+        return self.store.cancel_scheduled(validate_conversation_id(conversation_id), message_id)
 
     def delete(self, conversation_id: str) -> None:
-        """Delete everything of the conversation now: state, trace, inbox, outbox, quarantine, dead letters.
+        """Delete everything of the conversation now: state, trace, inbox, outbox, quarantine, dead letters, timers.
 
         The message ids it had accepted are kept in a tombstone for ``PARLEY_DELETE_TOMBSTONE_SECONDS`` (two days),
         so WhatsApp's retries of old webhooks are ignored as duplicates instead of starting it again; new message

@@ -11,6 +11,7 @@ The tree::
     │   ├── EnvelopeError
     │   ├── OversizeInputError
     │   ├── InvalidTextError
+    │   ├── InvalidScheduleError
     │   └── WebhookTooLargeError
     ├── StateError
     │   └── StateDecodeError
@@ -102,6 +103,13 @@ class OversizeInputError(InputError):
 class InvalidTextError(InputError):
     """Raised when a text or an id holds a character UTF-8 cannot encode (a lone surrogate), so it could never be
     stored or sent."""
+
+
+class InvalidScheduleError(InputError):
+    """Raised when an input's due time (``at``) is not a timezone-aware datetime (or, over HTTP, not an RFC 3339
+    timestamp with an offset)."""
+
+    field = "at"
 
 
 class WebhookTooLargeError(InputError):

@@ -115,3 +115,14 @@ WHATSAPP_TOKEN_REJECTED = Gauge("parley_whatsapp_token_rejected",
 WHATSAPP_TOKEN_REFUSALS = Counter("parley_whatsapp_token_refusals_total",
                                   "WhatsApp calls refused for the access token, by what was held: send (a reply "
                                   "part), media (a photo fetch) or receipt (a read receipt, dropped).", ["what"])
+TIMERS_FIRED = Counter("parley_timers_fired_total",
+                       "Held inputs accepted into their mailbox when due (counted by the worker that fired them).")
+TIMERS_DROPPED = Counter("parley_timers_dropped_total",
+                         "Due timers dropped when fired: their message id was accepted before, or a reset fired first.")
+TIMERS_HELD_FULL = Counter("parley_timers_held_full_total",
+                           "Firing passes that found a conversation's mailbox full: its due timers stay held and are "
+                           "retried.")
+TIMER_LATENESS = Histogram("parley_timer_lateness_seconds", "How late a timer was accepted into its mailbox after its "
+                           "due time.", buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 30, 300))
+TIMER_CONVERSATIONS = Gauge("parley_timer_conversations",
+                            "Conversations holding timers (read from Redis by the timer loop about every 10 s).")

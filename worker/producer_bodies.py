@@ -15,10 +15,12 @@ conversation id, the text limit ``PARLEY_MAX_INPUT_CHARS``, lone surrogates, bla
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSchema
 
+from worker.due_time import RFC3339, parse_rfc3339
 from worker.envelopes import MAX_ID_CHARS
 
 #: A message id: the producer's own id of the input (a game event's id, a wamid); resubmitting it is harmless.
@@ -27,6 +29,12 @@ MessageId = Annotated[str, Field(min_length=1, max_length=MAX_ID_CHARS, pattern=
     "it is answered as a duplicate. No newline or NUL. Default: a fresh id (a retry is then a second input)."))]
 Text = Annotated[str, Field(min_length=1, pattern=r"\S", description=(
     "The text: not blank, at most PARLEY_MAX_INPUT_CHARS characters (a longer one is a 422 naming `text`)."))]
+#: When the input becomes due (``ConversationClient``'s ``at=``): held until then, at once when now or past.
+At = Annotated[datetime, BeforeValidator(parse_rfc3339), WithJsonSchema({
+    "type": "string", "format": "date-time", "pattern": RFC3339, "description": (
+        "Hold the input until this time (RFC 3339 with an offset, e.g. 2026-11-25T19:30:00Z), then it joins the "
+        "conversation's order; now or past: at once. Cancel one not yet due with DELETE .../scheduled/{message_id} "
+        "(give a message_id to do so).")})]
 
 
 class ProducerBody(BaseModel):
@@ -49,6 +57,7 @@ class MessageBody(ProducerBody):
     recipient: str | None = Field(None, min_length=1, max_length=MAX_ID_CHARS,
                                   description="Where the reply goes. Default: the conversation id.")
     system: str | None = Field(None, description="Replaces the configured system prompt for this turn.")
+    at: At | None = None
 
 
 class EventBody(ProducerBody):
@@ -58,6 +67,7 @@ class EventBody(ProducerBody):
     text: Text
     message_id: MessageId | None = None
     pinned: bool = Field(False, description="A fact the conversation keeps through compaction.")
+    at: At | None = None
 
 
 class ResetBody(ProducerBody):
@@ -65,6 +75,7 @@ class ResetBody(ProducerBody):
     applied first, then the conversation starts fresh. The body may be empty."""
 
     message_id: MessageId | None = None
+    at: At | None = None
 
 
 class Accepted(BaseModel):
@@ -72,6 +83,13 @@ class Accepted(BaseModel):
 
     input_id: str = Field(description="The input's message id (the one given, or the one Parley chose).")
     duplicate: bool = Field(description="The message id was accepted before; nothing new was queued.")
+
+
+class Cancelled(BaseModel):
+    """``DELETE .../scheduled/{message_id}``: 200 when an input held with ``at`` was cancelled before it was due."""
+
+    message_id: str
+    cancelled: bool = Field(description="Always true in a 200 (404 when none with this id is held).")
 
 
 class Problem(BaseModel):
@@ -144,4 +162,6 @@ OPERATIONS: tuple[Operation, ...] = (
               "Delete everything of the conversation now (its message ids are remembered for a while)."),
     Operation("summary", "GET", _CONVERSATION, "producer",
               "What `parley show` prints: state, mailbox and outbox depth, last replies, delivery statuses."),
+    Operation("cancel_scheduled", "DELETE", _CONVERSATION + "/scheduled/{message_id}", "producer",
+              "Cancel an input sent with `at` that is not yet due (404 when none with this message id is held)."),
 )

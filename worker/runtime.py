@@ -63,7 +63,7 @@ def build_store(settings: Settings, client: Any = None) -> ConversationStore:
     limits = StoreLimits(max_inbox=store.max_inbox, dedupe_max_ids=store.dedupe_max_ids, dedupe_ms=store.dedupe_ms,
                          trace_max=store.trace_max, idle_ttl_ms=store.idle_ttl_ms, tombstone_ms=store.tombstone_ms,
                          wait_replicas=redis.wait_replicas, wait_timeout_ms=redis.wait_timeout_ms,
-                         record_max=settings.record.stream_limit)
+                         record_max=settings.record.stream_limit, max_timers=store.max_timers)
     return ConversationStore(client if client is not None else redis_client(settings), prefix=settings.redis.key_prefix,
                              limits=limits)
 

@@ -271,6 +271,8 @@ class Store(_Group):
                                             "(for about 36 hours) cannot bring it back; new ids start afresh. "
                                             "0 = no tombstone.")
     trace_max: int = Field(default=2000, description="Trace entries kept per conversation.")
+    max_timers: int = Field(default=1000, ge=1, description="Most inputs one conversation may hold until they are due "
+                            "(`at=`); more are refused.")
     idle_ttl_seconds: float | None = Field(default=None, description="Expire every key of a conversation idle this long. "
                                                              "Off when unset.")
 
@@ -321,6 +323,10 @@ class Drain(_Group):
     sweep_interval: float = Field(default=5.0, description="How often the sweeper looks for stranded conversations (waiting "
                                   "inputs or replies whose worker's lease ran out), in seconds; it wakes those idle "
                                   "this long or more.")
+
+    timer_poll_seconds: float = Field(default=0.2, gt=0, description="How often each worker process looks for "
+                                      "timers that came due (inputs sent with `at=`): a timer fires this late at "
+                                      "most, plus the time to fire those before it.")
 
     @property
     def lease_ms(self) -> int:

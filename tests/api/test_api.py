@@ -96,7 +96,8 @@ def test_the_api_is_off_without_tokens() -> None:
 
 @pytest.mark.parametrize(("body", "field"), [
     ({"text": "hi", "respond": True}, "respond"),        # issue 30's field: refused until the engine honours it
-    ({"text": "hi", "at": "2030-01-01T00:00:00Z"}, "at"),
+    ({"text": "hi", "at": "2030-01-01T00:00:00"}, "at"),    # no offset: ambiguous, refused
+    ({"text": "hi", "at": 1893456000}, "at"),
     ({}, "text"),
     ({"text": 5}, "text"),
     ({"text": "   "}, "text"),

@@ -22,6 +22,10 @@ stand-in (what was sent, each send naming its reply part by its callback data):
   was resent by a worker that found it in the send window (the workers' ``RESEND_LOG`` line names the part), once
   per such resend.
 
+Timers (``Load.timer_conversations`` > 0): that many more conversations get all their inputs with ``at=`` at the
+start, due one after another over ``Load.timer_window`` seconds while the faults go on; their acceptance order is
+their due order (nothing else is sent to them), so the same checks say none was lost, fired twice or reordered.
+
 Bursts (``Load.burst_max`` > 1 sends players' bursts): a turn that took in several inputs is one trace entry whose
 ``burst`` lists them, head first; each counts as applied by that turn, and the turn's one reply answers its last
 message, so the messages before it in the burst expect no reply of their own.
@@ -35,6 +39,7 @@ from __future__ import annotations
 import json
 import random
 import re
+import signal
 import threading
 import time
 from collections import Counter
@@ -149,11 +154,13 @@ class Load:
     ready_first: bool = False  # start producing once every worker is up (else the first inputs queue a few seconds)
     worker_env: Callable[[int], dict[str, str]] | None = None  # environment of worker i on top of the cluster's
     expect_dead: Callable[[str, DeadLetter], bool] = no_dead_letters  # (cid, dead letter) -> expected?
+    timer_conversations: int = 0  # conversations whose inputs are all sent with at= (see the module docstring)
+    timer_window: float = 6.0  # seconds over which their inputs come due
 
 
 def run_scenario(cluster: Cluster, load: Load,
                  chaos: Callable[[Cluster, threading.Event, Outcome], None] | None = None) -> Outcome:
-    out = Outcome(conversations=load.conversations)
+    out = Outcome(conversations=load.conversations + load.timer_conversations)
     # A mixed fleet, so every scenario runs through both supported pools: even workers threads, odd gevent.
     for i in range(load.workers):
         cluster.start_worker(f"chaos{i}", concurrency=load.concurrency, pool=("threads", "gevent")[i % 2],
@@ -161,6 +168,7 @@ def run_scenario(cluster: Cluster, load: Load,
     client = cluster.client()
     cids = [f"4477{i:08d}" for i in range(load.conversations)]
     accepted: dict[str, list[tuple[str, str, str]]] = {c: [] for c in cids}  # (id, kind, text)
+    timer_cids = schedule_timers(client, load, accepted)
     stop = threading.Event()
     chaos_thread = None
     if chaos is not None:
@@ -213,7 +221,8 @@ def run_scenario(cluster: Cluster, load: Load,
 
     def settled() -> bool:
         try:
-            return all(store.inbox_depth(c) == 0 and store.outbox_depth(c) == 0 for c in cids)
+            return (all(store.inbox_depth(c) == 0 and store.outbox_depth(c) == 0 for c in accepted)
+                    and not any(store.scheduled(c) for c in timer_cids))
         except Exception:
             return False
 
@@ -233,8 +242,8 @@ def run_scenario(cluster: Cluster, load: Load,
 
     windows = window_hits(w.log() for w in cluster.workers)
     out.window_hits = sum(windows.values())
-    for cid in cids:
-        stuck = store.inbox_depth(cid) + store.outbox_depth(cid)
+    for cid in accepted:  # the conversations of the producer's loop, then those of the timers
+        stuck = store.inbox_depth(cid) + store.outbox_depth(cid) + len(store.scheduled(cid))
         if stuck:
             k = store.keys(cid)
             r = raw_client(store)
@@ -248,6 +257,29 @@ def run_scenario(cluster: Cluster, load: Load,
                             dead=[decode_dead_letter(d) for d in store.dead_letters(cid)], stuck=stuck)
         check_conversation(cid, observed, windows, load.expect_dead, out)
     return out
+
+
+def schedule_timers(client: Any, load: Load, accepted: dict[str, list[tuple[str, str, str]]]) -> list[str]:
+    """Send every input of ``load.timer_conversations`` conversations but their first with ``at=``, due in order over
+    ``load.timer_window`` seconds from a second from now; adds them to ``accepted`` in due order (their order)."""
+    from datetime import UTC, datetime, timedelta
+
+    start = datetime.now(UTC) + timedelta(seconds=1)
+    cids = [f"4478{i:08d}" for i in range(load.timer_conversations)]
+    for cid in cids:
+        # The player wrote first (a held message does not open WhatsApp's window when it fires).
+        client.send_message(cid, f"{cid} hello", message_id=f"{cid}-hello")
+        accepted[cid] = [(f"{cid}-hello", "message", f"{cid} hello")]
+        for n in range(load.inputs_per):
+            mid, kind = f"{cid}-t{n}", "event" if load.event_every and n % load.event_every == 1 else "message"
+            text = f"{cid} timer {n}"
+            at = start + timedelta(seconds=load.timer_window * (n + random.random() * 0.9) / load.inputs_per)
+            if kind == "event":
+                client.send_event(cid, text, message_id=mid, at=at)
+            else:
+                client.send_message(cid, text, message_id=mid, at=at)
+            accepted[cid].append((mid, kind, text))
+    return cids
 
 
 _WINDOW_FIELDS = re.compile(re.escape(RESEND_LOG) + r"\W*(\{.*\})\s*$")
@@ -389,6 +421,16 @@ def part_duplicates_beyond_resends(cid: str, sent: list[SentPart], windows: Coun
             out.append((f"{cid}: part {part} of reply {reply_id} reached WhatsApp {n} times; the workers resent it "
                         f"{explained} times from the send window", n - 1 - explained))
     return out
+
+
+def sigkill_at_random(c: Cluster, stop: threading.Event, out: Outcome) -> None:
+    """The chaos of SIGKILLs: a random worker killed and started again every 0.3-0.8 s."""
+    while not stop.wait(random.uniform(0.3, 0.8)):
+        w = random.choice(c.workers)
+        w.kill(signal.SIGKILL)
+        out.faults += 1
+        time.sleep(0.2)
+        w.start()
 
 
 def restart(w: WorkerProcess) -> WorkerProcess:

@@ -21,7 +21,14 @@ import psutil
 import pytest
 import redis
 
-from tests.chaos.harness import Load, Outcome, part_duplicates_beyond_resends, run_scenario, window_hits
+from tests.chaos.harness import (
+    Load,
+    Outcome,
+    part_duplicates_beyond_resends,
+    run_scenario,
+    sigkill_at_random,
+    window_hits,
+)
 from tests.e2e.conftest import BROKERS, Cluster
 from tests.support.loopback import current_peer_port
 from tests.support.store_kit import raw
@@ -55,15 +62,7 @@ def report(name: str, out: Outcome) -> None:
 
 @BROKERS
 def test_sigkill_workers_at_random_moments(cluster: Cluster) -> None:
-    def chaos(c: Cluster, stop: threading.Event, out: Outcome) -> None:
-        while not stop.wait(random.uniform(0.3, 0.8)):
-            w = random.choice(c.workers)
-            w.kill(signal.SIGKILL)
-            out.faults += 1
-            time.sleep(0.2)
-            w.start()
-
-    out = run_scenario(cluster, load(pace=0.03), chaos)
+    out = run_scenario(cluster, load(pace=0.03), sigkill_at_random)
     report(f"sigkill ({cluster.broker})", out)
     assert out.faults >= 3
     out.assert_safe()

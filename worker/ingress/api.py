@@ -33,7 +33,7 @@ from worker.errors import ConfigurationError, InboxFullError, InputError, StoreE
 from worker.ingress import metrics as ingress_metrics
 from worker.ingress.body import TooLarge, read_body
 from worker.ingress.parse import decode_webhook
-from worker.producer_bodies import CLIENT_METHODS, OPERATIONS, Accepted, Operation, Scope, field_of
+from worker.producer_bodies import CLIENT_METHODS, OPERATIONS, Accepted, Cancelled, Operation, Scope, field_of
 from worker.show import known, plain, summary
 from worker.store.keys import validate_conversation_id
 
@@ -134,6 +134,15 @@ class ProducerApi:
             return _input_error(exc)
         return Response(status_code=204)
 
+    def cancel_scheduled(self, cid: str, message_id: str) -> Response:
+        try:
+            cancelled = self.client.cancel_scheduled(cid, message_id)
+        except InputError as exc:
+            return _input_error(exc)
+        if not cancelled:
+            return problem(404, f"no input {message_id!r} is held for {cid} (never scheduled, cancelled, or due)")
+        return JSONResponse(Cancelled(message_id=message_id, cancelled=True).model_dump())
+
     def summary(self, cid: str) -> Response:
         try:
             view = summary(self.client.store, validate_conversation_id(cid))
@@ -147,7 +156,7 @@ class ProducerApi:
 Handler = Callable[[Request], Awaitable[Response]]
 
 
-def _guarded(api: ProducerApi, op: Operation, run: Callable[[str, bytes | bytearray], Response]) -> Handler:
+def _guarded(api: ProducerApi, op: Operation, run: Callable[..., Response]) -> Handler:
     """The endpoint: authenticate, read the body within the limit, run ``run`` in a worker thread, map a store
     outage to 503 and count the outcome."""
     async def endpoint(request: Request) -> Response:
@@ -168,7 +177,9 @@ def _guarded(api: ProducerApi, op: Operation, run: Callable[[str, bytes | bytear
         except ClientDisconnect:
             return Response(status_code=400)
         try:
-            return await run_in_threadpool(partial(run, request.path_params["conversation_id"], raw))
+            params = request.path_params  # conversation_id, and message_id for DELETE .../scheduled/{message_id}
+            extra = {k: v for k, v in params.items() if k != "conversation_id"}
+            return await run_in_threadpool(partial(run, params["conversation_id"], raw, **extra))
         except StoreError as exc:  # Redis down, failing over, refusing writes: the same request can be sent again
             log.error("API %s not done, answering 503: %s", op.operation_id, exc)
             return problem(503, "storage unavailable, retry later", headers={"Retry-After": str(RETRY_AFTER_UNAVAILABLE)})
@@ -194,10 +205,10 @@ def api_routes(client: ConversationClient, tokens: list[tuple[bytes, Scope]], bo
     by_path: dict[str, dict[str, Handler]] = {}
     for op in OPERATIONS:
         if op.kind is not None:
-            run: Callable[[str, bytes | bytearray], Response] = partial(api.input, op)
+            run: Callable[..., Response] = partial(api.input, op)
         else:
-            fn = api.delete if op.method == "DELETE" else api.summary
-            run = partial(lambda f, cid, _raw: f(cid), fn)
+            fn = {"cancel_scheduled": api.cancel_scheduled, "delete": api.delete}.get(op.operation_id, api.summary)
+            run = partial(lambda f, cid, _raw, **params: f(cid, **params), fn)
         by_path.setdefault(op.path, {})[op.method] = _guarded(api, op, run)
     # One route per path, so a 405 lists in `Allow` every method the path has (a route per method lists its own).
     routes = [Route(path, _by_method(handlers), methods=list(handlers)) for path, handlers in by_path.items()]

@@ -8,7 +8,8 @@ from typing import Any
 from pydantic import BaseModel
 from pydantic.json_schema import models_json_schema
 
-from worker.producer_bodies import KINDS, Accepted, Operation, Problem, Summary
+from worker.envelopes import MAX_ID_CHARS
+from worker.producer_bodies import KINDS, Accepted, Cancelled, Operation, Problem, Summary
 from worker.store.keys import _ID, MAX_ID_LENGTH
 
 _REF = "#/components/schemas/{model}"
@@ -41,6 +42,10 @@ def _responses(op: Operation) -> dict[str, Any]:
     if op.kind is not None:
         ok = {"202": {"description": "Accepted (or a duplicate of an input accepted before).",
                       "content": _json(Accepted)}}
+    elif op.operation_id == "cancel_scheduled":
+        ok = {"200": {"description": "Cancelled: it will never be applied.", "content": _json(Cancelled)},
+              "404": {"description": "No input with this message id is held (never scheduled, cancelled before, or "
+                                     "already due and accepted).", "content": _json(Problem)}}
     elif op.method == "DELETE":
         ok = {"204": {"description": "Deleted."}}
     else:
@@ -61,6 +66,9 @@ def _operation(op: Operation) -> dict[str, Any]:
                                    "pattern": f"^{_ID.pattern}$"}}],
         "responses": _responses(op),
     }
+    if "{message_id}" in op.path:
+        out["parameters"].append({"name": "message_id", "in": "path", "required": True,
+                                  "schema": {"type": "string", "minLength": 1, "maxLength": MAX_ID_CHARS}})
     if op.body is not None:
         out["requestBody"] = {"required": op.kind != "reset", "content": _json(op.body)}
     return out
@@ -69,7 +77,7 @@ def _operation(op: Operation) -> dict[str, Any]:
 def document(operations: tuple[Operation, ...], *, max_text_chars: int | None = None) -> dict[str, Any]:
     """The OpenAPI document of ``operations``; ``max_text_chars`` (the client's ``PARLEY_MAX_INPUT_CHARS``) is the
     bodies' ``text`` ``maxLength``."""
-    models: list[type[BaseModel]] = [Accepted, Problem, Summary, *(op.body for op in operations if op.body)]
+    models: list[type[BaseModel]] = [Accepted, Cancelled, Problem, Summary, *(op.body for op in operations if op.body)]
     _, defs = models_json_schema([(m, "validation") for m in dict.fromkeys(models)], ref_template=_REF)
     for schema in defs.get("$defs", {}).values():
         text = schema.get("properties", {}).get("text")

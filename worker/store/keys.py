@@ -34,13 +34,16 @@ Per conversation (``{prefix}:{{cid}}:<name>``):
 ``inbound``     string: ms of the player's last message accepted (opens WhatsApp's customer-service window)
 ``usage``       hash: UTC day (``YYYY-MM-DD``) -> tokens the conversation's turns used that day (the daily budget);
                 expires three days after the last turn
+``timers``      zset: message ids of inputs held until they are due (score: due ms), see :mod:`worker.store.timers`
+``timed``       hash: message id -> the held input (two flag characters, then its mailbox entry)
 ``tomb``        zset: input ids of a deleted conversation (score: ms of the delete), so Meta's retries of
                 its old webhooks dedupe; not one of :data:`NAMES` (delete keeps it), expires on its own
 ==============  ==================================================================================
 
 Global (no hash tag; never touched inside a per-conversation script): ``{prefix}:pending`` (zset:
 conversations that may have work, for the sweeper), ``{prefix}:dead-index`` (zset: conversations with dead
-letters), ``{prefix}:lock:<name>`` (short locks), ``{prefix}:record-on`` (the durable record is on: its stream
+letters), ``{prefix}:timers-due`` (zset: conversations holding timers, scored by the earliest due ms, for the timer
+loop), ``{prefix}:lock:<name>`` (short locks), ``{prefix}:record-on`` (the durable record is on: its stream
 cap, written by ``parley db upgrade`` and the exporter, read by every delete), ``{prefix}:record-deletes`` (zset: the
 deletes the exporter has yet to erase from PostgreSQL) and ``{prefix}:status-ingress`` (an
 ingress records status webhooks: set when it starts and as statuses come, expiring a day after the last).
@@ -71,7 +74,7 @@ _ID = re.compile(r"[A-Za-z0-9._@+=-]{1,128}")
 
 NAMES = ("state", "inbox", "seen", "fence", "lease", "attempts", "outbox", "sent", "dfence", "dlease",
          "delivered", "trace", "quarantine", "dead", "compacting", "statuses", "statusorder", "hold",
-         "journal", "inbound", "usage")
+         "journal", "inbound", "usage", "timers", "timed")
 
 
 def validate_conversation_id(cid: object) -> str:
@@ -122,6 +125,8 @@ class ConversationKeys:
     journal: str = field(init=False)
     inbound: str = field(init=False)
     usage: str = field(init=False)
+    timers: str = field(init=False)
+    timed: str = field(init=False)
 
     def __post_init__(self) -> None:
         validate_conversation_id(self.cid)
@@ -154,6 +159,11 @@ class GlobalKeys:
     @property
     def dead_index(self) -> str:
         return f"{self.prefix}:dead-index"
+
+    @property
+    def timers_due(self) -> str:
+        """Conversations holding timers, scored by their earliest due ms (a score may be early, never late)."""
+        return f"{self.prefix}:timers-due"
 
     def lock(self, name: str) -> str:
         return f"{self.prefix}:lock:{name}"

@@ -24,6 +24,7 @@ class StoreLimits:
     wait_replicas: int = 0  # replicas that must acknowledge an accept or a commit (WAIT); 0: do not wait
     wait_timeout_ms: int = 1000
     record_max: int = 0  # entries kept in a durable-record stream before the oldest are dropped; 0: no record
+    max_timers: int = 1000  # inputs one conversation may hold until they are due
 
 
 @dataclass(frozen=True)

@@ -23,6 +23,7 @@ from worker.store.results import (
     Pace,
     StateRead,
 )
+from worker.store.scripts import FireReply
 
 
 @runtime_checkable
@@ -101,5 +102,15 @@ class SweeperStore(Protocol):
 
 
 @runtime_checkable
-class Store(DrainStore, DeliveryStore, PaceStore, SweeperStore, Protocol):
+class TimerFiringStore(Protocol):
+    """What the timer loop calls (:class:`~worker.store.timers.TimerStore`)."""
+
+    def due_conversations(self, now_ms: int, limit: int = 500) -> list[tuple[str, float]]: ...
+    def fire_due(self, cid: str, now_ms: int, index_score: float, *, batch: int = 100,
+                 retry_ms: int = 1000) -> FireReply: ...
+    def timer_conversations(self) -> int: ...
+
+
+@runtime_checkable
+class Store(DrainStore, DeliveryStore, PaceStore, SweeperStore, TimerFiringStore, Protocol):
     """Everything the service and its tasks call."""

@@ -16,7 +16,8 @@ commands, ordered so that a crash between them strands nothing.
 - :class:`~worker.store.shared_pace.SharedPaceStore`: the pace every worker shares;
 - :class:`~worker.store.admin.AdminStore`: the sweeper, the CLI, health checks;
 - :class:`~worker.store.autoscaling.AutoscalingStore`: the backlog an autoscaler reads;
-- :class:`~worker.store.record_streams.RecordStreamStore`: the durable record's exporter.
+- :class:`~worker.store.record_streams.RecordStreamStore`: the durable record's exporter;
+- :class:`~worker.store.timers.TimerStore`: inputs held until they are due (producers, the timer loop, the CLI).
 
 What the service sees of it are the protocols of :mod:`worker.store.protocol`; what it answers,
 :mod:`worker.store.results`.
@@ -51,6 +52,7 @@ from worker.store.results import (
     StreamEntry,
 )
 from worker.store.shared_pace import SharedPaceStore
+from worker.store.timers import TimerStore
 from worker.store.turn_journal import TurnJournalStore
 
 __all__ = ["AcceptResult", "Backlog", "Begin", "CommitResult", "ConversationStore", "DeliveryStore", "DrainStore",
@@ -59,7 +61,7 @@ __all__ = ["AcceptResult", "Backlog", "Begin", "CommitResult", "ConversationStor
 
 
 class ConversationStore(MailboxStore, TurnJournalStore, OutboxStore, DeliveryStatusStore, SharedPaceStore, AdminStore,
-                        AutoscalingStore, RecordStreamStore):
+                        AutoscalingStore, RecordStreamStore, TimerStore):
     """Conversation storage on Redis (standalone, Sentinel-managed or Cluster)."""
 
 

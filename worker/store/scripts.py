@@ -167,6 +167,26 @@ class PaceArgs(NamedTuple):
     max_wait_us: int
 
 
+class FireKeys(NamedTuple):
+    timers: str
+    timed: str
+    inbox: str
+    seen: str
+    tomb: str
+    inbound: str
+
+
+class FireArgs(NamedTuple):
+    now_ms: int
+    max_inbox: int
+    dedupe_max: int
+    dedupe_ms: int
+    ttl_ms: int
+    batch: int
+    index_member: str
+    retry_ms: int
+
+
 # script -> (its KEYS tuple, its ARGV tuple); None where the wrapper's list is short enough to read at a glance.
 SIGNATURES: dict[str, tuple[type[tuple[Any, ...]] | None, type[tuple[Any, ...]] | None]] = {
     "accept": (None, AcceptArgs),
@@ -177,6 +197,7 @@ SIGNATURES: dict[str, tuple[type[tuple[Any, ...]] | None, type[tuple[Any, ...]] 
     "record_status": (RecordStatusKeys, RecordStatusArgs),
     "delete_keeping_tombstone": (None, DeleteArgs),
     "pace": (None, PaceArgs),
+    "fire_timers": (FireKeys, FireArgs),
 }
 
 
@@ -289,6 +310,19 @@ class InflightReply(NamedTuple):
     waited_ms: int
 
 
+class FireReply(NamedTuple):
+    """FIRE_TIMERS: timers accepted into the mailbox, its depth before them, the earliest due ms still held (-1
+    none; when ``full``, the time to look again), whether the mailbox was full, timers dropped as duplicates (or by
+    a reset) and the (id, due ms) of each accepted, in order."""
+
+    accepted: int
+    depth_before: int
+    earliest: int
+    full: bool
+    dropped: int
+    fired: tuple[tuple[str, int], ...]
+
+
 class Scripts:
     """The registered scripts of one client, shared by every part of the store."""
 
@@ -314,6 +348,8 @@ class Scripts:
         self._record_status = load(lua.RECORD_STATUS)
         self._inflight_outcome = load(lua.INFLIGHT_OUTCOME)
         self._pace = load(lua.PACE)
+        self._schedule, self._cancel_timer = load(lua.SCHEDULE), load(lua.CANCEL_TIMER)
+        self._fire_timers, self._set_if_score = load(lua.FIRE_TIMERS), load(lua.SET_IF_SCORE)
 
     # --- mailbox -----------------------------------------------------------------------------------
 
@@ -446,6 +482,37 @@ class Scripts:
                          args=PaceArgs(rate_interval_us, rate_tolerance_us, recipient_interval_us,
                                        recipient_tolerance_us, max_wait_us))
         return PaceReply(int(res[0]) == 1, int(res[1]), int(res[2]))
+
+    # --- timers (worker/store/timers.py) ----------------------------------------------------------
+
+    def schedule(self, *, keys: ConversationKeys, index: str | None, input_id: str, held: bytes, due_ms: int,
+                 max_timers: int) -> tuple[int, int]:
+        """(an :class:`~worker.store.codes.Accepted` code, the timers held after it). ``index``: the due index when
+        it may be touched in the same script (not on a Cluster)."""
+        code, held_n = self._replication.call(
+            self._client, self._schedule, what="accept",
+            keys=[keys.timers, keys.timed, keys.seen, keys.tomb, *([index] if index else [])],
+            args=[input_id, held, due_ms, max_timers, keys.cid if index else ""])
+        return int(code), int(held_n)
+
+    def cancel_timer(self, *, keys: ConversationKeys, input_id: str) -> bool:
+        return int(self._cancel_timer(keys=[keys.timers, keys.timed], args=[input_id])) == 1
+
+    def fire_timers(self, *, keys: ConversationKeys, globals_: tuple[str, str] | None, ttl_keys: list[str],
+                    args: FireArgs) -> FireReply:
+        """``globals_``: (the pending zset, the due index) when they may be touched in the same script."""
+        res = self._replication.call(
+            self._client, self._fire_timers, what="accept",
+            keys=(*FireKeys(keys.timers, keys.timed, keys.inbox, keys.seen, keys.tomb, keys.inbound),
+                  *(globals_ or ()), *ttl_keys),
+            args=args)
+        flat = [bytes(x) for x in res[5] or ()]
+        fired = tuple((flat[i].decode("utf-8", "replace"), int(float(flat[i + 1]))) for i in range(0, len(flat), 2))
+        return FireReply(int(res[0]), int(res[1]), int(res[2]), int(res[3]) == 1, int(res[4]), fired)
+
+    def set_if_score(self, *, zset: str, member: str, score: float, new_score: int | None) -> bool:
+        return int(self._set_if_score(keys=[zset], args=[member, repr(score),
+                                                          "" if new_score is None else new_score])) == 1
 
     # --- admin -------------------------------------------------------------------------------------
 

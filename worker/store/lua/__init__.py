@@ -88,5 +88,9 @@ DELETE_KEEPING_TOMBSTONE = SCRIPTS["delete_keeping_tombstone"]
 RECORD_STATUS = SCRIPTS["record_status"]
 INFLIGHT_OUTCOME = SCRIPTS["inflight_outcome"]
 PACE = SCRIPTS["pace"]
+SCHEDULE = SCRIPTS["schedule"]
+CANCEL_TIMER = SCRIPTS["cancel_timer"]
+FIRE_TIMERS = SCRIPTS["fire_timers"]
+SET_IF_SCORE = SCRIPTS["set_if_score"]
 
 NEXT_TOKEN = fragment("next_token")  # tests/support/store_kit.py builds its test-only scripts on it

@@ -11,6 +11,7 @@
 -- wrote all the same), and the time only moves forward, whatever order producers' calls land in.
 --! include tail
 --! include codes
+--! include trim_seen
 local inbox = KEYS[1]
 local seen = KEYS[2]
 local tomb = KEYS[3]
@@ -44,12 +45,7 @@ if n >= tonumber(max_inbox) then
 end
 redis.call('ZADD', seen, now, id)
 redis.call('RPUSH', inbox, entry)
-redis.call('ZREMRANGEBYSCORE', seen, '-inf', now - tonumber(dedupe_ms))
-local c = redis.call('ZCARD', seen)
-local max = tonumber(dedupe_max)
-if c > max then
-  redis.call('ZREMRANGEBYRANK', seen, 0, c - max - 1)
-end
+trim_seen(seen, now, dedupe_ms, dedupe_max)
 local ttl = tonumber(ttl_ms)
 if ttl > 0 then
   for i = first_ttl, #rest do redis.call('PEXPIRE', rest[i], ttl) end

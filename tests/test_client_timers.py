@@ -1,0 +1,133 @@
+"""The producers' ``at=`` (inputs held until due), ``cancel_scheduled``, and the timer loop that fires them."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime, timedelta, timezone
+
+import fakeredis
+import pytest
+
+from worker.client import ConversationClient
+from worker.envelopes import decode_envelope
+from worker.errors import InputError, InvalidScheduleError
+from worker.service.timers import TimerLoop
+from worker.store.redis_store import ConversationStore
+
+CID = "447700900123"
+
+
+class Clock:
+    def __init__(self, t: float) -> None:
+        self.t = t
+
+    def __call__(self) -> float:
+        return self.t
+
+
+@pytest.fixture
+def setup() -> tuple[ConversationClient, ConversationStore, list[str]]:
+    store = ConversationStore(fakeredis.FakeRedis(server=fakeredis.FakeServer()), prefix=f"t{uuid.uuid4().hex[:6]}")
+    woken: list[str] = []
+    return ConversationClient(store, woken.append), store, woken
+
+
+def soon(seconds: float = 60) -> datetime:
+    return datetime.now(UTC) + timedelta(seconds=seconds)
+
+
+def test_each_input_kind_is_held_until_due_then_fired_once_and_woken(setup) -> None:  # type: ignore[no-untyped-def]
+    client, store, woken = setup
+    due = soon()
+    sent = [client.send_event(CID, "Still there?", message_id="nudge-1", at=due),
+            client.send_message(CID, "hi", message_id="m-1", at=due + timedelta(seconds=1)),
+            client.reset(CID, message_id="r-1", at=due + timedelta(seconds=2))]
+    assert all(s.scheduled and not s.duplicate and s.depth == 0 for s in sent) and woken == []
+    assert store.inbox(CID) == [] and [t.message_id for t in store.scheduled(CID)] == ["nudge-1", "m-1", "r-1"]
+    loop = TimerLoop(store, woken.append, clock=Clock(due.timestamp() + 5))
+    assert loop.run_once() == 3 and woken == [CID]  # one wake-up: the mailbox was empty before the first
+    kinds = [decode_envelope(e).kind for _, e in store.inbox(CID)]
+    assert kinds == ["event", "message", "reset"] and loop.run_once() == 0
+    assert store.last_inbound(CID) is None  # the player did not write when the held message fired
+
+
+def test_scheduling_the_same_id_again_says_duplicate_and_holds_one(setup) -> None:  # type: ignore[no-untyped-def]
+    client, store, _ = setup
+    assert not client.send_event(CID, "a", message_id="n", at=soon()).duplicate
+    assert client.send_event(CID, "a", message_id="n", at=soon(90)).duplicate
+    assert len(store.scheduled(CID)) == 1
+
+
+@pytest.mark.parametrize("at", [datetime(2030, 1, 1, 12, 0), "2030-01-01T12:00:00Z", 1893456000])
+def test_a_naive_or_non_datetime_at_is_refused_naming_at_and_nothing_is_held(setup, at) -> None:  # type: ignore[no-untyped-def]
+    client, store, woken = setup
+    with pytest.raises(InvalidScheduleError) as err:
+        client.send_event(CID, "x", at=at)
+    assert err.value.field == "at" and isinstance(err.value, InputError)
+    assert store.scheduled(CID) == [] and store.inbox(CID) == [] and woken == []
+
+
+def test_bad_text_with_at_is_refused_before_anything_is_held(setup) -> None:  # type: ignore[no-untyped-def]
+    client, store, _ = setup
+    with pytest.raises(InputError):
+        client.send_event(CID, "", at=soon())
+    assert store.scheduled(CID) == []
+
+
+def test_a_time_now_or_past_is_due_at_once(setup) -> None:  # type: ignore[no-untyped-def]
+    client, store, woken = setup
+    done = client.send_event(CID, "x", message_id="e", at=datetime.now(timezone(timedelta(hours=-5))) - timedelta(1))
+    assert not done.scheduled and done.depth == 1 and woken == [CID] and store.scheduled(CID) == []
+
+
+def test_cancel_scheduled_is_true_once_and_the_cancelled_one_never_fires(setup) -> None:  # type: ignore[no-untyped-def]
+    client, store, woken = setup
+    due = soon()
+    client.send_event(CID, "Still there?", message_id="nudge", at=due)
+    assert client.cancel_scheduled(CID, "nudge") is True and client.cancel_scheduled(CID, "nudge") is False
+    assert TimerLoop(store, woken.append, clock=Clock(due.timestamp() + 60)).run_once() == 0
+    assert store.inbox(CID) == [] and woken == []
+
+
+def test_a_reset_sent_at_once_drops_the_pending_timers(setup) -> None:  # type: ignore[no-untyped-def]
+    client, store, _ = setup
+    client.send_event(CID, "old game's nudge", message_id="nudge", at=soon())
+    client.reset(CID)
+    assert store.scheduled(CID) == []
+    client.send_event(CID, "new game's nudge", message_id="nudge-2", at=soon())
+    assert [t.message_id for t in store.scheduled(CID)] == ["nudge-2"]
+
+
+def test_delete_drops_the_pending_timers(setup) -> None:  # type: ignore[no-untyped-def]
+    client, store, _ = setup
+    client.send_event(CID, "x", message_id="nudge", at=soon())
+    client.delete(CID)
+    assert store.scheduled(CID) == [] and store.timer_conversations() == 0
+
+
+def test_parley_scheduled_lists_the_pending_timers_and_cancel_drops_one(setup, monkeypatch, capsys) -> None:  # type: ignore[no-untyped-def]
+    from worker import cli, timer_commands
+
+    client, store, _ = setup
+    client.send_event(CID, "Still there?\x1b[2J", message_id="nudge", at=soon(120))
+    client.reset(CID, message_id="r", at=soon(600))
+    rows = timer_commands.pending_timers(store, CID)
+    assert [(r["kind"], r["message_id"]) for r in rows] == [("event", "nudge"), ("reset", "r")]
+    assert 100 < rows[0]["in_seconds"] <= 120 and rows[0]["due"].endswith("+00:00")
+    monkeypatch.setattr("worker.runtime.build_store", lambda settings: store)
+    monkeypatch.setattr("worker.client.ConversationClient.from_env", classmethod(lambda cls: client))
+    assert cli.main(["scheduled", CID]) == 0
+    out = capsys.readouterr().out
+    assert "nudge" in out and "reset" in out and "\x1b" not in out  # the text is escaped for the terminal
+    assert cli.main(["cancel", CID, "nudge"]) == 0 and cli.main(["cancel", CID, "nudge"]) == 1
+    assert [t.message_id for t in store.scheduled(CID)] == ["r"]
+
+
+def test_the_inlet_takes_at_as_the_http_api_does() -> None:
+    from worker.inlet.messages import Unacceptable, parse_message
+
+    msg = parse_message(b'{"kind": "event", "conversation_id": "447700900123", "text": "Still there?", '
+                        b'"message_id": "nudge", "at": "2030-01-01T12:00:00+01:00"}')
+    assert msg.body.arguments()["at"] == datetime(2030, 1, 1, 11, 0, tzinfo=UTC)
+    with pytest.raises(Unacceptable, match="at"):
+        parse_message(b'{"kind": "reset", "conversation_id": "447700900123", "at": "2030-01-01T12:00:00"}')

@@ -1,0 +1,69 @@
+"""``parley scheduled CID`` (the conversation's pending timers) and ``parley cancel CID MESSAGE_ID`` (wired into
+:mod:`worker.cli`)."""
+
+from __future__ import annotations
+
+import argparse
+import time
+from datetime import UTC, datetime
+from typing import Any
+
+from worker.terminal import for_terminal, json_for_terminal
+
+
+def pending_timers(store: Any, cid: str, *, now: float | None = None) -> list[dict[str, Any]]:
+    """The conversation's held inputs, earliest first: when due (UTC), in how many seconds, kind, message id, text."""
+    from worker.envelopes import decode_envelope
+    from worker.errors import EnvelopeError
+    from worker.store.keys import validate_conversation_id
+
+    now = time.time() if now is None else now
+    rows = []
+    for timer in store.scheduled(validate_conversation_id(cid)):
+        kind: str
+        try:
+            env = decode_envelope(timer.envelope)
+            kind, text = env.kind, env.text
+        except EnvelopeError:
+            kind, text = "unreadable", None
+        rows.append({"due": datetime.fromtimestamp(timer.due_ms / 1000, UTC).isoformat(timespec="milliseconds"),
+                     "in_seconds": round(timer.due_ms / 1000 - now, 1), "kind": kind,
+                     "message_id": timer.message_id, "text": text})
+    return rows
+
+
+def cmd_scheduled(args: argparse.Namespace) -> int:
+    from worker.runtime import build_store
+    from worker.settings import get_settings
+
+    rows = pending_timers(build_store(get_settings()), args.conversation_id)
+    if args.json:
+        print(json_for_terminal(rows, indent=2))
+        return 0
+    if not rows:
+        print(f"no pending timers for {for_terminal(args.conversation_id)}")
+    for row in rows:
+        text = "" if row["text"] is None else f"  {row['text']}"
+        print(for_terminal(f"{row['due']}  (in {row['in_seconds']:g} s)  {row['kind']:<7}  {row['message_id']}{text}"))
+    return 0
+
+
+def cmd_cancel(args: argparse.Namespace) -> int:
+    from worker.client import ConversationClient
+
+    if ConversationClient.from_env().cancel_scheduled(args.conversation_id, args.message_id):
+        print(for_terminal(f"cancelled {args.message_id}"))
+        return 0
+    print(for_terminal(f"no pending timer {args.message_id} (never scheduled, cancelled, or already due)"))
+    return 1
+
+
+def add_parsers(sub: Any) -> None:
+    scheduled = sub.add_parser("scheduled", help="list a conversation's pending timers (inputs sent with at=)")
+    scheduled.add_argument("conversation_id")
+    scheduled.add_argument("--json", action="store_true")
+    scheduled.set_defaults(fn=cmd_scheduled)
+    cancel = sub.add_parser("cancel", help="cancel a pending timer by its message id")
+    cancel.add_argument("conversation_id")
+    cancel.add_argument("message_id")
+    cancel.set_defaults(fn=cmd_cancel)
