@@ -24,6 +24,7 @@ from typing import Any
 from worker.conversation import messages as msgs
 from worker.conversation.bounded import Encoded, encode_bounded
 from worker.conversation.compaction import Compactor, StepsOutcome, apply_compactor
+from worker.conversation.facts import check_key
 from worker.conversation.history import CleanPrefix, repair_from, repair_history
 from worker.conversation.loop import LoopOutcome, ToolChoice, ToolLoop
 from worker.conversation.messages import Message
@@ -215,11 +216,19 @@ class Chat:
         """A stateless turn: nothing is remembered."""
         return self.run_turn(None, system=system, user=user, messages=messages, lifecycle=False).reply
 
-    def append_to_state(self, state: bytes | None, text: str, pinned: bool = False) -> bytes:
+    def append_to_state(self, state: bytes | None, text: str, pinned: bool = False, key: str | None = None) -> bytes:
         """Add an event ("User has just visited Harrogate Theatre") without calling the model; the model
         reads it as context on the next turn. ``pinned`` events survive every compaction (up to
-        ``max_pinned`` of them)."""
-        return self.apply_event(state, text, pinned=pinned).state
+        ``max_pinned`` of them). With ``key`` the text is a fact that replaces the conversation's fact of that key
+        (latest wins; see :mod:`worker.conversation.facts`): kept outside the history, never compacted away."""
+        return self.apply_event(state, text, pinned=pinned, key=key).state
+
+    def respond_to_event(self, state: bytes | None, text: str, *, system: str | None = None,
+                         key: str | None = None) -> tuple[str, bytes]:
+        """The model answers a game event ("You tagged Harrogate Theatre!") with no player message: returns
+        ``(reply, new_state)``. See :meth:`run_event_turn`."""
+        result = self.run_event_turn(state, text, system=system, key=key)
+        return result.reply, result.state
 
     def compact(self, state: bytes | None) -> bytes:
         """Apply the configured compactor now (whatever its trigger says) and return the new state."""
@@ -296,6 +305,22 @@ class Chat:
         out.state = out.state.with_meta(out.state.meta.after_turn(now))
         return self._finish_turn(out, loaded.problem, reset, None if reset else loaded.memo, checked.clean)
 
+    def run_event_turn(self, state: State, text: str, *, system: str | None = None, key: str | None = None,
+                       pinned: bool = False, journal: TurnJournal | None = None) -> TurnResult:
+        """A turn in which the model answers a game event: the event joins the history as the game's (the model
+        reads it framed as an event, never as the player's words), then the tool loop runs as in :meth:`run_turn`.
+        With ``key`` the text also sets that fact. The player did not speak: the idle clock and the turn count
+        stay (``meta.events`` counts it), and neither the idle gap nor a reset phrase applies."""
+        _check_utf8("the system prompt", system)
+        _check_text("event text", text, self.max_input_chars)
+        loaded = self.load(state)
+        st = loaded.state if key is None else loaded.state.with_fact(check_key(key), text)
+        st = st.append(msgs.event(text, pinned=pinned and key is None))
+        st = st.with_meta(replace(st.meta, events=st.meta.events + 1))
+        checked = _Checked(loaded.clean)
+        out = _tool_loop(self, system, (), journal or NoJournal(), {}, checked).run(st)
+        return self._finish_turn(out, loaded.problem, None, loaded.memo, checked.clean)
+
     def _call(self, request: ModelRequest) -> ModelResponse:
         return _encodable(complete_observed(self.model, request, self.observer))
 
@@ -312,12 +337,19 @@ class Chat:
 
     # --- events, compaction, splicing --------------------------------------------------------------
 
-    def apply_event(self, state: State, text: str, *, pinned: bool = False, from_player: bool = False) -> EventResult:
+    def apply_event(self, state: State, text: str, *, pinned: bool = False, from_player: bool = False,
+                    key: str | None = None) -> EventResult:
         """:meth:`append_to_state` with the details the worker needs. ``from_player``: the text is something the
-        player sent (a location pin, a reaction), added as the player's words, not as a game event."""
+        player sent (a location pin, a reaction), added as the player's words, not as a game event; it can never
+        set a fact (``key``)."""
         _check_text("event text", text, self.max_input_chars)
+        if key is not None and from_player:
+            raise InvalidMessageError("a player's words cannot set a fact (only the game sets facts)")
         loaded = self.load(state)
-        st = loaded.state.append(msgs.event(text, pinned=pinned, from_player=from_player))
+        if key is not None:
+            st = loaded.state.with_fact(check_key(key), text)
+        else:
+            st = loaded.state.append(msgs.event(text, pinned=pinned, from_player=from_player))
         # The idle clock is the player's silence: a game event does not move it, a pin or reaction they sent does.
         meta = (replace(st.meta, events=st.meta.events + 1, last_activity=self.clock()) if from_player
                 else replace(st.meta, events=st.meta.events + 1))
