@@ -8,6 +8,7 @@ not be applied or delivered, with the reason in words.
 
 from __future__ import annotations
 
+import re
 import time
 import uuid
 from dataclasses import dataclass
@@ -98,7 +99,7 @@ class Envelope(_Wire):
     spent: Spent | None = None  # splice: what computing it cost
     # Game-driven turns (events only; None unless set, so an envelope without them reads as before): ``key`` makes
     # the event a fact that replaces the conversation's fact of that key; ``respond`` has the model answer it.
-    key: str | None = Field(None, min_length=1, max_length=MAX_FACT_KEY_CHARS, pattern=FACT_KEY_PATTERN)
+    key: str | None = Field(None, min_length=1, max_length=MAX_FACT_KEY_CHARS)
     respond: bool | None = None
 
     @field_validator("conversation_id")
@@ -118,6 +119,13 @@ class Envelope(_Wire):
                                        f"({v[exc.start]!r}, a lone surrogate) at position {exc.start}")
                 err.field = info.field_name
                 raise err from None
+        return v
+
+    @field_validator("key")
+    @classmethod
+    def _key(cls, v: str | None) -> str | None:
+        if v is not None and not re.fullmatch(FACT_KEY_PATTERN, v):
+            raise ValueError("a fact's key must not be blank nor hold newlines or NUL")
         return v
 
     @field_validator("message_id")
