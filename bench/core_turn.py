@@ -15,7 +15,7 @@ import msgpack
 
 from worker import Chat, ScriptedModel
 from worker.conversation.messages import Message
-from worker.conversation.state import ConversationState, encode_state
+from worker.conversation.state import ConversationState, decode_state, encode_state
 
 
 def history(n: int, facts: int = 0) -> bytes:
@@ -69,6 +69,13 @@ def main() -> None:
         model.requests.clear()
     print(f"100 messages + 10 facts: {len(with_facts)} bytes, turn p50 {runs['with'] * 1e6:.0f} us; without facts "
           f"{len(without)} bytes, {runs['without'] * 1e6:.0f} us; ratio {runs['with'] / runs['without']:.2f}")
+    codec = {}
+    for name, blob in (("without", without), ("with", with_facts)):
+        # The codec alone (decode, then encode the decoded state afresh), best of 5 batches: less noise than a turn.
+        codec[name] = min(sum(timeit(lambda blob=blob: encode_state(decode_state(blob)), 1000)) / 1000
+                          for _ in range(5))
+    print(f"codec (decode + encode), 100 messages: with 10 facts {codec['with'] * 1e6:.1f} us, without "
+          f"{codec['without'] * 1e6:.1f} us; ratio {codec['with'] / codec['without']:.2f}")
 
 
 if __name__ == "__main__":
