@@ -1,9 +1,10 @@
 """``Chat``: the stateful chat loop over an opaque state blob.
 
 Nothing here does I/O of its own: the model, the tools and the clock are injected. The worker calls
-:meth:`Chat.run_turn`, :meth:`Chat.apply_event`, :meth:`Chat.needs_compaction`,
-:meth:`Chat.compact_with_report` and :meth:`Chat.splice`; library users call the contract methods
-:meth:`Chat.chat_with_state`, :meth:`Chat.chat`, :meth:`Chat.append_to_state` and :meth:`Chat.compact`.
+:meth:`Chat.run_turn`, :meth:`Chat.run_event_turn` (the model answers a game event), :meth:`Chat.apply_event`,
+:meth:`Chat.needs_compaction`, :meth:`Chat.compact_with_report` and :meth:`Chat.splice`; library users call the
+contract methods :meth:`Chat.chat_with_state`, :meth:`Chat.chat`, :meth:`Chat.append_to_state`,
+:meth:`Chat.respond_to_event` and :meth:`Chat.compact`. Keyed facts are in :mod:`worker.conversation.facts`.
 
 Which "compact" is which: :meth:`Chat.compact` is the library contract (blob in, blob out);
 :meth:`Chat.compact_with_report` is the worker's variant that also says what it did; both run the

@@ -52,7 +52,8 @@ class TurnRunner:
         head, last = inputs[0], inputs[-1]
         record = ReplyRecord(reply_id=head.id, conversation_id=run.cid, recipient=last.env.recipient or run.cid,
                              parts=split_message(result.reply), reply_to=last.env.reply_to)
-        trace: dict[str, Any] = {"event" if answers_event(inputs) else "user": last.env.text, "reply": result.reply[: self.config.trace_reply_chars],
+        said = "event" if answers_event(inputs) else "user"  # an answered game event is not the player's words
+        trace: dict[str, Any] = {said: last.env.text, "reply": result.reply[: self.config.trace_reply_chars],
                  "finish": result.finish_reason, "model_calls": result.model_calls, "tool_calls": result.tool_calls,
                  "replayed": [result.replayed_rounds, result.replayed_results], **usage_trace(result.usage),
                  "reset": result.reset, "parts": len(record.parts)}
