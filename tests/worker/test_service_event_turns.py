@@ -180,3 +180,28 @@ def test_the_record_keeps_an_answered_event_apart_from_the_players_turns() -> No
                            for n, e in enumerate(h.store.read_records(h.store.records.stream(CID), 50)))
     assert [r[4] for r in rows.records if r[4] in ("event_turn", "turn")] == ["event_turn", "turn"]
     assert len(rows.usage) == 2  # both turns' tokens count; `parley usage` counts only the player's as turns
+
+
+def test_an_answered_event_goes_through_the_before_turn_hooks_like_any_turn() -> None:
+    # The daily budget's hook stands for any before_turn hook (a person's takeover intercepts there too).
+    config = bare_config(system_prompt="x", daily_token_budget=10, token_budget_reply="That's all for today.")
+    h = make_harness(ScriptedModel(default="a long answer " * 20), config=config)
+    h.client.send_message(CID, "hi", message_id="wamid.1")
+    h.run()
+    assert len(h.model.requests) == 1
+    h.client.send_event(CID, TAGGED, message_id="evt-1", respond=True)
+    h.run()
+    assert len(h.model.requests) == 1  # no model call: the hook answered in its place
+    assert h.channel.sent[-1][1] == "That's all for today."
+
+
+def test_an_answered_event_the_model_fails_on_is_dead_lettered_with_the_reason_and_no_apology() -> None:
+    from worker.errors import ModelRequestError
+
+    config = bare_config(system_prompt="x", dead_letter_reply="Sorry, try again.")
+    h = make_harness(ScriptedModel([ModelRequestError("bad request")], default="ok"), config=config)
+    h.client.send_event(CID, TAGGED, message_id="evt-1", respond=True)
+    h.run()
+    [letter] = [decode_dead_letter(d) for d in h.store.dead_letters(CID)]
+    assert letter.what == "input" and letter.id == "evt-1" and letter.reason
+    assert h.channel.sent == []  # the apology is for a player's message, not the game's event
