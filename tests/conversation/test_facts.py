@@ -173,3 +173,14 @@ def test_an_answered_event_is_not_a_reset_phrase_nor_an_idle_reset(clock) -> Non
     clock.advance(3600)
     reply, state = chat.respond_to_event(state, "start over")
     assert reply == "OK." and len(decode_state(state).messages) == 4
+
+
+def test_an_idle_gap_starts_afresh_but_keeps_the_games_facts(clock) -> None:  # type: ignore[no-untyped-def]
+    chat = Chat(model=ScriptedModel(), idle_gap_seconds=60, clock=clock)
+    _, state = chat.chat_with_state(None, user="hi")
+    state = chat.append_to_state(state, "Your target is Harrogate Theatre", key="target")
+    clock.advance(3600)
+    _, state = chat.chat_with_state(state, user="back again")
+    st = decode_state(state)
+    assert [m.content for m in st.messages if m.role == "user"] == ["back again"]  # a fresh conversation
+    assert [f.key for f in st.facts] == ["target"]

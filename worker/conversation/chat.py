@@ -71,12 +71,13 @@ def _idle(st: ConversationState, now: float, gap: float | None) -> bool:
 
 
 def _fresh_after_idle(st: ConversationState, provider: str, now: float) -> ConversationState:
-    """A new conversation that keeps the game events that came after the player's last turn: what the game told
-    the model during the silence is the context the player comes back to."""
+    """A new conversation that keeps the game events that came after the player's last turn and the keyed facts:
+    what the game told the model during the silence, and the game's current facts (the target), are the context
+    the player comes back to."""
     since = len(st.messages)
     while since > 0 and st.messages[since - 1].role == "event":
         since -= 1
-    fresh = ConversationState.fresh(provider, now=now)
+    fresh = replace(ConversationState.fresh(provider, now=now), facts=st.facts)
     return fresh.append(*st.messages[since:]) if since < len(st.messages) else fresh
 
 
