@@ -6,6 +6,8 @@ The library contract::
     chat = Chat(model=model, compactor=Compose(CompressToolExchanges(), TokenBudget(8000)), tools=[...])
     reply, state = chat.chat_with_state(state, system="...", user="...")
     state = chat.append_to_state(state, "User has just visited Harrogate Theatre", pinned=False)
+    state = chat.append_to_state(state, "The player's current target is Harrogate Theatre", key="target")
+    reply, state = chat.respond_to_event(state, "The player has just tagged Harrogate Theatre", system="...")
     state = chat.compact(state)
     worker.inspect_state(state)
 

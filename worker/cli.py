@@ -2,7 +2,7 @@
 
     parley demo [--interactive]            run a worker and a game session you can watch (zero setup)
     parley send CID TEXT [--id ID]         queue a chat turn
-    parley event CID TEXT [--pinned]       queue a game event
+    parley event CID TEXT [--pinned] [--key K] [--respond]  queue a game event
     parley reset CID | parley delete CID
     parley show CID                        decoded state, mailbox and outbox depth, last replies, the latest
                                            delivery status of each recent message
@@ -60,7 +60,8 @@ def _cmd_send(args: argparse.Namespace) -> int:
 
 
 def _cmd_event(args: argparse.Namespace) -> int:
-    accepted = _client().send_event(args.conversation_id, args.text, message_id=args.id, pinned=args.pinned)
+    accepted = _client().send_event(args.conversation_id, args.text, message_id=args.id, pinned=args.pinned,
+                                    key=args.key, respond=args.respond)
     _print(accepted.__dict__)
     return 0
 
@@ -210,6 +211,8 @@ def _build_parser() -> argparse.ArgumentParser:
     event.add_argument("text")
     event.add_argument("--id")
     event.add_argument("--pinned", action="store_true")
+    event.add_argument("--key", help="the text is the conversation's fact of this key (replaces the one before)")
+    event.add_argument("--respond", action="store_true", help="the model answers the event")
     event.set_defaults(fn=_cmd_event)
     for name, fn in (("reset", _cmd_reset), ("delete", _cmd_delete), ("show", _cmd_show)):
         command = sub.add_parser(name)

@@ -129,15 +129,23 @@ class ConversationClient:
                                            message_id=message_id, reply_to=reply_to, recipient=recipient))
 
     def send_event(self, conversation_id: str, text: str, *, message_id: str | None = None,
-                   pinned: bool = False, from_player: bool = False, at: datetime | None = None) -> Submitted:
+                   pinned: bool = False, from_player: bool = False, key: str | None = None,
+                   respond: bool = False, at: datetime | None = None) -> Submitted:
         """Queue a game event ("User has just tagged Harrogate Theatre"); no model call, no reply. The model
         reads it as context on the next turn; ``pinned`` events survive compaction. ``from_player``: the text is
         something the player sent on WhatsApp (a location pin, a reaction): it reaches the model as the player's
         words, never as the game's (its name and address are the player's to choose), and it opens the 24-hour
         window as a message does. ``at``: hold it until then (an aware datetime; now or past: at once), e.g. a
-        nudge for a player who stopped moving, cancelled with :meth:`cancel_scheduled` when they move."""
+        nudge for a player who stopped moving, cancelled with :meth:`cancel_scheduled` when they move.
+
+        ``key``: the text is a fact ("Your target is Harrogate Theatre") that replaces the conversation's fact of
+        that key (latest wins); facts survive every compaction. ``respond``: the model answers the event itself
+        (no player message) and the answer goes out like any reply: inside WhatsApp's 24-hour window as it is,
+        outside it as the configured template (or dead-lettered with the reason when none is configured). Both
+        may be given together. Neither goes with ``from_player``: a player's words never set a fact."""
         return self._submit(self._envelope(kind="event", conversation_id=conversation_id, text=text,
-                                           message_id=message_id, pinned=pinned, from_player=from_player or None),
+                                           message_id=message_id, pinned=pinned, from_player=from_player or None,
+                                           key=key, respond=respond or None),
                             from_player=from_player, at=at)
 
     def reset(self, conversation_id: str, *, message_id: str | None = None, at: datetime | None = None) -> Submitted:

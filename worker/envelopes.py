@@ -8,6 +8,7 @@ not be applied or delivered, with the reason in words.
 
 from __future__ import annotations
 
+import re
 import time
 import uuid
 from dataclasses import dataclass
@@ -62,6 +63,11 @@ class Spent(_Wire):
         return self.prompt + self.completion
 
 
+#: A fact's key (``send_event(..., key=...)``): not blank, no newline or NUL (the core's check is the same).
+MAX_FACT_KEY_CHARS = 128
+FACT_KEY_PATTERN = "^[^\n\r\x00]*\\S[^\n\r\x00]*$"
+
+
 class Envelope(_Wire):
     """One input for a conversation.
 
@@ -91,6 +97,10 @@ class Envelope(_Wire):
     # (invariant 12). None unless set, so an envelope without it reads as before.
     from_player: bool | None = None
     spent: Spent | None = None  # splice: what computing it cost
+    # Game-driven turns (events only; None unless set, so an envelope without them reads as before): ``key`` makes
+    # the event a fact that replaces the conversation's fact of that key; ``respond`` has the model answer it.
+    key: str | None = Field(None, min_length=1, max_length=MAX_FACT_KEY_CHARS)
+    respond: bool | None = None
 
     @field_validator("conversation_id")
     @classmethod
@@ -111,6 +121,13 @@ class Envelope(_Wire):
                 raise err from None
         return v
 
+    @field_validator("key")
+    @classmethod
+    def _key(cls, v: str | None) -> str | None:
+        if v is not None and not re.fullmatch(FACT_KEY_PATTERN, v):
+            raise ValueError("a fact's key must not be blank nor hold newlines or NUL")
+        return v
+
     @field_validator("message_id")
     @classmethod
     def _mid(cls, v: str) -> str:
@@ -127,6 +144,8 @@ class Envelope(_Wire):
             raise ValueError("only a message carries media")
         if self.from_player and (self.kind != "event" or self.pinned):
             raise ValueError("only an event that is not pinned is marked as the player's (pinned items become facts)")
+        if (self.key is not None or self.respond) and (self.kind != "event" or self.from_player):
+            raise ValueError("only a game event sets a fact (key) or is answered (respond), never a player's")
         if self.kind == "splice" and not self.state:
             raise ValueError("a splice needs the compacted state")
 

@@ -21,7 +21,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSchema
 
 from worker.due_time import RFC3339, parse_rfc3339
-from worker.envelopes import MAX_ID_CHARS
+from worker.envelopes import FACT_KEY_PATTERN, MAX_FACT_KEY_CHARS, MAX_ID_CHARS
 
 #: A message id: the producer's own id of the input (a game event's id, a wamid); resubmitting it is harmless.
 MessageId = Annotated[str, Field(min_length=1, max_length=MAX_ID_CHARS, pattern="^[^\n\x00]*$", description=(
@@ -62,11 +62,18 @@ class MessageBody(ProducerBody):
 
 class EventBody(ProducerBody):
     """``POST /v1/conversations/{conversation_id}/events``: a game event (``ConversationClient.send_event``): no
-    model call and no reply; the model reads it on the next turn."""
+    model call and no reply, the model reads it on the next turn; with ``respond`` the model answers it now."""
 
     text: Text
     message_id: MessageId | None = None
     pinned: bool = Field(False, description="A fact the conversation keeps through compaction.")
+    key: str | None = Field(None, min_length=1, max_length=MAX_FACT_KEY_CHARS, pattern=FACT_KEY_PATTERN,
+                            description="The text is the conversation's fact of this key (e.g. `target`): it "
+                                        "replaces the fact sent before with the same key and survives every "
+                                        "compaction.")
+    respond: bool = Field(False, description="The model answers the event itself (no player message); the answer "
+                                             "is sent like a reply (outside WhatsApp's 24-hour window: the "
+                                             "configured template).")
     at: At | None = None
 
 

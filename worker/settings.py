@@ -233,7 +233,8 @@ class Memory(_Group):
     max_input_chars: int = Field(default=16_000, description="Longest accepted user text or event.")
     max_state_bytes: int = Field(default=1 << 20, description="Largest state blob; larger ones are trimmed or quarantined.")
     max_pinned: int = Field(default=50, ge=0, description="Most pinned items a conversation keeps once their exchanges are "
-                                                 "compacted away; beyond it the oldest go (counted in "
+                                                 "compacted away, keyed facts included; beyond it the oldest go, "
+                                                 "pinned items before facts (counted in "
                                                  "parley_pinned_dropped_total).")
 
     @field_validator("compaction", mode="before")

@@ -64,6 +64,13 @@ def test_events_and_resets_keep_their_order(api: Api) -> None:
     assert [(e["kind"], e["pinned"]) for e in api.inputs()] == [("event", True), ("reset", False)]
 
 
+def test_an_event_may_set_a_fact_and_ask_for_an_answer(api: Api) -> None:
+    body = {"text": "Your target is Harrogate Theatre", "key": "target", "respond": True}
+    assert api.http.post(f"/v1/conversations/{CID}/events", headers=PRODUCER, json=body).status_code == 202
+    [env] = api.inputs()
+    assert (env["kind"], env["key"], env["respond"]) == ("event", "target", True)
+
+
 @pytest.mark.parametrize("headers", [{}, {"Authorization": "Bearer nope"}, {"Authorization": "Basic game-token"},
                                      {"Authorization": "Bearer game-token-and-more"}])
 def test_no_or_a_wrong_token_is_401_with_the_scheme(api: Api, headers: dict[str, str]) -> None:
@@ -95,7 +102,7 @@ def test_the_api_is_off_without_tokens() -> None:
 
 
 @pytest.mark.parametrize(("body", "field"), [
-    ({"text": "hi", "respond": True}, "respond"),        # issue 30's field: refused until the engine honours it
+    ({"text": "hi", "respond": True}, "respond"),        # an event's field, not a message's
     ({"text": "hi", "at": "2030-01-01T00:00:00"}, "at"),    # no offset: ambiguous, refused
     ({"text": "hi", "at": 1893456000}, "at"),
     ({}, "text"),

@@ -69,7 +69,8 @@ def test_the_document_and_the_api_agree_on_examples() -> None:
     examples: list[tuple[str, dict[str, Any]]] = [
         ("message", {"text": "hi"}), ("message", {"text": "hi", "system": "s", "reply_to": "w", "recipient": "r"}),
         ("message", {"text": ""}), ("message", {"text": "hi", "at": "tomorrow"}), ("event", {"text": "e", "pinned": 1}),
-        ("event", {"text": "e", "key": "score"}),
+        ("event", {"text": "e", "key": "score"}), ("event", {"text": "e", "key": "score", "respond": True}),
+        ("event", {"text": "e", "key": " "}), ("event", {"text": "e", "key": "a\nb"}), ("event", {"text": "e", "respond": 1}),
         ("event", {"text": "x" * 16_000}), ("event", {"text": "x" * 16_001}), ("message", {"text": "m", "message_id": "a\nb"}), ("reset", {}), ("reset", {"message_id": 7}),
     ]
     path = {"message": "messages", "event": "events", "reset": "reset"}

@@ -64,7 +64,7 @@ def test_a_state_without_photos_is_still_written_as_version_1() -> None:
     # So a worker of the previous release, during a rolling deploy, keeps reading every state it can.
     s = ConversationState.fresh("openai").append(msgs.user("hi"), Message(role="assistant", content="ok"))
     assert encode_state(s)[3] == 1
-    assert FORMAT_VERSION == 2
+    assert FORMAT_VERSION == 3
 
 
 def test_golden_v2_with_photos_decodes() -> None:

@@ -19,6 +19,7 @@ from worker.conversation.state import (
     MAGIC,
     MIGRATIONS,
     ConversationState,
+    Fact,
     Meta,
     _enc_message,
     _enc_usage,
@@ -180,10 +181,11 @@ def test_encode_decode_round_trips(messages: list[Message], summary: str) -> Non
 def _every_field_set() -> tuple[Message, ConversationState]:
     """A message and a state with every field away from its default, so a field a fast path drops shows."""
     m = Message(role="user", content="hi", tool_calls=(ToolCall("c", "f"),), tool_call_id="t", name="n",
-                is_error=True, pinned=True, seq=3, raw={"k": 1}, media=MediaRef("img", "image/png"))
+                is_error=True, pinned=True, seq=3, raw={"k": 1}, media=MediaRef("img", "image/png"),
+                facts=(("target", "Harrogate Theatre"),))
     s = ConversationState(provider="openai", messages=(m,), summary="s", summary_seq=2, pinned=(m,), next_seq=9,
                           seen_seq=4, last_usage=Usage(5, 6), generation=7,
-                          meta=Meta("e", 1.0, 2.0, 3, 4, 5))
+                          meta=Meta("e", 1.0, 2.0, 3, 4, 5), facts=(Fact("target", "the theatre"),))
     return m, s
 
 
@@ -191,10 +193,10 @@ def test_fast_paths_know_every_field() -> None:
     """``Message.with_seq``, ``Meta.after_turn`` and the state's ``append``/``with_usage``/``with_meta`` pass every
     field by position: one added to a class must be added there too (then add it here)."""
     assert [f.name for f in fields(Message)] == ["role", "content", "tool_calls", "tool_call_id", "name",
-                                                 "is_error", "pinned", "seq", "raw", "media"]
+                                                 "is_error", "pinned", "seq", "raw", "media", "facts"]
     assert [f.name for f in fields(ConversationState)] == ["provider", "messages", "summary", "summary_seq",
                                                            "pinned", "next_seq", "seen_seq", "last_usage",
-                                                           "generation", "meta"]
+                                                           "generation", "meta", "facts"]
     assert [f.name for f in fields(Meta)] == ["epoch", "started_at", "last_activity", "turns", "events",
                                               "compactions"]
 
@@ -214,13 +216,15 @@ def test_the_encoding_is_one_packb_of_the_whole_map_byte_for_byte() -> None:
     """The encoder builds the payload from parts (the memoised runs, small maps for the other fields); the bytes must
     be those of one msgpack.packb of the whole map, in the documented key order, with every field set and not."""
     _, s = _every_field_set()
-    for state in (s, ConversationState(provider="anthropic"), replace(s, last_usage=None, pinned=())):
+    for state in (s, ConversationState(provider="anthropic"), replace(s, last_usage=None, pinned=(), facts=())):
         meta = state.meta
         whole = {"p": state.provider, "m": [_enc_message(x) for x in state.messages], "sum": state.summary,
                  "sums": state.summary_seq, "pin": [_enc_message(x) for x in state.pinned], "ns": state.next_seq,
                  "seen": state.seen_seq, "u": _enc_usage(state.last_usage), "g": state.generation,
                  "meta": [meta.epoch, meta.started_at, meta.last_activity, meta.turns, meta.events,
                           meta.compactions]}
+        if state.facts:
+            whole["f"] = [[f.key, f.text] for f in state.facts]
         blob, memo = encode_with_memo(state)
         assert blob[4] == 0 and blob[5:] == msgpack.packb(whole, use_bin_type=True)
         grown = state.append(Message(role="assistant", content="more"))

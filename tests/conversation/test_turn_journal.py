@@ -11,6 +11,7 @@ from worker.conversation.chat import Chat
 from worker.conversation.messages import Message, ToolCall
 from worker.conversation.model import ModelRequest, ModelResponse, Usage
 from worker.conversation.scripted import Reply, ScriptedModel
+from worker.conversation.state import decode_state
 from worker.conversation.tools import Tool
 from worker.conversation.turn_journal import decode_result, decode_round, encode_result, encode_round
 from worker.errors import StateDecodeError
@@ -160,3 +161,24 @@ def test_a_final_answer_is_not_recorded_so_only_tool_rounds_cost_a_write() -> No
     journal = MemoryJournal()
     Chat(model=ScriptedModel(["hello"], default=None), tools=[tool]).run_turn(None, user="hi", journal=journal)
     assert journal.rounds == {} and journal.results == {}
+
+
+def test_a_replayed_tool_result_sets_its_facts_again() -> None:
+    calls: list[str] = []
+
+    def tag(place: str) -> dict[str, object]:
+        calls.append(place)
+        return {"facts": {"target": f"Next: {place}"}, "tagged": place}
+
+    tool = Tool("tag", "Tag a place.", {"type": "object", "properties": {"place": {"type": "string"}}}, tag,
+                idempotent=False)
+    model = ScriptedModel([Reply(tool_calls=(("tag", {"place": "the theatre"}),)), Crash("killed before the commit")],
+                          default=None)
+    chat = Chat(model=model, tools=[tool])
+    journal = MemoryJournal()
+    with pytest.raises(Crash):
+        chat.run_turn(None, user="tag it", journal=journal)
+    model.push("Tagged.")
+    result = chat.run_turn(None, user="tag it", journal=journal)
+    assert calls == ["the theatre"] and result.replayed_results == 1
+    assert [(f.key, f.text) for f in decode_state(result.state).facts] == [("target", "Next: the theatre")]

@@ -39,3 +39,21 @@ def test_a_compaction_s_tokens_count_in_the_budget_and_in_usage(db: Any, databas
     Exporter(h.store, lambda: database.connect(database_url)).export_once()
     [row] = database.usage(db, dt.datetime.now(dt.UTC).date() - dt.timedelta(days=1), CID)
     assert (row.turns, row.prompt_tokens, row.completion_tokens) == (3, 3 * 100 + 400, 3 * 10 + 50)
+
+
+def test_an_answered_event_is_recorded_apart_from_the_players_turns(db: Any, database_url: str) -> None:
+    model = ScriptedModel(default=lambda req: Reply("ack", usage=TURN))
+    config = bare_config(system_prompt="You are a test.", record=True, model_name="scripted-1")
+    h = make_harness(model, config=config, limits=StoreLimits(record_max=10_000))
+    cid = "447700900889"
+    h.client.send_message(cid, "hi", message_id="m0")
+    h.client.send_event(cid, "The player has just tagged Harrogate Theatre", message_id="e1", respond=True)
+    h.run()
+    Exporter(h.store, lambda: database.connect(database_url)).export_once()
+    kinds = [k for (k,) in db.execute("SELECT kind FROM records WHERE conversation_id = %s"
+                                      " AND kind LIKE %s ORDER BY stream_ms, stream_seq", (cid, "%turn")).fetchall()]
+    assert kinds == ["turn", "event_turn"]
+    [row] = database.usage(db, dt.datetime.now(dt.UTC).date() - dt.timedelta(days=1), cid)
+    assert (row.turns, row.prompt_tokens) == (1, 2 * 100)  # one player's turn; both turns' tokens
+    texts = [(m.role, m.text) for m in database.transcript(db, cid)]
+    assert ("event", "The player has just tagged Harrogate Theatre") in texts and texts[-1] == ("assistant", "ack")

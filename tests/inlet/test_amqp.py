@@ -77,7 +77,7 @@ def test_queue_messages_are_accepted_in_order_and_bad_ones_moved_aside(vhost: Vh
     client = ConversationClient(store, wake=lambda cid: None)
     event = {"kind": "event", "conversation_id": "c1", "text": "tagged"}  # no message id: a digest of the body
     _publish(vhost.url, event, {"kind": "message", "conversation_id": "c1", "text": "where?", "message_id": "m1"},
-             "{not json", {"kind": "event", "conversation_id": "c1", "text": "x", "respond": True}, event,
+             "{not json", {"kind": "event", "conversation_id": "c1", "text": "x", "colour": "red"}, event,
              {"kind": "reset", "conversation_id": "c1", "message_id": "r1"})
     running = Running(vhost.url, client)
     try:
@@ -90,7 +90,7 @@ def test_queue_messages_are_accepted_in_order_and_bad_ones_moved_aside(vhost: Vh
     dead = _dead(vhost.url)
     assert [(body, reason.split(":")[0]) for body, reason in dead] == [
         (b"{not json", "not JSON"), (json.dumps({"kind": "event", "conversation_id": "c1", "text": "x",
-                                                 "respond": True}).encode(), "respond")]
+                                                 "colour": "red"}).encode(), "colour")]
 
 
 def test_a_full_mailbox_holds_the_queue_until_there_is_room(vhost: Vhost, server: RedisServer) -> None:

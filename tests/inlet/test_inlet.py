@@ -61,6 +61,16 @@ def test_messages_events_and_resets_are_accepted_in_order_then_acknowledged(serv
     assert rig.pending() == 0 and rig.dead() == []
 
 
+def test_an_event_may_set_a_fact_and_ask_for_an_answer(server: RedisServer) -> None:
+    rig = Rig(server)
+    rig.publish(kind="event", conversation_id="c1", text="Your target is Harrogate Theatre", message_id="e1",
+                key="target", respond=True)
+    assert rig.inlet("a").step() == 1
+    [(_, payload)] = rig.store.inbox("c1")
+    env = decode_envelope(payload)
+    assert (env.key, env.respond) == ("target", True) and rig.dead() == []
+
+
 def test_a_redelivered_entry_is_a_duplicate(server: RedisServer) -> None:
     rig = Rig(server)
     rig.publish(kind="message", conversation_id="c1", text="hi")  # no message id: the entry's id stands for it

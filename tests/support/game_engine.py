@@ -12,7 +12,7 @@ from tests.support.loopback import LoopbackPeer, LoopbackServer
 
 class GameEngine(LoopbackPeer):
     """``/look`` answers the player's room; ``/give`` (side-effecting) grants an item; ``/slow`` sleeps;
-    ``/broken`` answers 500; ``/html`` answers a page that is not JSON; ``/refuse`` answers 404."""
+    ``/tag`` answers with a fact (``"facts"``) beside its result; ``/broken`` answers 500; ``/html`` answers a page that is not JSON; ``/refuse`` answers 404."""
 
     def __init__(self, *, slow_seconds: float = 3.0) -> None:
         self.calls: list[tuple[str, dict[str, str], dict[str, Any]]] = []
@@ -30,6 +30,10 @@ class GameEngine(LoopbackPeer):
             return 200, {"room": "the Rusty Anchor tavern", "player": args.get("player")}, {}
         if path == "/give":
             return 200, {"granted": args.get("item"), "to": args.get("player")}, {}
+        if path == "/tag":  # sets a fact beside the result the model reads
+            place = args.get("item")
+            return 200, {"facts": {"target": f"The player's current target is {place}"}, "tagged": place,
+                         "points": 10}, {}
         if path == "/slow":
             time.sleep(self.slow_seconds)
             return 200, {"late": True}, {}

@@ -30,7 +30,7 @@ def engine() -> Iterator[GameEngine]:
 
 def _manifest(tmp_path: Path, engine: GameEngine, **extra: Any) -> Path:
     tools = [{"name": n, "description": f"{n} tool", "parameters": OBJECT, "url": f"{engine.url}/{n}", **extra}
-             for n in ("look", "give", "slow", "broken", "refuse", "html")]
+             for n in ("look", "give", "slow", "broken", "refuse", "html", "tag")]
     tools[0]["headers"] = {"Authorization": "Bearer ${GAME_TOKEN}"}
     tools[2]["timeout"] = 0.5
     path = tmp_path / "tools.json"
@@ -74,6 +74,14 @@ def test_the_key_is_the_same_on_a_retry_and_differs_between_calls(tools: dict[st
     assert keys[0] == keys[1] != keys[2]
     assert len(keys[0]) == 64 and int(keys[0], 16) >= 0
     assert idempotency_key("a", "b", "c") != idempotency_key("a", "bc", "")
+
+
+def test_an_answer_with_facts_sets_them_and_the_model_reads_the_rest(tools: dict[str, Tool]) -> None:
+    with turn_context("conv-1", "input-1"):
+        m = run_tool(tools, ToolCall(id="call_1", name="tag", arguments='{"item": "Harrogate Theatre"}'),
+                     default_timeout=10, max_chars=10_000)
+    assert not m.is_error and json.loads(m.content) == {"tagged": "Harrogate Theatre", "points": 10}
+    assert m.facts == (("target", "The player's current target is Harrogate Theatre"),)
 
 
 @pytest.mark.parametrize(("name", "expected"), [

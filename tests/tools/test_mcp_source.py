@@ -61,6 +61,7 @@ def test_tools_are_listed_at_start_and_called(loaded: LoadedTools) -> None:
     assert set(tools) == {"weather", "unlock", "nap", "whoami", "bearer"}
     assert tools["weather"].parameters["properties"]["city"]["type"] == "string"
     assert _call(tools, "weather", city="Oslo") == ("storm over Oslo", False)
+    assert not any(t.game for t in tools.values())  # another party's server: its answers never set the game's facts
 
 
 def test_a_call_carries_its_ids_and_idempotency_key_in_meta(loaded: LoadedTools) -> None:

@@ -41,12 +41,15 @@ class Encoded:
 
 
 def _cap_pinned(state: ConversationState, max_pinned: int) -> tuple[ConversationState, int]:
-    """Keep the newest ``max_pinned`` items of ``state.pinned``; returns the state and how many went."""
-    over = len(state.pinned) - max(0, max_pinned)
+    """Keep at most ``max_pinned`` of ``state.pinned`` and ``state.facts`` together; returns the state and how many
+    went. The oldest pinned items go first, and keyed facts only once no pinned item is left: a fact is the game's
+    current truth (the target), replaced rather than piling up, while a pinned item is a piece of the past."""
+    over = len(state.pinned) + len(state.facts) - max(0, max_pinned)
     if over <= 0:
         return state, 0
     log.warning("pinned items over the cap; dropping the oldest", extra={"dropped": over, "cap": max_pinned})
-    return replace(state, pinned=state.pinned[over:]), over
+    pins = min(over, len(state.pinned))
+    return replace(state, pinned=state.pinned[pins:], facts=state.facts[over - pins:]), over
 
 
 def encode_bounded(state: ConversationState, *, max_bytes: int, max_pinned: int, memo: Memo | None = None,
@@ -72,10 +75,10 @@ def encode_bounded(state: ConversationState, *, max_bytes: int, max_pinned: int,
         state, more = _cap_pinned(_slim(state), max_pinned)
         dropped += more
         blob = encode_state(state)
-    while len(blob) > max_bytes and state.pinned:
+    while len(blob) > max_bytes and (state.pinned or state.facts):
         log.warning("pinned items alone are over the state's size limit; dropping the oldest",
                     extra={"bytes": len(blob), "limit": max_bytes})
-        state = replace(state, pinned=state.pinned[1:])
+        state = replace(state, pinned=state.pinned[1:]) if state.pinned else replace(state, facts=state.facts[1:])
         dropped += 1
         blob = encode_state(state)
     # What the resident takes in memory, about: its packed bytes plus the decoded messages (measured with

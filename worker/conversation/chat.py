@@ -1,9 +1,10 @@
 """``Chat``: the stateful chat loop over an opaque state blob.
 
 Nothing here does I/O of its own: the model, the tools and the clock are injected. The worker calls
-:meth:`Chat.run_turn`, :meth:`Chat.apply_event`, :meth:`Chat.needs_compaction`,
-:meth:`Chat.compact_with_report` and :meth:`Chat.splice`; library users call the contract methods
-:meth:`Chat.chat_with_state`, :meth:`Chat.chat`, :meth:`Chat.append_to_state` and :meth:`Chat.compact`.
+:meth:`Chat.run_turn`, :meth:`Chat.run_event_turn` (the model answers a game event), :meth:`Chat.apply_event`,
+:meth:`Chat.needs_compaction`, :meth:`Chat.compact_with_report` and :meth:`Chat.splice`; library users call the
+contract methods :meth:`Chat.chat_with_state`, :meth:`Chat.chat`, :meth:`Chat.append_to_state`,
+:meth:`Chat.respond_to_event` and :meth:`Chat.compact`. Keyed facts are in :mod:`worker.conversation.facts`.
 
 Which "compact" is which: :meth:`Chat.compact` is the library contract (blob in, blob out);
 :meth:`Chat.compact_with_report` is the worker's variant that also says what it did; both run the
@@ -24,6 +25,7 @@ from typing import Any
 from worker.conversation import messages as msgs
 from worker.conversation.bounded import Encoded, encode_bounded
 from worker.conversation.compaction import Compactor, StepsOutcome, apply_compactor
+from worker.conversation.facts import check_key
 from worker.conversation.history import CleanPrefix, repair_from, repair_history
 from worker.conversation.loop import LoopOutcome, ToolChoice, ToolLoop
 from worker.conversation.messages import Message
@@ -69,12 +71,13 @@ def _idle(st: ConversationState, now: float, gap: float | None) -> bool:
 
 
 def _fresh_after_idle(st: ConversationState, provider: str, now: float) -> ConversationState:
-    """A new conversation that keeps the game events that came after the player's last turn: what the game told
-    the model during the silence is the context the player comes back to."""
+    """A new conversation that keeps the game events that came after the player's last turn and the keyed facts:
+    what the game told the model during the silence, and the game's current facts (the target), are the context
+    the player comes back to."""
     since = len(st.messages)
     while since > 0 and st.messages[since - 1].role == "event":
         since -= 1
-    fresh = ConversationState.fresh(provider, now=now)
+    fresh = replace(ConversationState.fresh(provider, now=now), facts=st.facts)
     return fresh.append(*st.messages[since:]) if since < len(st.messages) else fresh
 
 
@@ -215,11 +218,19 @@ class Chat:
         """A stateless turn: nothing is remembered."""
         return self.run_turn(None, system=system, user=user, messages=messages, lifecycle=False).reply
 
-    def append_to_state(self, state: bytes | None, text: str, pinned: bool = False) -> bytes:
+    def append_to_state(self, state: bytes | None, text: str, pinned: bool = False, key: str | None = None) -> bytes:
         """Add an event ("User has just visited Harrogate Theatre") without calling the model; the model
         reads it as context on the next turn. ``pinned`` events survive every compaction (up to
-        ``max_pinned`` of them)."""
-        return self.apply_event(state, text, pinned=pinned).state
+        ``max_pinned`` of them). With ``key`` the text is a fact that replaces the conversation's fact of that key
+        (latest wins; see :mod:`worker.conversation.facts`): kept outside the history, never compacted away."""
+        return self.apply_event(state, text, pinned=pinned, key=key).state
+
+    def respond_to_event(self, state: bytes | None, text: str, *, system: str | None = None,
+                         key: str | None = None) -> tuple[str, bytes]:
+        """The model answers a game event ("You tagged Harrogate Theatre!") with no player message: returns
+        ``(reply, new_state)``. See :meth:`run_event_turn`."""
+        result = self.run_event_turn(state, text, system=system, key=key)
+        return result.reply, result.state
 
     def compact(self, state: bytes | None) -> bytes:
         """Apply the configured compactor now (whatever its trigger says) and return the new state."""
@@ -296,6 +307,22 @@ class Chat:
         out.state = out.state.with_meta(out.state.meta.after_turn(now))
         return self._finish_turn(out, loaded.problem, reset, None if reset else loaded.memo, checked.clean)
 
+    def run_event_turn(self, state: State, text: str, *, system: str | None = None, key: str | None = None,
+                       pinned: bool = False, journal: TurnJournal | None = None) -> TurnResult:
+        """A turn in which the model answers a game event: the event joins the history as the game's (the model
+        reads it framed as an event, never as the player's words), then the tool loop runs as in :meth:`run_turn`.
+        With ``key`` the text also sets that fact. The player did not speak: the idle clock and the turn count
+        stay (``meta.events`` counts it), and neither the idle gap nor a reset phrase applies."""
+        _check_utf8("the system prompt", system)
+        _check_text("event text", text, self.max_input_chars)
+        loaded = self.load(state)
+        st = loaded.state if key is None else loaded.state.with_fact(check_key(key), text)
+        st = st.append(msgs.event(text, pinned=pinned and key is None))
+        st = st.with_meta(replace(st.meta, events=st.meta.events + 1))
+        checked = _Checked(loaded.clean)
+        out = _tool_loop(self, system, (), journal or NoJournal(), {}, checked).run(st)
+        return self._finish_turn(out, loaded.problem, None, loaded.memo, checked.clean)
+
     def _call(self, request: ModelRequest) -> ModelResponse:
         return _encodable(complete_observed(self.model, request, self.observer))
 
@@ -312,12 +339,19 @@ class Chat:
 
     # --- events, compaction, splicing --------------------------------------------------------------
 
-    def apply_event(self, state: State, text: str, *, pinned: bool = False, from_player: bool = False) -> EventResult:
+    def apply_event(self, state: State, text: str, *, pinned: bool = False, from_player: bool = False,
+                    key: str | None = None) -> EventResult:
         """:meth:`append_to_state` with the details the worker needs. ``from_player``: the text is something the
-        player sent (a location pin, a reaction), added as the player's words, not as a game event."""
+        player sent (a location pin, a reaction), added as the player's words, not as a game event; it can never
+        set a fact (``key``)."""
         _check_text("event text", text, self.max_input_chars)
+        if key is not None and from_player:
+            raise InvalidMessageError("a player's words cannot set a fact (only the game sets facts)")
         loaded = self.load(state)
-        st = loaded.state.append(msgs.event(text, pinned=pinned, from_player=from_player))
+        if key is not None:
+            st = loaded.state.with_fact(check_key(key), text)
+        else:
+            st = loaded.state.append(msgs.event(text, pinned=pinned, from_player=from_player))
         # The idle clock is the player's silence: a game event does not move it, a pin or reaction they sent does.
         meta = (replace(st.meta, events=st.meta.events + 1, last_activity=self.clock()) if from_player
                 else replace(st.meta, events=st.meta.events + 1))

@@ -71,5 +71,6 @@ def inspect_state(state: bytes | None, *, max_chars: int = 500) -> dict[str, Any
         "summary": st.summary,
         "summary_seq": st.summary_seq,
         "pinned": [_view(m, max_chars) for m in st.pinned],
+        "facts": {f.key: f.text for f in st.facts},
         "history": [_view(m, max_chars) for m in st.messages],
     }

@@ -37,6 +37,18 @@ class LoopOutcome:
     replayed_results: int = 0  # tool results taken from the journal instead of calling the tool
 
 
+def _without_facts(result: Message) -> Message:
+    return replace(result, facts=()) if result.facts else result
+
+
+def with_tool_facts(st: ConversationState, results: Sequence[Message]) -> ConversationState:
+    """``st`` with the facts game tools' ``results`` set, in call order (a later one with the same key wins)."""
+    for result in results:
+        for key, text in result.facts:
+            st = st.with_fact(key, text)
+    return st
+
+
 #: What the model reads for a call of a tool that is not idempotent when the call may already have run.
 UNKNOWN_OUTCOME = ("Error: the call to {name} may or may not have been carried out (the worker stopped while it ran) "
                    "and was not repeated, because {name} is not idempotent. Its outcome is unknown.")
@@ -78,7 +90,7 @@ class ToolLoop:
                 self.journal.record_round(step, response)  # before any of its tools runs
             results = [self._result(step, call, recorded, out, replayed=step < len(replay))
                        for call in message.tool_calls]
-            st = st.append(message, *results)
+            st = with_tool_facts(st.append(message, *(_without_facts(r) for r in results)), results)
             step += 1
             rounds += 1
             if rounds >= self.max_tool_iterations:

@@ -21,8 +21,8 @@ def render_preamble(system: str | None, state: ConversationState, extra: Sequenc
     parts.extend(s.strip() for s in extra if s.strip())
     if state.summary.strip():
         parts.append(f"{SUMMARY_HEADING}\n{state.summary.strip()}")
-    if state.pinned:
-        lines = "\n".join(f"- {transcript_text(m)}" for m in state.pinned)
+    if state.pinned or state.facts:
+        lines = "\n".join([*(f"- {transcript_text(m)}" for m in state.pinned), *(f"- {f.text}" for f in state.facts)])
         parts.append(f"{PINNED_HEADING}\n{lines}")
     return "\n\n".join(parts) or None
 
@@ -33,6 +33,7 @@ def history_tokens(state: ConversationState, counter: TokenCounter) -> int:
     if state.summary:
         total += counter.count_text(state.summary) + 8
     total += sum(counter.count_text(m.content) + 2 for m in state.pinned)
+    total += sum(counter.count_text(f.text) + 2 for f in state.facts)
     return total
 
 
@@ -60,4 +61,5 @@ def fixed_overhead(state: ConversationState, counter: TokenCounter) -> int:
     seen = [m for m in state.messages if m.seq <= state.seen_seq]
     stored = counter.count_messages(seen) + (counter.count_text(state.summary) + 8 if state.summary else 0)
     stored += sum(counter.count_text(m.content) + 2 for m in state.pinned)
+    stored += sum(counter.count_text(f.text) + 2 for f in state.facts)
     return max(0, state.last_usage.prompt_tokens - stored)

@@ -49,6 +49,7 @@ def _lay_onto(newest: ConversationState, compacted: ConversationState) -> Conver
         seen_seq=newest.seen_seq,
         last_usage=newest.last_usage if saw_new else None,
         meta=replace(newest.meta, compactions=newest.meta.compactions + 1),
+        facts=newest.facts,  # a fact set while the compaction ran replaces the one it started from
     )
 
 
@@ -65,7 +66,7 @@ def splice_blobs(newest: bytes | None, compacted: bytes, *, load: Callable[[byte
     if isinstance(merged, str):
         return SpliceResult(state=newest, applied=False, reason=merged)
     kept = sum(1 for m in cur.state.messages if m.seq >= comp.state.next_seq)
-    lost = len(_pinned_seqs(cur.state) - _pinned_seqs(merged))
+    lost = len(_pinned_seqs(cur.state) - _pinned_seqs(merged)) + len(set(cur.state.facts) - set(merged.facts))
     encoded = encode(merged)
     return SpliceResult(state=encoded.blob, applied=True, kept_new_messages=kept,
                         pinned_dropped=lost + encoded.pinned_dropped)

@@ -10,7 +10,8 @@ schema version; :data:`MIGRATIONS` upgrades every older version step by step. A 
 oldest version that can hold it (:func:`_version_for`), so a worker of the previous release still reads
 every state that needs nothing new: version 2 added photos (a user message's media reference), and only a
 state holding one is written as version 2 (a version-1 reader would have dropped the photo silently and seen
-an empty user message; it refuses the blob instead). Decoding is bounded
+an empty user message; it refuses the blob instead); version 3 added keyed facts (``facts``: the game's facts that
+replace, see :class:`Fact`), and only a state holding one is written as version 3. Decoding is bounded
 (size, nesting, lengths, decompressed size) and never trusts a declared length.
 """
 
@@ -33,8 +34,9 @@ from worker.conversation.model import Usage
 from worker.errors import StateDecodeError
 
 MAGIC = b"PLY"
-FORMAT_VERSION = 2
+FORMAT_VERSION = 3
 MEDIA_VERSION = 2  # the first version with media references
+FACTS_VERSION = 3  # the first version with keyed facts
 FLAG_ZSTD = 0x01
 COMPRESS_OVER = 4096
 DEFAULT_MAX_STATE_BYTES = 1 << 20  # 1 MiB encoded
@@ -58,6 +60,15 @@ class Meta:
 
 
 @dataclass(frozen=True, slots=True)
+class Fact:
+    """A fact the game keeps current ("The player's target is Harrogate Theatre"): one per ``key``, the latest
+    wins. Only the game sets one (an event sent with ``key``, or a game tool's answer): never a player's words."""
+
+    key: str
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
 class ConversationState:
     """Everything Parley remembers of one conversation.
 
@@ -68,6 +79,8 @@ class ConversationState:
     - ``next_seq``: the ``seq`` the next message gets. ``seen_seq``: the highest ``seq`` the model saw.
     - ``last_usage``: what the provider reported for the last round trip.
     - ``generation``: bumped by every compaction, so a stale compaction result is never spliced.
+    - ``facts``: the keyed facts, oldest set first; outside the history, so no compaction touches them, and
+      rendered into the preamble after the pinned items.
     """
 
     provider: str
@@ -80,6 +93,7 @@ class ConversationState:
     last_usage: Usage | None = None
     generation: int = 0
     meta: Meta = field(default_factory=Meta)
+    facts: tuple[Fact, ...] = ()
 
     @classmethod
     def fresh(cls, provider: str, *, now: float | None = None) -> ConversationState:
@@ -103,6 +117,14 @@ class ConversationState:
         """A new state with ``meta`` in place of its metadata."""
         return _changed(self, self.messages, self.next_seq, self.seen_seq, self.last_usage, meta)
 
+    def with_fact(self, key: str, text: str) -> ConversationState:
+        """A new state where ``key`` holds ``text``: the fact with that key before is gone (latest wins) and the new
+        one is the newest (the cap drops the oldest facts first)."""
+        kept = tuple(f for f in self.facts if f.key != key)
+        return ConversationState(self.provider, self.messages, self.summary, self.summary_seq, self.pinned,
+                                 self.next_seq, self.seen_seq, self.last_usage, self.generation, self.meta,
+                                 (*kept, Fact(key, text)))
+
     @property
     def last_seq(self) -> int:
         return self.next_seq - 1
@@ -114,7 +136,7 @@ def _changed(state: ConversationState, messages: tuple[Message, ...], next_seq: 
     makes several new states and ``replace`` walks the fields' metadata each time (about twice the cost). Every
     field is passed, in order: tests/conversation/test_state_codec.py fails when a field is added and not here."""
     return ConversationState(state.provider, messages, state.summary, state.summary_seq, state.pinned, next_seq,
-                             seen_seq, last_usage, state.generation, meta)
+                             seen_seq, last_usage, state.generation, meta, state.facts)
 
 
 # --- encoding -------------------------------------------------------------------------------------
@@ -138,11 +160,15 @@ def _enc_message(message: Message) -> dict[str, Any]:
     if message.media is not None:
         # The reference only, never the bytes.
         fields["md"] = [message.media.kind, message.media.id, message.media.mime_type]
+    if message.facts:
+        fields["f"] = [list(f) for f in message.facts]  # a journalled tool result's (never in a stored history)
     return fields
 
 
-def _version_for(messages: Packed, pinned: Packed) -> int:
-    """The oldest format that holds a state of these messages and pinned items (see the module docstring)."""
+def _version_for(messages: Packed, pinned: Packed, facts: tuple[Fact, ...]) -> int:
+    """The oldest format that holds a state of these messages, pinned items and facts (see the module docstring)."""
+    if facts:
+        return FACTS_VERSION
     return MEDIA_VERSION if messages.media or pinned.media else 1
 
 
@@ -199,7 +225,7 @@ def _pack(value: Any) -> bytes:
     return msgpack.packb(value, use_bin_type=True)  # type: ignore[no-any-return]
 
 
-_KEYS = {k: _pack(k) for k in ("p", "m", "sum", "sums", "pin", "ns", "seen", "u", "g", "meta")}
+_KEYS = {k: _pack(k) for k in ("p", "m", "sum", "sums", "pin", "ns", "seen", "u", "g", "meta", "f")}
 
 
 def encode_with_memo(state: ConversationState, memo: Memo | None = None) -> tuple[bytes, Memo]:
@@ -211,8 +237,9 @@ def encode_with_memo(state: ConversationState, memo: Memo | None = None) -> tupl
     msgs = _pack_messages(state.messages, memo.messages if memo else _NOTHING)
     pins = _pack_messages(state.pinned, memo.pinned if memo else _NOTHING)
     key = _KEYS
+    facts = state.facts
     body = b"".join((
-        b"\x8a",  # a map of the 10 fields below, in this order
+        b"\x8b" if facts else b"\x8a",  # a map of the 10 fields below, in this order (11 with facts)
         key["p"], _pack(state.provider),
         key["m"], _array_header(len(state.messages)), msgs.body,
         key["sum"], _pack(state.summary),
@@ -224,12 +251,13 @@ def encode_with_memo(state: ConversationState, memo: Memo | None = None) -> tupl
         key["g"], _pack(state.generation),
         key["meta"], _pack([meta.epoch, meta.started_at, meta.last_activity, meta.turns, meta.events,
                           meta.compactions]),
+        (key["f"] + _pack([[f.key, f.text] for f in facts])) if facts else b"",
     ))
     flags = 0
     if len(body) > COMPRESS_OVER:
         body = _compress(body)
         flags |= FLAG_ZSTD
-    return MAGIC + bytes([_version_for(msgs, pins), flags]) + body, Memo(msgs, pins)
+    return MAGIC + bytes([_version_for(msgs, pins, facts), flags]) + body, Memo(msgs, pins)
 
 
 # A compression context costs more to set up (~10 µs) than compressing a typical state: reuse them. A pool, not a
@@ -291,8 +319,10 @@ def _dec_message(fields: Any) -> Message:
         raise StateDecodeError("invalid", "bad tool_call_id, name or raw")
     md = fields.get("md")
     media = None if md is None else _dec_media(md, role)
+    f = fields.get("f")
+    facts = () if f is None else tuple((x.key, x.text) for x in _dec_facts(f))
     return Message(role, content, calls, ti, name, bool(fields.get("e", False)), bool(fields.get("p", False)), seq, raw,
-                   media)
+                   media, facts)
 
 
 def _dec_media(md: Any, role: Any) -> MediaRef:
@@ -329,6 +359,7 @@ def _from_payload(payload: Any) -> ConversationState:
     _need(isinstance(summary, str), "bad summary")
     messages = tuple(_dec_message(m) for m in msgs)
     _need(all(m.seq < ints["ns"] for m in messages), "seq beyond next_seq")
+    facts = _dec_facts(payload.get("f", ()))
     return ConversationState(
         provider=provider,
         messages=messages,
@@ -340,7 +371,20 @@ def _from_payload(payload: Any) -> ConversationState:
         last_usage=usage,
         generation=ints["g"],
         meta=Meta(epoch, float(started), float(last), turns, events, compactions),
+        facts=facts,
     )
+
+
+def _dec_facts(raw: Any) -> tuple[Fact, ...]:
+    if not raw:
+        return ()
+    _need(isinstance(raw, list), "facts are not a list")
+    out = []
+    for item in raw:
+        _need(isinstance(item, list) and len(item) == 2 and all(type(x) is str and x for x in item), "bad fact")
+        out.append(Fact(item[0], item[1]))
+    _need(len({f.key for f in out}) == len(out), "two facts with one key")
+    return tuple(out)
 
 
 # Each entry upgrades a payload of version N to version N+1. Version 1 is the first released format:
@@ -349,6 +393,8 @@ MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {
     # Version 2 only added the optional media reference ("md") to messages: a version-1 payload is a valid
     # version-2 payload without photos.
     1: lambda payload: payload,
+    # Version 3 only added the optional keyed facts ("f"): a version-2 payload is a version-3 payload without any.
+    2: lambda payload: payload,
 }
 
 

@@ -15,12 +15,14 @@ from typing import Any
 import jsonschema
 from jsonschema.exceptions import best_match
 
+from worker.conversation.facts import ResultExtras, split_result
 from worker.conversation.messages import Message, ToolCall
 from worker.conversation.model import ToolSpec
 from worker.errors import ToolError
 
 _NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 _LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+_NO_EXTRAS = ResultExtras()
 
 
 def without_lone_surrogates(value: Any) -> Any:
@@ -121,6 +123,9 @@ class Tool:
     seconds, default the chat's) or returns something unserialisable produces an error result the model reads;
     the turn goes on.
 
+    ``game``: a game tool (a Python tool or an HTTP manifest tool; an MCP server's are not): its answer may set
+    facts (a ``"facts"`` object, see :mod:`worker.conversation.facts`).
+
     ``idempotent``: whether a call that may already have run (the worker died inside it, before its result was
     recorded) may run again when the turn is retried, with the same call id. ``False``: it is not repeated; the
     model reads an error result saying its outcome is unknown (an HTTP manifest tool's ``idempotent`` key).
@@ -132,6 +137,7 @@ class Tool:
     handler: Callable[..., Any]
     timeout: float | None = None
     idempotent: bool = True
+    game: bool = True
 
     def __post_init__(self) -> None:
         if not _NAME.match(self.name):
@@ -174,12 +180,12 @@ def run_tool(
 ) -> Message:
     """Run one tool call and return its result message (``is_error`` when it failed)."""
 
-    def result(text: str, error: bool = False) -> Message:
+    def result(text: str, error: bool = False, extras: ResultExtras = _NO_EXTRAS) -> Message:
         text = without_lone_surrogates(text)
         if len(text) > max_chars:
             text = text[:max_chars] + f"\n[truncated: {len(text) - max_chars} more characters]"
         return Message(role="tool", content=text or "(empty result)", tool_call_id=call.id, name=call.name,
-                       is_error=error)
+                       is_error=error, facts=extras.facts)
 
     tool = tools.get(call.name)
     if tool is None:
@@ -201,7 +207,10 @@ def run_tool(
     def target() -> None:
         _CALL.set(ToolCallContext(conversation_id, input_id, call.id))
         try:
-            outcome["value"] = _encode_result(tool.handler(**args))
+            value = tool.handler(**args)
+            if tool.game:
+                value, outcome["extras"] = split_result(value, max_chars)
+            outcome["value"] = _encode_result(value)
         except BaseException as exc:  # the model reads the failure; the worker keeps running
             outcome["error"] = exc
 
@@ -215,4 +224,4 @@ def run_tool(
     if "error" in outcome:
         failure = outcome["error"]
         return result(f"Error: {type(failure).__name__}: {failure}", True)
-    return result(outcome.get("value", ""))
+    return result(outcome.get("value", ""), extras=outcome.get("extras", _NO_EXTRAS))

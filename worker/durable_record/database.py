@@ -241,7 +241,7 @@ class UsageRow:
 
 def usage(conn: Any, since: dt.date, conversation_id: str | None = None) -> list[UsageRow]:
     """Tokens per conversation and UTC day from ``since`` on: its turns' and its compactions' (the summariser's);
-    ``turns`` counts the turns only."""
+    ``turns`` counts the player's turns only (not the ``event_turn`` ones that answered a game event)."""
     with errors():
         rows = conn.execute(
             "SELECT u.conversation_id, u.day, count(*) FILTER (WHERE r.kind = 'turn'), sum(u.prompt_tokens),"

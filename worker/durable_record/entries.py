@@ -6,6 +6,7 @@ Pure (msgpack only): no Redis, no database. An entry is a msgpack map with ``v``
 =============  =====================================================================================================
 ``turn``       ``inputs``, ``reply``, ``steps`` (tool calls with arguments, result, duration), ``usage``, ``model``,
                ``finish``, ``model_calls``
+``event_turn`` as ``turn``: a turn in which the model answered a game event (``respond``), no player message
 ``event``      ``inputs`` (the game event)
 ``reset``      ``inputs``
 ``notice``     ``inputs``, ``reply``, ``why`` (a fixed answer in the model's place: ``budget``, ``producer``, ...)
@@ -34,7 +35,7 @@ from worker.conversation.model import Usage
 from worker.errors import RecordError
 
 VERSION = 1
-KINDS = frozenset({"turn", "event", "reset", "notice", "compaction", "dead", "status", "sent", "failed", "delete"})
+KINDS = frozenset({"turn", "event_turn", "event", "reset", "notice", "compaction", "dead", "status", "sent", "failed", "delete"})
 MAX_FIELD_CHARS = 16_000  # a tool result or argument kept in the record (the state keeps its own bound)
 
 
@@ -140,10 +141,11 @@ def decode(raw: bytes) -> dict[str, Any]:
 
 
 def turn(cid: str, *, inputs: Sequence[InputRecord], reply_id: str, parts: Sequence[str], trail: Trail | None,
-         finish: str | None, model_calls: int, model: str | None) -> bytes:
-    """The record of a chat turn: every input it took in, every part of its answer, every tool call."""
+         finish: str | None, model_calls: int, model: str | None, kind: str = "turn") -> bytes:
+    """The record of a chat turn (``kind`` ``event_turn``: the model answered a game event): every input it took
+    in, every part of its answer, every tool call."""
     trail = trail or Trail()
-    return encode("turn", cid, inputs=[i.to_map() for i in inputs], reply={"id": reply_id, "parts": list(parts)},
+    return encode(kind, cid, inputs=[i.to_map() for i in inputs], reply={"id": reply_id, "parts": list(parts)},
                   steps=[s.to_map() for s in trail.steps], usage=trail.usage.to_map(),
                   model=trail.usage.model or model, finish=finish, model_calls=model_calls)
 
@@ -218,7 +220,7 @@ def to_rows(batch: Iterable[tuple[str, Position, bytes, str | None]]) -> Rows:
             continue
         _messages(rows, rid, cid, ms, entry)
         usage = entry.get("usage")
-        if kind in ("turn", "compaction") and usage:  # a compaction's summariser spends tokens too
+        if kind in ("turn", "event_turn", "compaction") and usage:  # a compaction's summariser spends tokens too
             rows.usage.append((rid, cid, ms, entry.get("model") or "", int(usage.get("prompt") or 0),
                                int(usage.get("completion") or 0), int(usage.get("cached") or 0),
                                int(usage.get("cache_write") or 0)))

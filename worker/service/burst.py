@@ -4,8 +4,10 @@ Pure decisions over what the store shows the drain (the head input and the input
 
 A burst starts at a chat message at the head of the mailbox and runs over the chat messages and game events queued
 after it, up to ``burst_max_messages`` inputs; it ends before anything else (a reset, a notice, a splice, an input
-that does not decode) and at its last chat message, so events after the last message are applied after the
-reply, in their place. The turn waits while the burst is still open (nothing closes it and it is not full) and the
+that does not decode, a game event the model answers) and at its last chat message, so events after the last message are applied after the
+reply, in their place. A game event the model answers (``respond``) ends a waiting burst at once: the burst's
+messages are answered first, in one turn, then the event in a turn of its own (:func:`answers_event`), so each
+reply answers what came before it in the mailbox and the player's turns stay apart from the game's. The turn waits while the burst is still open (nothing closes it and it is not full) and the
 player typed within the quiet period, but never longer than ``burst_max_wait`` from the burst's first message.
 
 Times are the producers' ``accepted_at`` against the worker's clock. A producer clock ahead of the worker's would
@@ -47,6 +49,17 @@ class Pending:
     env: Envelope
 
 
+def answers_event(inputs: Sequence[Pending]) -> bool:
+    """Whether a turn's ``inputs`` are a game event the model answers (always alone: it ends a burst)."""
+    return len(inputs) == 1 and inputs[0].env.kind == "event" and bool(inputs[0].env.respond)
+
+
+def _joins(policy: BurstPolicy, item: Pending) -> bool:
+    """Whether a queued input may join a burst: a chat message or a game event, not one that goes alone (a bare
+    photo the model cannot see, an event the model answers)."""
+    return item.env.kind in BURSTABLE and not alone(policy, item) and not item.env.respond
+
+
 @dataclass(frozen=True)
 class Decision:
     """Apply ``inputs`` (the head first) in one turn now, or, with ``wait`` > 0, put the turn off that long."""
@@ -78,7 +91,7 @@ def _run(head: Pending, after: Sequence[Pending | None], policy: BurstPolicy,
         if len(run) >= limit:
             closed = True
             break
-        if item is None or item.env.kind not in BURSTABLE or alone(policy, item):
+        if item is None or not _joins(policy, item):
             closed = True
             break
         run.append(item)
@@ -112,8 +125,7 @@ def extend(burst: Sequence[Pending], after: Sequence[Pending | None], policy: Bu
     message came."""
     run: list[Pending] = []
     for item in after:
-        if len(burst) + len(run) >= policy.max_messages or item is None or item.env.kind not in BURSTABLE \
-                or alone(policy, item):
+        if len(burst) + len(run) >= policy.max_messages or item is None or not _joins(policy, item):
             break
         run.append(item)
     while run and run[-1].env.kind != "message":

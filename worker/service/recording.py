@@ -31,12 +31,14 @@ class Recorder:
 
     def turn(self, cid: str, envs: Sequence[Envelope], reply: ReplyRecord, result: TurnResult,
              trail: Trail | None) -> bytes | None:
-        """``trail``: the turn's tool calls and its usage over every round, the final one included."""
+        """``trail``: the turn's tool calls and its usage over every round, the final one included. A turn that
+        answered a game event (``respond``) is recorded as ``event_turn``, apart from the player's turns."""
         if not self.on:
             return None
+        answered = len(envs) == 1 and envs[0].kind == "event" and bool(envs[0].respond)
         return entries.turn(cid, inputs=[input_of(e) for e in envs], reply_id=reply.reply_id, parts=reply.parts,
                             trail=trail, finish=result.finish_reason, model_calls=result.model_calls,
-                            model=self.model)
+                            model=self.model, kind="event_turn" if answered else "turn")
 
     def applied(self, kind: str, cid: str, envs: Sequence[Envelope], reply: ReplyRecord | None = None,
                 **fields: Any) -> bytes | None:

@@ -182,7 +182,8 @@ class McpServer:
             schema.setdefault("type", "object")
             try:
                 tool = Tool(name=listed.name, description=listed.description or listed.name, parameters=schema,
-                            handler=_Handler(self, listed.name), timeout=self.call_timeout + 2.0)
+                            handler=_Handler(self, listed.name), timeout=self.call_timeout + 2.0,
+                            game=False)  # another party's server: its answers never set the game's facts
             except ToolError as exc:  # a server's odd tool must not fail every turn: leave it out
                 log.warning("MCP server %s: tool %r left out: %s", self.label, listed.name, exc)
                 continue

@@ -22,6 +22,7 @@ from worker.delivery.split import split_message
 from worker.envelopes import DeadLetter as DeadRecord
 from worker.envelopes import Envelope, ReplyRecord, decode_envelope
 from worker.errors import EnvelopeError
+from worker.service.burst import answers_event
 from worker.service.config import ServiceConfig, Wake, count_pinned_dropped
 from worker.service.drain.hooks.base import Hooks
 from worker.service.drain.outcomes import (
@@ -86,12 +87,14 @@ class Applier:
                             tokens=a.trail.usage.total, record=self.hooks.entry(run, snap, a, a.reply))
         metrics.TURN_SECONDS.observe(time.perf_counter() - a.started)
         kinds = [p.env.kind for p in inputs]
+        answered = answers_event(inputs)  # the game's event answered: counted apart from the player's turns
         _MESSAGES_APPLIED.inc(kinds.count("message"))
         if "event" in kinds:
-            metrics.INPUTS.labels("event", "applied").inc(kinds.count("event"))
+            metrics.INPUTS.labels("event", "answered" if answered else "applied").inc(kinds.count("event"))
         metrics.BURST_INPUTS.observe(len(inputs))
         count_pinned_dropped(result.pinned_dropped)
-        log.info("turn applied", extra={"conversation_id": run.cid, "message_id": inputs[0].id, "kind": "message",
+        log.info("turn applied", extra={"conversation_id": run.cid, "message_id": inputs[0].id,
+                                        "kind": "event" if answered else "message",
                                         "inputs": len(inputs), "parts": len(a.reply.parts),
                                         "finish": result.finish_reason})
         self.after_reply(run, done, (a.data, a.reply))

@@ -17,7 +17,7 @@ from worker.conversation.chat import Chat
 from worker.envelopes import Envelope, decode_envelope
 from worker.errors import AuthenticationError, EnvelopeError, InputError, ModelError
 from worker.service import recovery
-from worker.service.burst import Pending
+from worker.service.burst import Pending, answers_event
 from worker.service.config import ServiceConfig
 from worker.service.drain import failures
 from worker.service.drain.hooks.base import Hooks
@@ -64,8 +64,11 @@ class Decider:
             return self._chat_turn(run, Pending(env.message_id, env), snap)
         if env.kind == "notice":
             return Notice(env, env.text or "", "producer")
+        if env.kind == "event" and env.respond:
+            return self._chat_turn(run, Pending(env.message_id, env), snap)  # the model answers it
         if env.kind == "event":
-            result = self.chat.apply_event(state, env.text or "", pinned=env.pinned, from_player=bool(env.from_player))
+            result = self.chat.apply_event(state, env.text or "", pinned=env.pinned, from_player=bool(env.from_player),
+                                           key=env.key)
             return Applied(env, result.state, {"event": env.text}, result.resident,
                            quarantine_of(state, result.state_problem), result.needs_compaction,
                            result.pinned_dropped)
@@ -77,10 +80,10 @@ class Decider:
 
     def _chat_turn(self, run: DrainRun, head: Pending, snap: Snapshot) -> Outcome:
         """A chat message at the head: the turn takes in the burst it starts, or is put off while the player is
-        still typing."""
+        still typing. A game event the model answers: a turn of its own (no burst), through the same hooks."""
         # The journal makes a retried turn reuse the inputs, model rounds and tool results a crashed run recorded.
         journal = StoreJournal(self.store, run.cid, head.id, run.token, empty=not snap.journal)
-        taken = self.hooks.take(run, head, snap, journal)
+        taken = (head,) if answers_event((head,)) else self.hooks.take(run, head, snap, journal)
         if isinstance(taken, Defer):
             return taken
         return TurnRunner(self.chat, self.config, self.media, self.hooks, run, journal).run(taken, snap)

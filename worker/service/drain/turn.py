@@ -16,7 +16,7 @@ from worker.conversation.model import Attachment
 from worker.conversation.tools import turn_context
 from worker.delivery.split import split_message
 from worker.envelopes import ReplyRecord
-from worker.service.burst import Pending
+from worker.service.burst import Pending, answers_event
 from worker.service.config import ServiceConfig
 from worker.service.drain.hooks.base import Hooks
 from worker.service.drain.outcomes import Answer, Outcome, quarantine_of
@@ -52,7 +52,8 @@ class TurnRunner:
         head, last = inputs[0], inputs[-1]
         record = ReplyRecord(reply_id=head.id, conversation_id=run.cid, recipient=last.env.recipient or run.cid,
                              parts=split_message(result.reply), reply_to=last.env.reply_to)
-        trace: dict[str, Any] = {"user": last.env.text, "reply": result.reply[: self.config.trace_reply_chars],
+        said = "event" if answers_event(inputs) else "user"  # an answered game event is not the player's words
+        trace: dict[str, Any] = {said: last.env.text, "reply": result.reply[: self.config.trace_reply_chars],
                  "finish": result.finish_reason, "model_calls": result.model_calls, "tool_calls": result.tool_calls,
                  "replayed": [result.replayed_rounds, result.replayed_results], **usage_trace(result.usage),
                  "reset": result.reset, "parts": len(record.parts)}
@@ -78,6 +79,10 @@ class TurnRunner:
 
     def _once(self, inputs: tuple[Pending, ...], state: State) -> TurnResult:
         head, last = inputs[0], inputs[-1]
+        if answers_event(inputs):  # the game's event, answered with no player message
+            with turn_context(self.r.cid, head.id):
+                return self.chat.run_event_turn(state, head.env.text or "", system=self.config.system_prompt,
+                                                key=head.env.key, pinned=head.env.pinned, journal=self.journal)
         new, attachments = self._messages(inputs)
         with turn_context(self.r.cid, head.id):
             return self.chat.run_turn(state, system=last.env.system or head.env.system or self.config.system_prompt,

@@ -65,8 +65,8 @@ class Merge(DrainHook):
     def again(self, run: DrainRun, inputs: tuple[Pending, ...], result: TurnResult, merges: int,
               journal: StoreJournal) -> tuple[Pending, ...] | None:
         policy = self.policy
-        if merges >= policy.max_merges or result.tool_calls:
-            return None
+        if merges >= policy.max_merges or result.tool_calls or burst.answers_event(inputs):
+            return None  # an answered event is a turn of its own: messages after it are answered next
         newer = self.store.peek(run.cid, len(inputs), policy.max_messages - len(inputs))
         grown = burst.extend(inputs, burst.decode_after(newer, run.cid), policy)
         if len(grown) == len(inputs):

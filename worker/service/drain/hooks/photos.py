@@ -16,7 +16,7 @@ class Photos(DrainHook):
     """A lone input whose preparation is a notice (a photo the model cannot see, no caption) is answered so."""
 
     def before_turn(self, run: DrainRun, inputs: tuple[Pending, ...], prepare: Prepare) -> Outcome | None:
-        if len(inputs) != 1:
+        if len(inputs) != 1 or inputs[0].env.kind != "message":  # an event the model answers carries no photo
             return None
         notice = prepare(inputs[0]).notice
         return Notice(inputs[0].env, notice, "unreadable_media") if notice is not None else None
