@@ -34,6 +34,9 @@ Per conversation (``{prefix}:{{cid}}:<name>``):
 ``inbound``     string: ms of the player's last message accepted (opens WhatsApp's customer-service window)
 ``usage``       hash: UTC day (``YYYY-MM-DD``) -> tokens the conversation's turns used that day (the daily budget);
                 expires three days after the last turn
+``context``     string: the game's last good live context (``<unix time>\n<text>``), used by a turn whose fetch
+                failed while it is young enough; never part of the state; expires after
+                ``PARLEY_CONTEXT_MAX_AGE_SECONDS``
 ``tomb``        zset: input ids of a deleted conversation (score: ms of the delete), so Meta's retries of
                 its old webhooks dedupe; not one of :data:`NAMES` (delete keeps it), expires on its own
 ==============  ==================================================================================
@@ -71,7 +74,7 @@ _ID = re.compile(r"[A-Za-z0-9._@+=-]{1,128}")
 
 NAMES = ("state", "inbox", "seen", "fence", "lease", "attempts", "outbox", "sent", "dfence", "dlease",
          "delivered", "trace", "quarantine", "dead", "compacting", "statuses", "statusorder", "hold",
-         "journal", "inbound", "usage")
+         "journal", "inbound", "usage", "context")
 
 
 def validate_conversation_id(cid: object) -> str:
@@ -122,6 +125,7 @@ class ConversationKeys:
     journal: str = field(init=False)
     inbound: str = field(init=False)
     usage: str = field(init=False)
+    context: str = field(init=False)
 
     def __post_init__(self) -> None:
         validate_conversation_id(self.cid)
