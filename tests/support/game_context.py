@@ -13,12 +13,13 @@ from tests.support.loopback import LoopbackPeer, LoopbackServer
 class GameContextServer(LoopbackPeer):
     """``answers[cid]``: what ``/context`` answers for that conversation: a text (as ``{"system": text}``), or a
     ``(status, payload)`` pair as it is. ``delay``: seconds to wait before answering (a timeout, when over the
-    fetch's). Unknown conversations get ``{"system": null}``."""
+    fetch's). Other conversations get ``{"system": default}`` (null unless set)."""
 
     def __init__(self) -> None:
         self.calls: list[tuple[dict[str, str], dict[str, Any]]] = []
         self.answers: dict[str, str | tuple[int, Any]] = {}
         self.delay = 0.0
+        self.default: str | None = None
         self.lock = threading.Lock()
         self.http = LoopbackServer(self.answer)
 
@@ -30,7 +31,7 @@ class GameContextServer(LoopbackPeer):
         with self.lock:
             self.calls.append((headers, body))
             delay = self.delay
-            given = self.answers.get(body.get("conversation_id", "") if isinstance(body, dict) else "")
+            given = self.answers.get(body.get("conversation_id", "") if isinstance(body, dict) else "", self.default)
         if delay:
             time.sleep(delay)
         if path != "/context":
