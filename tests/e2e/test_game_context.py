@@ -94,3 +94,10 @@ def test_an_old_last_context_is_not_used(cluster: Cluster, game: tuple[GameConte
     server.delay = 1.5  # past the fetch's timeout
     _say(cluster, CID, "hello?", 2)
     assert "from the target" not in _system_for(cluster, "hello?")
+
+
+def test_a_bad_context_setting_stops_the_worker_at_start(cluster: Cluster) -> None:
+    cluster.env["PARLEY_CONTEXT"] = "no_such_game_module:context"
+    w = cluster.start_worker("w1")
+    assert wait_until(lambda: not w.alive(), 30), w.log()
+    assert "PARLEY_CONTEXT=no_such_game_module:context: cannot import 'no_such_game_module'" in w.log()

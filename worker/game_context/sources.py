@@ -54,9 +54,10 @@ def answer_text(body: bytes) -> str | None:
 
 
 class HttpContext:
-    """``POST url`` with ``{"conversation_id", "input_id"}``. The whole fetch, body included, is abandoned once
-    ``timeout`` has passed (checked between the body's chunks: a server that trickles its answer cannot hold the
-    turn much longer), and a body longer than a ``max_chars`` text needs is refused without reading the rest."""
+    """``POST url`` with ``{"conversation_id", "input_id"}``. Connecting and waiting for the answer are each bounded
+    by ``timeout`` (httpx's), and reading the body stops once ``timeout`` has passed since the start (checked
+    between its chunks, so a server that trickles its answer cannot hold the turn): a fetch takes at most about
+    twice ``timeout``. A body longer than a ``max_chars`` text needs is refused without reading the rest."""
 
     def __init__(self, url: str, *, headers: dict[str, str], timeout: float, max_chars: int,
                  pool: ClientPool | None = None, clock: Callable[[], float] = time.monotonic) -> None:
