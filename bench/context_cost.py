@@ -7,8 +7,9 @@ One process, no Celery (as ``turn_phases.py``): a real redis-server, the light l
 and WhatsApp (``loopback_peers.py``) in a process of their own, and a loopback game context server in another
 (``tests/support/game_context.py``; it answers ``{"system": "Player is 120 m from the target..."}`` at once). Two
 services built from settings alone, the same but for ``PARLEY_TOOLS_FILE`` naming the context endpoint; their turns
-alternate in blocks of 50 on fifty conversations each, so the machine's load falls on both alike. Measured per turn:
-``service.drain`` with its inline delivery (accept not included). Also the fetch alone (``LiveContext.for_turn``:
+alternate one by one (fifty conversations each), so the machine's load falls on both alike. Measured per turn:
+``service.drain`` with its inline delivery (accept not included), wall time and this process's CPU (the CPU is
+what the machine's load moves least: a wall-time hop to another process waits for a core). Also the fetch alone (``LiveContext.for_turn``:
 the POST, the answer's checks and keeping it in Redis) and a raw kept-alive ``httpx`` POST to the same endpoint.
 Medians after a warm-up, per round, then the median over the rounds.
 """
@@ -40,7 +41,6 @@ from worker.settings import Settings
 
 CONTEXT = "Player is 120 m from the target (Harrogate Theatre), heading north-east; 3 of 5 targets tagged."
 WARM = 100
-BLOCK = 50
 
 
 def _serve(url_out: multiprocessing.Queue) -> None:  # type: ignore[type-arg]
@@ -53,13 +53,20 @@ def _serve(url_out: multiprocessing.Queue) -> None:  # type: ignore[type-arg]
         time.sleep(3600)
 
 
+def _one_turn(svc: Any, client: ConversationClient, tag: str, i: int, into: list[float],
+              cpu: list[float] | None = None) -> None:
+    cid = f"4478{tag}{i % 50:07d}"
+    client.send_message(cid, f"question {i}", message_id=f"{tag}-{uuid.uuid4().hex}")
+    start, cpu_start = time.perf_counter(), time.process_time()
+    svc.drain(cid)
+    into.append(time.perf_counter() - start)
+    if cpu is not None:
+        cpu.append(time.process_time() - cpu_start)
+
+
 def _turns(svc: Any, client: ConversationClient, tag: str, n: int, into: list[float]) -> None:
     for i in range(n):
-        cid = f"4478{tag}{i % 50:07d}"
-        client.send_message(cid, f"question {i}", message_id=f"{tag}-{uuid.uuid4().hex}")
-        start = time.perf_counter()
-        svc.drain(cid)
-        into.append(time.perf_counter() - start)
+        _one_turn(svc, client, tag, i, into)
 
 
 def one_round(redis_url: str, peers: Peers, endpoint: str, turns: int) -> dict[str, float]:
@@ -73,7 +80,7 @@ def one_round(redis_url: str, peers: Peers, endpoint: str, turns: int) -> dict[s
     without = build_service(Settings(**common), lambda *a, **k: None)
     with_context = build_service(Settings(**common, tools_file=str(manifest)), lambda *a, **k: None)
     client = ConversationClient(without.store, lambda cid: None)
-    times: dict[str, list[float]] = {"without": [], "with": [], "in_turn": []}
+    times: dict[str, list[float]] = {"without": [], "with": [], "in_turn": [], "cpu_without": [], "cpu_with": []}
     [hook] = [h for h in with_context.drainer.hooks.all if isinstance(h, GameContextHook)]
     for_turn = hook.live.for_turn
 
@@ -87,9 +94,11 @@ def one_round(redis_url: str, peers: Peers, endpoint: str, turns: int) -> dict[s
     hook.live.for_turn = timed_fetch  # type: ignore[method-assign]
     _turns(without, client, "0", WARM, [])
     _turns(with_context, client, "1", WARM, [])
-    for _ in range(turns // BLOCK):
-        _turns(without, client, "0", BLOCK, times["without"])
-        _turns(with_context, client, "1", BLOCK, times["with"])
+    times["in_turn"].clear()
+    for i in range(turns):  # turn by turn, the order alternating: the machine's load falls on both alike
+        sides = [(without, "0", "without"), (with_context, "1", "with")]
+        for svc, tag, side in sides if i % 2 else reversed(sides):
+            _one_turn(svc, client, tag, i, times[side], times[f"cpu_{side}"])
     hook.live.for_turn = for_turn  # type: ignore[method-assign]
     fetch: list[float] = []
     for i in range(turns):
@@ -102,8 +111,9 @@ def one_round(redis_url: str, peers: Peers, endpoint: str, turns: int) -> dict[s
         raw_client.post(endpoint, json={"conversation_id": "c", "input_id": f"r{i}"}).json()
         raw.append(time.perf_counter() - start)
     return {"without": statistics.median(times["without"]), "with": statistics.median(times["with"]),
-            "in_turn": statistics.median(times["in_turn"][WARM:]), "fetch": statistics.median(fetch),
-            "raw": statistics.median(raw)}
+            "in_turn": statistics.median(times["in_turn"]), "fetch": statistics.median(fetch),
+            "raw": statistics.median(raw), "cpu_without": statistics.mean(times["cpu_without"]),
+            "cpu_with": statistics.mean(times["cpu_with"])}
 
 
 def main() -> None:
@@ -123,12 +133,17 @@ def main() -> None:
         redis.stop()
         server.terminate()
     med = {k: statistics.median(r[k] for r in rounds) for k in rounds[0]}
+    ratio = statistics.median(r["with"] / r["without"] for r in rounds)
     print(f"turns per side per round: {args.turns}, rounds: {args.rounds} (medians of each round's p50)")
     for r in rounds:
         print("  round: " + ", ".join(f"{k} {v * 1e3:.3f} ms" for k, v in r.items()))
     print(f"turn without context (drain + inline delivery)  p50 {med['without'] * 1e3:7.3f} ms")
     print(f"turn with context                               p50 {med['with'] * 1e3:7.3f} ms")
-    print(f"  difference {(med['with'] - med['without']) * 1e3:+.3f} ms   ratio {med['with'] / med['without']:.2f}x")
+    per_round = ", ".join(f"{r['with'] / r['without']:.2f}" for r in rounds)
+    print(f"  difference {(med['with'] - med['without']) * 1e3:+.3f} ms   ratio {ratio:.2f}x (median of the rounds' "
+          f"ratios; per round {per_round})")
+    print(f"CPU of this process per turn (mean), without / with: {med['cpu_without'] * 1e3:.3f} / "
+          f"{med['cpu_with'] * 1e3:.3f} ms, ratio {med['cpu_with'] / med['cpu_without']:.2f}x")
     print(f"the fetch inside those turns                    p50 {med['in_turn'] * 1e3:7.3f} ms")
     print(f"fetch alone (POST, checks, kept in Redis)       p50 {med['fetch'] * 1e3:7.3f} ms")
     print(f"floor: raw kept-alive httpx POST to the endpoint p50 {med['raw'] * 1e3:7.3f} ms")
