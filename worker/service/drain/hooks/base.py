@@ -1,7 +1,7 @@
 """The hooks a feature of the drain plugs into: a base whose methods all do nothing, and the list that calls them.
 
 As dramatiq builds its middleware: a feature (the daily budget, bursts, photos, presence, the durable record,
-fairness) is a subclass that overrides the points it needs, in a file of its own, and the service assembles the
+fairness, the game's live context) is a subclass that overrides the points it needs, in a file of its own, and the service assembles the
 list from its configuration (:func:`worker.service.drain.hooks.build_hooks`). A feature that is off is not in
 the list, and a point no hook overrides costs nothing: :class:`Hooks` keeps, per point, only the hooks that
 override it.
