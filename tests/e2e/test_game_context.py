@@ -101,3 +101,38 @@ def test_a_bad_context_setting_stops_the_worker_at_start(cluster: Cluster) -> No
     w = cluster.start_worker("w1")
     assert wait_until(lambda: not w.alive(), 30), w.log()
     assert "PARLEY_CONTEXT=no_such_game_module:context: cannot import 'no_such_game_module'" in w.log()
+
+
+CALLABLE = '''
+import os
+from pathlib import Path
+
+
+def context(conversation_id, input_id):
+    """The game's words: a file per conversation the test writes (a slow one when the file says so)."""
+    path = Path(os.environ["E2E_CONTEXT_DIR"]) / conversation_id
+    text = path.read_text() if path.exists() else None
+    if text == "hang":
+        import time
+        time.sleep(3)
+    return f"{text} (input {input_id})" if text else None
+'''
+
+
+@pytest.mark.parametrize("pool", ["threads", "gevent"])
+def test_a_python_callable_gives_the_context(cluster: Cluster, tmp_path: Path, pool: str) -> None:
+    (tmp_path / "pkgs" / "e2e_game_context").mkdir(parents=True)
+    (tmp_path / "pkgs" / "e2e_game_context" / "__init__.py").write_text(CALLABLE)
+    texts = tmp_path / "texts"
+    texts.mkdir()
+    cluster.env.update({"PARLEY_CONTEXT": "e2e_game_context:context", "PARLEY_CONTEXT_TIMEOUT": "0.5",
+                        "E2E_CONTEXT_DIR": str(texts),
+                        "PYTHONPATH": f"{cluster.env['PYTHONPATH']}:{tmp_path / 'pkgs'}"})
+    cluster.start_worker("w1", pool=pool)
+    (texts / CID).write_text("Player is 120 m from the target.")
+    _say(cluster, CID, "where is it?", 1)
+    (texts / CID).write_text("hang")  # past the timeout: the last good context, and an answer all the same
+    _say(cluster, CID, "hello?", 2)
+    assert _system_for(cluster, "where is it?").endswith(f"\n\nPlayer is 120 m from the target. (input {CID}-1)")
+    assert _system_for(cluster, "hello?").endswith(f"\n\nPlayer is 120 m from the target. (input {CID}-1)")
+    assert b"from the target" not in (cluster.store().read_state(CID).blob or b"")
