@@ -9,8 +9,9 @@ and WhatsApp (``loopback_peers.py``) in a process of their own, and a loopback g
 services built from settings alone, the same but for ``PARLEY_TOOLS_FILE`` naming the context endpoint; their turns
 alternate one by one (fifty conversations each), so the machine's load falls on both alike. Measured per turn:
 ``service.drain`` with its inline delivery (accept not included), wall time and this process's CPU (the CPU is
-what the machine's load moves least: a wall-time hop to another process waits for a core). Also the fetch alone (``LiveContext.for_turn``:
-the POST, the answer's checks and keeping it in Redis) and a raw kept-alive ``httpx`` POST to the same endpoint.
+what the machine's load moves least: a wall-time hop to another process waits for a core). Also the fetch alone
+(``LiveContext.for_turn``: the POST, the answer's checks and keeping it in Redis under the lease) and a raw
+kept-alive ``httpx`` POST to the same endpoint.
 Medians after a warm-up, per round, then the median over the rounds.
 """
 
@@ -84,10 +85,10 @@ def one_round(redis_url: str, peers: Peers, endpoint: str, turns: int) -> dict[s
     [hook] = [h for h in with_context.drainer.hooks.all if isinstance(h, GameContextHook)]
     for_turn = hook.live.for_turn
 
-    def timed_fetch(cid: str, input_id: str) -> str | None:
+    def timed_fetch(cid: str, input_id: str, token: int) -> str | None:
         start = time.perf_counter()
         try:
-            return for_turn(cid, input_id)
+            return for_turn(cid, input_id, token)
         finally:
             times["in_turn"].append(time.perf_counter() - start)
 
@@ -101,9 +102,11 @@ def one_round(redis_url: str, peers: Peers, endpoint: str, turns: int) -> dict[s
             _one_turn(svc, client, tag, i, times[side], times[f"cpu_{side}"])
     hook.live.for_turn = for_turn  # type: ignore[method-assign]
     fetch: list[float] = []
+    client.send_message("447899999999", "held", message_id=f"held-{uuid.uuid4().hex}")
+    token = with_context.store.begin("447899999999", 600_000).token  # a lease, so the last good context is kept
     for i in range(turns):
         start = time.perf_counter()
-        assert hook.live.for_turn(f"4478{i % 50:08d}", f"f{i}") == CONTEXT
+        assert hook.live.for_turn("447899999999", f"f{i}", token) == CONTEXT
         fetch.append(time.perf_counter() - start)
     raw_client, raw = httpx.Client(), []
     for i in range(turns):

@@ -66,33 +66,40 @@ def test_a_text_that_cannot_go_into_a_prompt_is_a_failure() -> None:
         checked("bad \ud800 surrogate", 100)
 
 
-def test_the_stale_rule_runs_on_the_kept_context_with_an_injected_clock() -> None:
+def _leased() -> tuple[ConversationStore, int]:
+    """A store, and the drain's lease of CID taken as a turn holds it."""
     store = ConversationStore(fakeredis.FakeRedis(), prefix="ctx")
+    store.accept(CID, b"x", "m0")
+    return store, store.begin(CID, 60_000).token
+
+
+def test_the_stale_rule_runs_on_the_kept_context_with_an_injected_clock() -> None:
+    store, token = _leased()
     now = [1000.0]
     source = Source({CID: "Player is 120 m from the target."})
     live = LiveContext(source, store, max_age=300.0, max_chars=100, clock=lambda: now[0])
     ok, stale, missing = _counted("ok"), _counted("stale_used"), _counted("missing")
-    assert live.for_turn(CID, "m1") == "Player is 120 m from the target."
+    assert live.for_turn(CID, "m1", token) == "Player is 120 m from the target."
     source.answers[CID] = FAILED
     now[0] = 1299.0
-    assert live.for_turn(CID, "m2") == "Player is 120 m from the target."
+    assert live.for_turn(CID, "m2", token) == "Player is 120 m from the target."
     now[0] = 1301.0
-    assert live.for_turn(CID, "m3") is None
+    assert live.for_turn(CID, "m3", token) is None
     source.answers[CID] = RuntimeError("a bug in the game's callable")  # not even a GameContextError
-    assert live.for_turn(CID, "m4") is None
+    assert live.for_turn(CID, "m4", token) is None
     assert (_counted("ok") - ok, _counted("stale_used") - stale, _counted("missing") - missing) == (1, 1, 2)
     assert source.calls == [(CID, "m1"), (CID, "m2"), (CID, "m3"), (CID, "m4")]
 
 
 def test_a_new_good_fetch_replaces_the_kept_one_and_an_empty_one_is_kept_as_nothing() -> None:
-    store = ConversationStore(fakeredis.FakeRedis(), prefix="ctx")
+    store, token = _leased()
     source = Source({CID: "first"})
     live = LiveContext(source, store, max_age=300.0, max_chars=100, clock=lambda: 1000.0)
-    live.for_turn(CID, "m1")
+    live.for_turn(CID, "m1", token)
     source.answers[CID] = None
-    assert live.for_turn(CID, "m2") is None
+    assert live.for_turn(CID, "m2", token) is None
     source.answers[CID] = FAILED
-    assert live.for_turn(CID, "m3") is None  # the last good answer was "nothing", not "first"
+    assert live.for_turn(CID, "m3", token) is None  # the last good answer was "nothing", not "first"
 
 
 # --- in the drain ------------------------------------------------------------------------------------------------

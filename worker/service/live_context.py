@@ -4,8 +4,9 @@ prompt, never stored in the state (the system prompt is supplied fresh on every 
 A fetch that fails (a timeout, an error, an unusable answer) never fails the turn: the turn goes on with the
 conversation's last good context when that is at most ``max_age`` seconds old, else without (:func:`choose`);
 counted in ``parley_game_context_total`` by outcome and logged. The last good context is kept in Redis beside the
-conversation (:mod:`worker.store.game_context`, expiring after ``max_age`` and deleted with the conversation), not in
-the process: the worker that takes a conversation over after a crash has it too.
+conversation (:mod:`worker.store.game_context`, expiring after ``max_age``, written only under the drain's lease and
+deleted with the conversation), not in the process: the worker that takes a conversation over after a crash has it
+too.
 
 The text is the game's own words (from its endpoint or its callable, keyed by the conversation id); nothing a player
 sends reaches it.
@@ -85,8 +86,9 @@ class LiveContext:
         self.source, self.store = source, store
         self.max_age, self.max_chars, self.clock = max_age, max_chars, clock
 
-    def for_turn(self, cid: str, input_id: str) -> str | None:
-        """The context text for the turn of ``input_id`` (None: the turn goes on without)."""
+    def for_turn(self, cid: str, input_id: str, token: int) -> str | None:
+        """The context text for the turn of ``input_id`` (None: the turn goes on without), under the drain's lease
+        ``token``."""
         fetched: str | GameContextError | None
         try:
             fetched = checked(self.source.fetch(cid, input_id), self.max_chars)
@@ -104,7 +106,7 @@ class LiveContext:
                                "reason": fetched.reason, "error": str(fetched)})
         else:
             text, outcome = fetched, "ok"
-            self._keep(cid, text or "", now)
+            self._keep(cid, token, text or "", now)
         _COUNTED[outcome].inc()
         return text
 
@@ -117,10 +119,10 @@ class LiveContext:
             return None
         return Kept(*kept) if kept is not None else None
 
-    def _keep(self, cid: str, text: str, now: float) -> None:
+    def _keep(self, cid: str, token: int, text: str, now: float) -> None:
         if self.max_age <= 0:
             return
         try:
-            self.store.keep_context(cid, text, at=now, ttl_ms=int(self.max_age * 1000))
+            self.store.keep_context(cid, token, text, at=now, ttl_ms=int(self.max_age * 1000))
         except StoreError as exc:  # the turn has its context; only a later failed fetch misses it
             log.warning("could not keep the live game context", extra={"conversation_id": cid, "error": str(exc)})

@@ -13,9 +13,13 @@ class GameContextStore(StoreCore):
     """``keep_context`` after a good fetch, ``last_context`` after a failed one."""
 
     @store_errors
-    def keep_context(self, cid: str, text: str, *, at: float, ttl_ms: int) -> None:
-        """Keep ``text`` as ``cid``'s last good context, fetched at ``at`` (unix seconds), for ``ttl_ms``."""
-        self._client.set(self.keys(cid).context, f"{at!r}\n{text}".encode(), px=max(1, int(ttl_ms)))
+    def keep_context(self, cid: str, token: int, text: str, *, at: float, ttl_ms: int) -> bool:
+        """Keep ``text`` as ``cid``'s last good context, fetched at ``at`` (unix seconds), for ``ttl_ms``, while
+        ``token`` (the drain's lease) is still the conversation's newest; False, writing nothing, once it is not (a
+        worker that lost the conversation, or a conversation deleted meanwhile, is not given a context back)."""
+        keys = self.keys(cid)
+        return self._scripts.keep_context(fence=keys.fence, context=keys.context, token=token,
+                                          entry=f"{at!r}\n{text}".encode(), ttl_ms=max(1, int(ttl_ms)))
 
     @store_errors
     def last_context(self, cid: str) -> tuple[str, float] | None:

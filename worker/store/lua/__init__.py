@@ -88,5 +88,6 @@ DELETE_KEEPING_TOMBSTONE = SCRIPTS["delete_keeping_tombstone"]
 RECORD_STATUS = SCRIPTS["record_status"]
 INFLIGHT_OUTCOME = SCRIPTS["inflight_outcome"]
 PACE = SCRIPTS["pace"]
+KEEP_CONTEXT = SCRIPTS["keep_context"]
 
 NEXT_TOKEN = fragment("next_token")  # tests/support/store_kit.py builds its test-only scripts on it

@@ -22,4 +22,4 @@ class GameContextHook(DrainHook):
         self.live = LiveContext(source, store, max_age=knobs.max_age_seconds, max_chars=knobs.max_chars)
 
     def system(self, run: DrainRun, inputs: tuple[Pending, ...]) -> str | None:
-        return self.live.for_turn(run.cid, inputs[0].id)
+        return self.live.for_turn(run.cid, inputs[0].id, run.token)
