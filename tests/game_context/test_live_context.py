@@ -190,3 +190,23 @@ def test_no_source_no_hook() -> None:
     assert h.service.drainer.hooks.at("system") == ()
 
 
+
+
+def test_a_slow_fetch_is_covered_by_the_heartbeat() -> None:
+    """The fetch runs under the drain's lease, which the heartbeat renews: a fetch three leases long (here a source
+    that sleeps; the settings keep a real timeout under one lease) neither lets another worker in nor loses the
+    commit."""
+    import time
+
+    class Slow(Source):
+        def fetch(self, conversation_id: str, input_id: str) -> str | None:
+            time.sleep(0.9)
+            held.append(h.store.begin(CID, 300).status)  # another worker trying to take the conversation
+            return "Player is 120 m from the target."
+
+    held: list[str] = []
+    h = _harness(Slow(), lease_ms=300)
+    h.client.send_message(CID, "hi", message_id="m1")
+    h.run()
+    assert held == ["busy"]
+    assert _systems(h) == ["You are a test.\n\nPlayer is 120 m from the target."] and len(h.channel.sent) == 1
