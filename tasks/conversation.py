@@ -164,13 +164,15 @@ _stop = threading.Event()
 
 @signals.worker_init.connect
 def _check_tools(**_: Any) -> None:
-    """A bad tool configuration (manifest, PARLEY_TOOLS, entry points) stops the worker at start, before any
-    turn runs; a signal handler's ordinary exception would only be logged, hence SystemExit."""
+    """A bad tool configuration (manifest, PARLEY_TOOLS, entry points, PARLEY_CONTEXT) stops the worker at start,
+    before any turn runs; a signal handler's ordinary exception would only be logged, hence SystemExit."""
     from worker.errors import ConfigurationError
+    from worker.game_context import load_context_source
     from worker.tools import fixed_tools
 
     try:
         fixed_tools(get_settings())
+        load_context_source(get_settings())  # the game's live context (PARLEY_CONTEXT, the manifest's entry)
     except ConfigurationError as exc:
         log.critical("invalid tool configuration: %s", exc)
         raise SystemExit(1) from exc

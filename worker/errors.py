@@ -17,6 +17,7 @@ The tree::
     │   └── StateDecodeError
     ├── CompactionFailed
     ├── ToolError
+    ├── GameContextError
     ├── ModelError
     │   ├── ModelUnavailableError       (retryable)
     │   │   ├── ModelTimeoutError
@@ -142,6 +143,15 @@ class CompactionFailed(ParleyError):
 
 class ToolError(ParleyError):
     """Raised when a tool is declared wrongly (bad name, duplicate, non-object schema)."""
+
+
+class GameContextError(ParleyError):
+    """Raised when the game's live context for a turn could not be had: the source timed out, failed or answered
+    something unusable (``reason`` says which, as the metrics count it). The turn goes on without it."""
+
+    def __init__(self, reason: str, detail: str) -> None:
+        super().__init__(f"{reason}: {detail}")
+        self.reason = reason
 
 
 class ModelError(ParleyError):

@@ -63,6 +63,12 @@ UNEXPECTED_ERRORS = Counter("parley_unexpected_errors_total",
                             ["where"])
 TOOL_CALLS = Counter("parley_tool_calls_total", "Calls of deployment tools (HTTP and MCP), by source and outcome.",
                      ["source", "outcome"])
+GAME_CONTEXT = Counter("parley_game_context_total", "Turns' live game context, by outcome: ok (fetched), "
+                       "stale_used (the fetch failed; the last good one was young enough), missing (the turn went "
+                       "on without).", ["outcome"])
+GAME_CONTEXT_FAILURES = Counter("parley_game_context_failures_total", "Failed live game context fetches, by reason "
+                                "(timeout, unreachable, http_error, not_json, bad_system, oversize, error).",
+                                ["reason"])
 MCP_UNAVAILABLE = Counter("parley_mcp_server_unavailable_total",
                           "Turns that ran without an MCP server's tools because the server was down, by server.",
                           ["server"])

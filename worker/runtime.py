@@ -187,10 +187,13 @@ def build_media_preparer(settings: Settings, model: Model) -> MediaPreparer:
 def service_config(settings: Settings) -> ServiceConfig:
     """The service's knobs: the settings' groups it reads; a turn may run as long as a task may (the heartbeat's
     bound)."""
+    from worker.game_context import load_context_source
+
     return ServiceConfig(drain=settings.drain, delivery=settings.delivery, burst=settings.burst,
                          budget=settings.budget, system_prompt=settings.llm.system_prompt,
                          model_name=settings.llm.model, record=settings.record.enabled,
-                         max_hold_ms=settings.broker.task_time_limit_ms)
+                         max_hold_ms=settings.broker.task_time_limit_ms,
+                         game_context=settings.game_context, context_source=load_context_source(settings))
 
 
 def build_service(settings: Settings, wake: Wake, *, model: Model | None = None, channel: Channel | None = None,

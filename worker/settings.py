@@ -6,7 +6,7 @@ Standard names where the ecosystem has them (``REDIS_URL``, ``OPENAI_API_KEY``, 
 The settings come in groups, each a small frozen object a component takes as it is (as httpx's ``Timeout`` and
 ``Limits`` are): :class:`Redis`, :class:`Broker`, :class:`Llm`, :class:`Tooling`, :class:`Memory`, :class:`Store`,
 :class:`Drain`, :class:`Burst`, :class:`Media`, :class:`Webhook`, :class:`Producers`, :class:`Delivery`, :class:`WhatsApp`,
-:class:`Record`, :class:`Budget` and :class:`Observability`. A knob is declared once, in its group; a unit a component
+:class:`Record`, :class:`Budget`, :class:`Observability` and :class:`GameContext`. A knob is declared once, in its group; a unit a component
 wants (milliseconds, a flag) is a property of the group. The environment stays flat: a field's variable is
 ``PARLEY_`` + its flat name (the field's ``validation_alias``, else its name), or a standard name, and
 ``Settings(lease_seconds=5)`` takes the same flat names.
@@ -593,6 +593,25 @@ class Budget(_Group):
                                     description="The answer a player over the daily token budget gets.")
 
 
+class GameContext(_Group):
+    """The game's live context, added to each turn's system prompt (docs/game.md)."""
+
+    heading: ClassVar[str] = "Live game context"
+    source: str | None = Field(default=None, validation_alias="context", description="A Python callable, "
+                               "`package.module:attribute`, called at the start of every turn with the conversation "
+                               "id (and the input id, when it takes a second argument); the text it returns (or None) "
+                               "is added to that turn's system prompt. The tool manifest's `context` entry is the HTTP "
+                               "way; set one of the two.")
+    timeout: float = Field(default=2.0, gt=0, validation_alias="context_timeout", description="Seconds a context "
+                           "fetch may take (the callable's, and the manifest's when its entry names none); must be "
+                           "under PARLEY_LEASE_SECONDS. A slower fetch counts as failed (see PARLEY_CONTEXT_MAX_AGE_SECONDS).")
+    max_age_seconds: float = Field(default=300.0, ge=0, validation_alias="context_max_age_seconds", description="A turn "
+                                   "whose fetch failed uses the conversation's last good context when it is at most "
+                                   "this old (kept in Redis, never in the state), else goes on without. 0 = never.")
+    max_chars: int = Field(default=4000, gt=0, validation_alias="context_max_chars", description="Longest context "
+                           "text; a longer one counts as a failed fetch (it is not cut: half a game state misleads).")
+
+
 class Observability(_Group):
     """Logs and metrics."""
 
@@ -610,6 +629,7 @@ GROUPS: dict[str, type[Any]] = {
     "drain": Drain, "burst": Burst, "media": Media, "webhook": Webhook, "producers": Producers,
     "delivery": Delivery, "whatsapp": WhatsApp,
     "record": Record, "budget": Budget, "observability": Observability,
+    "game_context": GameContext,
 }
 
 
@@ -732,6 +752,7 @@ class Settings(BaseSettings):
     record: Record = Field(default_factory=lambda: Record())
     budget: Budget = Field(default_factory=lambda: Budget())
     observability: Observability = Field(default_factory=lambda: Observability())
+    game_context: GameContext = Field(default_factory=lambda: GameContext())
 
     def __init__(self, **values: Any) -> None:
         """Takes a group (``burst=Burst(...)``) or a setting by its flat name (``burst_quiet_seconds=2``), as the

@@ -10,7 +10,8 @@ from prometheus_client import Histogram
 
 from worker import metrics
 from worker.conversation.chat import RoundTrip
-from worker.settings import Broker, Budget, Burst, Delivery, Drain
+from worker.service.live_context import ContextSource
+from worker.settings import Broker, Budget, Burst, Delivery, Drain, GameContext
 
 
 class Wake(Protocol):
@@ -42,6 +43,8 @@ class ServiceConfig:
     max_hold_ms: int = Broker().task_time_limit_ms
     compaction_flag_ms: int = 300_000
     trace_reply_chars: int = 4000
+    game_context: GameContext = field(default_factory=GameContext)
+    context_source: ContextSource | None = None  # the game's live context (worker.game_context), when configured
 
     @property
     def lease_ms(self) -> int:

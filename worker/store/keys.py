@@ -36,6 +36,9 @@ Per conversation (``{prefix}:{{cid}}:<name>``):
                 expires three days after the last turn
 ``timers``      zset: message ids of inputs held until they are due (score: due ms), see :mod:`worker.store.timers`
 ``timed``       hash: message id -> the held input (two flag characters, then its mailbox entry)
+``context``     string: the game's last good live context (``<unix time>\n<text>``), used by a turn whose fetch
+                failed while it is young enough; never part of the state; expires after
+                ``PARLEY_CONTEXT_MAX_AGE_SECONDS``
 ``tomb``        zset: input ids of a deleted conversation (score: ms of the delete), so Meta's retries of
                 its old webhooks dedupe; not one of :data:`NAMES` (delete keeps it), expires on its own
 ==============  ==================================================================================
@@ -74,7 +77,7 @@ _ID = re.compile(r"[A-Za-z0-9._@+=-]{1,128}")
 
 NAMES = ("state", "inbox", "seen", "fence", "lease", "attempts", "outbox", "sent", "dfence", "dlease",
          "delivered", "trace", "quarantine", "dead", "compacting", "statuses", "statusorder", "hold",
-         "journal", "inbound", "usage", "timers", "timed")
+         "journal", "inbound", "usage", "timers", "timed", "context")
 
 
 def validate_conversation_id(cid: object) -> str:
@@ -127,6 +130,7 @@ class ConversationKeys:
     usage: str = field(init=False)
     timers: str = field(init=False)
     timed: str = field(init=False)
+    context: str = field(init=False)
 
     def __post_init__(self) -> None:
         validate_conversation_id(self.cid)

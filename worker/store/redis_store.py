@@ -5,7 +5,7 @@ of ``worker/store/lua/``, called through :mod:`worker.store.scripts`), so it is 
 Cluster; the only global keys (the sweeper's ``pending`` set and the dead-letter index) are updated by separate
 commands, ordered so that a crash between them strands nothing.
 
-:class:`ConversationStore` is the composition of eight parts split by who calls them, over one shared core
+:class:`ConversationStore` is the composition of nine parts split by who calls them, over one shared core
 (:class:`~worker.store.core.StoreCore`: client, prefix, limits, scripts):
 
 - :class:`~worker.store.mailbox.MailboxStore`: producers and the drain;
@@ -18,6 +18,7 @@ commands, ordered so that a crash between them strands nothing.
 - :class:`~worker.store.autoscaling.AutoscalingStore`: the backlog an autoscaler reads;
 - :class:`~worker.store.record_streams.RecordStreamStore`: the durable record's exporter;
 - :class:`~worker.store.timers.TimerStore`: inputs held until they are due (producers, the timer loop, the CLI).
+- :class:`~worker.store.game_context.GameContextStore`: the game's last good live context (the drain).
 
 What the service sees of it are the protocols of :mod:`worker.store.protocol`; what it answers,
 :mod:`worker.store.results`.
@@ -33,6 +34,7 @@ from worker.store.admin import AdminStore
 from worker.store.autoscaling import AutoscalingStore
 from worker.store.delivery_statuses import DeliveryStatusStore
 from worker.store.entry_codec import join_entry, split_entry
+from worker.store.game_context import GameContextStore
 from worker.store.limits import PaceLimits, StoreLimits
 from worker.store.mailbox import MailboxStore
 from worker.store.outbox import OutboxStore
@@ -61,7 +63,7 @@ __all__ = ["AcceptResult", "Backlog", "Begin", "CommitResult", "ConversationStor
 
 
 class ConversationStore(MailboxStore, TurnJournalStore, OutboxStore, DeliveryStatusStore, SharedPaceStore, AdminStore,
-                        AutoscalingStore, RecordStreamStore, TimerStore):
+                        AutoscalingStore, RecordStreamStore, TimerStore, GameContextStore):
     """Conversation storage on Redis (standalone, Sentinel-managed or Cluster)."""
 
 

@@ -350,6 +350,7 @@ class Scripts:
         self._pace = load(lua.PACE)
         self._schedule, self._cancel_timer = load(lua.SCHEDULE), load(lua.CANCEL_TIMER)
         self._fire_timers, self._set_if_score = load(lua.FIRE_TIMERS), load(lua.SET_IF_SCORE)
+        self._keep_context = load(lua.KEEP_CONTEXT)
 
     # --- mailbox -----------------------------------------------------------------------------------
 
@@ -399,6 +400,10 @@ class Scripts:
     def release(self, *, fence: str, lease: str, token: int) -> bool:
         """Used for both leases: (fence, lease) or (dfence, dlease). True when the lease was ours and is gone."""
         return int(self._release(keys=[fence, lease], args=[token])) == 1
+
+    def keep_context(self, *, fence: str, context: str, token: int, entry: bytes, ttl_ms: int) -> bool:
+        """The game's last good live context, written only while ``token`` holds the fence."""
+        return int(self._keep_context(keys=[fence, context], args=[token, entry, ttl_ms])) == 1
 
     def renew_lease(self, *, fence: str, lease: str, token: int, lease_ms: int) -> bool:
         """Shared by the drain lease (fence, lease) and the delivery lease (dfence, dlease)."""

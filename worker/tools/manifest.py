@@ -57,11 +57,23 @@ class McpServerSpec(BaseModel):
     headers: dict[str, str] = Field(default_factory=dict)
 
 
+class ContextSpec(BaseModel):
+    """The game's live context: ``POST url`` at the start of every turn; the answer's ``system`` text joins that
+    turn's system prompt (:mod:`worker.game_context`)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    url: str = Field(pattern=r"^https?://")
+    timeout: float | None = Field(None, gt=0)
+    headers: dict[str, str] = Field(default_factory=dict)
+
+
 class Manifest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     tools: list[HttpToolSpec] = Field(default_factory=list)
     mcp_servers: list[McpServerSpec] = Field(default_factory=list)
+    context: ContextSpec | None = None
 
 
 def expand_headers(headers: dict[str, str], where: str, env: dict[str, str] | None = None) -> dict[str, str]:

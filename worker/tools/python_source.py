@@ -46,6 +46,12 @@ def _takes_an_argument(fn: Callable[..., Any]) -> bool:
 def load_reference(reference: str, settings: Any) -> list[Tool]:
     """The tools named by ``package.module:attribute`` (``attribute`` may be dotted)."""
     where = f"PARLEY_TOOLS={reference}"
+    return _as_tools(import_reference(reference, where), settings, where)
+
+
+def import_reference(reference: str, where: str) -> Any:
+    """The object ``package.module:attribute`` names (``attribute`` may be dotted); a
+    :class:`~worker.errors.ConfigurationError` naming ``where`` when there is none."""
     module_name, sep, attribute = reference.partition(":")
     if not sep or not module_name or not attribute:
         raise ConfigurationError(f"{where}: expected package.module:attribute")
@@ -57,7 +63,7 @@ def load_reference(reference: str, settings: Any) -> list[Tool]:
         if not hasattr(value, part):
             raise ConfigurationError(f"{where}: {module_name!r} has no attribute {attribute!r}")
         value = getattr(value, part)
-    return _as_tools(value, settings, where)
+    return value
 
 
 def load_entry_points(settings: Any) -> list[Tool]:

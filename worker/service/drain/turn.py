@@ -39,6 +39,7 @@ class TurnRunner:
         self.r, self.journal = run, journal
         self._prepared: dict[str, Prepared] = {}  # by input id: a merge does not fetch a photo again
         self._photos = media.turn_photos()  # the bytes of photos this turn may hold
+        self._system: str | None = None  # what the hooks add to this turn's system prompt
 
     def run(self, inputs: tuple[Pending, ...], snap: Snapshot) -> Outcome:
         run = self.r
@@ -47,6 +48,7 @@ class TurnRunner:
         instead = self.hooks.before_turn(run, inputs, self._prepare)
         if instead is not None:
             return instead
+        self._system = self.hooks.system(run, inputs)  # the game's live context: once per turn, merges included
         with self.hooks.model_call(run, inputs):  # the typing indicator, when presence is on
             result, inputs, merges = self._answer(inputs, state)
         head, last = inputs[0], inputs[-1]
@@ -84,9 +86,12 @@ class TurnRunner:
                 return self.chat.run_event_turn(state, head.env.text or "", system=self.config.system_prompt,
                                                 key=head.env.key, pinned=head.env.pinned, journal=self.journal)
         new, attachments = self._messages(inputs)
+        system = last.env.system or head.env.system or self.config.system_prompt
+        if self._system:
+            system = f"{system}\n\n{self._system}" if system else self._system
         with turn_context(self.r.cid, head.id):
-            return self.chat.run_turn(state, system=last.env.system or head.env.system or self.config.system_prompt,
-                                      messages=new[:-1], user=new[-1], journal=self.journal, attachments=attachments)
+            return self.chat.run_turn(state, system=system, messages=new[:-1], user=new[-1], journal=self.journal,
+                                      attachments=attachments)
 
     def _messages(self, inputs: Sequence[Pending]) -> tuple[list[Message], dict[str, Attachment]]:
         """The turn's new messages in mailbox order (each chat message a user message, a photo with its picture

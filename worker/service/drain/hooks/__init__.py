@@ -8,12 +8,13 @@ from worker.service.drain.hooks.budget import DailyBudget
 from worker.service.drain.hooks.bursts import Bursts, Merge
 from worker.service.drain.hooks.durable_record import DurableRecord
 from worker.service.drain.hooks.fairness import Fairness
+from worker.service.drain.hooks.game_context import GameContextHook
 from worker.service.drain.hooks.photos import Photos
 from worker.service.drain.hooks.receipts import Receipts
 from worker.service.presence import Presence
 from worker.store.protocol import DrainStore
 
-__all__ = ["Bursts", "DailyBudget", "DrainHook", "DurableRecord", "Fairness", "Hooks", "Merge", "Photos",
+__all__ = ["Bursts", "DailyBudget", "DrainHook", "DurableRecord", "Fairness", "GameContextHook", "Hooks", "Merge", "Photos",
            "Prepare", "Receipts", "build_hooks"]
 
 
@@ -32,6 +33,8 @@ def build_hooks(store: DrainStore, config: ServiceConfig, presence: Presence) ->
         hooks.append(Receipts(presence))
     if config.record:
         hooks.append(DurableRecord(config.model_name))
+    if config.context_source is not None:
+        hooks.append(GameContextHook(store, config.context_source, config.game_context))
     if config.drain_max_turns or config.drain_max_seconds:
         hooks.append(Fairness(config.drain_max_turns, config.drain_max_seconds))
     return hooks

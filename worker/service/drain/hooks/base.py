@@ -1,7 +1,7 @@
 """The hooks a feature of the drain plugs into: a base whose methods all do nothing, and the list that calls them.
 
 As dramatiq builds its middleware: a feature (the daily budget, bursts, photos, presence, the durable record,
-fairness) is a subclass that overrides the points it needs, in a file of its own, and the service assembles the
+fairness, the game's live context) is a subclass that overrides the points it needs, in a file of its own, and the service assembles the
 list from its configuration (:func:`worker.service.drain.hooks.build_hooks`). A feature that is off is not in
 the list, and a point no hook overrides costs nothing: :class:`Hooks` keeps, per point, only the hooks that
 override it.
@@ -39,6 +39,11 @@ class DrainHook:
         """The inputs the turn at ``head`` takes in, or a :class:`Defer` to put it off; None: no opinion."""
         return None
 
+    def system(self, run: DrainRun, inputs: tuple[Pending, ...]) -> str | None:
+        """Once per model turn, before the model is asked: text added to this turn's system prompt (fresh every
+        turn, never stored), or None."""
+        return None
+
     def again(self, run: DrainRun, inputs: tuple[Pending, ...], result: TurnResult, merges: int,
               journal: StoreJournal) -> tuple[Pending, ...] | None:
         """After the model answered ``inputs``: the inputs to answer instead (the answer is thrown away), or None."""
@@ -73,6 +78,7 @@ class Hooks:
         self._before_turn = _overriding(hooks, "before_turn")
         self._take = _overriding(hooks, "take")
         self._again = _overriding(hooks, "again")
+        self._system = _overriding(hooks, "system")
         self._model_call = _overriding(hooks, "model_call")
         self._deferred = _overriding(hooks, "deferred")
         self._entry = _overriding(hooks, "entry")
@@ -96,6 +102,10 @@ class Hooks:
             if taken is not None:
                 return taken
         return (head,)
+
+    def system(self, run: DrainRun, inputs: tuple[Pending, ...]) -> str | None:
+        texts = [t for t in (h.system(run, inputs) for h in self._system) if t]
+        return "\n\n".join(texts) or None
 
     def again(self, run: DrainRun, inputs: tuple[Pending, ...], result: TurnResult, merges: int,
               journal: StoreJournal) -> tuple[Pending, ...] | None:
