@@ -23,7 +23,7 @@ ENVELOPE_VERSION = 1
 MAX_ENVELOPE_BYTES = 4 << 20
 MAX_ID_CHARS = 256
 
-Kind = Literal["message", "event", "reset", "splice", "notice"]
+Kind = Literal["message", "event", "reset", "splice", "notice", "operator"]
 
 
 def _new_id() -> str:
@@ -72,7 +72,9 @@ class Envelope(_Wire):
 
     A ``message`` may carry ``media`` (a picture); its ``text`` is then the caption and may be empty. A
     ``notice`` is a fixed short answer (``text``) sent in order with the other replies, without a model call
-    and without changing the state: what the player gets for a message Parley cannot read.
+    and without changing the state: what the player gets for a message Parley cannot read. An ``operator``
+    message is a person's words (``text``, then ``parts``) sent in order with the replies, entering the state as
+    the assistant's side, marked as a person's (see :mod:`worker.service.drain.handoff`).
     """
 
     v: int = ENVELOPE_VERSION
@@ -91,6 +93,8 @@ class Envelope(_Wire):
     # (invariant 12). None unless set, so an envelope without it reads as before.
     from_player: bool | None = None
     spent: Spent | None = None  # splice: what computing it cost
+    # operator: the text parts sent after ``text``, each as its own message (rich parts come with issue 31)
+    parts: list[str] | None = None
 
     @field_validator("conversation_id")
     @classmethod
@@ -121,12 +125,14 @@ class Envelope(_Wire):
     def model_post_init(self, __context: Any) -> None:
         if self.kind == "message" and self.media is not None:
             pass  # a picture without a caption
-        elif self.kind in ("message", "event", "notice") and not (self.text and self.text.strip()):
+        elif self.kind in ("message", "event", "notice", "operator") and not (self.text and self.text.strip()):
             raise ValueError(f"a {self.kind} needs non-empty text")
         if self.media is not None and self.kind != "message":
             raise ValueError("only a message carries media")
         if self.from_player and (self.kind != "event" or self.pinned):
             raise ValueError("only an event that is not pinned is marked as the player's (pinned items become facts)")
+        if self.parts is not None and (self.kind != "operator" or not all(p.strip() for p in self.parts)):
+            raise ValueError("only an operator's message carries parts, each with text")
         if self.kind == "splice" and not self.state:
             raise ValueError("a splice needs the compacted state")
 

@@ -115,3 +115,8 @@ WHATSAPP_TOKEN_REJECTED = Gauge("parley_whatsapp_token_rejected",
 WHATSAPP_TOKEN_REFUSALS = Counter("parley_whatsapp_token_refusals_total",
                                   "WhatsApp calls refused for the access token, by what was held: send (a reply "
                                   "part), media (a photo fetch) or receipt (a read receipt, dropped).", ["what"])
+PAUSED_TURNS = Counter("parley_paused_turns_total", "Turns of paused conversations (a person took over), by what became "
+                       "of them: withheld (applied with no model call and no reply) or finished (it had started "
+                       "answering before the pause).", ["outcome"])
+OPERATOR_MESSAGES = Counter("parley_operator_messages_total",
+                            "Operators' messages applied (queued to be sent, and added to the state).")

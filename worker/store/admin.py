@@ -157,3 +157,4 @@ class AdminStore(StoreCore):
             self._client.zadd(self.global_keys.record_deletes, {cid: position_score(recorded)})
         self._client.zrem(self.global_keys.pending, cid)
         self._client.zrem(self.global_keys.dead_index, cid)
+        self._client.zrem(self.global_keys.paused, cid)  # the delete script dropped the pause itself

@@ -34,6 +34,8 @@ Per conversation (``{prefix}:{{cid}}:<name>``):
 ``inbound``     string: ms of the player's last message accepted (opens WhatsApp's customer-service window)
 ``usage``       hash: UTC day (``YYYY-MM-DD``) -> tokens the conversation's turns used that day (the daily budget);
                 expires three days after the last turn
+``paused``      string: a person has taken the conversation over (``parley pause``): ms when the pause ends, ``0``
+                for none; expires with a timed pause (see :mod:`worker.store.pauses`)
 ``tomb``        zset: input ids of a deleted conversation (score: ms of the delete), so Meta's retries of
                 its old webhooks dedupe; not one of :data:`NAMES` (delete keeps it), expires on its own
 ==============  ==================================================================================
@@ -43,7 +45,8 @@ conversations that may have work, for the sweeper), ``{prefix}:dead-index`` (zse
 letters), ``{prefix}:lock:<name>`` (short locks), ``{prefix}:record-on`` (the durable record is on: its stream
 cap, written by ``parley db upgrade`` and the exporter, read by every delete), ``{prefix}:record-deletes`` (zset: the
 deletes the exporter has yet to erase from PostgreSQL) and ``{prefix}:status-ingress`` (an
-ingress records status webhooks: set when it starts and as statuses come, expiring a day after the last).
+ingress records status webhooks: set when it starts and as statuses come, expiring a day after the last) and
+``{prefix}:paused`` (zset: paused conversations, scored by the ms their pause ends, ``+inf`` for none: the gauge).
 
 The durable record (only while ``PARLEY_DATABASE_URL`` is set): ``{prefix}:{{rec.<n>}}:records`` (stream: what each
 commit, status and delete did, for the exporter to copy to PostgreSQL) and ``{prefix}:{{rec.<n>}}:dropped`` (counter:
@@ -71,7 +74,7 @@ _ID = re.compile(r"[A-Za-z0-9._@+=-]{1,128}")
 
 NAMES = ("state", "inbox", "seen", "fence", "lease", "attempts", "outbox", "sent", "dfence", "dlease",
          "delivered", "trace", "quarantine", "dead", "compacting", "statuses", "statusorder", "hold",
-         "journal", "inbound", "usage")
+         "journal", "inbound", "usage", "paused")
 
 
 def validate_conversation_id(cid: object) -> str:
@@ -122,6 +125,7 @@ class ConversationKeys:
     journal: str = field(init=False)
     inbound: str = field(init=False)
     usage: str = field(init=False)
+    paused: str = field(init=False)
 
     def __post_init__(self) -> None:
         validate_conversation_id(self.cid)
@@ -174,6 +178,12 @@ class GlobalKeys:
     def status_ingress(self) -> str:
         """A webhook ingress records WhatsApp's status webhooks (set by it, expiring a day after it last did)."""
         return f"{self.prefix}:status-ingress"
+
+    @property
+    def paused(self) -> str:
+        """Paused conversations (zset, scored by the ms each pause ends, ``+inf`` for none): what the
+        ``parley_paused_conversations`` gauge counts, fleet-wide."""
+        return f"{self.prefix}:paused"
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,7 @@ of ``worker/store/lua/``, called through :mod:`worker.store.scripts`), so it is 
 Cluster; the only global keys (the sweeper's ``pending`` set and the dead-letter index) are updated by separate
 commands, ordered so that a crash between them strands nothing.
 
-:class:`ConversationStore` is the composition of eight parts split by who calls them, over one shared core
+:class:`ConversationStore` is the composition of nine parts split by who calls them, over one shared core
 (:class:`~worker.store.core.StoreCore`: client, prefix, limits, scripts):
 
 - :class:`~worker.store.mailbox.MailboxStore`: producers and the drain;
@@ -16,7 +16,8 @@ commands, ordered so that a crash between them strands nothing.
 - :class:`~worker.store.shared_pace.SharedPaceStore`: the pace every worker shares;
 - :class:`~worker.store.admin.AdminStore`: the sweeper, the CLI, health checks;
 - :class:`~worker.store.autoscaling.AutoscalingStore`: the backlog an autoscaler reads;
-- :class:`~worker.store.record_streams.RecordStreamStore`: the durable record's exporter.
+- :class:`~worker.store.record_streams.RecordStreamStore`: the durable record's exporter;
+- :class:`~worker.store.pauses.PauseStore`: a person taking a conversation over (pause, resume, the gauge).
 
 What the service sees of it are the protocols of :mod:`worker.store.protocol`; what it answers,
 :mod:`worker.store.results`.
@@ -35,6 +36,7 @@ from worker.store.entry_codec import join_entry, split_entry
 from worker.store.limits import PaceLimits, StoreLimits
 from worker.store.mailbox import MailboxStore
 from worker.store.outbox import OutboxStore
+from worker.store.pauses import PauseStore
 from worker.store.protocol import DeliveryStore, DrainStore, PaceStore, Store, SweeperStore
 from worker.store.record_streams import RecordStreamStore
 from worker.store.results import (
@@ -59,7 +61,7 @@ __all__ = ["AcceptResult", "Backlog", "Begin", "CommitResult", "ConversationStor
 
 
 class ConversationStore(MailboxStore, TurnJournalStore, OutboxStore, DeliveryStatusStore, SharedPaceStore, AdminStore,
-                        AutoscalingStore, RecordStreamStore):
+                        AutoscalingStore, RecordStreamStore, PauseStore):
     """Conversation storage on Redis (standalone, Sentinel-managed or Cluster)."""
 
 
