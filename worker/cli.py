@@ -17,6 +17,9 @@
     parley exporter [--once]               copy the record streams to PostgreSQL
     parley transcript CID [--json]         the whole conversation from PostgreSQL
     parley usage [--since DAY] [--conversation CID]   tokens per conversation and UTC day
+    parley pause CID [--seconds N]         a person takes the conversation over (no model call, no reply)
+    parley resume CID                      hand it back to the model
+    parley say CID TEXT [--id ID]          send the player a person's message, in order with the replies
 """
 
 from __future__ import annotations
@@ -235,6 +238,9 @@ def _build_parser() -> argparse.ArgumentParser:
     from worker.durable_record.commands import add_parsers
 
     add_parsers(sub)
+    from worker import handoff_cli
+
+    handoff_cli.add_parsers(sub)
     return parser
 
 

@@ -14,6 +14,8 @@ from worker.store.pauses import MAX_PAUSE_SECONDS
 #: The reply parts an operator's message may carry today; the rich ones (image, location, buttons, ...) come with
 #: rich replies (issue 31).
 PART_TYPES = ("text",)
+#: The most parts one operator's message may carry (each is one WhatsApp message; more are more messages).
+MAX_PARTS = 10
 
 
 def _bad(err: InputError, field: str) -> InputError:
@@ -40,6 +42,8 @@ def text_parts(parts: Sequence[Any] | None, max_chars: int) -> list[str] | None:
         return None
     if isinstance(parts, str | bytes) or not isinstance(parts, Sequence):
         raise _bad(InvalidMessageError("parts must be a list of {\"type\": \"text\", \"text\": ...}"), "parts")
+    if len(parts) > MAX_PARTS:
+        raise _bad(InvalidMessageError(f"parts holds {len(parts)} parts; the limit is {MAX_PARTS}"), "parts")
     out = []
     for i, part in enumerate(parts):
         where = f"parts.{i}"

@@ -8,11 +8,22 @@ from typing import Any
 from pydantic import BaseModel
 from pydantic.json_schema import models_json_schema
 
-from worker.producer_bodies import KINDS, Accepted, Operation, Problem, Summary
+from worker.producer_bodies import (
+    HANDOFF,
+    KINDS,
+    PAUSE_KINDS,
+    Accepted,
+    Operation,
+    PauseState,
+    Problem,
+    Summary,
+    TextPart,
+)
 from worker.store.keys import _ID, MAX_ID_LENGTH
 
 _REF = "#/components/schemas/{model}"
-_BODY_NAMES = {body.__name__ for body in KINDS.values()}
+_BODIES: tuple[type[BaseModel], ...] = (*KINDS.values(), *HANDOFF.values(), TextPart)
+_BODY_NAMES = {body.__name__ for body in _BODIES}
 _RETRY = {"Retry-After": {"description": "Seconds to wait before sending the same request again.",
                           "schema": {"type": "integer", "minimum": 0}}}
 _ERRORS: dict[str, tuple[str, dict[str, Any]]] = {
@@ -38,7 +49,9 @@ def _json(model: type[BaseModel]) -> dict[str, Any]:
 
 
 def _responses(op: Operation) -> dict[str, Any]:
-    if op.kind is not None:
+    if op.kind in PAUSE_KINDS:
+        ok = {"200": {"description": "The conversation's pause now.", "content": _json(PauseState)}}
+    elif op.kind is not None:
         ok = {"202": {"description": "Accepted (or a duplicate of an input accepted before).",
                       "content": _json(Accepted)}}
     elif op.method == "DELETE":
@@ -62,14 +75,17 @@ def _operation(op: Operation) -> dict[str, Any]:
         "responses": _responses(op),
     }
     if op.body is not None:
-        out["requestBody"] = {"required": op.kind != "reset", "content": _json(op.body)}
+        # Required when a field is (a reset, a pause or a resume may come without a body).
+        required = any(f.is_required() for f in op.body.model_fields.values())
+        out["requestBody"] = {"required": required, "content": _json(op.body)}
     return out
 
 
 def document(operations: tuple[Operation, ...], *, max_text_chars: int | None = None) -> dict[str, Any]:
     """The OpenAPI document of ``operations``; ``max_text_chars`` (the client's ``PARLEY_MAX_INPUT_CHARS``) is the
     bodies' ``text`` ``maxLength``."""
-    models: list[type[BaseModel]] = [Accepted, Problem, Summary, *(op.body for op in operations if op.body)]
+    models: list[type[BaseModel]] = [Accepted, Problem, Summary, PauseState,
+                                      *(op.body for op in operations if op.body)]
     _, defs = models_json_schema([(m, "validation") for m in dict.fromkeys(models)], ref_template=_REF)
     for schema in defs.get("$defs", {}).values():
         text = schema.get("properties", {}).get("text")
