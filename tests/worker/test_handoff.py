@@ -214,3 +214,36 @@ def test_bad_pause_seconds_are_refused_and_nothing_is_paused(seconds) -> None:  
     with pytest.raises(InvalidMessageError) as err:
         h.client.pause(CID, seconds=seconds)
     assert err.value.field == "seconds" and h.store.paused(CID) is None
+
+
+def test_an_operator_message_outside_the_24_hour_window_is_the_template_or_a_dead_letter() -> None:
+    from tests.support.fake_whatsapp import FakeWhatsApp
+    from tests.support.store_kit import raw
+    from worker.delivery.whatsapp import WhatsAppSender
+    from worker.delivery.window import ServiceWindow, Template
+    from worker.envelopes import decode_dead_letter
+
+    api = FakeWhatsApp().start()
+    try:
+        for template in (None, Template("game_update")):
+            sender = WhatsAppSender(phone_number_id="106540352242922", access_token="tok", base_url=api.base_url,
+                                    window=ServiceWindow(86_400.0, template))
+            h = make_harness(channel=sender)
+            h.client.send_message(CID, "hi", message_id="m1")
+            h.run()
+            raw(h.store).set(h.store.keys(CID).inbound, int((time.time() - 2 * 86_400) * 1000))  # two days ago
+            before = len(api.received)
+            h.client.pause(CID)
+            h.client.send_operator_message(CID, "Are you still playing?", message_id="op1")
+            h.run()
+            sent = api.received[before:]
+            if template is None:
+                assert sent == []
+                [dead] = [decode_dead_letter(d) for d in h.store.dead_letters(CID)]
+                assert (dead.what, dead.id, dead.reason) == ("reply", "op1", "outside_window")
+            else:
+                [only] = sent
+                assert only["type"] == "template" and only["template"]["name"] == "game_update"
+                assert "Are you still playing?" in str(only["template"]["components"])
+    finally:
+        api.stop()
