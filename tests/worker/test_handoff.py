@@ -247,3 +247,20 @@ def test_an_operator_message_outside_the_24_hour_window_is_the_template_or_a_dea
                 assert "Are you still playing?" in str(only["template"]["components"])
     finally:
         api.stop()
+
+
+def test_no_short_notice_goes_out_while_paused() -> None:
+    cfg = bare_config(system_prompt="You are a test.", daily_token_budget=1, token_budget_reply="Enough for today!")
+    h = make_harness(config=cfg)
+    h.client.send_message(CID, "hi", message_id="m0")  # spends the day's budget
+    h.run()
+    h.client.pause(CID)
+    h.client.send_notice(CID, "I cannot read voice notes yet.", message_id="n1", reply_to="wamid.voice")
+    h.client.send_message(CID, "over budget", message_id="m1")
+    h.run()
+    assert _texts(h) == ["ack:hi"]  # neither the unreadable message's notice nor the budget's
+    assert h.store.inbox_depth(CID) == 0 and not h.store.dead_letters(CID)
+    h.client.resume(CID)
+    h.client.send_message(CID, "still over", message_id="m2")
+    h.run()
+    assert _texts(h) == ["ack:hi", "Enough for today!"]

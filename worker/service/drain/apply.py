@@ -128,7 +128,7 @@ class Applier:
         """A paused conversation's turn: its inputs saved in the state, no reply (the person answers)."""
         version = self._quarantine(run, snap, w.quarantine)
         head, last = w.inputs[0].env, w.inputs[-1].env
-        trace: dict[str, Any] = {"paused": True, "user": last.text}
+        trace: dict[str, Any] = {"paused": True, "notice" if last.kind == "notice" else "user": last.text}
         if len(w.inputs) > 1:
             trace["burst"] = [p.id for p in w.inputs]
         done = self._commit(run, version, head, w.state, None, trace, also=w.also, resident=w.resident, record=self.hooks.entry(run, snap, w, None))

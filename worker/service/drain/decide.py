@@ -64,7 +64,7 @@ class Decider:
         if env.kind == "message":
             return self._chat_turn(run, Pending(env.message_id, env), snap)
         if env.kind == "notice":
-            return Notice(env, env.text or "", "producer")
+            return self.hooks.notice(run, Pending(env.message_id, env)) or Notice(env, env.text or "", "producer")
         if env.kind == "event":
             result = self.chat.apply_event(state, env.text or "", pinned=env.pinned, from_player=bool(env.from_player))
             return Applied(env, result.state, {"event": env.text}, result.resident,

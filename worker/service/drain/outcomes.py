@@ -132,7 +132,8 @@ class Retry:
 class Withheld:
     """A person has taken the conversation over (paused until ``until``, None: until resumed): ``inputs`` (the
     turn's, a burst included) enter the state with no model call and no reply. The pause hook names the inputs
-    (``state`` None); the turn fills in the state they make (see :mod:`worker.service.drain.handoff`)."""
+    (``state`` None); the turn fills in the state they make (see :mod:`worker.service.drain.handoff`). A withheld
+    notice keeps ``state`` None: the state stays as it was."""
 
     inputs: tuple[Pending, ...]
     until: float | None

@@ -39,6 +39,10 @@ class DrainHook:
         """The inputs the turn at ``head`` takes in, or a :class:`Defer` to put it off; None: no opinion."""
         return None
 
+    def notice(self, run: DrainRun, notice: Pending) -> Outcome | None:
+        """Before a notice input's short answer is queued: an outcome in its place, or None to go on."""
+        return None
+
     def again(self, run: DrainRun, inputs: tuple[Pending, ...], result: TurnResult, merges: int,
               journal: StoreJournal) -> tuple[Pending, ...] | None:
         """After the model answered ``inputs``: the inputs to answer instead (the answer is thrown away), or None."""
@@ -72,6 +76,7 @@ class Hooks:
         self.all = tuple(hooks)
         self._before_turn = _overriding(hooks, "before_turn")
         self._take = _overriding(hooks, "take")
+        self._notice = _overriding(hooks, "notice")
         self._again = _overriding(hooks, "again")
         self._model_call = _overriding(hooks, "model_call")
         self._deferred = _overriding(hooks, "deferred")
@@ -96,6 +101,13 @@ class Hooks:
             if taken is not None:
                 return taken
         return (head,)
+
+    def notice(self, run: DrainRun, notice: Pending) -> Outcome | None:
+        for h in self._notice:
+            outcome = h.notice(run, notice)
+            if outcome is not None:
+                return outcome
+        return None
 
     def again(self, run: DrainRun, inputs: tuple[Pending, ...], result: TurnResult, merges: int,
               journal: StoreJournal) -> tuple[Pending, ...] | None:

@@ -1,4 +1,5 @@
-"""The pause: while a person has taken the conversation over, a turn is withheld instead of asking the model.
+"""The pause: while a person has taken the conversation over, a turn is withheld instead of asking the model, and a
+notice input (the short answer to a message Parley cannot read, or a producer's) is withheld too.
 
 Always in the list, and first (before the daily budget's or a photo's short answer: while paused no notice goes out
 either). It reads the conversation's pause flag at each turn point: one GET per model turn. The flag takes effect at
@@ -43,3 +44,9 @@ class Paused(DrainHook):
                      extra={"conversation_id": run.cid, "message_id": head.id})
             return None
         return Withheld(inputs, pause.until)
+
+    def notice(self, run: DrainRun, notice: Pending) -> Outcome | None:
+        """No short answer either while paused (invariant 13's one exception): the notice is applied with no reply,
+        the state as it was (``state`` None keeps it)."""
+        pause = self.store.paused(run.cid)
+        return None if pause is None else Withheld((notice,), pause.until)
