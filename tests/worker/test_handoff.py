@@ -264,3 +264,21 @@ def test_no_short_notice_goes_out_while_paused() -> None:
     h.client.send_message(CID, "still over", message_id="m2")
     h.run()
     assert _texts(h) == ["ack:hi", "Enough for today!"]
+
+
+def test_the_paused_gauge_is_read_from_redis_and_absent_when_redis_is_down() -> None:
+    from worker.errors import StoreUnavailableError
+    from worker.service.paused_gauge import PAUSED, PausedCollector
+
+    h = make_harness()
+    h.client.pause(CID)
+    h.client.pause("447700900124", seconds=60)
+    [family] = list(PausedCollector(h.store).collect())
+    assert (family.name, [s.value for s in family.samples]) == (PAUSED, [2])
+
+    class Down:
+        def paused_count(self) -> int:
+            raise StoreUnavailableError("redis is down")
+
+    assert list(PausedCollector(Down()).collect()) == []  # type: ignore[arg-type]
+    assert [f.name for f in PausedCollector(Down()).describe()] == [PAUSED]  # type: ignore[arg-type]
