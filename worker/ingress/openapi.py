@@ -36,7 +36,8 @@ _ERRORS: dict[str, tuple[str, dict[str, Any]]] = {
 }
 _BODY_ERRORS: dict[str, tuple[str, dict[str, Any]]] = {
     "400": ("The body is not JSON.", {}),
-    "413": ("The body is larger than PARLEY_WEBHOOK_MAX_BODY_BYTES.", {}),
+    "413": ("The body is larger than PARLEY_WEBHOOK_MAX_BODY_BYTES, or holds more JSON objects than any valid "
+            "body (16).", {}),
 }
 
 
