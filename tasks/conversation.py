@@ -208,8 +208,10 @@ def _start_sweeper(sender: Any = None, **_: Any) -> None:
         from prometheus_client import REGISTRY, start_http_server
 
         from worker.service.backlog import BacklogCollector
+        from worker.service.paused_gauge import PausedCollector
 
         REGISTRY.register(BacklogCollector(service().store, QUEUE, get_settings().observability.backlog_sample))
+        REGISTRY.register(PausedCollector(service().store))
         start_http_server(port)
         log.info("serving Prometheus metrics", extra={"port": port})
 

@@ -19,6 +19,9 @@
     parley usage [--since DAY] [--conversation CID]   tokens per conversation and UTC day
     parley scheduled CID [--json]          the conversation's pending timers (inputs sent with at=), earliest first
     parley cancel CID MESSAGE_ID           cancel a pending timer
+    parley pause CID [--seconds N]         a person takes the conversation over (no model call, no reply)
+    parley resume CID                      hand it back to the model
+    parley say CID TEXT [--id ID]          send the player a person's message, in order with the replies
 """
 
 from __future__ import annotations
@@ -243,6 +246,9 @@ def _build_parser() -> argparse.ArgumentParser:
     from worker import timer_commands
 
     timer_commands.add_parsers(sub)
+    from worker import handoff_cli
+
+    handoff_cli.add_parsers(sub)
     return parser
 
 

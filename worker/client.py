@@ -15,16 +15,19 @@ accepted into the mailbox as if it were sent at that moment (see :mod:`worker.st
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from worker import operator_input
 from worker.due_time import due_ms
 from worker.envelopes import Envelope, Media, build_envelope
 from worker.errors import OversizeInputError
 from worker.settings import Settings, get_settings
 from worker.store.keys import validate_conversation_id
 from worker.store.redis_store import ConversationStore
+from worker.store.results import Pause
 from worker.wakeup import Waker, celery_waker
 
 
@@ -158,6 +161,28 @@ class ConversationClient:
         """Cancel an input held with ``at=`` that is not yet due: ``True`` if one was held and is now dropped;
         ``False`` if none with that id is held (never scheduled, cancelled before, or already due and accepted)."""
         return self.store.cancel_scheduled(validate_conversation_id(conversation_id), message_id)
+
+    def pause(self, conversation_id: str, *, seconds: float | None = None) -> Pause:
+        """A person takes the conversation over, at once: until :meth:`resume`, or for ``seconds`` (then it ends by
+        itself). Meanwhile the player's messages (and the game's events) enter the state in order with no model call
+        and no reply; :meth:`send_operator_message` answers. A turn whose model call had started goes out. Pausing
+        again replaces the pause. Returns the pause in force (``until``: when it ends, None for a resume)."""
+        return self.store.pause(validate_conversation_id(conversation_id), operator_input.pause_seconds(seconds))
+
+    def resume(self, conversation_id: str) -> bool:
+        """Hand the conversation back to the model, at once; True when it was paused. Nothing is answered by itself:
+        the player's next message gets a turn whose request holds what was said meanwhile."""
+        return self.store.resume(validate_conversation_id(conversation_id))
+
+    def send_operator_message(self, conversation_id: str, text: str, *, message_id: str | None = None,
+                              parts: Sequence[dict[str, Any]] | None = None) -> Submitted:
+        """Queue a person's message to the player: sent in order with the replies, through the outbox (once,
+        paced, inside the 24-hour window or as its template, like a reply), and added to the state as the
+        assistant's side, marked as a person's. ``parts``: more messages after ``text``, each
+        ``{"type": "text", "text": ...}`` (rich parts are not supported yet). Paused or not."""
+        texts = operator_input.text_parts(parts, self.max_text_chars)
+        return self._submit(self._envelope(kind="operator", conversation_id=conversation_id, text=text,
+                                           message_id=message_id, parts=texts))
 
     def delete(self, conversation_id: str) -> None:
         """Delete everything of the conversation now: state, trace, inbox, outbox, quarantine, dead letters, timers.

@@ -24,7 +24,7 @@ ENVELOPE_VERSION = 1
 MAX_ENVELOPE_BYTES = 4 << 20
 MAX_ID_CHARS = 256
 
-Kind = Literal["message", "event", "reset", "splice", "notice"]
+Kind = Literal["message", "event", "reset", "splice", "notice", "operator"]
 
 
 def _new_id() -> str:
@@ -78,7 +78,9 @@ class Envelope(_Wire):
 
     A ``message`` may carry ``media`` (a picture); its ``text`` is then the caption and may be empty. A
     ``notice`` is a fixed short answer (``text``) sent in order with the other replies, without a model call
-    and without changing the state: what the player gets for a message Parley cannot read.
+    and without changing the state: what the player gets for a message Parley cannot read. An ``operator``
+    message is a person's words (``text``, then ``parts``) sent in order with the replies, entering the state as
+    the assistant's side, marked as a person's (see :mod:`worker.service.drain.handoff`).
     """
 
     v: int = ENVELOPE_VERSION
@@ -101,6 +103,8 @@ class Envelope(_Wire):
     # the event a fact that replaces the conversation's fact of that key; ``respond`` has the model answer it.
     key: str | None = Field(None, min_length=1, max_length=MAX_FACT_KEY_CHARS)
     respond: bool | None = None
+    # operator: the text parts sent after ``text``, each as its own message (rich parts come with issue 31)
+    parts: list[str] | None = None
 
     @field_validator("conversation_id")
     @classmethod
@@ -138,7 +142,7 @@ class Envelope(_Wire):
     def model_post_init(self, __context: Any) -> None:
         if self.kind == "message" and self.media is not None:
             pass  # a picture without a caption
-        elif self.kind in ("message", "event", "notice") and not (self.text and self.text.strip()):
+        elif self.kind in ("message", "event", "notice", "operator") and not (self.text and self.text.strip()):
             raise ValueError(f"a {self.kind} needs non-empty text")
         if self.media is not None and self.kind != "message":
             raise ValueError("only a message carries media")
@@ -146,6 +150,8 @@ class Envelope(_Wire):
             raise ValueError("only an event that is not pinned is marked as the player's (pinned items become facts)")
         if (self.key is not None or self.respond) and (self.kind != "event" or self.from_player):
             raise ValueError("only a game event sets a fact (key) or is answered (respond), never a player's")
+        if self.parts is not None and (self.kind != "operator" or not all(p.strip() for p in self.parts)):
+            raise ValueError("only an operator's message carries parts, each with text")
         if self.kind == "splice" and not self.state:
             raise ValueError("a splice needs the compacted state")
 

@@ -132,3 +132,8 @@ TIMER_LATENESS = Histogram("parley_timer_lateness_seconds", "How late a timer wa
                            "due time.", buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 30, 300))
 TIMER_CONVERSATIONS = Gauge("parley_timer_conversations",
                             "Conversations holding timers (read from Redis by the timer loop about every 10 s).")
+PAUSED_TURNS = Counter("parley_paused_turns_total", "Turns of paused conversations (a person took over), by what became "
+                       "of them: withheld (applied with no model call and no reply) or finished (it had started "
+                       "answering before the pause).", ["outcome"])
+OPERATOR_MESSAGES = Counter("parley_operator_messages_total",
+                            "Operators' messages applied (queued to be sent, and added to the state).")

@@ -18,10 +18,12 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSchema
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSchema, field_validator
 
 from worker.due_time import RFC3339, parse_rfc3339
 from worker.envelopes import FACT_KEY_PATTERN, MAX_FACT_KEY_CHARS, MAX_ID_CHARS
+from worker.operator_input import MAX_PARTS
+from worker.store.pauses import MAX_PAUSE_SECONDS
 
 #: A message id: the producer's own id of the input (a game event's id, a wamid); resubmitting it is harmless.
 MessageId = Annotated[str, Field(min_length=1, max_length=MAX_ID_CHARS, pattern="^[^\n\x00]*$", description=(
@@ -85,6 +87,57 @@ class ResetBody(ProducerBody):
     at: At | None = None
 
 
+class TextPart(ProducerBody):
+    """One more message of an operator's message: ``{"type": "text", "text": ...}``, the only part supported yet."""
+
+    type: Literal["text"] = Field(description="`text`: rich parts (image, location, buttons, ...) are not "
+                                              "supported yet.")
+    text: Text
+
+    @field_validator("type", mode="before")
+    @classmethod
+    def _supported(cls, value: object) -> object:
+        if value != "text":
+            raise ValueError(f"{value!r} is not supported yet: an operator's message carries text parts only "
+                             "(rich parts such as image, location or buttons are not supported yet)")
+        return value
+
+
+class OperatorMessageBody(ProducerBody):
+    """``POST /v1/conversations/{conversation_id}/operator-messages`` (``ConversationClient.send_operator_message``):
+    a person's message to the player, sent in order with the replies and kept in the state as a person's."""
+
+    text: Text
+    message_id: MessageId | None = None
+    parts: list[TextPart] | None = Field(None, max_length=MAX_PARTS, description=(
+        "More messages after `text`, in order, each `{\"type\": \"text\", \"text\": ...}`. Rich parts (image, "
+        "location, buttons, ...) are not supported yet: any other type is a 422 naming the field."))
+
+
+class PauseBody(ProducerBody):
+    """``POST /v1/conversations/{conversation_id}/pause`` (``ConversationClient.pause``): a person takes the
+    conversation over, at once. The body may be empty (paused until resumed)."""
+
+    seconds: float | None = Field(None, gt=0, le=MAX_PAUSE_SECONDS,
+                                  description="End the pause by itself after this many seconds (at most a week). "
+                                              "Default: until resumed.")
+
+
+class ResumeBody(ProducerBody):
+    """``POST /v1/conversations/{conversation_id}/resume`` (``ConversationClient.resume``): the model answers
+    again. The body may be empty."""
+
+
+class PauseState(BaseModel):
+    """200: the conversation's pause after a pause or a resume."""
+
+    conversation_id: str
+    paused: bool
+    until: float | None = Field(description="When the pause ends by itself (seconds since the epoch); null: "
+                                            "until resumed, or not paused.")
+    was_paused: bool | None = Field(None, description="For a resume: whether it was paused.")
+
+
 class Accepted(BaseModel):
     """202: the input is in the conversation's mailbox (or was already: ``duplicate``)."""
 
@@ -110,8 +163,14 @@ class Problem(BaseModel):
 KINDS: dict[str, type[ProducerBody]] = {"message": MessageBody, "event": EventBody, "reset": ResetBody}
 Kind = Literal["message", "event", "reset"]
 
+#: The handoff operations' bodies (HTTP only, operator scope; not queue messages): an operator's message is an input
+#: (202), a pause or a resume answers the pause in force (200, :class:`PauseState`).
+HANDOFF: dict[str, type[ProducerBody]] = {"operator": OperatorMessageBody, "pause": PauseBody, "resume": ResumeBody}
+PAUSE_KINDS = frozenset({"pause", "resume"})
+
 #: The ConversationClient method each kind calls.
-CLIENT_METHODS: dict[str, str] = {"message": "send_message", "event": "send_event", "reset": "reset"}
+CLIENT_METHODS: dict[str, str] = {"message": "send_message", "event": "send_event", "reset": "reset",
+                                  "operator": "send_operator_message", "pause": "pause", "resume": "resume"}
 
 def field_of(loc: tuple[int | str, ...]) -> str | None:
     """The dotted field name of a pydantic error location (``None`` for the body as a whole)."""
@@ -134,10 +193,14 @@ class Summary(BaseModel):
     delivered: list[dict[str, Any]]
     statuses: list[dict[str, Any]]
     state: dict[str, Any] = Field(description="The decoded state (messages, summary, pinned facts).")
+    paused: bool = Field(False, description="A person has taken the conversation over (no model call, no reply).")
+    paused_until: float | None = Field(None, description="When the pause ends by itself (seconds since the epoch); "
+                                                         "null: until resumed.")
 
 
 Scope = Literal["producer", "operator"]
-"""What a token may do: a producer queues inputs and reads summaries; an operator may also delete."""
+"""What a token may do: a producer queues inputs and reads summaries; an operator may also delete, pause, resume and
+send a person's messages."""
 
 
 @dataclass(frozen=True)
@@ -150,11 +213,11 @@ class Operation:
     path: str
     scope: Scope
     summary: str
-    kind: str | None = None  # an input of this kind (its body is KINDS[kind]); None: delete or read
+    kind: str | None = None  # an input of this kind (its body is KINDS[kind]) or a handoff operation (HANDOFF)
 
     @property
     def body(self) -> type[ProducerBody] | None:
-        return KINDS[self.kind] if self.kind else None
+        return (KINDS.get(self.kind) or HANDOFF[self.kind]) if self.kind else None
 
 
 _CONVERSATION = "/v1/conversations/{conversation_id}"
@@ -171,4 +234,12 @@ OPERATIONS: tuple[Operation, ...] = (
               "What `parley show` prints: state, mailbox and outbox depth, last replies, delivery statuses."),
     Operation("cancel_scheduled", "DELETE", _CONVERSATION + "/scheduled/{message_id}", "producer",
               "Cancel an input sent with `at` that is not yet due (404 when none with this message id is held)."),
+    Operation("pause", "POST", _CONVERSATION + "/pause", "operator",
+              "A person takes the conversation over, at once: no model call and no reply until resumed (or for "
+              "`seconds`); the player's messages still enter the state.", "pause"),
+    Operation("resume", "POST", _CONVERSATION + "/resume", "operator",
+              "Hand the conversation back to the model, at once.", "resume"),
+    Operation("send_operator_message", "POST", _CONVERSATION + "/operator-messages", "operator",
+              "Queue a person's message to the player: sent in order with the replies, kept in the state as a "
+              "person's.", "operator"),
 )

@@ -28,7 +28,10 @@ def summary(store: ConversationStore, cid: str) -> dict[str, Any]:
     trace = [msgpack.unpackb(t, raw=False) for t in store.trace(cid, 50)]
     statuses = store.statuses(cid, 50)
     latest = {s.provider_id: s.status for s in statuses}
+    pause = store.paused(cid)
     return {"conversation_id": cid, "version": snap.version,
+            # A person has taken it over (no model call, no reply): until when, None for "until resumed".
+            "paused": pause is not None, "paused_until": pause.until if pause is not None else None,
             "mailbox_depth": store.inbox_depth(cid),
             "outbox_depth": store.outbox_depth(cid),
             "dead_letters": len(store.dead_letters(cid)),
@@ -47,5 +50,5 @@ def summary(store: ConversationStore, cid: str) -> dict[str, Any]:
 def known(view: dict[str, Any]) -> bool:
     """Whether a summary shows anything of the conversation (a state, an input, a reply, a dead letter): the API
     answers 404 otherwise."""
-    return bool(view["version"] or view["mailbox_depth"] or view["outbox_depth"] or view["dead_letters"]
+    return bool(view["version"] or view["paused"] or view["mailbox_depth"] or view["outbox_depth"] or view["dead_letters"]
                 or view["quarantined_states"] or view["last_replies"] or view["statuses"])

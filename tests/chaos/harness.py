@@ -25,6 +25,11 @@ stand-in (what was sent, each send naming its reply part by its callback data):
 Timers (``Load.timer_conversations`` > 0): that many more conversations get all their inputs with ``at=`` at the
 start, due one after another over ``Load.timer_window`` seconds while the faults go on; their acceptance order is
 their due order (nothing else is sent to them), so the same checks say none was lost, fired twice or reordered.
+Handoff (``Load.handoff_every`` > 0): every such conversation is paused for the middle half of the run, a person's
+message follows each of its inputs meanwhile, then it is resumed. A paused turn's trace entry says ``paused`` (and
+lists a burst's inputs): those inputs are applied with no reply, and the operator's messages are replies like the
+model's (their text itself, in acceptance order). The never-silent rule allows this only to inputs accepted before
+the resume of a conversation that was paused (``Observed.may_withhold``); any other input withheld is ``silenced``.
 
 Bursts (``Load.burst_max`` > 1 sends players' bursts): a turn that took in several inputs is one trace entry whose
 ``burst`` lists them, head first; each counts as applied by that turn, and the turn's one reply answers its last
@@ -45,6 +50,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import msgpack
@@ -86,6 +92,8 @@ class Outcome:
     state_reordered: int = 0
     state_unknown: int = 0  # user messages or events in a state that no applied input explains
     compacted: int = 0  # conversations whose state had dropped old messages for a summary
+    withheld: int = 0  # inputs a paused turn applied with no reply
+    silenced: int = 0  # inputs withheld where no pause allowed it (never-silent broken)
     faults: int = 0
     fault_kinds: dict[str, int] = field(default_factory=dict)  # faults shown to have landed, by kind
     seconds: float = 0.0
@@ -108,7 +116,7 @@ class Outcome:
                 f"parts_duplicated={self.parts_duplicated} parts_unexplained={self.parts_unexplained} "
                 f"state_lost={self.state_lost} state_duplicated={self.state_duplicated} "
                 f"state_reordered={self.state_reordered} state_unknown={self.state_unknown} "
-                f"compacted={self.compacted} fault_kinds={self.fault_kinds} "
+                f"compacted={self.compacted} withheld={self.withheld} silenced={self.silenced} fault_kinds={self.fault_kinds} "
                 f"seconds={self.seconds:.1f} dead_reasons={self.dead_reasons} "
                 f"restarts={sum(1 for n in self.notes if n.startswith('restarted'))}")
 
@@ -121,6 +129,7 @@ class Outcome:
             f"{self.problems[:20]} {self.line()}"
         assert (self.parts_unexplained, self.parts_unnamed) == (0, 0), f"{self.problems[:20]} {self.line()}"
         assert self.replies_duplicated <= self.window_hits, self.line()
+        assert self.silenced == 0, f"{self.problems[:20]} {self.line()}"
 
 
 def no_dead_letters(cid: str, dead: DeadLetter) -> bool:
@@ -138,6 +147,7 @@ class Observed:
     sent: list[SentPart]  # what reached WhatsApp for this recipient, in order
     dead: list[DeadLetter]  # the conversation's dead letters
     stuck: int = 0  # inputs and replies still waiting
+    may_withhold: int = 0  # the inputs accepted before this many may be withheld (paused); 0: never paused
 
 
 @dataclass
@@ -156,6 +166,7 @@ class Load:
     expect_dead: Callable[[str, DeadLetter], bool] = no_dead_letters  # (cid, dead letter) -> expected?
     timer_conversations: int = 0  # conversations whose inputs are all sent with at= (see the module docstring)
     timer_window: float = 6.0  # seconds over which their inputs come due
+    handoff_every: int = 0  # every n-th conversation is paused for the middle half of the run (see the module)
 
 
 def run_scenario(cluster: Cluster, load: Load,
@@ -169,6 +180,10 @@ def run_scenario(cluster: Cluster, load: Load,
     cids = [f"4477{i:08d}" for i in range(load.conversations)]
     accepted: dict[str, list[tuple[str, str, str]]] = {c: [] for c in cids}  # (id, kind, text)
     timer_cids = schedule_timers(client, load, accepted)
+    may_withhold: dict[str, int] = {}
+    handed = set(cids[::load.handoff_every]) if load.handoff_every else set()
+    handing = cluster.store()
+    pause_at, resume_at = load.inputs_per // 4, load.inputs_per * 3 // 4
     stop = threading.Event()
     chaos_thread = None
     if chaos is not None:
@@ -199,6 +214,13 @@ def run_scenario(cluster: Cluster, load: Load,
                 batch = [(mid, "message", f"{cid} q{n}")]
             # A player's burst: more chat messages right behind (none unless the load sends bursts).
             batch += [(f"{mid}.{j}", "message", f"{cid} q{n}.{j}") for j in range(1, random.randint(1, load.burst_max))]
+            if cid in handed and n in (pause_at, resume_at):  # at once, not in the conversation's order
+                if n == resume_at:  # the person hands back once the inputs of the pause were handled (withheld)
+                    wait_until(partial(_drained, handing, cid), 20, interval=0.05)
+                _retrying(partial(client.pause if n == pause_at else client.resume, cid), out)
+                may_withhold[cid] = len(accepted[cid]) if n == resume_at else load.inputs_per * 10
+            if cid in handed and pause_at <= n < resume_at:
+                batch.append((f"{mid}.op", "operator", f"{cid} operator {n}"))
             for i, (mid, kind, text) in enumerate(batch):
                 if i:
                     time.sleep(load.burst_gap)
@@ -206,6 +228,8 @@ def run_scenario(cluster: Cluster, load: Load,
                     try:
                         if kind == "event":
                             client.send_event(cid, text, message_id=mid)
+                        elif kind == "operator":
+                            client.send_operator_message(cid, text, message_id=mid)
                         else:
                             client.send_message(cid, text, message_id=mid)
                         accepted[cid].append((mid, kind, text))
@@ -254,7 +278,8 @@ def run_scenario(cluster: Cluster, load: Load,
                             trace=[msgpack.unpackb(t, raw=False) for t in store.trace(cid, 100_000)],
                             state=inspect_state(store.read_state(cid).blob),
                             sent=cluster.whatsapp.parts_for(cid),
-                            dead=[decode_dead_letter(d) for d in store.dead_letters(cid)], stuck=stuck)
+                            dead=[decode_dead_letter(d) for d in store.dead_letters(cid)], stuck=stuck,
+                            may_withhold=may_withhold.get(cid, 0))
         check_conversation(cid, observed, windows, load.expect_dead, out)
     return out
 
@@ -280,6 +305,26 @@ def schedule_timers(client: Any, load: Load, accepted: dict[str, list[tuple[str,
                 client.send_message(cid, text, message_id=mid, at=at)
             accepted[cid].append((mid, kind, text))
     return cids
+
+
+def _drained(store: Any, cid: str) -> bool:
+    try:
+        return bool(store.inbox_depth(cid) == 0)
+    except Exception:  # Redis restarting
+        return False
+
+
+def _retrying(call: Callable[[], object], out: Outcome) -> None:
+    """``call`` (a pause or a resume), tried again while Redis restarts, as the producer's sends are."""
+    for attempt in range(50):
+        try:
+            call()
+            return
+        except Exception as exc:
+            if attempt == 49:
+                raise
+            out.notes.append(f"producer retry: {type(exc).__name__}")
+            time.sleep(0.2)
 
 
 _WINDOW_FIELDS = re.compile(re.escape(RESEND_LOG) + r"\W*(\{.*\})\s*$")
@@ -309,9 +354,22 @@ def check_conversation(cid: str, seen: Observed, windows: Counter[PartKey],
     dead = _dead_letters(cid, seen, expect_dead, out)
     dead_inputs = {d.id for d in dead if d.what == "input"}
     answered_by_later = _check_trace(seen, dead_inputs, out)
+    withheld = _withheld(cid, seen, out)
     out.stranded += seen.stuck
     _check_state(cid, seen, dead_inputs, out)
-    _check_replies(cid, seen, dead, dead_inputs | answered_by_later, windows, out)
+    _check_replies(cid, seen, dead, dead_inputs | answered_by_later | withheld, windows, out)
+
+
+def _withheld(cid: str, seen: Observed, out: Outcome) -> set[str]:
+    """The inputs paused turns applied with no reply; each one the conversation's pause does not explain (accepted
+    after its resume, or the conversation never paused) is counted as silenced."""
+    ids = {mid for t in seen.trace if t.get("paused") for mid in (t.get("burst") or [t["id"]])}
+    allowed = {mid for mid, _, _ in seen.accepted[:seen.may_withhold]}
+    out.withheld += len(ids)
+    for mid in sorted(ids - allowed):
+        out.silenced += 1
+        out.problems.append(f"{cid}: input {mid} got no reply (withheld as paused) outside a pause")
+    return ids
 
 
 def _dead_letters(cid: str, seen: Observed, expect_dead: Callable[[str, DeadLetter], bool],
@@ -362,7 +420,7 @@ def _check_state(cid: str, seen: Observed, dead_inputs: set[str], out: Outcome) 
     msgs = sorted([*({**m, "pinned": True} for m in view.get("pinned", [])), *view.get("history", [])],
                   key=lambda m: int(m["seq"]))
     held = [(by_text.get(m.get("content", "")), bool(m.get("pinned")), m.get("content", ""))
-            for m in msgs if m["role"] in ("user", "event")]
+            for m in msgs if m["role"] in ("user", "event") or m.get("by") == "operator"]  # a person's words too
     for mid, _, text in held:
         if mid is None or mid in dead_inputs:
             out.state_unknown += 1
@@ -394,7 +452,8 @@ def _check_replies(cid: str, seen: Observed, dead: list[DeadLetter], unanswered:
                    windows: Counter[PartKey], out: Outcome) -> None:
     """Every applied message's reply sent, in order; a part sent twice only as often as it was resent."""
     dead_replies = {p for d in dead if d.what == "reply" and d.payload for p in decode_reply(d.payload).parts}
-    expected = [f"ack:{text}" for mid, kind, text in seen.accepted if kind == "message" and mid not in unanswered]
+    expected = [f"ack:{text}" if kind == "message" else text for mid, kind, text in seen.accepted
+                if kind in ("message", "operator") and mid not in unanswered]
     got = [s.text for s in seen.sent]
     out.replies += len(got)
     dedup = list(dict.fromkeys(got))

@@ -238,3 +238,45 @@ def test_a_real_run_with_a_message_lost_to_the_dead_letters_and_a_part_sent_twic
     with pytest.raises(AssertionError, match="reached WhatsApp 2 times; the workers resent it 0 times"):
         out.assert_safe()
     assert doubled and out.parts_unexplained == 1
+
+
+def paused_run(may_withhold: int) -> Observed:
+    """A run where m2 was withheld by a pause (no reply) and an operator's message o2 followed it."""
+    seen = clean()
+    seen.accepted.insert(3, ("o2", "operator", "a person says hi"))
+    seen.trace[2] = {"id": "m2", "paused": True}
+    seen.trace.insert(3, {"id": "o2", "operator": True})
+    seen.sent = [s for s in seen.sent if s.reply_id != "m2"]
+    seen.sent.insert(1, SentPart("o2", 0, "a person says hi"))
+    seen.may_withhold = may_withhold
+    h = history("m0", "m1", "m2", "m3")
+    del h[4]  # m2's answer: withheld
+    h.insert(4, {"seq": 0, "role": "assistant", "content": "a person says hi", "by": "operator"})
+    seen.state = {**state(), "history": [{**m, "seq": i + 1} for i, m in enumerate(h)]}
+    return seen
+
+
+def test_a_withheld_input_passes_only_inside_a_pause() -> None:
+    out = check(paused_run(may_withhold=3))  # m2 was accepted before the resume
+    out.assert_safe()
+    assert (out.withheld, out.silenced, out.replies_lost) == (1, 0, 0)
+    for outside in (0, 2):  # never paused; or m2 came after the resume
+        with pytest.raises(AssertionError, match="m2 got no reply"):
+            check(paused_run(may_withhold=outside)).assert_safe()
+
+
+def test_an_operator_message_missing_from_the_state_fails() -> None:
+    seen = paused_run(may_withhold=3)
+    seen.state["history"] = [m for m in seen.state["history"] if m.get("by") != "operator"]
+    with pytest.raises(AssertionError, match=r"lacks inputs \['o2'\]"):
+        check(seen).assert_safe()
+
+
+def test_an_operator_message_lost_or_out_of_order_fails() -> None:
+    seen = paused_run(may_withhold=3)
+    seen.sent = [s for s in seen.sent if s.reply_id != "o2"]
+    assert check(seen).replies_lost == 1
+    seen = paused_run(may_withhold=3)
+    seen.sent.append(seen.sent.pop(1))  # the person's message after the reply to m3, accepted after it
+    with pytest.raises(AssertionError, match="replies_reordered=1"):
+        check(seen).assert_safe()

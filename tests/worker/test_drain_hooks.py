@@ -22,6 +22,7 @@ from worker.service.drain.hooks import (
     DurableRecord,
     Fairness,
     Merge,
+    Paused,
     Photos,
     Prepare,
     Receipts,
@@ -134,18 +135,18 @@ def test_a_hook_can_answer_in_the_place_of_the_turn() -> None:
 def test_features_that_are_off_are_not_in_the_list() -> None:
     store = make_harness().store
     off = build_hooks(store, BASE, Presence.disabled())
-    assert [type(h) for h in off] == [Photos]  # a photo can come in any conversation
+    assert [type(h) for h in off] == [Paused, Photos]  # any conversation can be paused, or send a photo
     on = bare_config(system_prompt="You are a test.", daily_token_budget=1000,
                      burst=bare_burst(quiet=1.0, merge=True), record=True, drain_max_turns=5)
     every = build_hooks(store, on, Presence(RecordingChannel(), enabled=True))
-    assert [type(h) for h in every] == [DailyBudget, Photos, Bursts, Merge, Receipts, DurableRecord, Fairness]
+    assert [type(h) for h in every] == [Paused, DailyBudget, Photos, Bursts, Merge, Receipts, DurableRecord, Fairness]
 
 
 def test_a_point_no_hook_overrides_is_not_called() -> None:
     h = make_harness()
     hooks = h.service.drainer.hooks
-    assert [type(x) for x in hooks.all] == [Photos]
-    # The default drain calls only the photos' before_turn: every other point is an empty loop.
+    assert [type(x) for x in hooks.all] == [Paused, Photos]
+    # The default drain calls only the pause's and the photos' before_turn: every other point is an empty loop.
     assert hooks.at("before_turn") == hooks.all
     for point in ("take", "again", "model_call", "deferred", "entry", "hand_back"):
         assert hooks.at(point) == (), point

@@ -361,6 +361,27 @@ class Chat:
         return EventResult(state=encoded.blob, state_problem=loaded.problem, needs_compaction=needs,
                            pinned_dropped=encoded.pinned_dropped, resident=encoded.resident)
 
+    def apply_messages(self, state: State, messages: Sequence[Message], *, from_player: bool = False,
+                       facts: Sequence[tuple[str, str]] = ()) -> EventResult:
+        """Add ``messages`` to the state with no model call: what the player said while a person had taken the
+        conversation over (``from_player``: the idle clock moves, as for any message of theirs), or that person's
+        own words (:func:`~worker.conversation.messages.operator`). The next turn's model reads them in order.
+        ``facts`` (key, text), in order, set the facts a withheld keyed event carried (latest wins)."""
+        loaded = self.load(state)
+        st = loaded.state
+        for key, text in facts:
+            _check_text("fact text", text, self.max_input_chars)
+            st = st.with_fact(check_key(key), text)
+        for m in messages:
+            _check_text(f"{m.role} text", m.content, self.max_input_chars)
+            st = st.append(msgs.validated(m))
+        if from_player:
+            st = replace(st, meta=replace(st.meta, last_activity=self.clock()))
+        st, needs = self._auto_compact_if_due(st)
+        encoded = self._encode(st, loaded.memo)
+        return EventResult(state=encoded.blob, state_problem=loaded.problem, needs_compaction=needs,
+                           pinned_dropped=encoded.pinned_dropped, resident=encoded.resident)
+
     def needs_compaction(self, state: State) -> bool:
         """Whether the compactor's trigger fires on ``state``."""
         if self.compactor is None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from worker.conversation.history import exchanges
-from worker.conversation.messages import Message
+from worker.conversation.messages import OPERATOR, Message
 from worker.conversation.prompt import history_tokens
 from worker.conversation.state import FORMAT_VERSION, decode_state
 from worker.conversation.tokens import EstimateCounter
@@ -23,6 +23,8 @@ def _view(message: Message, limit: int) -> dict[str, Any]:
                               for call in message.tool_calls]
     if message.tool_call_id:
         view["tool_call_id"] = message.tool_call_id
+    if message.name == OPERATOR and message.role == "assistant":
+        view["by"] = OPERATOR  # a person wrote it, not the model
     if message.is_error:
         view["is_error"] = True
     if message.pinned:

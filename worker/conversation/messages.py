@@ -161,6 +161,17 @@ def event(text: str, *, pinned: bool = False, from_player: bool = False) -> Mess
     return validated(Message(role="user" if from_player else "event", content=text, pinned=pinned))
 
 
+#: The ``name`` of an assistant message a person wrote (an operator who took the conversation over), not the model:
+#: ``inspect_state``, ``parley show`` and the durable record tell them apart by it; a model reads it as plain
+#: assistant text (the conversation's own side, so it carries on from what the person said).
+OPERATOR = "operator"
+
+
+def operator(text: str) -> Message:
+    """A validated assistant message written by a person (see :data:`OPERATOR`)."""
+    return validated(Message(role="assistant", content=text, name=OPERATOR))
+
+
 def validated(message: Message) -> Message:
     """Check what a caller adds: a known role, non-empty content, well-formed tool calls and results.
 

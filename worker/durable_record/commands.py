@@ -133,9 +133,9 @@ def format_line(line: Any) -> str:
         call = for_terminal(f"{line.tool}({line.tool_arguments}) -> {line.tool_result}", _TEXT_COLUMN)
         return f"{when}  tool       {call}{took}"
     text = for_terminal(line.text, _TEXT_COLUMN)
-    if line.role == "assistant":
+    if line.role in ("assistant", "operator"):
         status = f"  [{for_terminal(line.status)}]" if line.status else ""
-        return f"{when}  assistant  {text}{status}"
+        return f"{when}  {line.role:<9}  {text}{status}"
     return f"{when}  {for_terminal(line.role):<9}  {text}"
 
 

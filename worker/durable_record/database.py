@@ -193,7 +193,8 @@ def transcript(conn: Any, cid: str) -> list[Line]:
     """The conversation in order: inputs, tool calls and reply parts, each part with its latest status."""
     with errors():
         rows = conn.execute(
-            "SELECT m.at, m.role, m.text, m.input_id, m.reply_id, m.part, m.tool, m.tool_arguments, m.tool_result,"
+            # An operator's words are stored as the assistant's rows of an ``operator`` record: shown as theirs.
+            "SELECT m.at, CASE WHEN r.kind = 'operator' THEN 'operator' ELSE m.role END, m.text, m.input_id, m.reply_id, m.part, m.tool, m.tool_arguments, m.tool_result,"
             " m.tool_ms FROM messages m JOIN records r USING (record_id) WHERE m.conversation_id = %s"
             " ORDER BY r.stream_ms, r.stream_seq, m.seq", (cid,)).fetchall()
         events = conn.execute(
@@ -215,7 +216,7 @@ def transcript(conn: Any, cid: str) -> list[Line]:
     out = []
     for row in rows:
         line = Line(*row)
-        if line.role == "assistant" and line.reply_id is not None:
+        if line.role in ("assistant", "operator") and line.reply_id is not None:
             pid = ids.get((line.reply_id, line.part or 0))
             status = best.get(pid) if pid else None
             if status is None:

@@ -16,6 +16,9 @@ Pure (msgpack only): no Redis, no database. An entry is a msgpack map with ``v``
 ``sent``       ``reply_id`` (the stream entry's ``x`` field adds the provider message ids of its parts)
 ``failed``     ``reply_id``, ``reason`` (a reply that could not be delivered)
 ``delete``     nothing more: the conversation was deleted; the exporter erases it from the database
+``withheld``   ``inputs`` applied while a person had taken the conversation over (no model call, no reply)
+``operator``   ``input_id``, ``reply``: a person's message, sent like a reply (its rows' role is ``assistant``; the
+               record's kind tells them apart, and ``parley transcript`` shows them as ``operator``)
 =============  =====================================================================================================
 
 Every entry travels with a unique id the scripts give it (see :mod:`worker.store.lua`), the primary key of its row.
@@ -35,7 +38,8 @@ from worker.conversation.model import Usage
 from worker.errors import RecordError
 
 VERSION = 1
-KINDS = frozenset({"turn", "event_turn", "event", "reset", "notice", "compaction", "dead", "status", "sent", "failed", "delete"})
+KINDS = frozenset({"turn", "event_turn", "event", "reset", "notice", "compaction", "dead", "status", "sent", "failed",
+                   "delete", "withheld", "operator"})
 MAX_FIELD_CHARS = 16_000  # a tool result or argument kept in the record (the state keeps its own bound)
 
 

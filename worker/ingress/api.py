@@ -33,9 +33,20 @@ from worker.errors import ConfigurationError, InboxFullError, InputError, StoreE
 from worker.ingress import metrics as ingress_metrics
 from worker.ingress.body import TooLarge, read_body
 from worker.ingress.parse import decode_webhook
-from worker.producer_bodies import CLIENT_METHODS, OPERATIONS, Accepted, Cancelled, Operation, Scope, field_of
+from worker.producer_bodies import (
+    CLIENT_METHODS,
+    OPERATIONS,
+    PAUSE_KINDS,
+    Accepted,
+    Cancelled,
+    Operation,
+    PauseState,
+    Scope,
+    field_of,
+)
 from worker.show import known, plain, summary
 from worker.store.keys import validate_conversation_id
+from worker.store.results import Pause
 
 log = logging.getLogger("parley.api")
 
@@ -50,7 +61,8 @@ _SCOPE_PREFIX = re.compile(r"[a-z]+")
 
 def parse_tokens(raw: str) -> list[tuple[bytes, Scope]]:
     """``PARLEY_API_TOKENS``: comma-separated tokens, each ``token`` (scope ``producer``: queue inputs, read a
-    summary) or ``operator:token`` (also delete a conversation; the handoff operations join this scope).
+    summary) or ``operator:token`` (also delete a conversation, and the handoff operations: pause, resume, a
+    person's messages).
     ``producer:token`` is allowed too. Several tokens of a scope let producers rotate them. A prefix of lower-case
     letters before ``:`` that is not a scope is refused (a misspelt scope must not become a producer's token); a
     token is otherwise whatever is left, colons included. Raises :class:`ConfigurationError`."""
@@ -92,6 +104,13 @@ def problem(status: int, error: str, field: str | None = None, headers: dict[str
     return JSONResponse({"error": error, "field": field}, status_code=status, headers=headers)
 
 
+def pause_state(cid: str, done: Pause | bool) -> PauseState:
+    """The answer to a pause (``done`` the pause in force) or a resume (``done``: whether it was paused)."""
+    if isinstance(done, Pause):
+        return PauseState(conversation_id=cid, paused=True, until=done.until)
+    return PauseState(conversation_id=cid, paused=False, until=None, was_paused=done)
+
+
 def _input_error(exc: InputError) -> JSONResponse:
     if isinstance(exc, InboxFullError):
         return problem(429, f"the conversation's mailbox is full, retry later: {exc}",
@@ -125,6 +144,8 @@ class ProducerApi:
             done = getattr(self.client, CLIENT_METHODS[op.kind])(cid, **body.arguments())
         except InputError as exc:
             return _input_error(exc)
+        if op.kind in PAUSE_KINDS:  # a pause or a resume: not an input, it answers the pause in force
+            return JSONResponse(pause_state(cid, done).model_dump())
         return JSONResponse(Accepted(input_id=done.message_id, duplicate=done.duplicate).model_dump(), status_code=202)
 
     def delete(self, cid: str) -> Response:

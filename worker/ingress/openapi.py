@@ -9,11 +9,23 @@ from pydantic import BaseModel
 from pydantic.json_schema import models_json_schema
 
 from worker.envelopes import MAX_ID_CHARS
-from worker.producer_bodies import KINDS, Accepted, Cancelled, Operation, Problem, Summary
+from worker.producer_bodies import (
+    HANDOFF,
+    KINDS,
+    PAUSE_KINDS,
+    Accepted,
+    Cancelled,
+    Operation,
+    PauseState,
+    Problem,
+    Summary,
+    TextPart,
+)
 from worker.store.keys import _ID, MAX_ID_LENGTH
 
 _REF = "#/components/schemas/{model}"
-_BODY_NAMES = {body.__name__ for body in KINDS.values()}
+_BODIES: tuple[type[BaseModel], ...] = (*KINDS.values(), *HANDOFF.values(), TextPart)
+_BODY_NAMES = {body.__name__ for body in _BODIES}
 _RETRY = {"Retry-After": {"description": "Seconds to wait before sending the same request again.",
                           "schema": {"type": "integer", "minimum": 0}}}
 _ERRORS: dict[str, tuple[str, dict[str, Any]]] = {
@@ -26,7 +38,8 @@ _ERRORS: dict[str, tuple[str, dict[str, Any]]] = {
 }
 _BODY_ERRORS: dict[str, tuple[str, dict[str, Any]]] = {
     "400": ("The body is not JSON.", {}),
-    "413": ("The body is larger than PARLEY_WEBHOOK_MAX_BODY_BYTES.", {}),
+    "413": ("The body is larger than PARLEY_WEBHOOK_MAX_BODY_BYTES, or holds more JSON objects than any valid "
+            "body (16).", {}),
 }
 
 
@@ -39,7 +52,9 @@ def _json(model: type[BaseModel]) -> dict[str, Any]:
 
 
 def _responses(op: Operation) -> dict[str, Any]:
-    if op.kind is not None:
+    if op.kind in PAUSE_KINDS:
+        ok = {"200": {"description": "The conversation's pause now.", "content": _json(PauseState)}}
+    elif op.kind is not None:
         ok = {"202": {"description": "Accepted (or a duplicate of an input accepted before).",
                       "content": _json(Accepted)}}
     elif op.operation_id == "cancel_scheduled":
@@ -70,14 +85,17 @@ def _operation(op: Operation) -> dict[str, Any]:
         out["parameters"].append({"name": "message_id", "in": "path", "required": True,
                                   "schema": {"type": "string", "minLength": 1, "maxLength": MAX_ID_CHARS}})
     if op.body is not None:
-        out["requestBody"] = {"required": op.kind != "reset", "content": _json(op.body)}
+        # Required when a field is (a reset, a pause or a resume may come without a body).
+        required = any(f.is_required() for f in op.body.model_fields.values())
+        out["requestBody"] = {"required": required, "content": _json(op.body)}
     return out
 
 
 def document(operations: tuple[Operation, ...], *, max_text_chars: int | None = None) -> dict[str, Any]:
     """The OpenAPI document of ``operations``; ``max_text_chars`` (the client's ``PARLEY_MAX_INPUT_CHARS``) is the
     bodies' ``text`` ``maxLength``."""
-    models: list[type[BaseModel]] = [Accepted, Cancelled, Problem, Summary, *(op.body for op in operations if op.body)]
+    models: list[type[BaseModel]] = [Accepted, Cancelled, Problem, Summary, PauseState,
+                                      *(op.body for op in operations if op.body)]
     _, defs = models_json_schema([(m, "validation") for m in dict.fromkeys(models)], ref_template=_REF)
     for schema in defs.get("$defs", {}).values():
         text = schema.get("properties", {}).get("text")

@@ -158,3 +158,4 @@ class AdminStore(StoreCore):
         self._client.zrem(self.global_keys.pending, cid)
         self._client.zrem(self.global_keys.dead_index, cid)
         self._client.zrem(self.global_keys.timers_due, cid)  # its timers went with its keys
+        self._client.zrem(self.global_keys.paused, cid)  # the delete script dropped the pause itself

@@ -39,6 +39,8 @@ Per conversation (``{prefix}:{{cid}}:<name>``):
 ``context``     string: the game's last good live context (``<unix time>\n<text>``), used by a turn whose fetch
                 failed while it is young enough; never part of the state; expires after
                 ``PARLEY_CONTEXT_MAX_AGE_SECONDS``
+``paused``      string: a person has taken the conversation over (``parley pause``): ms when the pause ends, ``0``
+                for none; expires with a timed pause (see :mod:`worker.store.pauses`)
 ``tomb``        zset: input ids of a deleted conversation (score: ms of the delete), so Meta's retries of
                 its old webhooks dedupe; not one of :data:`NAMES` (delete keeps it), expires on its own
 ==============  ==================================================================================
@@ -49,7 +51,8 @@ letters), ``{prefix}:timers-due`` (zset: conversations holding timers, scored by
 loop), ``{prefix}:lock:<name>`` (short locks), ``{prefix}:record-on`` (the durable record is on: its stream
 cap, written by ``parley db upgrade`` and the exporter, read by every delete), ``{prefix}:record-deletes`` (zset: the
 deletes the exporter has yet to erase from PostgreSQL) and ``{prefix}:status-ingress`` (an
-ingress records status webhooks: set when it starts and as statuses come, expiring a day after the last).
+ingress records status webhooks: set when it starts and as statuses come, expiring a day after the last) and
+``{prefix}:paused`` (zset: paused conversations, scored by the ms their pause ends, ``+inf`` for none: the gauge).
 
 The durable record (only while ``PARLEY_DATABASE_URL`` is set): ``{prefix}:{{rec.<n>}}:records`` (stream: what each
 commit, status and delete did, for the exporter to copy to PostgreSQL) and ``{prefix}:{{rec.<n>}}:dropped`` (counter:
@@ -77,7 +80,7 @@ _ID = re.compile(r"[A-Za-z0-9._@+=-]{1,128}")
 
 NAMES = ("state", "inbox", "seen", "fence", "lease", "attempts", "outbox", "sent", "dfence", "dlease",
          "delivered", "trace", "quarantine", "dead", "compacting", "statuses", "statusorder", "hold",
-         "journal", "inbound", "usage", "timers", "timed", "context")
+         "journal", "inbound", "usage", "timers", "timed", "context", "paused")
 
 
 def validate_conversation_id(cid: object) -> str:
@@ -131,6 +134,7 @@ class ConversationKeys:
     timers: str = field(init=False)
     timed: str = field(init=False)
     context: str = field(init=False)
+    paused: str = field(init=False)
 
     def __post_init__(self) -> None:
         validate_conversation_id(self.cid)
@@ -188,6 +192,12 @@ class GlobalKeys:
     def status_ingress(self) -> str:
         """A webhook ingress records WhatsApp's status webhooks (set by it, expiring a day after it last did)."""
         return f"{self.prefix}:status-ingress"
+
+    @property
+    def paused(self) -> str:
+        """Paused conversations (zset, scored by the ms each pause ends, ``+inf`` for none): what the
+        ``parley_paused_conversations`` gauge counts, fleet-wide."""
+        return f"{self.prefix}:paused"
 
 
 @dataclass(frozen=True)

@@ -21,6 +21,7 @@ from worker.store.results import (
     JournalRead,
     OutboxHead,
     Pace,
+    Pause,
     StateRead,
 )
 from worker.store.scripts import FireReply
@@ -29,8 +30,9 @@ from worker.store.scripts import FireReply
 @runtime_checkable
 class DrainStore(Protocol):
     """The mailbox side: accepting inputs, draining them under a fenced lease, compaction's flag and read
-    (:class:`~worker.store.mailbox.MailboxStore`), and the turn journal
-    (:class:`~worker.store.turn_journal.TurnJournalStore`)."""
+    (:class:`~worker.store.mailbox.MailboxStore`), the turn journal
+    (:class:`~worker.store.turn_journal.TurnJournalStore`) and whether a person has taken the conversation over
+    (:class:`~worker.store.pauses.PauseStore`)."""
 
     def accept(self, cid: str, envelope: bytes, input_id: str, *, max_inbox: int | None = None,
                inbound: bool = False) -> AcceptResult: ...
@@ -57,6 +59,7 @@ class DrainStore(Protocol):
     def clear_compacting(self, cid: str) -> None: ...
     def keep_context(self, cid: str, token: int, text: str, *, at: float, ttl_ms: int) -> bool: ...
     def last_context(self, cid: str) -> tuple[str, float] | None: ...
+    def paused(self, cid: str) -> Pause | None: ...
 
 
 @runtime_checkable
@@ -94,13 +97,14 @@ class PaceStore(Protocol):
 class SweeperStore(Protocol):
     """What the worker's periodic and health tasks call through the service's store
     (:class:`~worker.store.admin.AdminStore`, and :class:`~worker.store.autoscaling.AutoscalingStore` for the
-    backlog)."""
+    backlog, :class:`~worker.store.pauses.PauseStore` for the paused-conversations gauge)."""
 
     def stranded(self, limit: int = 1000, older_than_ms: int = 5000, backlog_ms: int | None = None) -> list[str]: ...
     def try_lock(self, name: str, ttl_ms: int) -> bool: ...
     def ping(self) -> bool: ...
     def push_mark(self, key: str, mark: str) -> None: ...
     def backlog(self, sample: int = 1000) -> Backlog: ...
+    def paused_count(self) -> int: ...
 
 
 @runtime_checkable

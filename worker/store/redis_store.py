@@ -19,6 +19,7 @@ commands, ordered so that a crash between them strands nothing.
 - :class:`~worker.store.record_streams.RecordStreamStore`: the durable record's exporter;
 - :class:`~worker.store.timers.TimerStore`: inputs held until they are due (producers, the timer loop, the CLI).
 - :class:`~worker.store.game_context.GameContextStore`: the game's last good live context (the drain).
+- :class:`~worker.store.pauses.PauseStore`: a person taking a conversation over (pause, resume, the gauge).
 
 What the service sees of it are the protocols of :mod:`worker.store.protocol`; what it answers,
 :mod:`worker.store.results`.
@@ -38,6 +39,7 @@ from worker.store.game_context import GameContextStore
 from worker.store.limits import PaceLimits, StoreLimits
 from worker.store.mailbox import MailboxStore
 from worker.store.outbox import OutboxStore
+from worker.store.pauses import PauseStore
 from worker.store.protocol import DeliveryStore, DrainStore, PaceStore, Store, SweeperStore
 from worker.store.record_streams import RecordStreamStore
 from worker.store.results import (
@@ -63,7 +65,8 @@ __all__ = ["AcceptResult", "Backlog", "Begin", "CommitResult", "ConversationStor
 
 
 class ConversationStore(MailboxStore, TurnJournalStore, OutboxStore, DeliveryStatusStore, SharedPaceStore, AdminStore,
-                        AutoscalingStore, RecordStreamStore, TimerStore, GameContextStore):
+                        AutoscalingStore, RecordStreamStore, TimerStore, GameContextStore,
+                        PauseStore):
     """Conversation storage on Redis (standalone, Sentinel-managed or Cluster)."""
 
 

@@ -66,6 +66,14 @@ class CommitResult:
 
 
 @dataclass(frozen=True)
+class Pause:
+    """A conversation's pause (a person has taken it over): ``until`` (seconds since the epoch) when it ends by
+    itself, None when only a resume ends it."""
+
+    until: float | None = None
+
+
+@dataclass(frozen=True)
 class StateRead:
     """The state read without a lease (compaction, inspection): it may be outdated as soon as it is read."""
 

@@ -36,6 +36,8 @@ from worker.service.drain.outcomes import (
     Quarantine,
     Retry,
     Spliced,
+    Spoken,
+    Withheld,
 )
 from worker.service.drain.run import DrainRun, Written
 from worker.service.recovery import retry_later
@@ -71,7 +73,8 @@ class Applier:
         self.store, self.config, self.wake, self.residents, self.hooks = store, config, wake, residents, hooks
         self._by_kind: dict[type, Callable[[DrainRun, Snapshot, Any], CommitResult | None]] = {
             Answer: self._answer, Notice: self._notice, Applied: self._applied, Spliced: self._spliced,
-            DeadLetter: self._dead, Defer: self._defer, HandBack: self._hand_back, Retry: self._retry}
+            DeadLetter: self._dead, Defer: self._defer, HandBack: self._hand_back, Retry: self._retry,
+            Withheld: self._withheld, Spoken: self._spoken}
 
     def apply(self, run: DrainRun, snap: Snapshot, outcome: Outcome) -> CommitResult | None:
         """Apply ``outcome`` for the head of ``snap``: the commit, or None when the drain ends here with the
@@ -121,10 +124,43 @@ class Applier:
         done = self._commit(run, version, a.env, a.state, None, a.trace, resident=a.resident,
                             record=self.hooks.entry(run, snap, a, None))
         metrics.INPUTS.labels(a.env.kind, "applied").inc()
-        count_pinned_dropped(a.pinned_dropped)
-        if a.needs_compaction:
-            self.ask_compaction(run)
+        self._grew(run, a.pinned_dropped, a.needs_compaction)
         return done
+
+    def _withheld(self, run: DrainRun, snap: Snapshot, w: Withheld) -> CommitResult:
+        """A paused conversation's turn: its inputs saved in the state, no reply (the person answers)."""
+        version = self._quarantine(run, snap, w.quarantine)
+        head, last = w.inputs[0].env, w.inputs[-1].env
+        trace: dict[str, Any] = {"paused": True, "notice" if last.kind == "notice" else "user": last.text}
+        if len(w.inputs) > 1:
+            trace["burst"] = [p.id for p in w.inputs]
+        done = self._commit(run, version, head, w.state, None, trace, also=w.also, resident=w.resident, record=self.hooks.entry(run, snap, w, None))
+        metrics.PAUSED_TURNS.labels("withheld").inc()
+        for kind in ("message", "event"):
+            n = sum(1 for p in w.inputs if p.env.kind == kind)
+            if n:
+                metrics.INPUTS.labels(kind, "withheld").inc(n)
+        self._grew(run, w.pinned_dropped, w.needs_compaction)
+        return done
+
+    def _spoken(self, run: DrainRun, snap: Snapshot, s: Spoken) -> CommitResult:
+        """An operator's message: queued like a reply and added to the state, in one commit."""
+        version = self._quarantine(run, snap, s.quarantine)
+        done = self._commit(run, version, s.env, s.state, s.data, {"operator": True, "reply": s.env.text},
+                            claim_delivery=self.config.deliver_inline, resident=s.resident,
+                            record=self.hooks.entry(run, snap, s, s.reply))
+        metrics.INPUTS.labels("operator", "applied").inc()
+        metrics.OPERATOR_MESSAGES.inc()
+        self.after_reply(run, done, (s.data, s.reply))
+        self._grew(run, s.pinned_dropped, s.needs_compaction)
+        return done
+
+    def _grew(self, run: DrainRun, pinned_dropped: int, needs_compaction: bool) -> None:
+        """After a commit that added to the state without the model: count the pinned items it dropped, and ask
+        for a compaction when it is due."""
+        count_pinned_dropped(pinned_dropped)
+        if needs_compaction:
+            self.ask_compaction(run)
 
     def _spliced(self, run: DrainRun, snap: Snapshot, s: Spliced) -> CommitResult:
         # The summariser's tokens were spent whether or not the splice still applies: they count either way.

@@ -20,6 +20,7 @@ from worker.service import recovery
 from worker.service.burst import Pending, answers_event
 from worker.service.config import ServiceConfig
 from worker.service.drain import failures
+from worker.service.drain.handoff import speak
 from worker.service.drain.hooks.base import Hooks
 from worker.service.drain.outcomes import Applied, DeadLetter, Defer, Notice, Outcome, Retry, Spliced, quarantine_of
 from worker.service.drain.run import DrainRun
@@ -63,7 +64,7 @@ class Decider:
         if env.kind == "message":
             return self._chat_turn(run, Pending(env.message_id, env), snap)
         if env.kind == "notice":
-            return Notice(env, env.text or "", "producer")
+            return self.hooks.notice(run, Pending(env.message_id, env)) or Notice(env, env.text or "", "producer")
         if env.kind == "event" and env.respond:
             return self._chat_turn(run, Pending(env.message_id, env), snap)  # the model answers it
         if env.kind == "event":
@@ -74,6 +75,8 @@ class Decider:
                            result.pinned_dropped)
         if env.kind == "reset":
             return Applied(env, b"", {"reset": True})
+        if env.kind == "operator":
+            return speak(self.chat, state, env, run.cid)
         spliced = self.chat.splice(state, env.state or b"")
         return Spliced(env, spliced.state if spliced.applied else None, spliced.applied, spliced.reason,
                        spliced.kept_new_messages, spliced.pinned_dropped)

@@ -128,5 +128,40 @@ class Retry:
     retry_after: float | None = None
 
 
-Outcome = Answer | Notice | Applied | Spliced | DeadLetter | Defer | HandBack | Retry
+@dataclass(frozen=True)
+class Withheld:
+    """A person has taken the conversation over (paused until ``until``, None: until resumed): ``inputs`` (the
+    turn's, a burst included) enter the state with no model call and no reply. The pause hook names the inputs
+    (``state`` None); the turn fills in the state they make (see :mod:`worker.service.drain.handoff`). A withheld
+    notice keeps ``state`` None: the state stays as it was."""
+
+    inputs: tuple[Pending, ...]
+    until: float | None
+    state: bytes | None = None
+    resident: Resident | None = None
+    quarantine: Quarantine | None = None
+    needs_compaction: bool = False
+    pinned_dropped: int = 0
+
+    @property
+    def also(self) -> list[str]:
+        return [p.id for p in self.inputs[1:]]
+
+
+@dataclass(frozen=True)
+class Spoken:
+    """An operator's message (``env``): sent in order like a reply (``reply``, ``data`` encoded), its words added to
+    the state (``state``) as the assistant's side, marked as a person's."""
+
+    env: Envelope
+    state: bytes
+    reply: ReplyRecord
+    data: bytes
+    resident: Resident | None = None
+    quarantine: Quarantine | None = None
+    needs_compaction: bool = False
+    pinned_dropped: int = 0
+
+
+Outcome = Answer | Notice | Applied | Spliced | DeadLetter | Defer | HandBack | Retry | Withheld | Spoken
 """Every outcome the drainer applies (a :class:`Quarantine` rides in the commit it precedes)."""

@@ -18,8 +18,9 @@ from worker.delivery.split import split_message
 from worker.envelopes import ReplyRecord
 from worker.service.burst import Pending, answers_event
 from worker.service.config import ServiceConfig
+from worker.service.drain.handoff import withhold
 from worker.service.drain.hooks.base import Hooks
-from worker.service.drain.outcomes import Answer, Outcome, quarantine_of
+from worker.service.drain.outcomes import Answer, Outcome, Withheld, quarantine_of
 from worker.service.drain.run import DrainRun
 from worker.service.journal import StoreJournal
 from worker.service.media import MediaPreparer, Prepared
@@ -46,6 +47,8 @@ class TurnRunner:
         started = time.perf_counter()
         state = run.state_of(snap)
         instead = self.hooks.before_turn(run, inputs, self._prepare)
+        if isinstance(instead, Withheld):  # a person has taken over: the inputs join the state, no model call
+            return withhold(self.chat, state, instead)
         if instead is not None:
             return instead
         self._system = self.hooks.system(run, inputs)  # the game's live context: once per turn, merges included

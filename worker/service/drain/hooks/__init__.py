@@ -9,19 +9,21 @@ from worker.service.drain.hooks.bursts import Bursts, Merge
 from worker.service.drain.hooks.durable_record import DurableRecord
 from worker.service.drain.hooks.fairness import Fairness
 from worker.service.drain.hooks.game_context import GameContextHook
+from worker.service.drain.hooks.handoff import Paused
 from worker.service.drain.hooks.photos import Photos
 from worker.service.drain.hooks.receipts import Receipts
 from worker.service.presence import Presence
 from worker.store.protocol import DrainStore
 
-__all__ = ["Bursts", "DailyBudget", "DrainHook", "DurableRecord", "Fairness", "GameContextHook", "Hooks", "Merge", "Photos",
-           "Prepare", "Receipts", "build_hooks"]
+__all__ = ["Bursts", "DailyBudget", "DrainHook", "DurableRecord", "Fairness", "GameContextHook", "Hooks", "Merge",
+           "Paused", "Photos", "Prepare", "Receipts", "build_hooks"]
 
 
 def build_hooks(store: DrainStore, config: ServiceConfig, presence: Presence) -> list[DrainHook]:
-    """The hooks of the features ``config`` turns on, in the order they are asked (the budget before a photo's
-    short answer). A feature that is off is left out, so it costs a turn nothing."""
-    hooks: list[DrainHook] = []
+    """The hooks of the features ``config`` turns on, in the order they are asked (a pause first: no short answer
+    goes out while a person has taken over; the budget before a photo's short answer). A feature that is off is left
+    out, so it costs a turn nothing."""
+    hooks: list[DrainHook] = [Paused(store)]
     if config.daily_token_budget:
         hooks.append(DailyBudget(store, config.daily_token_budget, config.token_budget_reply))
     hooks.append(Photos())

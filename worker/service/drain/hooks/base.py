@@ -42,6 +42,9 @@ class DrainHook:
     def system(self, run: DrainRun, inputs: tuple[Pending, ...]) -> str | None:
         """Once per model turn, before the model is asked: text added to this turn's system prompt (fresh every
         turn, never stored), or None."""
+
+    def notice(self, run: DrainRun, notice: Pending) -> Outcome | None:
+        """Before a notice input's short answer is queued: an outcome in its place, or None to go on."""
         return None
 
     def again(self, run: DrainRun, inputs: tuple[Pending, ...], result: TurnResult, merges: int,
@@ -77,6 +80,7 @@ class Hooks:
         self.all = tuple(hooks)
         self._before_turn = _overriding(hooks, "before_turn")
         self._take = _overriding(hooks, "take")
+        self._notice = _overriding(hooks, "notice")
         self._again = _overriding(hooks, "again")
         self._system = _overriding(hooks, "system")
         self._model_call = _overriding(hooks, "model_call")
@@ -106,6 +110,13 @@ class Hooks:
     def system(self, run: DrainRun, inputs: tuple[Pending, ...]) -> str | None:
         texts = [t for t in (h.system(run, inputs) for h in self._system) if t]
         return "\n\n".join(texts) or None
+
+    def notice(self, run: DrainRun, notice: Pending) -> Outcome | None:
+        for h in self._notice:
+            outcome = h.notice(run, notice)
+            if outcome is not None:
+                return outcome
+        return None
 
     def again(self, run: DrainRun, inputs: tuple[Pending, ...], result: TurnResult, merges: int,
               journal: StoreJournal) -> tuple[Pending, ...] | None:

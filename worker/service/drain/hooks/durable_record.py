@@ -8,7 +8,7 @@ from typing import Any
 
 from worker.envelopes import ReplyRecord
 from worker.service.drain.hooks.base import DrainHook
-from worker.service.drain.outcomes import Answer, Applied, DeadLetter, Notice, Outcome, Spliced
+from worker.service.drain.outcomes import Answer, Applied, DeadLetter, Notice, Outcome, Spliced, Spoken, Withheld
 from worker.service.drain.run import DrainRun
 from worker.service.recording import Recorder
 from worker.store.results import Snapshot
@@ -35,6 +35,10 @@ class DurableRecord(DrainHook):
             # Parley's own input, not the player's or the game's: no inputs.
             return r.applied("compaction", cid, [], applied=outcome.applied, reason=outcome.reason,
                              kept_new=outcome.kept_new, **usage)
+        if isinstance(outcome, Withheld):  # a person had taken over: no model call, no reply
+            return r.applied("withheld", cid, [p.env for p in outcome.inputs])
+        if isinstance(outcome, Spoken):  # the person's words: the reply's parts (its input carries no more)
+            return r.applied("operator", cid, [], reply, input_id=outcome.env.message_id)
         if isinstance(outcome, DeadLetter):
             return r.dead(cid, snap.input_id or "", snap.input, outcome.reason, outcome.detail, reply)
         return None

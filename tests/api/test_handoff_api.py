@@ -1,0 +1,81 @@
+"""The handoff operations of the HTTP API (operator scope): pause, resume and a person's messages, what they answer,
+and the 422 that names a rich part as not supported yet."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import jsonschema
+import pytest
+
+from tests.api.test_api import CID, OPERATOR, PRODUCER, Api
+from worker.ingress.openapi import document
+from worker.producer_bodies import OPERATIONS
+
+BASE = f"/v1/conversations/{CID}"
+
+
+@pytest.fixture
+def api() -> Api:
+    return Api()
+
+
+def test_a_producer_token_cannot_take_a_conversation_over(api: Api) -> None:
+    for path, body in (("pause", {}), ("resume", {}), ("operator-messages", {"text": "hi"})):
+        assert api.http.post(f"{BASE}/{path}", headers=PRODUCER, json=body).status_code == 403
+    assert api.store.paused(CID) is None and api.inputs() == []
+
+
+def test_pause_resume_and_the_summary_show_the_pause(api: Api) -> None:
+    r = api.http.post(f"{BASE}/pause", headers=OPERATOR)  # no body: until resumed
+    assert (r.status_code, r.json()) == (200, {"conversation_id": CID, "paused": True, "until": None,
+                                               "was_paused": None})
+    view = api.http.get(BASE, headers=PRODUCER).json()  # known by its pause alone
+    assert (view["paused"], view["paused_until"]) == (True, None)
+    timed = api.http.post(f"{BASE}/pause", headers=OPERATOR, json={"seconds": 90}).json()
+    assert timed["paused"] and 80 < timed["until"] - time.time() <= 90
+    assert api.http.get(BASE, headers=PRODUCER).json()["paused_until"] == pytest.approx(timed["until"], abs=0.01)
+    r = api.http.post(f"{BASE}/resume", headers=OPERATOR, json={})
+    assert r.json() == {"conversation_id": CID, "paused": False, "until": None, "was_paused": True}
+    assert api.http.post(f"{BASE}/resume", headers=OPERATOR).json()["was_paused"] is False
+    assert api.store.paused(CID) is None
+
+
+def test_an_operator_message_is_an_input_accepted_once(api: Api) -> None:
+    body = {"text": "Sam here.", "message_id": "op1", "parts": [{"type": "text", "text": "Try the side door."}]}
+    r = api.http.post(f"{BASE}/operator-messages", headers=OPERATOR, json=body)
+    assert (r.status_code, r.json()) == (202, {"input_id": "op1", "duplicate": False})
+    assert api.http.post(f"{BASE}/operator-messages", headers=OPERATOR, json=body).json()["duplicate"] is True
+    [env] = api.inputs()
+    assert (env["kind"], env["text"], env["parts"]) == ("operator", "Sam here.", ["Try the side door."])
+
+
+@pytest.mark.parametrize("path, body, field", [
+    ("operator-messages", {"text": "hi", "parts": [{"type": "image", "link": "https://x/a.png"}]}, "parts.0.type"),
+    ("operator-messages", {"text": "hi", "parts": [{"type": "text", "text": " "}]}, "parts.0.text"),
+    ("operator-messages", {"text": " "}, "text"),
+    ("operator-messages", {"text": "hi", "pinned": True}, "pinned"),
+    ("pause", {"seconds": 0}, "seconds"),
+    ("pause", {"seconds": 8 * 86_400}, "seconds"),
+    ("pause", {"seconds": "10"}, "seconds"),
+    ("resume", {"seconds": 1}, "seconds"),
+])
+def test_a_wrong_field_is_a_422_naming_it_and_changes_nothing(api: Api, path: str, body: dict[str, Any],
+                                                                field: str) -> None:
+    r = api.http.post(f"{BASE}/{path}", headers=OPERATOR, json=body)
+    assert (r.status_code, r.json()["field"]) == (422, field), r.text
+    if field == "parts.0.type":
+        assert "not supported yet" in r.json()["error"]
+    assert api.inputs() == [] and api.store.paused(CID) is None
+
+
+def test_the_document_describes_the_handoff_answers() -> None:
+    doc = document(OPERATIONS, max_text_chars=100)
+    pause = doc["paths"][BASE.replace(CID, "{conversation_id}") + "/pause"]["post"]
+    assert pause["requestBody"]["required"] is False and "200" in pause["responses"]
+    said = doc["paths"][BASE.replace(CID, "{conversation_id}") + "/operator-messages"]["post"]
+    assert said["requestBody"]["required"] is True and "202" in said["responses"]
+    state = {**doc["components"]["schemas"]["PauseState"], "components": doc["components"]}
+    validator = jsonschema.Draft202012Validator(state)
+    assert validator.is_valid({"conversation_id": CID, "paused": True, "until": 1.5, "was_paused": None})

@@ -1,0 +1,298 @@
+"""A person takes a conversation over (pause, resume, operator messages), with the service on an in-memory Redis:
+no model call and no reply while paused, the operator's words in order and in the state, the race with a turn in
+progress, and what the model sees after resume."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from tests.configs import bare_burst, bare_config
+from tests.worker.conftest import make_harness
+from worker import ScriptedModel
+from worker.conversation.inspect import inspect_state
+from worker.conversation.messages import OPERATOR
+from worker.conversation.state import decode_state
+from worker.conversation.tools import Tool
+from worker.errors import InvalidMessageError
+from worker.testing import check_history
+
+CID = "447700900123"
+
+
+def _texts(h) -> list[str]:  # type: ignore[no-untyped-def]
+    return [t for _, t, _ in h.channel.sent]
+
+
+def test_paused_messages_enter_the_state_with_no_model_call_and_no_reply() -> None:
+    h = make_harness()
+    h.client.send_message(CID, "hi", message_id="m0")
+    h.run()
+    assert _texts(h) == ["ack:hi"]
+    h.client.pause(CID)
+    h.client.send_message(CID, "where is the clue?", message_id="m1")
+    h.client.send_event(CID, "User has just tagged Harrogate Theatre", message_id="e1")
+    h.client.send_message(CID, "hello??", message_id="m2")
+    h.run()
+    assert len(h.model.requests) == 1 and _texts(h) == ["ack:hi"]  # no model call, no reply, no notice
+    st = decode_state(h.store.read_state(CID).blob)
+    assert [(m.role, m.content) for m in st.messages][-3:] == [
+        ("user", "where is the clue?"), ("event", "User has just tagged Harrogate Theatre"), ("user", "hello??")]
+    assert h.store.inbox_depth(CID) == 0 and not h.store.dead_letters(CID)
+
+
+def test_operator_messages_go_out_in_order_once_and_enter_the_state_as_a_persons() -> None:
+    h = make_harness()
+    h.client.pause(CID)
+    h.client.send_message(CID, "help!", message_id="m1")
+    h.client.send_operator_message(CID, "Hi, Sam here from the game team.", message_id="op1")
+    h.client.send_operator_message(CID, "Try the theatre's side door.", message_id="op2",
+                                   parts=[{"type": "text", "text": "It is open until 6."}])
+    h.client.send_operator_message(CID, "Try the theatre's side door.", message_id="op2")  # resubmitted
+    h.woken.extend([("drain", CID), ("deliver", CID)] * 3)  # wake-ups delivered several times
+    h.run()
+    assert _texts(h) == ["Hi, Sam here from the game team.", "Try the theatre's side door.", "It is open until 6."]
+    assert not h.model.requests
+    view = inspect_state(h.store.read_state(CID).blob)
+    said = [(m["role"], m.get("content"), m.get("by")) for m in view["history"]]
+    assert said == [("user", "help!", None), ("assistant", "Hi, Sam here from the game team.", OPERATOR),
+                    ("assistant", "Try the theatre's side door.", OPERATOR),
+                    ("assistant", "It is open until 6.", OPERATOR)]
+
+
+def test_after_resume_the_model_sees_what_was_said_meanwhile_and_answers_again() -> None:
+    h = make_harness()
+    h.client.send_message(CID, "hi", message_id="m0")
+    h.run()
+    h.client.pause(CID)
+    h.client.send_message(CID, "I am stuck", message_id="m1")
+    h.client.send_operator_message(CID, "Look behind the fountain.", message_id="op1")
+    h.run()
+    assert h.client.resume(CID) is True and h.client.resume(CID) is False
+    h.client.send_message(CID, "found it!", message_id="m2")
+    h.run()
+    assert _texts(h) == ["ack:hi", "Look behind the fountain.", "ack:found it!"]
+    request = h.model.requests[-1]
+    seen = [(m.role, m.content) for m in request.messages]
+    assert seen[-4:] == [("assistant", "ack:hi"), ("user", "I am stuck"), ("assistant", "Look behind the fountain."),
+                         ("user", "found it!")]
+    assert check_history(request.messages) == []
+
+
+def test_operator_message_without_a_pause_goes_out_in_the_conversations_order() -> None:
+    h = make_harness()
+    h.client.send_message(CID, "one", message_id="m1")
+    h.client.send_operator_message(CID, "a person says hello", message_id="op1")
+    h.client.send_message(CID, "two", message_id="m2")
+    h.run()
+    assert _texts(h) == ["ack:one", "a person says hello", "ack:two"]
+
+
+def test_a_timed_pause_ends_by_itself() -> None:
+    h = make_harness()
+    pause = h.client.pause(CID, seconds=0.2)
+    assert pause.until is not None and pause.until > time.time()
+    assert h.store.paused(CID) is not None and h.store.paused_count() == 1
+    time.sleep(0.3)
+    assert h.store.paused(CID) is None and h.store.paused_count() == 0
+    h.client.send_message(CID, "back", message_id="m1")
+    h.run()
+    assert _texts(h) == ["ack:back"]
+
+
+def test_a_reset_and_a_burst_during_a_pause() -> None:
+    cfg = bare_config(system_prompt="You are a test.", burst=bare_burst(quiet=0.1, max_wait=5.0, max_messages=20))
+    h = make_harness(config=cfg)
+    h.client.send_message(CID, "old", message_id="m0")
+    h.run()
+    time.sleep(0.15)
+    h.woken.append(("drain", CID))
+    h.run()
+    h.client.pause(CID)
+    h.client.reset(CID, message_id="r1")
+    for i in range(3):
+        h.client.send_message(CID, f"burst {i}", message_id=f"b{i}")
+    h.run()
+    time.sleep(0.15)  # the burst's quiet period
+    h.woken.append(("drain", CID))
+    h.run()
+    st = decode_state(h.store.read_state(CID).blob)
+    assert [m.content for m in st.messages] == ["burst 0", "burst 1", "burst 2"]
+    assert len(h.model.requests) == 1 and _texts(h) == ["ack:old"]
+    trace = [t for t in h.store.trace(CID)]
+    assert len(trace) == 3  # the first turn, the reset, one withheld burst
+
+
+def test_a_pause_that_lands_while_the_model_answers_lets_that_answer_go_once() -> None:
+    started, release = threading.Event(), threading.Event()
+
+    def slow(req):  # type: ignore[no-untyped-def]
+        started.set()
+        assert release.wait(5)
+        return "answer to " + req.messages[-1].content
+
+    h = make_harness(ScriptedModel(default=slow))
+    h.client.send_message(CID, "first", message_id="m1")
+    h.client.send_message(CID, "second", message_id="m2")
+    worker = threading.Thread(target=h.run)
+    worker.start()
+    assert started.wait(5)
+    h.client.pause(CID)  # lands while the model answers "first"
+    release.set()
+    worker.join(10)
+    h.woken.append(("deliver", CID))
+    h.run()
+    assert _texts(h) == ["answer to first"]  # answered once; "second" withheld, not lost
+    st = decode_state(h.store.read_state(CID).blob)
+    assert [(m.role, m.content) for m in st.messages] == [
+        ("user", "first"), ("assistant", "answer to first"), ("user", "second")]
+    assert len(h.model.requests) == 1
+
+
+def test_a_turn_that_had_called_tools_before_the_pause_finishes_on_its_retry() -> None:
+    calls: list[str] = []
+    tool = Tool(name="open_door", description="Open the door.", parameters={"type": "object", "properties": {}},
+                handler=lambda: calls.append("open") or "opened")
+    from worker.conversation.messages import Message, ToolCall
+    from worker.conversation.model import ModelResponse
+
+    crash = {"armed": True}
+
+    def step1(req):  # type: ignore[no-untyped-def]
+        return ModelResponse(Message(role="assistant", tool_calls=(ToolCall("c1", "open_door", "{}"),)),
+                             finish_reason="tool_calls")
+
+    def step2(req):  # type: ignore[no-untyped-def]
+        if crash["armed"]:
+            crash["armed"] = False
+            raise SystemExit("worker killed")  # the crash after the tool ran and was recorded
+        return "the door is open"
+
+    h = make_harness(ScriptedModel([step1, step2], default=step2), tools=[tool])
+    h.client.send_message(CID, "open it", message_id="m1")
+    with pytest.raises(SystemExit):
+        h.run()
+    h.client.pause(CID)
+    h.store._client.delete(h.store.keys(CID).lease)  # the dead worker's lease ran out
+    h.woken.append(("drain", CID))
+    h.run()
+    assert calls == ["open"] and _texts(h) == ["the door is open"]
+
+
+def test_delete_drops_the_pause_and_the_gauge_counts_across_conversations() -> None:
+    h = make_harness()
+    h.client.pause(CID)
+    h.client.pause("447700900124", seconds=60)
+    assert h.store.paused_count() == 2
+    h.client.delete(CID)
+    assert h.store.paused(CID) is None and h.store.paused_count() == 1
+    h.client.resume("447700900124")
+    assert h.store.paused_count() == 0
+
+
+@pytest.mark.parametrize("parts, field", [
+    ([{"type": "image", "link": "https://example.com/a.png"}], "parts.0.type"),
+    ([{"type": "text"}], "parts.0.text"),
+    ([{"type": "text", "text": "ok", "caption": "x"}], "parts.0.caption"),
+    ("text", "parts"),
+])
+def test_rich_or_malformed_parts_are_refused_naming_the_field_and_nothing_is_queued(parts, field) -> None:  # type: ignore[no-untyped-def]
+    h = make_harness()
+    with pytest.raises(InvalidMessageError) as err:
+        h.client.send_operator_message(CID, "hello", parts=parts)
+    assert err.value.field == field
+    if field == "parts.0.type":
+        assert "not supported yet" in str(err.value)
+    assert h.store.inbox_depth(CID) == 0
+
+
+@pytest.mark.parametrize("seconds", [0, -1, float("inf"), float("nan"), True, "10", 8 * 86_400])
+def test_bad_pause_seconds_are_refused_and_nothing_is_paused(seconds) -> None:  # type: ignore[no-untyped-def]
+    h = make_harness()
+    with pytest.raises(InvalidMessageError) as err:
+        h.client.pause(CID, seconds=seconds)
+    assert err.value.field == "seconds" and h.store.paused(CID) is None
+
+
+def test_an_operator_message_outside_the_24_hour_window_is_the_template_or_a_dead_letter() -> None:
+    from tests.support.fake_whatsapp import FakeWhatsApp
+    from tests.support.store_kit import raw
+    from worker.delivery.whatsapp import WhatsAppSender
+    from worker.delivery.window import ServiceWindow, Template
+    from worker.envelopes import decode_dead_letter
+
+    api = FakeWhatsApp().start()
+    try:
+        for template in (None, Template("game_update")):
+            sender = WhatsAppSender(phone_number_id="106540352242922", access_token="tok", base_url=api.base_url,
+                                    window=ServiceWindow(86_400.0, template))
+            h = make_harness(channel=sender)
+            h.client.send_message(CID, "hi", message_id="m1")
+            h.run()
+            raw(h.store).set(h.store.keys(CID).inbound, int((time.time() - 2 * 86_400) * 1000))  # two days ago
+            before = len(api.received)
+            h.client.pause(CID)
+            h.client.send_operator_message(CID, "Are you still playing?", message_id="op1")
+            h.run()
+            sent = api.received[before:]
+            if template is None:
+                assert sent == []
+                [dead] = [decode_dead_letter(d) for d in h.store.dead_letters(CID)]
+                assert (dead.what, dead.id, dead.reason) == ("reply", "op1", "outside_window")
+            else:
+                [only] = sent
+                assert only["type"] == "template" and only["template"]["name"] == "game_update"
+                assert "Are you still playing?" in str(only["template"]["components"])
+    finally:
+        api.stop()
+
+
+def test_no_short_notice_goes_out_while_paused() -> None:
+    cfg = bare_config(system_prompt="You are a test.", daily_token_budget=1, token_budget_reply="Enough for today!")
+    h = make_harness(config=cfg)
+    h.client.send_message(CID, "hi", message_id="m0")  # spends the day's budget
+    h.run()
+    h.client.pause(CID)
+    h.client.send_notice(CID, "I cannot read voice notes yet.", message_id="n1", reply_to="wamid.voice")
+    h.client.send_message(CID, "over budget", message_id="m1")
+    h.run()
+    assert _texts(h) == ["ack:hi"]  # neither the unreadable message's notice nor the budget's
+    assert h.store.inbox_depth(CID) == 0 and not h.store.dead_letters(CID)
+    h.client.resume(CID)
+    h.client.send_message(CID, "still over", message_id="m2")
+    h.run()
+    assert _texts(h) == ["ack:hi", "Enough for today!"]
+
+
+def test_the_paused_gauge_is_read_from_redis_and_absent_when_redis_is_down() -> None:
+    from worker.errors import StoreUnavailableError
+    from worker.service.paused_gauge import PAUSED, PausedCollector
+
+    h = make_harness()
+    h.client.pause(CID)
+    h.client.pause("447700900124", seconds=60)
+    [family] = list(PausedCollector(h.store).collect())
+    assert (family.name, [s.value for s in family.samples]) == (PAUSED, [2])
+
+    class Down:
+        def paused_count(self) -> int:
+            raise StoreUnavailableError("redis is down")
+
+    assert list(PausedCollector(Down()).collect()) == []  # type: ignore[arg-type]
+    assert [f.name for f in PausedCollector(Down()).describe()] == [PAUSED]  # type: ignore[arg-type]
+
+
+def test_a_responding_keyed_event_during_a_pause_calls_no_model_and_still_replaces_its_fact() -> None:
+    h = make_harness()
+    h.client.send_event(CID, "Your target is the Minster", message_id="f0", key="target")
+    h.run()
+    h.client.pause(CID)
+    h.client.send_event(CID, "Your target is Harrogate Theatre", message_id="f1", key="target", respond=True)
+    h.run()
+    assert not h.model.requests and not _texts(h)  # withheld: no model call, no reply
+    st = decode_state(h.store.read_state(CID).blob)
+    assert {f.key: f.text for f in st.facts} == {"target": "Your target is Harrogate Theatre"}
+    assert [(m.role, m.content, m.pinned) for m in st.messages][-1:] == [
+        ("event", "Your target is Harrogate Theatre", False)]

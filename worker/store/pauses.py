@@ -1,0 +1,69 @@
+"""Pauses: a person has taken a conversation over (``parley pause``, ``ConversationClient.pause``).
+
+The pause is a flag the drain reads at each turn point, not an input in the mailbox: it takes effect at once, even
+with inputs queued ahead of it (a person taking over does not wait for the bot to answer the backlog). The flag is
+the conversation's ``paused`` key (the ms the pause ends, ``0`` for none), set with a TTL for a timed pause, so a
+timed pause ends by itself with no worker or timer involved. Beside it, the global ``paused`` zset (scored by the
+same end, ``+inf`` for none) lets every process compute the ``parley_paused_conversations`` gauge from Redis.
+
+The two are written by separate commands (they live in different Cluster slots): the conversation's key first, so
+the drain never misses a pause; the index second, so at worst the gauge counts a pause a crash left half-ended
+until its end (or the next resume or delete) clears it.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+
+from worker.store.core import StoreCore
+from worker.store.redis_errors import store_errors
+from worker.store.results import Pause
+
+#: The longest timed pause: a week (longer ones are an untimed pause and a resume).
+MAX_PAUSE_SECONDS = 7 * 86_400
+
+
+class PauseStore(StoreCore):
+    """Pause, resume, read a pause, and count the paused conversations."""
+
+    @store_errors
+    def pause(self, cid: str, seconds: float | None = None) -> Pause:
+        """Pause ``cid`` until :meth:`resume`, or for ``seconds`` (then it ends by itself); a second pause
+        replaces the first. Returns the pause now in force."""
+        key = self.keys(cid).paused
+        if seconds is None:
+            self._client.set(key, b"0")
+            self._client.zadd(self.global_keys.paused, {cid: math.inf})
+            return Pause(None)
+        ms = max(1, int(seconds * 1000))
+        until_ms = self._now_ms() + ms
+        self._client.set(key, str(until_ms).encode(), px=ms)
+        self._client.zadd(self.global_keys.paused, {cid: until_ms})
+        return Pause(until_ms / 1000)
+
+    @store_errors
+    def resume(self, cid: str) -> bool:
+        """End ``cid``'s pause; True when it was paused."""
+        was = bool(self._client.delete(self.keys(cid).paused))
+        self._client.zrem(self.global_keys.paused, cid)
+        return was
+
+    @store_errors
+    def paused(self, cid: str) -> Pause | None:
+        """``cid``'s pause in force, or None (one GET: what the drain reads at each turn point)."""
+        raw = self._client.get(self.keys(cid).paused)
+        if raw is None:
+            return None
+        until_ms = int(raw or 0)
+        if until_ms and until_ms <= self._now_ms():  # the key's TTL ends it within a millisecond or so
+            return None
+        return Pause(until_ms / 1000 if until_ms else None)
+
+    @store_errors
+    def paused_count(self) -> int:
+        """How many conversations are paused now, fleet-wide (timed pauses that ended are dropped from the index
+        first)."""
+        key = self.global_keys.paused
+        self._client.zremrangebyscore(key, "-inf", time.time() * 1000)
+        return int(self._client.zcard(key))
