@@ -83,7 +83,8 @@ class LeaseHolderStopper:
         self.redis = raw(self.store)
         self.server_port = int(cluster.llm.base_url.split(":")[-1].split("/")[0])
         self.stalls: list[Stall] = []
-        self.misses: Counter[str] = Counter()  # why a turn's request was let through while armed
+        self.seen = 0  # model requests that came while armed
+        self.misses: Counter[str] = Counter()  # why a request was let through while armed
         self._armed = False
         self._lock = threading.Lock()
         self._landed = threading.Event()
@@ -92,6 +93,7 @@ class LeaseHolderStopper:
         with self._lock:
             if not self._armed:
                 return
+            self.seen += 1
             stall = self._aim(body)
             if stall is None:
                 return
@@ -155,4 +157,5 @@ class LeaseHolderStopper:
                 f"hold {r.exists(keys.hold)}, attempts {r.hgetall(keys.attempts)}")
 
     def misses_line(self) -> str:
-        return ", ".join(f"{why}: {n}" for why, n in self.misses.items()) or "no turn request came while armed"
+        why = ", ".join(f"{why}: {n}" for why, n in self.misses.items()) or "none"
+        return f"{self.seen} model requests came while armed; let through: {why}"
