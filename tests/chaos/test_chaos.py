@@ -14,10 +14,8 @@ import re
 import signal
 import threading
 import time
-from typing import Any
 
 import msgpack
-import psutil
 import pytest
 import redis
 
@@ -29,10 +27,9 @@ from tests.chaos.harness import (
     sigkill_at_random,
     window_hits,
 )
+from tests.chaos.stall import LeaseHolderStopper
 from tests.e2e.conftest import BROKERS, Cluster
-from tests.support.loopback import current_peer_port
 from tests.support.store_kit import raw
-from tests.support.workers import WorkerProcess
 from worker.settings import Drain
 
 pytestmark = pytest.mark.e2e
@@ -71,56 +68,73 @@ def test_sigkill_workers_at_random_moments(cluster: Cluster) -> None:
 @BROKERS
 def test_stalled_worker_past_its_lease(cluster: Cluster) -> None:
     cluster.llm.delay = 0.3  # turns take a while, so a worker stopped while the model answers is stopped mid-turn
-    asking: list[int] = []  # the client ports of model requests, newest last
-
-    def note_asker(body: dict[str, Any]) -> None:
-        port = current_peer_port()
-        if port is not None:
-            asking.append(port)
-
-    cluster.llm.on_request = note_asker
+    # The stop is aimed from inside the model stand-in, at the worker whose turn request it is answering, once Redis
+    # shows that turn holds its conversation's lease (a worker guessed at may hold nothing: then nothing is taken
+    # over and the scenario shows nothing).
+    stopper = LeaseHolderStopper(cluster)
+    cluster.llm.on_request = stopper.on_request
 
     def chaos(c: Cluster, stop: threading.Event, out: Outcome) -> None:
-        while not stop.wait(1.0):
-            # Stop the worker whose model request is being answered right now: the stop lands mid-turn (a
-            # randomly chosen worker may be idle at that moment, and then nothing is taken over).
-            w = _worker_asking(c, asking) or random.choice(c.workers)
-            w.kill(signal.SIGSTOP)
-            out.faults += 1
-            # Past the 5 s lease and two 5 s sweep intervals: the sweeper (or a new input's wake-up) has handed its
-            # conversation to another worker before it wakes (at 11.5 s a late sweep on a loaded CI machine let
-            # the stopped worker wake first and finish its own turn: nothing was taken over).
-            time.sleep(16.5)
-            w.kill(signal.SIGCONT)
+        while not stop.is_set():
+            stall = stopper.stop_next(timeout=1.0)
+            if stall is None:
+                continue
+            out.landed("sigstop")
+            # Past the 5 s lease and many 1 s sweep intervals: another worker has taken the conversation over before
+            # the stopped one wakes (the fence is watched meanwhile).
+            stopper.hold(stall, 16.5)
+            print(f"[chaos] sigstop ({c.broker}): {stall.line()}")
 
-    # The producer starts once every worker is up, so that the first stop lands on a worker with conversations.
     out = run_scenario(cluster, load(pace=0.03, ready_first=True), chaos)
     # A stop landed mid-work: the stopped worker, woken, found its turn or delivery taken over.
     taken_over = sum(len(TAKEN_OVER.findall(w.log())) for w in cluster.workers)
     out.fault_kinds["taken_over"] = taken_over
     report(f"sigstop ({cluster.broker})", out)
+    print(f"[chaos] sigstop ({cluster.broker}): {stopper.misses_line()}")
     out.assert_safe()
-    assert taken_over >= 1, out.line()
+    stalls = "; ".join(s.line() for s in stopper.stalls)
+    assert stopper.stalls, ("the fault did not land: no worker was stopped while it held a lease mid-turn "
+                            f"({stopper.misses_line()}) {out.line()}")
+    assert all(s.handed_over_after is not None for s in stopper.stalls), \
+        f"a stopped worker's conversation was not taken over while its lease had run out: {stalls}"
+    assert taken_over >= 1, f"handed over, but no woken worker logged its turn or delivery fenced off: {stalls}"
 
 
-def _worker_asking(c: Cluster, asking: list[int]) -> WorkerProcess | None:
-    """The worker process that owns the client end of the newest model request still open, if any."""
-    deadline = time.monotonic() + 2.0
-    while time.monotonic() < deadline:
-        if asking and c.llm.in_flight:
-            port = asking[-1]
-            for w in c.workers:
-                if w.proc is None or w.proc.poll() is not None:
-                    continue
-                try:
-                    procs = [psutil.Process(w.proc.pid), *psutil.Process(w.proc.pid).children(recursive=True)]
-                    if any(conn.laddr and conn.laddr.port == port
-                           for p in procs for conn in p.net_connections(kind="tcp")):
-                        return w
-                except psutil.Error:
-                    continue
-        time.sleep(0.02)
-    return None
+def test_a_stalled_workers_conversation_is_taken_over_while_its_player_keeps_writing(cluster: Cluster) -> None:
+    """The sweeper hands a stalled worker's conversation over even while new inputs keep arriving for it more often
+    than the sweep age (1 s here): an input queued behind others sends no wake-up, so the sweeper is the only way
+    out, and an input must not restart its clock (it did: the conversation waited until the player paused)."""
+    from tests.support.workers import wait_until
+
+    cluster.llm.delay = 0.3
+    stopper = LeaseHolderStopper(cluster)
+    cluster.llm.on_request = stopper.on_request
+    for i in range(2):
+        cluster.start_worker(f"w{i}", concurrency=4)
+    assert wait_until(lambda: all(" ready." in w.log() for w in cluster.workers), 60)
+    client, store = cluster.client(), cluster.store()
+    cid = "447700777000"
+    client.send_message(cid, f"{cid} q0", message_id="m0")
+    stall = stopper.stop_next(timeout=30)
+    assert stall is not None, f"the fault did not land: {stopper.misses_line()}"
+    sent = 1
+    while raw(store).get(store.keys(cid).fence) == stall.token and sent < 40:  # the player writes every 0.5 s
+        client.send_message(cid, f"{cid} q{sent}", message_id=f"m{sent}")
+        sent += 1
+        time.sleep(0.5)
+    if raw(store).get(store.keys(cid).fence) != stall.token:
+        stall.handed_over_after = time.monotonic() - stall.at
+    stopper.hold(stall, 0)  # wake it
+    print(f"[chaos] stalled-while-writing: {stall.line()} ({sent} inputs)")
+    assert stall.handed_over_after is not None, \
+        f"a stalled worker's conversation was not taken over in {sent} inputs 0.5 s apart: {stall.line()}"
+    want = [f"ack:{cid} q{n}" for n in range(sent)]
+    assert wait_until(lambda: set(want) <= set(cluster.whatsapp.texts_for(cid)), 60), cluster.whatsapp.texts_for(cid)
+    assert list(dict.fromkeys(cluster.whatsapp.texts_for(cid))) == want
+    stalled = next(w for w in cluster.workers if w.name == stall.worker)
+    assert wait_until(lambda: TAKEN_OVER.search(stalled.log()), 30), "the woken worker's commit was not fenced off"
+    windows = window_hits(w.log() for w in cluster.workers)
+    assert part_duplicates_beyond_resends(cid, cluster.whatsapp.parts_for(cid), windows) == []
 
 
 @pytest.mark.parametrize("cluster", [{"env": {"PARLEY_VISIBILITY_TIMEOUT": "2", "PARLEY_BROKER_RESTORE_INTERVAL": "1",

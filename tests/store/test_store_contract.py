@@ -402,6 +402,34 @@ def test_stranded_finds_abandoned_work_and_forgets_empty_conversations(store: Co
     assert raw(store).zscore(store.global_keys.pending, "c2") is not None
 
 
+def test_stranded_lists_a_dead_workers_conversation_while_its_player_keeps_writing(
+        store: ConversationStore, kit: StoreKit) -> None:
+    """An input queued behind waiting ones does not restart the sweeper's idle clock: else a dead (or stopped)
+    worker's conversation stayed hidden from the sweeper for as long as its player, or the game engine's position
+    events, wrote more often than the sweep age (nothing wakes it otherwise: an input behind others sends no wake-up).
+    An input into an empty mailbox still stamps the mark anew (work appeared: see the next test)."""
+    accept(store, "died", 1)
+    lease = kit.acquire("died", 10_000)
+    assert lease
+    kit.note_attempt("died", lease.token, "id-1")  # what begin does at the head
+    raw(store).delete(store.keys("died").lease)  # the worker died (or stalled); its lease ran out
+    raw(store).zadd(store.global_keys.pending, {"died": 1})  # the mark, set when the first input came, long ago
+    accept(store, "died", 2)  # the player writes again, just now
+    assert raw(store).zscore(store.global_keys.pending, "died") == 1
+    assert store.stranded(100, older_than_ms=60_000, backlog_ms=60_000) == ["died"]
+
+
+def test_an_input_into_an_empty_mailbox_stamps_the_pending_mark_anew(store: ConversationStore, kit: StoreKit) -> None:
+    """A sweeper that found the mailbox empty removes the mark only if its score is still the one it read: an input
+    arriving in between must change it (and a mark that is gone must come back), so the input keeps its net."""
+    raw(store).zadd(store.global_keys.pending, {"c1": 1})  # idle: the sweeper read this score and an empty mailbox
+    accept(store, "c1", 1)
+    assert raw(store).zscore(store.global_keys.pending, "c1") > 1
+    raw(store).zrem(store.global_keys.pending, "c1")  # the sweeper removed it just before the input came
+    accept(store, "c1", 2)
+    assert raw(store).zscore(store.global_keys.pending, "c1") is not None
+
+
 def test_tokens_from_an_earlier_life_of_a_conversation_never_match_again(store: ConversationStore, kit: StoreKit) -> None:
     """After a delete (or the idle TTL) the fence starts again from the clock, not from 1: a worker stalled since
     the conversation's earlier life cannot have its old token accepted by the new one."""

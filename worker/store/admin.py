@@ -22,13 +22,15 @@ class AdminStore(StoreCore):
     @store_errors
     def stranded(self, limit: int = 1000, older_than_ms: int = 5000, backlog_ms: int | None = None) -> list[str]:
         """Conversations with waiting inputs or replies and nobody working on them. Conversations with nothing
-        left are dropped from the ``pending`` set (unless a producer touched them since we looked).
+        left are dropped from the ``pending`` set (unless an input reached the empty mailbox since we looked).
 
         Two ages, because two very different things look alike here. A worker that died mid-turn or mid-send left
         evidence: an attempt counted at the mailbox head (``begin`` counts it; the commit clears it) or a part
         marked in flight (claimed before the send, cleared after it or when the send is to be retried later, so a
         delivery backing off from throttling is not woken early). Those are listed once idle ``older_than_ms``: soon, so a dead
-        worker's players wait seconds, not minutes. Work with no such evidence is most likely queued behind a
+        worker's players wait seconds, not minutes. Idle is measured from the mark's score: stamped when an input
+        reaches an empty mailbox and when a sweep lists the conversation, not by inputs queued behind others (a
+        player who keeps writing must not hide a dead worker's conversation). Work with no such evidence is most likely queued behind a
         backlog of wake-ups, and waking it again would add tasks exactly when the workers are already behind; it
         is listed only once idle ``backlog_ms`` (default: ``older_than_ms``), the net for a lost wake-up. Every
         conversation listed is re-stamped, so a backlog that outlasts the cutoff wakes it once per cutoff, not on

@@ -1,9 +1,9 @@
 """The backlog an autoscaler scales on: how many conversations wait for a worker, and for how long.
 
-Read from the sweeper's ``pending`` set (conversations that may have work, scored by when they were last touched)
-without scanning Redis: the ``sample`` least recently touched conversations are probed in one pipelined round trip
+Read from the sweeper's ``pending`` set (conversations that may have work, scored by when work appeared in them)
+without scanning Redis: the ``sample`` longest-marked conversations are probed in one pipelined round trip
 (inbox length and head input), and the head input's accept time comes from the conversation's ``seen`` set (the
-producer's dedupe record, scored in ms). The least recently touched conversations are where the oldest inputs are,
+producer's dedupe record, scored in ms). The longest-marked conversations are where the oldest inputs are,
 so the age is exact whenever the set is no larger than the sample, and a close lower bound otherwise.
 """
 
@@ -48,7 +48,7 @@ class AutoscalingStore(StoreCore):
             for cid, input_id, _ in heads:
                 pipe.zscore(self.keys(cid).seen, input_id)
             for (_, _, touched), accepted in zip(heads, pipe.execute(), strict=True):
-                # An input older than the dedupe window has left ``seen``: its last touch is the best bound left.
+                # An input older than the dedupe window has left ``seen``: its mark is the best bound left.
                 oldest = min(oldest, int(accepted if accepted is not None else touched))
         waiting = len(heads) if total <= len(rows) else round(len(heads) * total / max(1, len(rows)))
         return Backlog(waiting, max(0.0, (now - oldest) / 1000) if heads else 0.0, len(rows), total)

@@ -38,14 +38,18 @@ class MailboxStore(StoreCore):
         now = self._now_ms()
         limit = max_inbox or self.limits.max_inbox
         # The sweeper must know of any conversation that might have work, so the pending mark comes first: in
-        # the same script on a standalone Redis (one round trip), before it on a Cluster (another slot).
+        # the same script on a standalone Redis (one round trip), before it on a Cluster (another slot). Its score
+        # is when work appeared (see accept.lua): on a Cluster it is stamped after the script that found the mailbox
+        # empty (a sweeper that removed the mark in between, having found the mailbox empty, is undone by it).
         if self._cluster:
-            self._client.zadd(self.global_keys.pending, {cid: now})
+            self._client.zadd(self.global_keys.pending, {cid: now}, nx=True)
         res = self._scripts.accept(
             keys=keys, pending=None if self._cluster else self.global_keys.pending, ttl_keys=self._ttl_keys(keys),
             input_id=input_id, entry=join_entry(input_id, envelope), now_ms=now, max_inbox=limit,
             dedupe_max=self.limits.dedupe_max_ids, dedupe_ms=self.limits.dedupe_ms, ttl_ms=self.limits.idle_ttl_ms,
             inbound=inbound)
+        if self._cluster and res.code == Accepted.ACCEPTED and res.depth == 1:
+            self._client.zadd(self.global_keys.pending, {cid: now})
         if res.code == Accepted.FULL:
             raise InboxFullError(f"conversation {cid} has {res.depth} inputs waiting; the limit is {limit}")
         return AcceptResult(accepted=res.code == Accepted.ACCEPTED, duplicate=res.code == Accepted.DUPLICATE,

@@ -29,7 +29,14 @@ local inbound_flag = ARGV[9]
 
 local first_ttl = 1
 if pending_member ~= '' then
-  redis.call('ZADD', rest[1], tonumber(now_ms), pending_member)
+  -- The sweeper's idle clock starts when work appears: an input into an empty mailbox stamps the mark anew (so a
+  -- sweeper that read the old score and an empty mailbox cannot remove it); one behind waiting inputs only makes sure
+  -- the mark is there (stamping it would hide a dead worker's conversation while its player keeps writing).
+  if redis.call('LLEN', inbox) == 0 then
+    redis.call('ZADD', rest[1], tonumber(now_ms), pending_member)
+  else
+    redis.call('ZADD', rest[1], 'NX', tonumber(now_ms), pending_member)
+  end
   first_ttl = 2
 end
 if redis.call('ZSCORE', seen, id) or redis.call('ZSCORE', tomb, id) then
