@@ -137,3 +137,18 @@ def test_an_index_entry_left_early_costs_one_empty_pass(store: ConversationStore
     store.cancel_scheduled(CID, "id-1")
     assert fire(store, T0 + 1) == []
     assert store.due_conversations(T0 + 59_999) == [] and fire(store, T0 + 60_000) == ["id-2"]
+
+
+def test_a_timer_firing_behind_waiting_inputs_keeps_the_sweepers_idle_clock(store: ConversationStore) -> None:
+    """As an accepted input (see the store contract): a timer that fires into a mailbox with inputs waiting only makes
+    sure the sweeper's mark is there; restamping it would hide a dead worker's conversation while its timers fire.
+    One that fires into an empty mailbox stamps the mark anew: work appeared."""
+    pending = store.global_keys.pending
+    store.accept(CID, b"waiting", "id-w")  # a dead worker's conversation: an input waits
+    store._client.zadd(pending, {CID: 1})  # the mark, set long ago
+    assert hold(store, "late", T0) and fire(store, T0 + 1) == ["id-late"]
+    assert store._client.zscore(pending, CID) == 1
+    other = "447700900778"
+    store._client.zadd(pending, {other: 1})
+    assert hold(store, "x", T0, cid=other) and fire(store, T0 + 1, cid=other) == ["id-x"]
+    assert store._client.zscore(pending, other) > 1

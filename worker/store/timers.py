@@ -126,9 +126,12 @@ class TimerStore(StoreCore):
         if not self._cluster:
             return self._scripts.fire_timers(keys=keys, globals_=(self.global_keys.pending, index),
                                              ttl_keys=self._ttl_keys(keys), args=args)
-        # The sweeper must know of the conversation before its mailbox grows (as accept does on a Cluster).
-        self._client.zadd(self.global_keys.pending, {cid: now_ms})
+        # The sweeper must know of the conversation before its mailbox grows (as accept does on a Cluster), and its
+        # idle clock restarts only when work appeared in an empty mailbox (see accept.lua).
+        self._client.zadd(self.global_keys.pending, {cid: now_ms}, nx=True)
         res = self._scripts.fire_timers(keys=keys, globals_=None, ttl_keys=self._ttl_keys(keys), args=args)
+        if res.accepted and res.depth_before == 0:
+            self._client.zadd(self.global_keys.pending, {cid: now_ms})
         self._scripts.set_if_score(zset=index, member=cid, score=index_score,
                                    new_score=None if res.earliest < 0 else res.earliest)
         first = self._client.zrange(keys.timers, 0, 0, withscores=True)

@@ -66,7 +66,12 @@ if first[2] then earliest = tonumber(first[2]) end
 if full == 1 then earliest = now + tonumber(retry_ms) end
 local first_ttl = 1
 if index_member ~= '' then
-  if #fired > 0 then redis.call('ZADD', rest[1], now, index_member) end
+  -- As ACCEPT: the sweeper's idle clock restarts only when work appears in an empty mailbox (see accept.lua).
+  if #fired > 0 and before == 0 then
+    redis.call('ZADD', rest[1], now, index_member)
+  elseif #fired > 0 then
+    redis.call('ZADD', rest[1], 'NX', now, index_member)
+  end
   if earliest >= 0 then
     redis.call('ZADD', rest[2], earliest, index_member)
   else
