@@ -413,10 +413,11 @@ class Webhook(_Group):
     """What the webhook ingress accepts from WhatsApp, and the short answers it gives at once."""
 
     heading: ClassVar[str] = "The webhook ingress"
-    location_as: Literal["event", "turn"] = Field(default="event", description="A shared location pin is added without a "
-                                                  "reply (the model knows where the player is on its next turn; it "
-                                                  "reads the pin as the player's words, never as a game event) or "
-                                                  "becomes a chat turn (answered).")
+    location_as: Literal["event", "turn"] = Field(default="turn", description="A shared location pin becomes a chat "
+                                                  "turn (answered: the player may be answering a location request), "
+                                                  "or with `event` is added without a reply (the model knows where the "
+                                                  "player is on its next turn). Either way the model reads the pin as "
+                                                  "the player's words, never as a game event.")
     unsupported_reply: str = Field(default="Sorry, I can only read text messages, locations and photos.",
                                    description="Short answer to a voice note, video, document, sticker, contact, "
                                                "unsupported or unknown message (and a photo the model cannot read "

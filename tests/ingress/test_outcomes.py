@@ -82,7 +82,7 @@ REPLY = "Sorry, I can only read text, locations and photos here."
 class RedisRig:
     """The app over a client of the machine's Redis, under a key prefix of its own (deleted afterwards)."""
 
-    def __init__(self, r: redis.Redis, *, location_as: LocationAs = "event", unsupported_reply: str = REPLY,
+    def __init__(self, r: redis.Redis, *, location_as: LocationAs | None = "event", unsupported_reply: str = REPLY,
                  **settings: Any) -> None:
         self.r = r
         self.prefix = f"test{uuid.uuid4().hex[:12]}"
@@ -184,7 +184,9 @@ def test_every_fixture_gets_its_outcome(name: str, rig: RedisRig) -> None:
         assert env.message_id == msg["id"] and env.conversation_id == cid
         assert rig.woken == [cid]
         if expected == "turn":
-            assert env.kind == "message" and env.reply_to == msg["id"] and env.recipient == cid
+            # A tap's answer goes under the message whose button was tapped; anything else under the player's.
+            tapped = msg.get("context", {}).get("id") if msg["type"] in ("interactive", "button") else None
+            assert env.kind == "message" and env.reply_to == (tapped or msg["id"]) and env.recipient == cid
             assert (env.media is not None) == (msg["type"] == "image")
         elif expected == "event":
             assert env.kind == "event" and env.text and not env.pinned

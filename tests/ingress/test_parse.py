@@ -88,12 +88,15 @@ def test_status_identity_order() -> None:
 # --- message kinds ---------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize(("m", "text"), [
-    (msg(type="button", text=None, button={"payload": "P", "text": "Yes please"}), "Yes please"),
-    (msg(type="button", text=None, button={"payload": "P"}), "P"),
+    (msg(type="button", text=None, button={"payload": "P", "text": "Yes please"}),
+     '[tapped the button "Yes please" (payload "P")]'),
+    (msg(type="button", text=None, button={"payload": "P"}), '[tapped the button (payload "P")]'),
     (msg(type="interactive", text=None,
-         interactive={"type": "button_reply", "button_reply": {"id": "b1", "title": "Tap"}}), "Tap"),
+         interactive={"type": "button_reply", "button_reply": {"id": "b1", "title": "Tap"}}),
+     '[tapped the button "Tap" (id "b1")]'),
     (msg(type="interactive", text=None,
-         interactive={"type": "list_reply", "list_reply": {"id": "l1", "title": "Row", "description": "d"}}), "Row"),
+         interactive={"type": "list_reply", "list_reply": {"id": "l1", "title": "Row", "description": "d"}}),
+     '[chose the list row "Row" (id "l1"): "d"]'),
 ])
 def test_replies_become_turns(m: dict[str, Any], text: str) -> None:
     m["from"] = "447700900123"
@@ -104,7 +107,7 @@ def test_replies_become_turns(m: dict[str, Any], text: str) -> None:
 @pytest.mark.parametrize(("m", "outcome", "kind"), [
     (msg(type="image", text=None, image={"id": "1"}), InboundMessage, "image"),
     (msg(type="reaction", text=None, reaction={"message_id": "x", "emoji": "👍"}), InboundEvent, "reaction"),
-    (msg(type="location", text=None, location={"latitude": 1, "longitude": 2}), InboundEvent, "location"),
+    (msg(type="location", text=None, location={"latitude": 1, "longitude": 2}), InboundMessage, "location"),
     (msg(type="system", text=None, system={"body": "changed"}), Unsupported, "system"),
     (msg(type="reaction", text=None, reaction={"message_id": "x"}), Unsupported, "reaction"),
     (msg(type="reaction", text=None, reaction={"message_id": "x", "emoji": ""}), Unsupported, "reaction"),
@@ -155,8 +158,8 @@ def test_location_text_leaves_out_what_the_pin_lacks() -> None:
 def test_location_as_turn_is_a_chat_turn_threaded_to_the_pin() -> None:
     m = msg(**{"from": "447700900123", "type": "location", "text": None,
                "location": {"name": "Pump Room", "latitude": 53.99, "longitude": -1.54}})
-    [event] = parse_webhook(body({"messages": [m]}))
-    [turn] = parse_webhook(body({"messages": [m]}), location_as="turn")
+    [event] = parse_webhook(body({"messages": [m]}), location_as="event")
+    [turn] = parse_webhook(body({"messages": [m]}))  # a turn by default
     assert isinstance(event, InboundEvent) and isinstance(turn, InboundMessage)
     assert turn.text == event.text == "The player shared their location: Pump Room (lat 53.99, lon -1.54)"
     assert turn.sender == "447700900123" and turn.media is None

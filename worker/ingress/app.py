@@ -8,8 +8,8 @@ worker thread (a large body never stalls the event loop), checks ``X-Hub-Signatu
 (missing or wrong: 401, nothing queued), decodes and parses the batch (not JSON or not a webhook: 400; far more
 updates than Meta batches: 413) and gives every player message an outcome through
 :class:`~worker.client.ConversationClient` (deduplicated on the wamid, so Meta's retries are harmless): chat turns
-(text, buttons, interactive replies, images), game events (locations, reactions), the configured short answer for
-what Parley cannot read (voice notes, video, documents, stickers, contacts, unsupported and unknown types) and
+(text, taps on buttons and list rows, images, shared locations), reactions (added without a reply; locations
+too with ``PARLEY_LOCATION_AS=event``), the configured short answer for what Parley cannot read (voice notes, video, documents, stickers, contacts, unsupported and unknown types) and
 for what it must refuse as it is (text over the input limit: ``PARLEY_REFUSED_REPLY``). It records delivery
 statuses (each message's status only moves forward, and a status naming a reply part still in flight is kept with
 it). A message or status older than ``PARLEY_WEBHOOK_MAX_AGE_SECONDS`` is not applied (a replay). The answer is
@@ -85,7 +85,7 @@ class _Replies:
 def _submit(client: ConversationClient, rec: InboundMessage | InboundEvent | InboundNotice,
             unsupported_reply: str) -> Submitted:
     if isinstance(rec, InboundMessage):
-        return client.send_message(rec.conversation_id, rec.text, message_id=rec.wamid, reply_to=rec.wamid,
+        return client.send_message(rec.conversation_id, rec.text, message_id=rec.wamid, reply_to=rec.thread,
                                    recipient=rec.sender, media=rec.media)
     if isinstance(rec, InboundEvent):
         # Not pinned: where the player stood or what they thought of one reply matters now, not forever.
@@ -260,7 +260,7 @@ LARGE_BODY_BYTES = 256 * 1024
 
 
 def create_app(client: ConversationClient, store: IngressStore, *, app_secret: str, verify_token: str,
-               max_body_bytes: int | None = None, location_as: LocationAs = "event",
+               max_body_bytes: int | None = None, location_as: LocationAs | None = None,
                unsupported_reply: str | None = None, refused_reply: str | None = None,
                max_age_seconds: float | None = None, api_tokens: str = "") -> Starlette:
     """An ingress bound to a producer client and a store (tests pass fakeredis-backed ones). ``location_as``,
@@ -270,7 +270,7 @@ def create_app(client: ConversationClient, store: IngressStore, *, app_secret: s
     ``api_tokens`` (``PARLEY_API_TOKENS``) turns the producers' API under ``/v1/`` on (:mod:`worker.ingress.api`)."""
     body_limit = int(_default("max_body_bytes", max_body_bytes))
     replies = _Replies(_default("unsupported_reply", unsupported_reply), _default("refused_reply", refused_reply))
-    ingress = _Ingress(client, store, app_secret, location_as, replies,
+    ingress = _Ingress(client, store, app_secret, _default("location_as", location_as), replies,
                        float(_default("max_age_seconds", max_age_seconds)))
     large_bodies = anyio.CapacityLimiter(2)
     if not app_secret:

@@ -5,11 +5,12 @@ Shapes vary by API version and rollout (the tests read real ones through :mod:`t
 Every message a player sends gets an outcome, never silence:
 
 ==========================================================  ==================================================
-text, template quick-reply button, interactive reply         :class:`InboundMessage` (a chat turn)
+text, template quick-reply button, interactive reply         :class:`InboundMessage` (a chat turn; how a tap
+                                                             reads: :mod:`worker.ingress.taps`)
 image                                                        :class:`InboundMessage` with ``media`` (the caption
                                                              is the text, maybe empty)
-location                                                     :class:`InboundEvent` (``location_as="event"``) or
-                                                             :class:`InboundMessage` (``"turn"``)
+location                                                     :class:`InboundMessage` (``location_as="turn"``, the
+                                                             default) or :class:`InboundEvent` (``"event"``)
 reaction                                                     :class:`InboundEvent`; a removed reaction is
                                                              :class:`Unsupported` (nothing to tell the model)
 audio/voice, video, document, sticker, contacts,             :class:`InboundNotice` (the configured short answer)
@@ -53,10 +54,8 @@ from pydantic import BaseModel, Field, ValidationError
 from worker.delivery.ids import is_media_id
 from worker.envelopes import Media, parse_part_callback
 from worker.errors import InvalidConversationIdError, WebhookTooLargeError
+from worker.ingress.taps import TAP_TYPES, tap_text
 from worker.store.keys import validate_conversation_id
-
-#: Interactive reply kinds whose ``title`` is what the user tapped.
-_INTERACTIVE_REPLIES = ("button_reply", "list_reply")
 
 #: Message types answered as chat turns when they carry text; without it they are malformed (ignored), not
 #: something the player could expect an answer to.
@@ -78,6 +77,12 @@ class InboundMessage(BaseModel):
     timestamp: str | None = None
     user_id: str | None = Field(None, description="The sender's BSUID when the webhook carries one.")
     media: Media | None = Field(None, description="The picture the player sent (by Cloud API media id).")
+
+    @property
+    def thread(self) -> str:
+        """The message the answer quotes: for a tap, the message whose button or row was tapped (so the answer
+        sits under the question it settles), else the player's own message."""
+        return self.reply_to if self.type in TAP_TYPES and self.reply_to else self.wamid
 
 
 class InboundEvent(BaseModel):
@@ -199,16 +204,7 @@ def _text_of(msg: dict[str, Any]) -> str | None:
     kind = msg.get("type")
     if kind == "text":
         return _str(_dict(msg.get("text")).get("body"))
-    if kind == "button":  # template quick-reply button
-        button = _dict(msg.get("button"))
-        return _str(button.get("text")) or _str(button.get("payload"))
-    if kind == "interactive":
-        interactive = _dict(msg.get("interactive"))
-        sub = interactive.get("type")
-        if sub in _INTERACTIVE_REPLIES:
-            reply = _dict(interactive.get(sub))
-            return _str(reply.get("title")) or _str(reply.get("id"))
-    return None
+    return tap_text(msg)  # a template quick-reply button, an interactive button or list reply
 
 
 def _errors(obj: dict[str, Any]) -> list[tuple[int | None, str]]:
@@ -428,7 +424,7 @@ def record_age(rec: Record, now: float) -> float | None:
     return now - int(ts)
 
 
-def parse_webhook(body: Any, *, location_as: LocationAs = "event") -> list[Record]:
+def parse_webhook(body: Any, *, location_as: LocationAs = "turn") -> list[Record]:
     """Every record in a webhook body (already decoded from JSON), in order. ``location_as`` says whether a shared
     location becomes a game event or a chat turn (``PARLEY_LOCATION_AS``).
 
