@@ -29,7 +29,10 @@ from worker.store.pauses import MAX_PAUSE_SECONDS
 MessageId = Annotated[str, Field(min_length=1, max_length=MAX_ID_CHARS, pattern="^[^\n\x00]*$", description=(
     "The producer's id of this input: resubmitting it (a retry after a timeout, a 429 or a 503) is harmless, "
     "it is answered as a duplicate. No newline or NUL. Default: a fresh id (a retry is then a second input)."))]
-Text = Annotated[str, Field(min_length=1, pattern=r"\S", description=(
+#: Not blank: a character Python's ``str.strip`` keeps (what the envelope checks). ``\S`` alone would let through the
+#: information separators U+001C-U+001F, which regex engines do not count as white space and ``strip`` does.
+NOT_BLANK = r"[^\s\x1c-\x1f]"
+Text = Annotated[str, Field(min_length=1, pattern=NOT_BLANK, description=(
     "The text: not blank, at most PARLEY_MAX_INPUT_CHARS characters (a longer one is a 422 naming `text`)."))]
 #: When the input becomes due (``ConversationClient``'s ``at=``): held until then, at once when now or past.
 At = Annotated[datetime, BeforeValidator(parse_rfc3339), WithJsonSchema({

@@ -108,6 +108,7 @@ def test_the_api_is_off_without_tokens() -> None:
     ({}, "text"),
     ({"text": 5}, "text"),
     ({"text": "   "}, "text"),
+    ({"text": "\x1f"}, "text"),                         # blank to str.strip, not to a regex's \\s
     ({"text": "x" * 101}, "text"),                       # the client's PARLEY_MAX_INPUT_CHARS (100 here)
     ({"text": "hi \ud800"}, "text"),                     # a lone surrogate: the client's check
     ({"text": "hi", "message_id": ""}, "message_id"),
