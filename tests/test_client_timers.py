@@ -131,3 +131,18 @@ def test_the_inlet_takes_at_as_the_http_api_does() -> None:
     assert msg.body.arguments()["at"] == datetime(2030, 1, 1, 11, 0, tzinfo=UTC)
     with pytest.raises(Unacceptable, match="at"):
         parse_message(b'{"kind": "reset", "conversation_id": "447700900123", "at": "2030-01-01T12:00:00"}')
+
+
+def test_a_scheduled_answered_event_ends_a_burst_hold_when_it_fires_and_wakes(setup) -> None:  # type: ignore[no-untyped-def]
+    client, store, woken = setup
+    due = soon()
+    client.send_event(CID, "Still there?", message_id="nudge-1", at=due)  # a silent one
+    client.send_event(CID, "You are near the theatre", message_id="nudge-2", respond=True, at=due + timedelta(1))
+    client.send_message(CID, "wait", message_id="m-1")
+    begin = store.begin(CID, 10_000)
+    store.defer(CID, begin.token, "m-1", 60_000)  # the burst's quiet period is being waited out
+    woken.clear()
+    assert TimerLoop(store, woken.append, clock=Clock(due.timestamp() + 5)).run_once() == 1
+    assert woken == [] and store.begin(CID, 10_000).status == "held"  # a silent event leaves the wait running
+    assert TimerLoop(store, woken.append, clock=Clock(due.timestamp() + 86_405)).run_once() == 1
+    assert woken == [CID] and store.begin(CID, 10_000).status == "ok"  # ended, and a worker woken for it

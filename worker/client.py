@@ -51,6 +51,12 @@ def _from_player(env: Envelope) -> bool:
     return env.kind == "message" or (env.kind == "notice" and env.reply_to is not None)
 
 
+def _ends_burst(env: Envelope) -> bool:
+    """Whether the input is a game event the model answers: it ends a burst (:mod:`worker.service.burst`), so its
+    accept ends a burst's quiet period that is being waited out."""
+    return env.kind == "event" and bool(env.respond)
+
+
 class ConversationClient:
     """Enqueue chat turns, game events, resets and deletions for Parley's workers.
 
@@ -94,16 +100,17 @@ class ConversationClient:
         if due is not None:
             # Held: it never opens WhatsApp's window when it fires, since the player did not write at that time.
             held = self.store.schedule(env.conversation_id, env.to_bytes(), env.message_id, due,
-                                       reset=env.kind == "reset")
+                                       reset=env.kind == "reset", ends_burst=_ends_burst(env))
             return Submitted(env.conversation_id, env.message_id, held.duplicate, 0, scheduled=True)
         if env.kind == "reset":  # a reset joins the order with no timers held behind it (docs/producers.md)
             self.store.drop_timers(env.conversation_id)
         result = self.store.accept(env.conversation_id, env.to_bytes(), env.message_id,
-                                   inbound=from_player or _from_player(env))
+                                   inbound=from_player or _from_player(env), ends_burst=_ends_burst(env))
         # Only the first input of a burst needs a wake-up: with more waiting, a wake-up is already queued, or a
         # worker is draining (its commit hands the new input back atomically), or the head waits for its
-        # scheduled retry; the sweeper covers a worker that died. Fewer Celery tasks, same guarantees.
-        if result.accepted and (result.depth == 1 or not self.coalesce_wakeups):
+        # scheduled retry; the sweeper covers a worker that died. Fewer Celery tasks, same guarantees. An input that
+        # ended a burst's quiet period wakes one too: the burst is answered now, then the input.
+        if result.accepted and (result.depth == 1 or result.ended_hold or not self.coalesce_wakeups):
             self._wake(env.conversation_id)
         return Submitted(env.conversation_id, env.message_id, result.duplicate, result.depth)
 

@@ -1,5 +1,6 @@
 """The store's side of bursts, on every backend: peeking past the head, committing several inputs at once,
-deferring a burst without counting an attempt, and recording which inputs a burst turn took in."""
+deferring a burst without counting an attempt, recording which inputs a burst turn took in, and a game event the
+model answers ending a burst's hold when it is accepted or fired."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import time
 
 import pytest
 
+from tests.support.store_kit import raw
 from worker.errors import StaleLeaseError
 from worker.store.redis_store import ConversationStore
 
@@ -65,11 +67,16 @@ def test_defer_gives_the_attempt_back(store: ConversationStore) -> None:
         time.sleep(0.005)
 
 
-def test_defer_holds_drains_off_until_the_hold_ends(store: ConversationStore) -> None:
+def _held_burst(store: ConversationStore) -> None:
+    """A player's message at the head, its burst's quiet period being waited out (DEFER's hold)."""
     _fill(store, 1)
     begin = store.begin(CID, 10_000)
     store.defer(CID, begin.token, "id-0", 60_000)
     assert store.begin(CID, 10_000).status == "held"
+
+
+def test_defer_holds_drains_off_until_the_hold_ends(store: ConversationStore) -> None:
+    _held_burst(store)
 
 
 def test_defer_is_refused_to_a_stale_lease(store: ConversationStore) -> None:
@@ -100,3 +107,39 @@ def test_record_burst_is_fenced(store: ConversationStore) -> None:
     store.begin(CID, 10_000)
     with pytest.raises(StaleLeaseError):
         store.record_burst(CID, begin.token, "id-0", ["id-0", "id-1"])
+
+
+def test_a_responding_events_accept_ends_a_burst_hold_and_a_plain_one_does_not(store: ConversationStore) -> None:
+    _held_burst(store)
+    plain = store.accept(CID, b"a silent event", "evt-1")
+    assert plain.accepted and not plain.ended_hold
+    assert store.begin(CID, 10_000).status == "held"  # a plain input leaves the quiet period running
+    answered = store.accept(CID, b"an event the model answers", "evt-2", ends_burst=True)
+    assert answered.accepted and answered.ended_hold and answered.depth == 3
+    begin = store.begin(CID, 10_000, peek=2)  # drained now: the burst's head first, then what came after it
+    assert begin.status == "ok" and begin.snapshot is not None and begin.snapshot.input_id == "id-0"
+    assert [i for i, _ in begin.snapshot.after] == ["evt-1", "evt-2"]
+
+
+def test_a_responding_event_leaves_a_retrys_hold_and_a_duplicate_ends_nothing(store: ConversationStore) -> None:
+    _fill(store, 1)
+    store.hold(CID, 60_000)  # a retry's backoff: not the event's to cut
+    res = store.accept(CID, b"an event the model answers", "evt-1", ends_burst=True)
+    assert res.accepted and not res.ended_hold and store.begin(CID, 10_000).status == "held"
+    raw(store).delete(store.keys(CID).hold)
+    _held_burst(store)
+    again = store.accept(CID, b"an event the model answers", "evt-1", ends_burst=True)
+    assert again.duplicate and not again.ended_hold and store.begin(CID, 10_000).status == "held"
+
+
+def test_a_fired_responding_event_ends_a_burst_hold_and_a_fired_plain_one_does_not(store: ConversationStore) -> None:
+    _held_burst(store)
+    due = int(time.time() * 1000) - 1
+    store.schedule(CID, b"a silent event", "evt-1", due)
+    store.schedule(CID, b"an event the model answers", "evt-2", due + 1_000_000, ends_burst=True)
+    first = store.fire_due(CID, due, due)
+    assert [i for i, _ in first.fired] == ["evt-1"] and not first.ended_hold
+    assert store.begin(CID, 10_000).status == "held"
+    second = store.fire_due(CID, due + 1_000_000, due + 1_000_000)
+    assert [i for i, _ in second.fired] == ["evt-2"] and second.ended_hold
+    assert store.begin(CID, 10_000).status == "ok"

@@ -100,6 +100,33 @@ def test_a_responding_event_ends_a_waiting_burst_and_is_answered_after_it() -> N
     assert len(h.model.requests) == 2 and h.store.inbox_depth(CID) == 1
 
 
+def test_a_responding_event_ends_a_running_burst_hold_at_once() -> None:
+    """The quiet period (5 s) is being waited out in Redis when the event comes: its accept ends the hold and wakes a
+    worker, which answers the burst and then the event, with no wait (no clock is advanced, nothing sleeps)."""
+    policy = bare_burst(quiet=5.0, max_wait=60.0)
+    h = make_harness(ScriptedModel(default=last_turn), config=bare_config(system_prompt="You are a test.",
+                                                                         burst=policy))
+    h.client.send_message(CID, "wait", message_id="wamid.1")
+    h.run()  # the drain defers the turn (the hold) and its wake-up at the end of the quiet period finds it held
+    hold = h.store.keys(CID).hold
+    assert h.channel.sent == [] and raw(h.store).exists(hold)
+    h.client.send_event(CID, TAGGED, message_id="evt-1", respond=True)
+    assert not raw(h.store).exists(hold) and h.woken == [("drain", CID)]  # ended, and a worker woken for it
+    h.run()
+    assert [text for _, text, _ in h.channel.sent] == ["user:wait", f"event:{TAGGED}"]
+    assert h.store.inbox_depth(CID) == 0
+
+
+def test_a_silent_event_leaves_a_running_burst_hold() -> None:
+    policy = bare_burst(quiet=5.0, max_wait=60.0)
+    h = make_harness(ScriptedModel(default=last_turn), config=bare_config(system_prompt="You are a test.",
+                                                                         burst=policy))
+    h.client.send_message(CID, "wait", message_id="wamid.1")
+    h.run()
+    h.client.send_event(CID, TAGGED, message_id="evt-1")
+    assert raw(h.store).exists(h.store.keys(CID).hold) and h.woken == []  # the player may still be typing
+
+
 def test_a_responding_event_with_a_key_sets_the_fact_and_is_answered() -> None:
     h = make_harness(ScriptedModel(default=last_turn))
     h.client.send_event(CID, "Your target is Bettys", message_id="t0", key="target")

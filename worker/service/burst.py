@@ -6,7 +6,8 @@ A burst starts at a chat message at the head of the mailbox and runs over the ch
 after it, up to ``burst_max_messages`` inputs; it ends before anything else (a reset, a notice, a splice, an input
 that does not decode, a game event the model answers) and at its last chat message, so events after the last message are applied after the
 reply, in their place. A game event the model answers (``respond``) ends a waiting burst at once: the burst's
-messages are answered first, in one turn, then the event in a turn of its own (:func:`answers_event`), so each
+messages are answered first, in one turn, then the event in a turn of its own (:func:`answers_event`; its accept
+ends the quiet period's hold in Redis and wakes a worker, so a wait already running ends too), so each
 reply answers what came before it in the mailbox and the player's turns stay apart from the game's. The turn waits while the burst is still open (nothing closes it and it is not full) and the
 player typed within the quiet period, but never longer than ``burst_max_wait`` from the burst's first message.
 

@@ -33,7 +33,8 @@ _MAX_ROUNDS = 20
 class TimerLoop:
     """Fires due timers; :meth:`run_once` is one pass, :meth:`run` the loop a worker process runs in a thread.
 
-    ``wake`` is called with a conversation id whose mailbox the pass took from empty to not empty."""
+    ``wake`` is called with a conversation id whose mailbox the pass took from empty to not empty, or whose burst
+    hold a fired game event the model answers ended."""
 
     store: TimerFiringStore
     wake: Callable[[str], None]
@@ -57,7 +58,7 @@ class TimerLoop:
 
     def _fire(self, cid: str, score: float, now_ms: int) -> int:
         res = self.store.fire_due(cid, now_ms, score, retry_ms=self.retry_ms)
-        if res.accepted and res.depth_before == 0:
+        if res.accepted and (res.depth_before == 0 or res.ended_hold):
             self.wake(cid)
         if res.full:
             metrics.TIMERS_HELD_FULL.inc()

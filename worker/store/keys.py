@@ -25,7 +25,8 @@ Per conversation (``{prefix}:{{cid}}:<name>``):
 ``quarantine``  list (capped): state blobs set aside as unusable, with the reason
 ``dead``        list (capped): dead letters (inputs and replies) with the reason
 ``compacting``  string: set while a compaction is being computed (expires)
-``hold``        string: set while the head input waits to be retried (expires when the retry is due)
+``hold``        string: set while the head input waits to be retried (``1``; expires when the retry is due) or a
+                burst's quiet period is waited out (``b``; a game event the model answers ends it when accepted)
 ``statuses``    hash: provider message id -> its latest delivery status (``<status>\t<ms>\t<detail>``); a
                 status only moves forward (sent < delivered < read; failed is final)
 ``statusorder`` zset: the provider message ids of ``statuses`` by when their first status came (ms):

@@ -27,10 +27,11 @@ class MailboxStore(StoreCore):
 
     @store_errors
     def accept(self, cid: str, envelope: bytes, input_id: str, *, max_inbox: int | None = None,
-               inbound: bool = False) -> AcceptResult:
+               inbound: bool = False, ends_burst: bool = False) -> AcceptResult:
         """Append an input to the mailbox unless its id was accepted before. ``inbound``: the input is a message
         the player sent; the time of its first acceptance is kept as the conversation's last inbound message (see
-        :meth:`~worker.store.outbox.OutboxStore.last_inbound`).
+        :meth:`~worker.store.outbox.OutboxStore.last_inbound`). ``ends_burst``: a game event the model answers;
+        accepted, it ends the hold of a burst's quiet period in the same step (``ended_hold``: wake a worker).
 
         Raises :class:`~worker.errors.InboxFullError` when the mailbox holds ``max_inbox`` inputs.
         """
@@ -47,13 +48,13 @@ class MailboxStore(StoreCore):
             keys=keys, pending=None if self._cluster else self.global_keys.pending, ttl_keys=self._ttl_keys(keys),
             input_id=input_id, entry=join_entry(input_id, envelope), now_ms=now, max_inbox=limit,
             dedupe_max=self.limits.dedupe_max_ids, dedupe_ms=self.limits.dedupe_ms, ttl_ms=self.limits.idle_ttl_ms,
-            inbound=inbound)
+            inbound=inbound, ends_burst=ends_burst)
         if self._cluster and res.code == Accepted.ACCEPTED and res.depth == 1:
             self._client.zadd(self.global_keys.pending, {cid: now})
         if res.code == Accepted.FULL:
             raise InboxFullError(f"conversation {cid} has {res.depth} inputs waiting; the limit is {limit}")
         return AcceptResult(accepted=res.code == Accepted.ACCEPTED, duplicate=res.code == Accepted.DUPLICATE,
-                            depth=res.depth)
+                            depth=res.depth, ended_hold=res.ended_hold)
 
     @store_errors
     def begin(self, cid: str, lease_ms: int, *, peek: int = 0, have: str = "") -> Begin:

@@ -17,11 +17,13 @@ from dataclasses import dataclass
 @dataclass(frozen=True)
 class AcceptResult:
     """What accepting an input did: ``accepted`` (queued), or ``duplicate`` (its id was seen before); ``depth``: the
-    inputs waiting after it."""
+    inputs waiting after it; ``ended_hold``: it ended a burst's quiet period (a game event the model answers), so a
+    worker should be woken now."""
 
     accepted: bool
     duplicate: bool
     depth: int
+    ended_hold: bool = False
 
 
 @dataclass(frozen=True)

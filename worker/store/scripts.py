@@ -40,6 +40,7 @@ class AcceptArgs(NamedTuple):
     ttl_ms: int
     pending_member: str
     inbound_flag: str
+    ends_burst_flag: str
 
 
 class BeginKeys(NamedTuple):
@@ -174,6 +175,7 @@ class FireKeys(NamedTuple):
     seen: str
     tomb: str
     inbound: str
+    hold: str
 
 
 class FireArgs(NamedTuple):
@@ -213,10 +215,12 @@ class RecordArgs:
 
 
 class AcceptReply(NamedTuple):
-    """ACCEPT: ``code`` 1 accepted, 0 a duplicate id, -1 the mailbox is full; ``depth`` after it."""
+    """ACCEPT: ``code`` 1 accepted, 0 a duplicate id, -1 the mailbox is full; ``depth`` after it; ``ended_hold``:
+    it ended a burst's hold (a game event the model answers)."""
 
     code: int
     depth: int
+    ended_hold: bool = False
 
 
 class BeginReply(NamedTuple):
@@ -321,6 +325,7 @@ class FireReply(NamedTuple):
     full: bool
     dropped: int
     fired: tuple[tuple[str, int], ...]
+    ended_hold: bool = False  # a game event the model answers ended a burst's hold
 
 
 class Scripts:
@@ -356,15 +361,18 @@ class Scripts:
 
     def accept(self, *, keys: ConversationKeys, pending: str | None, ttl_keys: list[str], input_id: str,
                entry: bytes, now_ms: int, max_inbox: int, dedupe_max: int, dedupe_ms: int, ttl_ms: int,
-               inbound: bool = False) -> AcceptReply:
+               inbound: bool = False, ends_burst: bool = False) -> AcceptReply:
         """``pending`` is the sweeper's zset when it may be touched in the same script (not on a Cluster);
-        ``inbound``: the input is a message the player sent (its time opens the customer-service window)."""
-        script_keys = [keys.inbox, keys.seen, keys.tomb, keys.inbound, *([pending] if pending else []), *ttl_keys]
-        code, depth = self._replication.call(
+        ``inbound``: the input is a message the player sent (its time opens the customer-service window);
+        ``ends_burst``: a game event the model answers (accepted, it ends a burst's hold)."""
+        script_keys = [keys.inbox, keys.seen, keys.tomb, keys.inbound, keys.hold, *([pending] if pending else []),
+                       *ttl_keys]
+        code, depth, ended = self._replication.call(
             self._client, self._accept, keys=script_keys, what="accept",
             args=AcceptArgs(input_id, entry, now_ms, max_inbox, dedupe_max, dedupe_ms, ttl_ms,
-                            pending_member=keys.cid if pending else "", inbound_flag="1" if inbound else ""))
-        return AcceptReply(int(code), int(depth))
+                            pending_member=keys.cid if pending else "", inbound_flag="1" if inbound else "",
+                            ends_burst_flag="1" if ends_burst else ""))
+        return AcceptReply(int(code), int(depth), int(ended) == 1)
 
     def begin(self, *, keys: ConversationKeys, lease_ms: int, peek: int = 0, held_tag: str = "") -> BeginReply:
         """``held_tag``: the tag of the state the caller holds decoded ('' none); that blob is not sent again."""
@@ -508,12 +516,13 @@ class Scripts:
         """``globals_``: (the pending zset, the due index) when they may be touched in the same script."""
         res = self._replication.call(
             self._client, self._fire_timers, what="accept",
-            keys=(*FireKeys(keys.timers, keys.timed, keys.inbox, keys.seen, keys.tomb, keys.inbound),
+            keys=(*FireKeys(keys.timers, keys.timed, keys.inbox, keys.seen, keys.tomb, keys.inbound, keys.hold),
                   *(globals_ or ()), *ttl_keys),
             args=args)
         flat = [bytes(x) for x in res[5] or ()]
         fired = tuple((flat[i].decode("utf-8", "replace"), int(float(flat[i + 1]))) for i in range(0, len(flat), 2))
-        return FireReply(int(res[0]), int(res[1]), int(res[2]), int(res[3]) == 1, int(res[4]), fired)
+        return FireReply(int(res[0]), int(res[1]), int(res[2]), int(res[3]) == 1, int(res[4]), fired,
+                         int(res[6]) == 1)
 
     def set_if_score(self, *, zset: str, member: str, score: float, new_score: int | None) -> bool:
         return int(self._set_if_score(keys=[zset], args=[member, repr(score),

@@ -52,15 +52,15 @@ class TimerStore(StoreCore):
 
     @store_errors
     def schedule(self, cid: str, envelope: bytes, input_id: str, due_ms: int, *, inbound: bool = False,
-                 reset: bool = False) -> Scheduled:
-        """Hold an input until ``due_ms``, unless its id is held or was accepted before. ``inbound`` and ``reset``
-        are what the input does when it is accepted (see :meth:`~worker.store.mailbox.MailboxStore.accept`; a reset
-        drops the timers still held behind it).
+                 reset: bool = False, ends_burst: bool = False) -> Scheduled:
+        """Hold an input until ``due_ms``, unless its id is held or was accepted before. ``inbound``,
+        ``reset`` and ``ends_burst`` are what the input does when it is accepted (see
+        :meth:`~worker.store.mailbox.MailboxStore.accept`; a reset drops the timers still held behind it).
 
         Raises :class:`~worker.errors.InboxFullError` when the conversation holds ``limits.max_timers`` timers.
         """
         keys = self.keys(cid)
-        flags = (b"1" if inbound else b"0") + (b"r" if reset else b"-")
+        flags = (b"1" if inbound else b"0") + (b"r" if reset else b"e" if ends_burst else b"-")
         index = self.global_keys.timers_due
         if self._cluster:
             self._client.zadd(index, {cid: due_ms}, lt=True)

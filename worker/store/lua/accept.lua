@@ -1,14 +1,17 @@
 -- ACCEPT: append one input to the conversation's mailbox, unless its id was accepted before.
--- KEYS: inbox, seen, tomb, inbound, then rest: the pending zset (when pending_member is set), then every key of the
---       conversation when an idle TTL is set
+-- KEYS: inbox, seen, tomb, inbound, hold, then rest: the pending zset (when pending_member is set), then every key of
+--       the conversation when an idle TTL is set
 -- ARGV: id, entry, now_ms, max_inbox, dedupe_max, dedupe_ms, ttl_ms, pending_member ('' on a Cluster, where the
 --       pending zset lives in another slot and the caller adds to it separately), inbound_flag ('1' when the input
---       is a message the player sent)
--- Returns: {ACCEPTED | DUPLICATE | FULL, the mailbox's depth}
+--       is a message the player sent), ends_burst_flag ('1' when the input is a game event the model answers)
+-- Returns: {ACCEPTED | DUPLICATE | FULL, the mailbox's depth, 1 when it ended a burst's hold (else 0)}
 -- An id in the tombstone of a deleted conversation is a duplicate too (the tombstone has its own expiry).
 -- The player's message opens WhatsApp's customer-service window: its first acceptance records the time (a
 -- duplicate, e.g. Meta's retry of the webhook, does not move it; a refusal for a full mailbox does, since the player
 -- wrote all the same), and the time only moves forward, whatever order producers' calls land in.
+-- A game event the model answers ends a burst (see worker/service/burst.py): accepted, it ends the hold of a burst's
+-- quiet period ('b', set by DEFER) in the same step, so the caller wakes a worker that answers the burst now and then
+-- the event. A retry's hold ('1') stays: its backoff is not the event's to cut.
 --! include tail
 --! include codes
 --! include trim_seen
@@ -16,7 +19,8 @@ local inbox = KEYS[1]
 local seen = KEYS[2]
 local tomb = KEYS[3]
 local inbound = KEYS[4]
-local rest = tail(KEYS, 5)
+local hold = KEYS[5]
+local rest = tail(KEYS, 6)
 local id = ARGV[1]
 local entry = ARGV[2]
 local now_ms = ARGV[3]
@@ -26,6 +30,7 @@ local dedupe_ms = ARGV[6]
 local ttl_ms = ARGV[7]
 local pending_member = ARGV[8]
 local inbound_flag = ARGV[9]
+local ends_burst_flag = ARGV[10]
 
 local first_ttl = 1
 if pending_member ~= '' then
@@ -40,7 +45,7 @@ if pending_member ~= '' then
   first_ttl = 2
 end
 if redis.call('ZSCORE', seen, id) or redis.call('ZSCORE', tomb, id) then
-  return {DUPLICATE, redis.call('LLEN', inbox)}
+  return {DUPLICATE, redis.call('LLEN', inbox), 0}
 end
 local now = tonumber(now_ms)
 if inbound_flag == '1' and now > tonumber(redis.call('GET', inbound) or '0') then
@@ -48,7 +53,7 @@ if inbound_flag == '1' and now > tonumber(redis.call('GET', inbound) or '0') the
 end
 local n = redis.call('LLEN', inbox)
 if n >= tonumber(max_inbox) then
-  return {FULL, n}
+  return {FULL, n, 0}
 end
 redis.call('ZADD', seen, now, id)
 redis.call('RPUSH', inbox, entry)
@@ -57,4 +62,9 @@ local ttl = tonumber(ttl_ms)
 if ttl > 0 then
   for i = first_ttl, #rest do redis.call('PEXPIRE', rest[i], ttl) end
 end
-return {ACCEPTED, n + 1}
+local ended = 0
+if ends_burst_flag == '1' and redis.call('GET', hold) == 'b' then
+  redis.call('DEL', hold)
+  ended = 1
+end
+return {ACCEPTED, n + 1, ended}

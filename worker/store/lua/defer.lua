@@ -6,6 +6,8 @@
 -- conversation for the rest of the quiet period, so the wake-ups of the burst's own messages return at once; the
 -- caller schedules the wake-up that ends the hold. With hold_ms 0 it is a hand-back: the lease is given up with
 -- inputs still waiting and nothing held, and the caller's new wake-up puts the conversation at the back of the queue.
+-- The hold says 'b' (a burst's quiet period), which a game event the model answers ends when it is accepted (ACCEPT,
+-- FIRE_TIMERS); a retry's hold says '1'.
 --! include fence
 --! include codes
 local fence = KEYS[1]
@@ -18,6 +20,6 @@ local hold_ms = ARGV[3]
 
 if not holds(fence, token) then return FENCE_MOVED end
 if tonumber(redis.call('HINCRBY', attempts, head_id, -1)) <= 0 then redis.call('HDEL', attempts, head_id) end
-if tonumber(hold_ms) > 0 then redis.call('SET', hold, '1', 'PX', hold_ms) end
+if tonumber(hold_ms) > 0 then redis.call('SET', hold, 'b', 'PX', hold_ms) end
 if redis.call('GET', lease) == token then redis.call('DEL', lease) end
 return 1

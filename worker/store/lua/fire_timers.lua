@@ -1,15 +1,17 @@
 -- FIRE_TIMERS: accept the conversation's due timers into its mailbox, earliest first, with ACCEPT's checks.
--- KEYS: timers, timed, inbox, seen, tomb, inbound, then rest: the pending zset and the due index (when index_member
---       is set), then every key of the conversation when an idle TTL is set
+-- KEYS: timers, timed, inbox, seen, tomb, inbound, hold, then rest: the pending zset and the due index (when
+--       index_member is set), then every key of the conversation when an idle TTL is set
 -- ARGV: now_ms, max_inbox, dedupe_max, dedupe_ms, ttl_ms, batch, index_member ('' on a Cluster: the caller updates
 --       the pending zset before and the due index after), retry_ms
 -- Returns: {timers accepted, mailbox depth before, earliest due ms left (-1 none), 1 when the mailbox was full,
---           timers dropped as duplicates, then the id and due ms of each timer accepted}
+--           timers dropped as duplicates, then the id and due ms of each timer accepted, 1 when it ended a burst's
+--           hold (else 0)}
 -- Atomic, so any number of workers may call it for the same conversation: each due timer is accepted by one call,
 -- once (and an id accepted before is a duplicate, dropped as ACCEPT would). A full mailbox keeps the due timers held;
 -- the due index then says to look again after retry_ms. A reset accepted here drops the timers still held behind it
 -- (a reset joins the order with no pending timers, as it does when it is sent at once).
--- The flags of a held input: first '1' when it opens the customer-service window, second 'r' for a reset.
+-- The flags of a held input: first '1' when it opens the customer-service window, second 'r' for a reset or 'e' for
+-- a game event the model answers, which ends a burst's hold as ACCEPT does (see accept.lua).
 --! include tail
 --! include trim_seen
 local timers = KEYS[1]
@@ -18,7 +20,8 @@ local inbox = KEYS[3]
 local seen = KEYS[4]
 local tomb = KEYS[5]
 local inbound = KEYS[6]
-local rest = tail(KEYS, 7)
+local hold = KEYS[7]
+local rest = tail(KEYS, 8)
 local now_ms = ARGV[1]
 local max_inbox = ARGV[2]
 local dedupe_max = ARGV[3]
@@ -32,7 +35,7 @@ local now = tonumber(now_ms)
 local due = redis.call('ZRANGEBYSCORE', timers, '-inf', now, 'WITHSCORES', 'LIMIT', 0, tonumber(batch))
 local depth = redis.call('LLEN', inbox)
 local before = depth
-local fired, dropped, full = {}, 0, 0
+local fired, dropped, full, ends_burst = {}, 0, 0, false
 for i = 1, #due, 2 do
   local id, at = due[i], due[i + 1]
   local held = redis.call('HGET', timed, id)
@@ -48,6 +51,7 @@ for i = 1, #due, 2 do
     if string.sub(held, 1, 1) == '1' and now > tonumber(redis.call('GET', inbound) or '0') then
       redis.call('SET', inbound, now_ms)
     end
+    if string.sub(held, 2, 2) == 'e' then ends_burst = true end
     fired[#fired + 1] = id
     fired[#fired + 1] = at
   end
@@ -60,6 +64,11 @@ for i = 1, #due, 2 do
   end
 end
 if #fired > 0 then trim_seen(seen, now, dedupe_ms, dedupe_max) end
+local ended = 0
+if ends_burst and redis.call('GET', hold) == 'b' then
+  redis.call('DEL', hold)
+  ended = 1
+end
 local first = redis.call('ZRANGE', timers, 0, 0, 'WITHSCORES')
 local earliest = -1
 if first[2] then earliest = tonumber(first[2]) end
@@ -83,4 +92,4 @@ local ttl = tonumber(ttl_ms)
 if ttl > 0 and #fired > 0 then
   for i = first_ttl, #rest do redis.call('PEXPIRE', rest[i], ttl) end
 end
-return {#fired / 2, before, earliest, full, dropped, fired}
+return {#fired / 2, before, earliest, full, dropped, fired, ended}
