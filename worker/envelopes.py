@@ -143,7 +143,7 @@ class Envelope(_Wire):
         if self.kind == "message" and self.media is not None:
             pass  # a picture without a caption
         elif self.kind in ("message", "event", "notice", "operator") and not (self.text and self.text.strip()):
-            err = InvalidTextError(f"a {self.kind} needs non-empty text")
+            err = EnvelopeError(f"a {self.kind} needs non-empty text")
             err.field = "text"
             raise err
         if self.media is not None and self.kind != "message":
