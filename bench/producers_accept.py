@@ -38,6 +38,9 @@ from worker.inlet.stream import Inlet
 from worker.store.redis_store import ConversationStore
 
 CONVERSATIONS = 200
+NEW_APP = "worker.ingress.app:app"
+#: The API as it was before the async accept (every input in a worker thread): the old side of old against new.
+THREADED_APP = "bench.threaded_api:app"
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 
@@ -69,10 +72,11 @@ def python_client(url: str, prefix: str, n: int, threads: int) -> float:
                                                            message_id=f"py-{run}-{i}"))
 
 
-def webhook_command(port: int, workers: int) -> list[str]:
-    """The Procfile's webhook command (uvicorn and its options), on ``port`` with ``workers`` workers."""
+def webhook_command(port: int, workers: int, app: str = NEW_APP) -> list[str]:
+    """The Procfile's webhook command (uvicorn and its options), on ``port`` with ``workers`` workers, serving
+    ``app``."""
     line = next(ln for ln in (ROOT / "Procfile").read_text().splitlines() if ln.startswith("webhook:"))
-    command = line.partition(":")[2].replace("${PORT:-8080}", str(port))
+    command = line.partition(":")[2].replace("${PORT:-8080}", str(port)).replace(NEW_APP, app)
     return shlex.split(command.replace("${PARLEY_WEBHOOK_WORKERS:-2}", str(workers)).replace("0.0.0.0", "127.0.0.1"))
 
 
@@ -109,39 +113,60 @@ def _go_sender(workdir: str) -> str | None:
     return binary
 
 
-def http_api(url: str, prefix: str, n: int, threads: int, workers: int,
-             go_sender: str | None) -> tuple[float, float, float | None]:
-    """Inputs per second through the webhook process, sent with httpx, with a lean client and from Go."""
-    port = _free_port()
-    env = {**os.environ, "REDIS_URL": url, "PARLEY_KEY_PREFIX": prefix, "PARLEY_API_TOKENS": "bench",
-           "PARLEY_LOG_LEVEL": "WARNING"}
-    proc = subprocess.Popen([sys.executable, "-m", *webhook_command(port, workers), "--log-level", "warning"], env=env)
-    try:
-        base = f"http://127.0.0.1:{port}"
+class Webhook:
+    """The webhook process as the Procfile runs it (``app``, uvicorn's ``log_level``: ``info`` is the Procfile's
+    default, which writes an access-log line per request, here to a file), on a free port, while in the block."""
+
+    def __init__(self, url: str, prefix: str, workers: int, workdir: str, app: str = NEW_APP,
+                 log_level: str = "warning") -> None:
+        self.port = _free_port()
+        self.base = f"http://127.0.0.1:{self.port}"
+        env = {**os.environ, "REDIS_URL": url, "PARLEY_KEY_PREFIX": prefix, "PARLEY_API_TOKENS": "bench",
+               "PARLEY_LOG_LEVEL": "WARNING", "PYTHONPATH": str(ROOT)}
+        self._log = open(os.path.join(workdir, f"uvicorn-{self.port}.log"), "wb")  # noqa: SIM115
+        self._proc = subprocess.Popen([sys.executable, "-m", *webhook_command(self.port, workers, app),
+                                       "--log-level", log_level], env=env, stdout=self._log, stderr=self._log)
+
+    def __enter__(self) -> Webhook:
         for _ in range(300):
             try:
-                if httpx.get(f"{base}/healthz").status_code == 200:
+                if httpx.get(f"{self.base}/healthz").status_code == 200:
                     break
             except httpx.HTTPError:
                 time.sleep(0.1)
-        clients = [httpx.Client(base_url=base, headers={"Authorization": "Bearer bench"}) for _ in range(threads)]
-        run = uuid.uuid4().hex[:8]
+        return self
 
-        def send(i: int) -> None:
-            r = clients[i % threads].post(f"/v1/conversations/h{i % CONVERSATIONS}/events",
-                                          json={"text": f"event {i}", "message_id": f"http-{run}-{i}"})
-            assert r.status_code == 202, r.text
+    def __exit__(self, *exc: object) -> None:
+        self._proc.terminate()
+        self._proc.wait(10)
+        self._log.close()
 
-        lean = _threads(n, threads, _stdlib_sender(port, threads, run))
-        from_go = None
-        if go_sender is not None:
-            out = subprocess.run([go_sender, base, "bench", str(n), str(threads), run], check=True,
-                                 capture_output=True, text=True)
-            from_go = float(out.stdout)
-        return _threads(n, threads, send), lean, from_go
-    finally:
-        proc.terminate()
-        proc.wait(10)
+
+def _httpx_sender(base: str, threads: int, run: str) -> Callable[[int], None]:
+    clients = [httpx.Client(base_url=base, headers={"Authorization": "Bearer bench"}) for _ in range(threads)]
+
+    def send(i: int) -> None:
+        r = clients[i % threads].post(f"/v1/conversations/h{i % CONVERSATIONS}/events",
+                                      json={"text": f"event {i}", "message_id": f"http-{run}-{i}"})
+        assert r.status_code == 202, r.text
+
+    return send
+
+
+def http_api(hook: Webhook, n: int, threads: int, go_sender: str | None, *,
+             lean_only: bool = False) -> tuple[float | None, float, float | None]:
+    """Inputs per second through the webhook process, sent with httpx, with a lean client and from Go (the lean
+    client only, when ``lean_only``)."""
+    run = uuid.uuid4().hex[:8]
+    lean = _threads(n, threads, _stdlib_sender(hook.port, threads, run))
+    if lean_only:
+        return None, lean, None
+    from_go = None
+    if go_sender is not None:
+        out = subprocess.run([go_sender, hook.base, "bench", str(n), str(threads), run], check=True,
+                             capture_output=True, text=True)
+        from_go = float(out.stdout)
+    return _threads(n, threads, _httpx_sender(hook.base, threads, run)), lean, from_go
 
 
 def inlet(url: str, prefix: str, n: int) -> float:
@@ -162,6 +187,11 @@ def inlet(url: str, prefix: str, n: int) -> float:
     return n / (time.perf_counter() - start)
 
 
+def _ratio(name: str, rate: float | None, base: float, aim: str = "") -> None:
+    if rate is not None:
+        print(f"{name:58s} {rate:8.0f} inputs/s  = {rate / base:.2f}x the client{aim}")
+
+
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--url", default="redis://127.0.0.1:6379/15")
@@ -173,7 +203,13 @@ def main() -> None:
     try:
         base = python_client(a.url, prefix, a.inputs, a.threads)
         with tempfile.TemporaryDirectory() as workdir:
-            api, lean, from_go = http_api(a.url, prefix, a.inputs, a.threads, a.workers, _go_sender(workdir))
+            go = _go_sender(workdir)
+            with Webhook(a.url, prefix, a.workers, workdir, THREADED_APP) as hook:
+                old_api, old_lean, _ = http_api(hook, a.inputs, a.threads, None)
+            with Webhook(a.url, prefix, a.workers, workdir) as hook:
+                api, lean, from_go = http_api(hook, a.inputs, a.threads, go)
+            with Webhook(a.url, prefix, a.workers, workdir, log_level="info") as hook:
+                _, logged, _ = http_api(hook, a.inputs, a.threads, None, lean_only=True)
         base_single = python_client(a.url, prefix, a.inputs, 1)
         streamed = inlet(a.url, prefix, a.inputs)
     finally:
@@ -181,10 +217,13 @@ def main() -> None:
         for key in r.scan_iter(match=f"{prefix}*", count=1000):
             r.delete(key)
     print(f"python client, {a.threads} threads: {base:8.0f} inputs/s")
-    print(f"HTTP API,      {a.threads} threads, {a.workers} uvicorn workers: {api:8.0f} inputs/s  = {api / base:.2f}x the client (aim 0.5x)")
-    print(f"HTTP API, lean client (http.client): {lean:8.0f} inputs/s  = {lean / base:.2f}x the client")
-    if from_go is not None:
-        print(f"HTTP API, a Go producer:  {from_go:8.0f} inputs/s  = {from_go / base:.2f}x the client")
+    print(f"HTTP API: {a.threads} sender threads, {a.workers} uvicorn workers")
+    _ratio("HTTP API, lean client (http.client), accept in a thread", old_lean, base)
+    _ratio("HTTP API, lean client (http.client), accept on the loop", lean, base)
+    _ratio("HTTP API, httpx, accept in a thread", old_api, base)
+    _ratio("HTTP API, httpx, accept on the loop", api, base, " (aim 0.5x)")
+    _ratio("HTTP API, a Go producer, accept on the loop", from_go, base)
+    _ratio("HTTP API, lean client, access log on (uvicorn --log-level info)", logged, base)
     print(f"python client, 1 thread:  {base_single:8.0f} inputs/s")
     print(f"inlet, 1 consumer:        {streamed:8.0f} inputs/s  = {streamed / base_single:.2f}x the client on one "
           f"thread (aim 0.8x)")

@@ -18,7 +18,7 @@ from worker.envelopes import Envelope, Media, build_envelope
 from worker.errors import OversizeInputError
 from worker.settings import Settings, get_settings
 from worker.store.keys import validate_conversation_id
-from worker.store.redis_store import ConversationStore
+from worker.store.redis_store import AcceptResult, ConversationStore
 from worker.wakeup import Waker, celery_waker
 
 
@@ -73,20 +73,27 @@ class ConversationClient:
         return cls(build_store(settings), wake or celery_waker(settings), max_text_chars=settings.memory.max_input_chars)
 
     def _submit(self, env: Envelope, *, from_player: bool = False) -> Submitted:
+        inbound = self._checked(env, from_player=from_player)
+        result = self.store.accept(env.conversation_id, env.to_bytes(), env.message_id, inbound=inbound)
+        if self._needs_wake(result):
+            self._wake(env.conversation_id)
+        return Submitted(env.conversation_id, env.message_id, result.duplicate, result.depth)
+
+    def _checked(self, env: Envelope, *, from_player: bool = False) -> bool:
+        """Refuse what the envelope's own checks do not (the input limit); whether the input is the player's."""
         # A notice's text is the deployment's short answer, not the player's words: the input limit is not for it
         # (the ingress answers a text over that limit with one).
         if env.text is not None and env.kind != "notice" and len(env.text) > self.max_text_chars:
             err = OversizeInputError(f"text is {len(env.text)} characters; the limit is {self.max_text_chars}")
             err.field = "text"
             raise err
-        result = self.store.accept(env.conversation_id, env.to_bytes(), env.message_id,
-                                   inbound=from_player or _from_player(env))
+        return from_player or _from_player(env)
+
+    def _needs_wake(self, result: AcceptResult) -> bool:
         # Only the first input of a burst needs a wake-up: with more waiting, a wake-up is already queued, or a
         # worker is draining (its commit hands the new input back atomically), or the head waits for its
         # scheduled retry; the sweeper covers a worker that died. Fewer Celery tasks, same guarantees.
-        if result.accepted and (result.depth == 1 or not self.coalesce_wakeups):
-            self._wake(env.conversation_id)
-        return Submitted(env.conversation_id, env.message_id, result.duplicate, result.depth)
+        return result.accepted and (result.depth == 1 or not self.coalesce_wakeups)
 
     def _envelope(self, **fields: Any) -> Envelope:
         validate_conversation_id(fields["conversation_id"])

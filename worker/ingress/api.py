@@ -28,12 +28,13 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from worker.client import ConversationClient
+from worker.async_client import AsyncClient
+from worker.client import ConversationClient, Submitted
 from worker.errors import ConfigurationError, InboxFullError, InputError, StoreError, WebhookTooLargeError
 from worker.ingress import metrics as ingress_metrics
 from worker.ingress.body import TooLarge, read_body
 from worker.ingress.parse import decode_webhook
-from worker.producer_bodies import CLIENT_METHODS, OPERATIONS, Accepted, Operation, Scope, field_of
+from worker.producer_bodies import CLIENT_METHODS, OPERATIONS, Accepted, Operation, ProducerBody, Scope, field_of
 from worker.show import known, plain, summary
 from worker.store.keys import validate_conversation_id
 
@@ -45,6 +46,8 @@ RETRY_AFTER_FULL = 5
 RETRY_AFTER_UNAVAILABLE = 2
 #: JSON objects one body may hold: a producer's body is one flat object.
 MAX_BODY_OBJECTS = 16
+#: A body up to this size is parsed on the event loop (tens of microseconds); a larger one in a worker thread.
+SMALL_BODY_BYTES = 8 * 1024
 _SCOPE_PREFIX = re.compile(r"[a-z]+")
 
 
@@ -99,17 +102,23 @@ def _input_error(exc: InputError) -> JSONResponse:
     return problem(422, str(exc), exc.field)
 
 
+def _accepted(done: Submitted) -> Response:
+    return JSONResponse(Accepted(input_id=done.message_id, duplicate=done.duplicate).model_dump(), status_code=202)
+
+
 @dataclass(frozen=True)
 class ProducerApi:
-    """The handlers, bound to a client and the configured tokens."""
+    """The handlers, bound to a client and the configured tokens. ``on_loop``: the client's accept awaited on the
+    event loop (``None`` when the store cannot: the blocking client then runs in a worker thread)."""
 
     client: ConversationClient
     tokens: list[tuple[bytes, Scope]]
     body_limit: int
+    on_loop: AsyncClient | None = None
 
-    def input(self, op: Operation, cid: str, raw: bytes | bytearray) -> Response:
-        """Validate one body and queue its input (blocking: runs in a worker thread)."""
-        assert op.body is not None and op.kind is not None
+    def body(self, op: Operation, raw: bytes | bytearray) -> ProducerBody | Response:
+        """The body parsed and validated (CPU only), or the answer that refuses it."""
+        assert op.body is not None
         try:
             obj: Any = decode_webhook(raw, max_objects=MAX_BODY_OBJECTS) if raw.strip() else {}
         except WebhookTooLargeError as exc:
@@ -117,15 +126,33 @@ class ProducerApi:
         except ValueError as exc:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
             return problem(400, f"the body is not JSON: {exc}")
         try:
-            body = op.body.model_validate(obj)
+            return op.body.model_validate(obj)
         except ValidationError as exc:
             err = exc.errors(include_url=False)[0]
             return problem(422, f"{field_of(err['loc']) or 'body'}: {err['msg']}", field_of(err["loc"]))
+
+    def input(self, op: Operation, cid: str, raw: bytes | bytearray) -> Response:
+        """Validate one body and queue its input (blocking: runs in a worker thread)."""
+        assert op.kind is not None
+        body = self.body(op, raw)
+        if isinstance(body, Response):
+            return body
         try:
-            done = getattr(self.client, CLIENT_METHODS[op.kind])(cid, **body.arguments())
+            return _accepted(getattr(self.client, CLIENT_METHODS[op.kind])(cid, **body.arguments()))
         except InputError as exc:
             return _input_error(exc)
-        return JSONResponse(Accepted(input_id=done.message_id, duplicate=done.duplicate).model_dump(), status_code=202)
+
+    async def input_on_loop(self, op: Operation, cid: str, raw: bytes | bytearray) -> Response:
+        """:meth:`input` with the accept awaited on the loop; a body past :data:`SMALL_BODY_BYTES` is parsed in a
+        worker thread, so a large one never holds the loop."""
+        assert op.kind is not None and self.on_loop is not None
+        body = self.body(op, raw) if len(raw) <= SMALL_BODY_BYTES else await run_in_threadpool(self.body, op, raw)
+        if isinstance(body, Response):
+            return body
+        try:
+            return _accepted(await self.on_loop.send(CLIENT_METHODS[op.kind], cid, body.arguments()))
+        except InputError as exc:
+            return _input_error(exc)
 
     def delete(self, cid: str) -> Response:
         try:
@@ -147,9 +174,19 @@ class ProducerApi:
 Handler = Callable[[Request], Awaitable[Response]]
 
 
-def _guarded(api: ProducerApi, op: Operation, run: Callable[[str, bytes | bytearray], Response]) -> Handler:
-    """The endpoint: authenticate, read the body within the limit, run ``run`` in a worker thread, map a store
-    outage to 503 and count the outcome."""
+Run = Callable[[str, bytes | bytearray], Awaitable[Response]]
+
+
+def _in_thread(fn: Callable[[str, bytes | bytearray], Response]) -> Run:
+    async def run(cid: str, raw: bytes | bytearray) -> Response:
+        return await run_in_threadpool(fn, cid, raw)
+
+    return run
+
+
+def _guarded(api: ProducerApi, op: Operation, run: Run) -> Handler:
+    """The endpoint: authenticate, read the body within the limit, ``run`` it (on the loop or in a worker thread),
+    map a store outage to 503 and count the outcome."""
     async def endpoint(request: Request) -> Response:
         response = await _answer(request)
         ingress_metrics.API_REQUESTS.labels(op.operation_id, str(response.status_code)).inc()
@@ -168,7 +205,7 @@ def _guarded(api: ProducerApi, op: Operation, run: Callable[[str, bytes | bytear
         except ClientDisconnect:
             return Response(status_code=400)
         try:
-            return await run_in_threadpool(partial(run, request.path_params["conversation_id"], raw))
+            return await run(request.path_params["conversation_id"], raw)
         except StoreError as exc:  # Redis down, failing over, refusing writes: the same request can be sent again
             log.error("API %s not done, answering 503: %s", op.operation_id, exc)
             return problem(503, "storage unavailable, retry later", headers={"Retry-After": str(RETRY_AFTER_UNAVAILABLE)})
@@ -190,14 +227,14 @@ def api_routes(client: ConversationClient, tokens: list[tuple[bytes, Scope]], bo
         return []
     from worker.ingress.openapi import document
 
-    api = ProducerApi(client, tokens, body_limit)
+    api = ProducerApi(client, tokens, body_limit, AsyncClient.for_client(client))
     by_path: dict[str, dict[str, Handler]] = {}
     for op in OPERATIONS:
         if op.kind is not None:
-            run: Callable[[str, bytes | bytearray], Response] = partial(api.input, op)
+            run = partial(api.input_on_loop, op) if api.on_loop is not None else _in_thread(partial(api.input, op))
         else:
             fn = api.delete if op.method == "DELETE" else api.summary
-            run = partial(lambda f, cid, _raw: f(cid), fn)
+            run = _in_thread(partial(lambda f, cid, _raw: f(cid), fn))
         by_path.setdefault(op.path, {})[op.method] = _guarded(api, op, run)
     # One route per path, so a 405 lists in `Allow` every method the path has (a route per method lists its own).
     routes = [Route(path, _by_method(handlers), methods=list(handlers)) for path, handlers in by_path.items()]

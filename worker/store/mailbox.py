@@ -14,7 +14,7 @@ from worker.store.core import StoreCore
 from worker.store.entry_codec import claimed_head, join_entry, split_all, split_entry
 from worker.store.redis_errors import store_errors
 from worker.store.results import AcceptResult, Begin, CommitResult, Snapshot, StateRead
-from worker.store.scripts import CommitReply
+from worker.store.scripts import AcceptArgs, AcceptReply, CommitReply, accept_call
 
 
 def utc_day(at: float | None = None) -> str:
@@ -34,18 +34,28 @@ class MailboxStore(StoreCore):
 
         Raises :class:`~worker.errors.InboxFullError` when the mailbox holds ``max_inbox`` inputs.
         """
-        keys = self.keys(cid)
-        now = self._now_ms()
         limit = max_inbox or self.limits.max_inbox
         # The sweeper must know of any conversation that might have work, so the pending mark comes first: in
         # the same script on a standalone Redis (one round trip), before it on a Cluster (another slot).
         if self._cluster:
-            self._client.zadd(self.global_keys.pending, {cid: now})
-        res = self._scripts.accept(
+            self._client.zadd(self.global_keys.pending, {cid: self._now_ms()})
+        res = self._scripts.accept(self._accept_call(cid, envelope, input_id, limit, inbound))
+        return self._accepted(cid, res, limit)
+
+    def _accept_call(self, cid: str, envelope: bytes, input_id: str, limit: int,
+                     inbound: bool) -> tuple[list[str], AcceptArgs]:
+        """ACCEPT's KEYS and ARGV for one input: what the blocking accept above and the event loop's
+        (:class:`~worker.store.async_mailbox.AsyncAccept`) both send."""
+        keys = self.keys(cid)
+        return accept_call(
             keys=keys, pending=None if self._cluster else self.global_keys.pending, ttl_keys=self._ttl_keys(keys),
-            input_id=input_id, entry=join_entry(input_id, envelope), now_ms=now, max_inbox=limit,
+            input_id=input_id, entry=join_entry(input_id, envelope), now_ms=self._now_ms(), max_inbox=limit,
             dedupe_max=self.limits.dedupe_max_ids, dedupe_ms=self.limits.dedupe_ms, ttl_ms=self.limits.idle_ttl_ms,
             inbound=inbound)
+
+    @staticmethod
+    def _accepted(cid: str, res: AcceptReply, limit: int) -> AcceptResult:
+        """ACCEPT's reply as the producer sees it; a full mailbox raises :class:`~worker.errors.InboxFullError`."""
         if res.code == Accepted.FULL:
             raise InboxFullError(f"conversation {cid} has {res.depth} inputs waiting; the limit is {limit}")
         return AcceptResult(accepted=res.code == Accepted.ACCEPTED, duplicate=res.code == Accepted.DUPLICATE,

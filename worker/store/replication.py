@@ -45,10 +45,15 @@ class Replication:
         script(keys=keys, args=args, client=pipe)
         pipe.execute_command("WAIT", self.replicas, self.timeout_ms)
         reply, acked = pipe.execute()
+        self.check(acked, what)
+        return reply
+
+    def check(self, acked: Any, what: str) -> None:
+        """``acked``: WAIT's reply after the write ``what``; fewer replicas than asked raises
+        :class:`~worker.errors.StoreUnavailableError` (the outcome is unknown)."""
         if int(acked) < self.replicas:
             metrics.REPLICATION_SHORT.labels(what).inc()
             log.warning("write acknowledged by fewer replicas than PARLEY_REDIS_WAIT_REPLICAS: outcome unknown",
                         extra={"what": what, "acked": int(acked), "wanted": self.replicas})
             raise StoreUnavailableError(f"{what} reached {int(acked)} of {self.replicas} replicas within "
                                         f"{self.timeout_ms} ms; it may or may not survive a failover")
-        return reply

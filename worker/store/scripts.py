@@ -197,6 +197,10 @@ class AcceptReply(NamedTuple):
     code: int
     depth: int
 
+    @classmethod
+    def parse(cls, res: Sequence[Any]) -> AcceptReply:
+        return cls(int(res[0]), int(res[1]))
+
 
 class BeginReply(NamedTuple):
     """BEGIN: ``code`` is the new lease token (> 0), 0 nothing waits, -1 busy, -2 held; then the head entry, the
@@ -289,6 +293,18 @@ class InflightReply(NamedTuple):
     waited_ms: int
 
 
+def accept_call(*, keys: ConversationKeys, pending: str | None, ttl_keys: list[str], input_id: str, entry: bytes,
+                now_ms: int, max_inbox: int, dedupe_max: int, dedupe_ms: int, ttl_ms: int,
+                inbound: bool) -> tuple[list[str], AcceptArgs]:
+    """ACCEPT's KEYS and ARGV, shared by the blocking store and the event loop's accept
+    (:mod:`worker.store.async_mailbox`). ``pending`` is the sweeper's zset when it may be touched in the same script
+    (not on a Cluster); ``inbound``: the input is a message the player sent (its time opens the customer-service
+    window). The script answers :class:`AcceptReply`."""
+    script_keys = [keys.inbox, keys.seen, keys.tomb, keys.inbound, *([pending] if pending else []), *ttl_keys]
+    return script_keys, AcceptArgs(input_id, entry, now_ms, max_inbox, dedupe_max, dedupe_ms, ttl_ms,
+                                   pending_member=keys.cid if pending else "", inbound_flag="1" if inbound else "")
+
+
 class Scripts:
     """The registered scripts of one client, shared by every part of the store."""
 
@@ -317,17 +333,16 @@ class Scripts:
 
     # --- mailbox -----------------------------------------------------------------------------------
 
-    def accept(self, *, keys: ConversationKeys, pending: str | None, ttl_keys: list[str], input_id: str,
-               entry: bytes, now_ms: int, max_inbox: int, dedupe_max: int, dedupe_ms: int, ttl_ms: int,
-               inbound: bool = False) -> AcceptReply:
-        """``pending`` is the sweeper's zset when it may be touched in the same script (not on a Cluster);
-        ``inbound``: the input is a message the player sent (its time opens the customer-service window)."""
-        script_keys = [keys.inbox, keys.seen, keys.tomb, keys.inbound, *([pending] if pending else []), *ttl_keys]
-        code, depth = self._replication.call(
-            self._client, self._accept, keys=script_keys, what="accept",
-            args=AcceptArgs(input_id, entry, now_ms, max_inbox, dedupe_max, dedupe_ms, ttl_ms,
-                            pending_member=keys.cid if pending else "", inbound_flag="1" if inbound else ""))
-        return AcceptReply(int(code), int(depth))
+    @property
+    def replication(self) -> Replication:
+        """How writes wait for replicas (the event loop's accept waits the same way)."""
+        return self._replication
+
+    def accept(self, call: tuple[list[str], AcceptArgs]) -> AcceptReply:
+        """ACCEPT with :func:`accept_call`'s KEYS and ARGV."""
+        script_keys, args = call
+        return AcceptReply.parse(self._replication.call(self._client, self._accept, keys=script_keys, args=args,
+                                                        what="accept"))
 
     def begin(self, *, keys: ConversationKeys, lease_ms: int, peek: int = 0, held_tag: str = "") -> BeginReply:
         """``held_tag``: the tag of the state the caller holds decoded ('' none); that blob is not sent again."""
