@@ -86,6 +86,7 @@ class _Protocol(asyncio.Protocol):
         self._transport: asyncio.Transport | None = None
         self._timeout = socket_timeout
         self._timer: asyncio.TimerHandle | None = None
+        self._unsent: list[bytes] = []
         self.lost = False
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -129,10 +130,17 @@ class _Protocol(asyncio.Protocol):
         futures = [loop.create_future() for _ in commands]
         idle = not self._waiting
         self._waiting.extend(futures)
-        self._transport.write(b"".join(hiredis.pack_command(c) for c in commands))
+        if not self._unsent:  # the callers of one turn of the loop share a write (one system call)
+            loop.call_soon(self._flush)
+        self._unsent.extend(hiredis.pack_command(c) for c in commands)
         if idle:
             self._arm()
         return futures
+
+    def _flush(self) -> None:
+        if self._unsent and self._transport is not None and not self.lost:
+            self._transport.write(b"".join(self._unsent))
+        self._unsent.clear()
 
 
 class AsyncWire:

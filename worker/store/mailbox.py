@@ -42,6 +42,36 @@ class MailboxStore(StoreCore):
         res = self._scripts.accept(self._accept_call(cid, envelope, input_id, limit, inbound))
         return self._accepted(cid, res, limit)
 
+    @store_errors
+    def accept_many(self, inputs: Sequence[tuple[str, bytes, str, bool]]) -> list[AcceptResult | InboxFullError]:
+        """:meth:`accept` for each ``(cid, envelope, input_id, inbound)``, sent in one round trip (a pipeline, run in
+        this order): an input of a full mailbox answers its :class:`~worker.errors.InboxFullError` in its place.
+        A Cluster client accepts them one by one. Raises :class:`~worker.errors.StoreUnavailableError` for an
+        outage (some may have gone in: sent again, they are duplicates)."""
+        if self._cluster or not inputs:
+            return [self._accept_or_full(*one) for one in inputs]
+        limit = self.limits.max_inbox
+        pipe = self._client.pipeline(transaction=False)
+        for cid, envelope, input_id, inbound in inputs:
+            script_keys, args = self._accept_call(cid, envelope, input_id, limit, inbound)
+            self._scripts.accept_in(pipe, script_keys, args)
+        replies = self._scripts.replication.execute(pipe, what="accept")
+        return [self._accepted_or_full(cid, AcceptReply.parse(reply), limit)
+                for (cid, *_), reply in zip(inputs, replies, strict=True)]
+
+    def _accept_or_full(self, cid: str, envelope: bytes, input_id: str, inbound: bool) -> AcceptResult | InboxFullError:
+        try:
+            return self.accept(cid, envelope, input_id, inbound=inbound)
+        except InboxFullError as exc:
+            return exc
+
+    @classmethod
+    def _accepted_or_full(cls, cid: str, res: AcceptReply, limit: int) -> AcceptResult | InboxFullError:
+        try:
+            return cls._accepted(cid, res, limit)
+        except InboxFullError as exc:
+            return exc
+
     def _accept_call(self, cid: str, envelope: bytes, input_id: str, limit: int,
                      inbound: bool) -> tuple[list[str], AcceptArgs]:
         """ACCEPT's KEYS and ARGV for one input: what the blocking accept above and the event loop's

@@ -338,6 +338,11 @@ class Scripts:
         """How writes wait for replicas (the event loop's accept waits the same way)."""
         return self._replication
 
+    def accept_in(self, pipe: Any, script_keys: list[str], args: AcceptArgs) -> None:
+        """Queue ACCEPT (:func:`accept_call`'s KEYS and ARGV) on a pipeline; run it with
+        :meth:`Replication.execute`."""
+        self._accept(keys=script_keys, args=args, client=pipe)
+
     def accept(self, call: tuple[list[str], AcceptArgs]) -> AcceptReply:
         """ACCEPT with :func:`accept_call`'s KEYS and ARGV."""
         script_keys, args = call

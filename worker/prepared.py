@@ -1,0 +1,53 @@
+"""An input validated and built by :class:`~worker.client.ConversationClient`'s own methods but not yet accepted:
+what lets the HTTP API await the accept on its event loop (:mod:`worker.async_client`) and the inlet accept a
+batch in one round trip (:mod:`worker.inlet.stream`) without a second copy of the client's checks and defaults."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from worker.client import ConversationClient, Submitted
+from worker.envelopes import Envelope
+from worker.store.results import AcceptResult
+
+
+@dataclass(frozen=True)
+class Prepared(Submitted):
+    """The input (``envelope``) and whether it is the player's (``inbound``); ``duplicate`` and ``depth`` mean
+    nothing until it is accepted."""
+
+    envelope: Envelope
+    inbound: bool
+
+
+class _Preparing(ConversationClient):
+    """The client's methods, stopping short of the store: they answer a :class:`Prepared`."""
+
+    def _submit(self, env: Envelope, *, from_player: bool = False) -> Submitted:
+        return Prepared(env.conversation_id, env.message_id, False, 0, env, self._checked(env, from_player=from_player))
+
+
+class Preparer:
+    """``prepare(method, conversation_id, arguments)``: what ``client.<method>(conversation_id, **arguments)`` would
+    accept, validated and built (raises :class:`~worker.errors.InputError` as the client does); no I/O."""
+
+    def __init__(self, client: ConversationClient) -> None:
+        self.client = client
+        self._preparing = _Preparing(client.store, client._wake, max_text_chars=client.max_text_chars,
+                                     coalesce_wakeups=client.coalesce_wakeups)
+
+    def prepare(self, method: str, conversation_id: str, arguments: dict[str, Any]) -> Prepared:
+        prepared = getattr(self._preparing, method)(conversation_id, **arguments)
+        assert isinstance(prepared, Prepared)
+        return prepared
+
+    def needs_wake(self, result: AcceptResult) -> bool:
+        """Whether the client would wake a worker after this accept (the first input of a burst)."""
+        return self.client._needs_wake(result)
+
+    def accepted(self, prepared: Prepared, result: AcceptResult) -> Submitted:
+        """What the client's method would have answered, the worker woken as it would have been (blocking)."""
+        if self.needs_wake(result):
+            self.client._wake(prepared.conversation_id)
+        return Submitted(prepared.conversation_id, prepared.message_id, result.duplicate, result.depth)
