@@ -6,8 +6,11 @@ All three accept the same inputs (game events, unique message ids, spread over c
 number of threads; the API is the webhook process as the Procfile runs it (uvicorn, two workers, configured from the
 environment), sent to by httpx and by a lean client (http.client): on a small machine the sender's own CPU is
 part of what is measured, and httpx's is about as much as the server's; with Go on the PATH, also by a producer
-written in Go (bench/go_sender, as a game engine's backend might be). The inlet is one in-process consumer draining a stream filled beforehand (publishing is the engine's
-cost, not Parley's).
+written in Go (bench/go_sender, as a game engine's backend might be). Old against new in the same run: the API
+with every accept in a worker thread (bench/threaded_api.py, as before issue 29's async accept) and with the accept
+on the event loop; uvicorn with its access log (the Procfile turns it off) and without. The inlet is one
+in-process consumer draining a stream filled beforehand (publishing is the engine's cost, not Parley's), with one
+round trip per entry (as before) and with a batch's accepts pipelined.
 
     python bench/producers_accept.py [--url redis://127.0.0.1:6379/15] [--inputs 4000] [--threads 4]
 """
@@ -31,6 +34,7 @@ import uuid
 from collections.abc import Callable
 
 import httpx
+import psutil
 import redis
 
 from worker.client import ConversationClient
@@ -114,18 +118,20 @@ def _go_sender(workdir: str) -> str | None:
 
 
 class Webhook:
-    """The webhook process as the Procfile runs it (``app``, uvicorn's ``log_level``: ``info`` is the Procfile's
-    default, which writes an access-log line per request, here to a file), on a free port, while in the block."""
+    """The webhook process as the Procfile runs it (``app``; its log, at the Procfile's level, goes to a file), on a
+    free port, while in the block. ``access_log``: without the Procfile's ``--no-access-log`` (a line per request)."""
 
     def __init__(self, url: str, prefix: str, workers: int, workdir: str, app: str = NEW_APP,
-                 log_level: str = "warning") -> None:
+                 access_log: bool = False) -> None:
         self.port = _free_port()
         self.base = f"http://127.0.0.1:{self.port}"
         env = {**os.environ, "REDIS_URL": url, "PARLEY_KEY_PREFIX": prefix, "PARLEY_API_TOKENS": "bench",
                "PARLEY_LOG_LEVEL": "WARNING", "PYTHONPATH": str(ROOT)}
         self._log = open(os.path.join(workdir, f"uvicorn-{self.port}.log"), "wb")  # noqa: SIM115
-        self._proc = subprocess.Popen([sys.executable, "-m", *webhook_command(self.port, workers, app),
-                                       "--log-level", log_level], env=env, stdout=self._log, stderr=self._log)
+        command = webhook_command(self.port, workers, app)
+        if access_log:
+            command.remove("--no-access-log")
+        self._proc = subprocess.Popen([sys.executable, "-m", *command], env=env, stdout=self._log, stderr=self._log)
 
     def __enter__(self) -> Webhook:
         for _ in range(300):
@@ -135,6 +141,11 @@ class Webhook:
             except httpx.HTTPError:
                 time.sleep(0.1)
         return self
+
+    def cpu_seconds(self) -> float:
+        """CPU (user and system) the webhook's processes have used so far: the supervisor and its workers."""
+        proc = psutil.Process(self._proc.pid)
+        return sum(sum(p.cpu_times()[:2]) for p in [proc, *proc.children(recursive=True)])
 
     def __exit__(self, *exc: object) -> None:
         self._proc.terminate()
@@ -154,37 +165,62 @@ def _httpx_sender(base: str, threads: int, run: str) -> Callable[[int], None]:
 
 
 def http_api(hook: Webhook, n: int, threads: int, go_sender: str | None, *,
-             lean_only: bool = False) -> tuple[float | None, float, float | None]:
+             lean_only: bool = False) -> tuple[float | None, float, float | None, float]:
     """Inputs per second through the webhook process, sent with httpx, with a lean client and from Go (the lean
-    client only, when ``lean_only``)."""
+    client only, when ``lean_only``); and the server's CPU per request (µs) while the lean client sent (less moved
+    by the machine's other load than a rate)."""
     run = uuid.uuid4().hex[:8]
+    cpu = hook.cpu_seconds()
     lean = _threads(n, threads, _stdlib_sender(hook.port, threads, run))
+    server_us = (hook.cpu_seconds() - cpu) / n * 1e6
     if lean_only:
-        return None, lean, None
+        return None, lean, None, server_us
     from_go = None
     if go_sender is not None:
         out = subprocess.run([go_sender, hook.base, "bench", str(n), str(threads), run], check=True,
                              capture_output=True, text=True)
         from_go = float(out.stdout)
-    return _threads(n, threads, _httpx_sender(hook.base, threads, run)), lean, from_go
+    return _threads(n, threads, _httpx_sender(hook.base, threads, run)), lean, from_go, server_us
 
 
-def inlet(url: str, prefix: str, n: int) -> float:
+def inlet(url: str, prefix: str, n: int, *, one_by_one: bool = False) -> float:
+    """Inputs per second through one in-process inlet draining a stream filled beforehand. ``one_by_one``: each
+    entry accepted in a round trip of its own, as before issue 29's batched accepts (the old side)."""
     r = redis.Redis.from_url(url)
-    stream = f"{prefix}:inlet"
+    stream = f"{prefix}:inlet{'-old' if one_by_one else ''}"
     pipe = r.pipeline(transaction=False)
     for i in range(n):
         pipe.xadd(stream, {"envelope": json.dumps({"kind": "event", "conversation_id": f"s{i % CONVERSATIONS}",
                                                     "text": f"event {i}"})})
     pipe.execute()
-    client = ConversationClient(ConversationStore(r, prefix=prefix), wake=lambda cid: None)
-    consumer = Inlet(r, client, stream, "bench", "one", block_ms=1)
+    store = ConversationStore(r, prefix=prefix)
+    if one_by_one:
+        store.accept_many = lambda inputs: [store._accept_or_full(*one) for one in inputs]  # type: ignore[method-assign]
+    consumer = Inlet(r, ConversationClient(store, wake=lambda cid: None), stream, "bench", "one", block_ms=1)
     consumer.ensure_group()
     start = time.perf_counter()
     done = 0
     while done < n:
         done += consumer.step()
     return n / (time.perf_counter() - start)
+
+
+def access_log_line_us(workdir: str, n: int = 20_000) -> float:
+    """CPU (µs) of one uvicorn access-log line as uvicorn configures it, written to a line-buffered file (what a
+    process manager reading stdout costs at least): in-process, so the machine's other load moves it little."""
+    import logging.config
+
+    from uvicorn.config import LOGGING_CONFIG
+
+    logging.config.dictConfig(LOGGING_CONFIG)
+    log = logging.getLogger("uvicorn.access")
+    with open(os.path.join(workdir, "access.log"), "w", buffering=1) as out:
+        for handler in log.handlers:
+            handler.setStream(out)  # type: ignore[attr-defined]
+        start = time.process_time()
+        for _ in range(n):
+            log.info('%s - "%s %s HTTP/%s" %d', "127.0.0.1:50000", "POST", "/v1/conversations/c1/events", "1.1", 202)
+        return (time.process_time() - start) / n * 1e6
 
 
 def _ratio(name: str, rate: float | None, base: float, aim: str = "") -> None:
@@ -205,12 +241,14 @@ def main() -> None:
         with tempfile.TemporaryDirectory() as workdir:
             go = _go_sender(workdir)
             with Webhook(a.url, prefix, a.workers, workdir, THREADED_APP) as hook:
-                old_api, old_lean, _ = http_api(hook, a.inputs, a.threads, None)
+                old_api, old_lean, _, old_us = http_api(hook, a.inputs, a.threads, None)
             with Webhook(a.url, prefix, a.workers, workdir) as hook:
-                api, lean, from_go = http_api(hook, a.inputs, a.threads, go)
-            with Webhook(a.url, prefix, a.workers, workdir, log_level="info") as hook:
-                _, logged, _ = http_api(hook, a.inputs, a.threads, None, lean_only=True)
+                api, lean, from_go, new_us = http_api(hook, a.inputs, a.threads, go)
+            with Webhook(a.url, prefix, a.workers, workdir, access_log=True) as hook:
+                _, logged, _, logged_us = http_api(hook, a.inputs, a.threads, None, lean_only=True)
+            line_us = access_log_line_us(workdir)
         base_single = python_client(a.url, prefix, a.inputs, 1)
+        streamed_old = inlet(a.url, prefix, a.inputs, one_by_one=True)
         streamed = inlet(a.url, prefix, a.inputs)
     finally:
         r = redis.Redis.from_url(a.url)
@@ -223,10 +261,14 @@ def main() -> None:
     _ratio("HTTP API, httpx, accept in a thread", old_api, base)
     _ratio("HTTP API, httpx, accept on the loop", api, base, " (aim 0.5x)")
     _ratio("HTTP API, a Go producer, accept on the loop", from_go, base)
-    _ratio("HTTP API, lean client, access log on (uvicorn --log-level info)", logged, base)
+    _ratio("HTTP API, lean client, accept on the loop, access log on", logged, base)
+    print(f"webhook CPU per request (lean client): accept in a thread {old_us:.0f} µs, on the loop {new_us:.0f} µs, "
+          f"on the loop with the access log {logged_us:.0f} µs; one access-log line (in-process) {line_us:.0f} µs")
     print(f"python client, 1 thread:  {base_single:8.0f} inputs/s")
-    print(f"inlet, 1 consumer:        {streamed:8.0f} inputs/s  = {streamed / base_single:.2f}x the client on one "
-          f"thread (aim 0.8x)")
+    print(f"inlet, 1 consumer, an accept a round trip: {streamed_old:8.0f} inputs/s  = "
+          f"{streamed_old / base_single:.2f}x the client on one thread")
+    print(f"inlet, 1 consumer, a batch's accepts pipelined: {streamed:8.0f} inputs/s  = "
+          f"{streamed / base_single:.2f}x the client on one thread (aim 0.8x)")
 
 
 if __name__ == "__main__":
