@@ -25,7 +25,10 @@ from worker.inlet.amqp import dead_queue, inlet_queue
 from worker.store.redis_store import ConversationStore
 
 server = pytest.fixture(redis_of_its_own)
-CONVERSATIONS, PER_CONVERSATION = 6, 50
+# Many conversations, few inputs each: the first input of a conversation wakes a worker (a publish to RabbitMQ)
+# between its accept and its acknowledgement, which widens the window a SIGKILL must hit to leave an accepted
+# message unacknowledged (its redelivery must then be a duplicate).
+CONVERSATIONS, PER_CONVERSATION = 100, 3
 
 
 @pytest.fixture
@@ -96,7 +99,7 @@ def test_a_sigkilled_amqp_inlet_loses_and_duplicates_nothing(vhost: Vhost, serve
         procs.append(start_inlet(env, "inlet-standby"))  # subscribed second: the single active consumer's standby
         _wait(lambda: _consumers(vhost, queue) == ["single_active", "waiting"], 60)
         _publish_all(vhost.url, queue)
-        _wait(lambda: accepted() >= total // 3, 60)
+        _wait(lambda: accepted() >= CONVERSATIONS // 2, 60)  # among the first inputs, those that wake a worker
         active.send_signal(signal.SIGKILL)  # one message in flight: accepted or not, it was never acknowledged
         active.wait(10)
         assert 0 < accepted() < total, "the SIGKILL landed while messages were still in the queue"
