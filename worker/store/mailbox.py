@@ -35,12 +35,12 @@ class MailboxStore(StoreCore):
         Raises :class:`~worker.errors.InboxFullError` when the mailbox holds ``max_inbox`` inputs.
         """
         limit = max_inbox or self.limits.max_inbox
+        script_keys, args = self._accept_call(cid, envelope, input_id, limit, inbound)  # the id validated first
         # The sweeper must know of any conversation that might have work, so the pending mark comes first: in
         # the same script on a standalone Redis (one round trip), before it on a Cluster (another slot).
         if self._cluster:
-            self._client.zadd(self.global_keys.pending, {cid: self._now_ms()})
-        res = self._scripts.accept(self._accept_call(cid, envelope, input_id, limit, inbound))
-        return self._accepted(cid, res, limit)
+            self._client.zadd(self.global_keys.pending, {cid: args.now_ms})
+        return self._accepted(cid, self._scripts.accept(keys=script_keys, args=args), limit)
 
     @store_errors
     def accept_many(self, inputs: Sequence[tuple[str, bytes, str, bool]]) -> list[AcceptResult | InboxFullError]:
@@ -54,7 +54,7 @@ class MailboxStore(StoreCore):
         pipe = self._client.pipeline(transaction=False)
         for cid, envelope, input_id, inbound in inputs:
             script_keys, args = self._accept_call(cid, envelope, input_id, limit, inbound)
-            self._scripts.accept_in(pipe, script_keys, args)
+            self._scripts.accept_in(pipe=pipe, keys=script_keys, args=args)
         replies = self._scripts.replication.execute(pipe, what="accept")
         return [self._accepted_or_full(cid, AcceptReply.parse(reply), limit)
                 for (cid, *_), reply in zip(inputs, replies, strict=True)]

@@ -338,15 +338,14 @@ class Scripts:
         """How writes wait for replicas (the event loop's accept waits the same way)."""
         return self._replication
 
-    def accept_in(self, pipe: Any, script_keys: list[str], args: AcceptArgs) -> None:
+    def accept_in(self, *, pipe: Any, keys: list[str], args: AcceptArgs) -> None:
         """Queue ACCEPT (:func:`accept_call`'s KEYS and ARGV) on a pipeline; run it with
         :meth:`Replication.execute`."""
-        self._accept(keys=script_keys, args=args, client=pipe)
+        self._accept(keys=keys, args=args, client=pipe)
 
-    def accept(self, call: tuple[list[str], AcceptArgs]) -> AcceptReply:
+    def accept(self, *, keys: list[str], args: AcceptArgs) -> AcceptReply:
         """ACCEPT with :func:`accept_call`'s KEYS and ARGV."""
-        script_keys, args = call
-        return AcceptReply.parse(self._replication.call(self._client, self._accept, keys=script_keys, args=args,
+        return AcceptReply.parse(self._replication.call(self._client, self._accept, keys=keys, args=args,
                                                         what="accept"))
 
     def begin(self, *, keys: ConversationKeys, lease_ms: int, peek: int = 0, held_tag: str = "") -> BeginReply:
