@@ -11,6 +11,16 @@ from worker.client import ConversationClient, Submitted
 from worker.envelopes import Envelope
 from worker.store.results import AcceptResult
 
+#: The kinds whose client method, for an input not scheduled for later (``at``), does nothing but validate, build and
+#: accept: only those are prepared and accepted apart. Anything else (a reset, which also drops the conversation's
+#: timers; a pause; a scheduled input) goes through the client's own method.
+PREPARABLE_KINDS = frozenset({"message", "event"})
+
+
+def preparable(kind: str, arguments: dict[str, Any]) -> bool:
+    """Whether the input of ``kind`` with ``arguments`` may be prepared and accepted apart (see above)."""
+    return kind in PREPARABLE_KINDS and arguments.get("at") is None
+
 
 @dataclass(frozen=True)
 class Prepared(Submitted):
@@ -24,7 +34,9 @@ class Prepared(Submitted):
 class _Preparing(ConversationClient):
     """The client's methods, stopping short of the store: they answer a :class:`Prepared`."""
 
-    def _submit(self, env: Envelope, *, from_player: bool = False) -> Submitted:
+    def _submit(self, env: Envelope, *, from_player: bool = False, **scheduling: Any) -> Submitted:
+        # An input scheduled for later is not accepted now: callers send it through the blocking client.
+        assert not any(scheduling.values()), "a scheduled input has no accept to prepare"
         return Prepared(env.conversation_id, env.message_id, False, 0, env, self._checked(env, from_player=from_player))
 
 

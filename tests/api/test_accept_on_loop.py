@@ -86,7 +86,7 @@ def test_the_loop_writes_what_the_blocking_client_writes(server: RedisServer) ->
     assert woken_loop == [CID]  # the first input of the burst woke a worker, the others did not
 
 
-def test_a_small_body_takes_no_thread_hop_and_a_large_one_is_parsed_in_a_thread(
+def test_a_small_body_takes_no_thread_hop_a_large_one_and_a_reset_do(
         server: RedisServer, monkeypatch: pytest.MonkeyPatch) -> None:
     hops: list[object] = []
 
@@ -102,6 +102,9 @@ def test_a_small_body_takes_no_thread_hop_and_a_large_one_is_parsed_in_a_thread(
     r = http.post(f"/v1/conversations/{CID}/events", headers={**PRODUCER, "Content-Type": "application/json"},
                   content=padded)
     assert r.status_code == 202 and len(hops) == 1
+    # A reset is not a plain accept (the client's reset does more): the blocking client, in a thread.
+    assert http.post(f"/v1/conversations/{CID}/reset", headers=PRODUCER).status_code == 202
+    assert len(hops) == 2
 
 
 def test_a_full_mailbox_is_429_and_the_retry_is_safe_once_drained(server: RedisServer) -> None:

@@ -34,6 +34,7 @@ from worker.errors import ConfigurationError, InboxFullError, InputError, StoreE
 from worker.ingress import metrics as ingress_metrics
 from worker.ingress.body import TooLarge, read_body
 from worker.ingress.parse import decode_webhook
+from worker.prepared import preparable
 from worker.producer_bodies import CLIENT_METHODS, OPERATIONS, Accepted, Operation, ProducerBody, Scope, field_of
 from worker.show import known, plain, summary
 from worker.store.keys import validate_conversation_id
@@ -133,10 +134,12 @@ class ProducerApi:
 
     def input(self, op: Operation, cid: str, raw: bytes | bytearray) -> Response:
         """Validate one body and queue its input (blocking: runs in a worker thread)."""
-        assert op.kind is not None
         body = self.body(op, raw)
-        if isinstance(body, Response):
-            return body
+        return body if isinstance(body, Response) else self.submit(op, cid, body)
+
+    def submit(self, op: Operation, cid: str, body: ProducerBody) -> Response:
+        """Call the client's method with the body's fields (blocking)."""
+        assert op.kind is not None
         try:
             return _accepted(getattr(self.client, CLIENT_METHODS[op.kind])(cid, **body.arguments()))
         except InputError as exc:
@@ -144,13 +147,17 @@ class ProducerApi:
 
     async def input_on_loop(self, op: Operation, cid: str, raw: bytes | bytearray) -> Response:
         """:meth:`input` with the accept awaited on the loop; a body past :data:`SMALL_BODY_BYTES` is parsed in a
-        worker thread, so a large one never holds the loop."""
+        worker thread, so a large one never holds the loop. What is not a plain input queued now (a reset, a
+        scheduled input, a pause: :func:`~worker.prepared.preparable`) goes to :meth:`submit` in a worker thread."""
         assert op.kind is not None and self.on_loop is not None
         body = self.body(op, raw) if len(raw) <= SMALL_BODY_BYTES else await run_in_threadpool(self.body, op, raw)
         if isinstance(body, Response):
             return body
+        arguments = body.arguments()
+        if not preparable(op.kind, arguments):
+            return await run_in_threadpool(self.submit, op, cid, body)
         try:
-            return _accepted(await self.on_loop.send(CLIENT_METHODS[op.kind], cid, body.arguments()))
+            return _accepted(await self.on_loop.send(CLIENT_METHODS[op.kind], cid, arguments))
         except InputError as exc:
             return _input_error(exc)
 

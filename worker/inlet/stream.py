@@ -26,8 +26,8 @@ from prometheus_client import Counter
 
 from worker.client import ConversationClient
 from worker.errors import InboxFullError, InputError, StoreError
-from worker.inlet.messages import QueueMessage, Unacceptable, parse_message
-from worker.prepared import Prepared, Preparer
+from worker.inlet.messages import Unacceptable, parse_message
+from worker.prepared import Prepared, Preparer, preparable
 from worker.producer_bodies import CLIENT_METHODS
 
 log = logging.getLogger("parley.inlet")
@@ -44,6 +44,15 @@ FIELD = b"envelope"
 def dead_stream(stream: str) -> str:
     """Where the inlet moves what it cannot accept: ``<stream>:dead``."""
     return f"{stream}:dead"
+
+
+def _queue(waves: list[list[tuple[bytes, Prepared]]], depth: dict[str, int], eid: bytes, prepared: Prepared) -> None:
+    """Put ``prepared`` in the first wave that holds no input of its conversation yet (``depth``: how many waves
+    hold one)."""
+    n = depth[prepared.conversation_id] = depth.get(prepared.conversation_id, 0) + 1
+    if n > len(waves):
+        waves.append([])
+    waves[n - 1].append((eid, prepared))
 
 
 def _sid(entry_id: bytes | str) -> tuple[int, int]:
@@ -139,9 +148,12 @@ class Inlet:
         unavailable). The inputs go to the store in waves of one round trip each, a wave holding at most one entry
         per conversation: the first entry of every conversation, then the second, ... A conversation whose entry is
         held (an older entry pending elsewhere, a full mailbox) has its later entries of the batch held too, so
-        nothing overtakes it; and within a wave no two inputs of a conversation can race a worker's drain."""
+        nothing overtakes it; and within a wave no two inputs of a conversation can race a worker's drain. What is
+        not a plain input (a reset, a scheduled input: :func:`~worker.prepared.preparable`) goes through the
+        client's own method, once the waves of the entries before it are in."""
         outcomes: dict[bytes, str] = {}
-        held: set[str] = set()
+        held: set[str] = set()  # held while reading the batch: the entries after it wait, not those before
+        full: set[str] = set()  # found full while accepting: its entries in later waves wait
         waves: list[list[tuple[bytes, Prepared]]] = []
         depth: dict[str, int] = {}
         for eid, fields in entries:
@@ -156,23 +168,40 @@ class Inlet:
                 held.add(cid)
                 outcomes[eid] = "held"
                 continue
+            kwargs = msg.body.arguments()
+            kwargs.setdefault("message_id", f"{self.stream}/{eid.decode()}")
+            method = CLIENT_METHODS[msg.kind]
             try:
-                prepared = self._prepare(eid, msg)
+                if preparable(msg.kind, kwargs):
+                    _queue(waves, depth, eid, self._preparer.prepare(method, cid, kwargs))
+                    continue
+                if not self._send(waves, full, outcomes):
+                    return outcomes
+                waves, depth = [], {}
+                if cid in full:
+                    raise InboxFullError(cid)
+                outcomes[eid] = "duplicate" if getattr(self.client, method)(cid, **kwargs).duplicate else "accepted"
+            except InboxFullError:
+                log.warning("inlet: %s's mailbox is full; entry %s held", cid, eid.decode())
+                held.add(cid)
+                outcomes[eid] = "held"
             except InputError as exc:
                 outcomes[eid] = self._dead(eid, fields, f"{exc.field or 'input'}: {exc}" if exc.field else str(exc))
-                continue
-            n = depth[cid] = depth.get(cid, -1) + 1
-            if n == len(waves):
-                waves.append([])
-            waves[n].append((eid, prepared))
-        full: set[str] = set()  # apart from `held`: a held entry holds the entries after it, not those before
+            except StoreError as exc:
+                log.error("inlet: store unavailable, entry %s held with the rest of its batch: %s", eid.decode(), exc)
+                return outcomes
+        self._send(waves, full, outcomes)
+        return outcomes
+
+    def _send(self, waves: list[list[tuple[bytes, Prepared]]], full: set[str], outcomes: dict[bytes, str]) -> bool:
+        """Accept the waves in order; ``False`` when the store is unavailable (the rest stays pending)."""
         for wave in waves:
             try:
                 self._accept_wave(wave, full, outcomes)
             except StoreError as exc:
                 log.error("inlet: store unavailable, entries from %s held: %s", wave[0][0].decode(), exc)
-                break
-        return outcomes
+                return False
+        return True
 
     def _accept_wave(self, wave: list[tuple[bytes, Prepared]], full: set[str], outcomes: dict[bytes, str]) -> None:
         tried = []
@@ -198,11 +227,6 @@ class Inlet:
         if out[0]:  # more pending entries than examined: past the newest examined, nothing is known
             blocked["*"] = _sid(out[0])
         return blocked
-
-    def _prepare(self, eid: bytes, msg: QueueMessage) -> Prepared:
-        kwargs = msg.body.arguments()
-        kwargs.setdefault("message_id", f"{self.stream}/{eid.decode()}")
-        return self._preparer.prepare(CLIENT_METHODS[msg.kind], msg.conversation_id, kwargs)
 
     def _dead(self, eid: bytes, fields: dict[bytes, bytes], reason: str) -> str:
         log.warning("inlet: entry %s moved to %s: %s", eid.decode(), dead_stream(self.stream), reason)
