@@ -6,8 +6,11 @@ All three accept the same inputs (game events, unique message ids, spread over c
 number of threads; the API is the webhook process as the Procfile runs it (uvicorn, two workers, configured from the
 environment), sent to by httpx and by a lean client (http.client): on a small machine the sender's own CPU is
 part of what is measured, and httpx's is about as much as the server's; with Go on the PATH, also by a producer
-written in Go (bench/go_sender, as a game engine's backend might be). The inlet is one in-process consumer draining a stream filled beforehand (publishing is the engine's
-cost, not Parley's).
+written in Go (bench/go_sender, as a game engine's backend might be). Old against new in the same run: the API
+with every accept in a worker thread (bench/threaded_api.py, as before issue 29's async accept) and with the accept
+on the event loop; uvicorn with its access log (the Procfile turns it off) and without. The inlet is one
+in-process consumer draining a stream filled beforehand (publishing is the engine's cost, not Parley's), with one
+round trip per entry (as before) and with a batch's accepts pipelined.
 
     python bench/producers_accept.py [--url redis://127.0.0.1:6379/15] [--inputs 4000] [--threads 4]
 """
@@ -31,6 +34,7 @@ import uuid
 from collections.abc import Callable
 
 import httpx
+import psutil
 import redis
 
 from worker.client import ConversationClient
@@ -38,6 +42,9 @@ from worker.inlet.stream import Inlet
 from worker.store.redis_store import ConversationStore
 
 CONVERSATIONS = 200
+NEW_APP = "worker.ingress.app:app"
+#: The API as it was before the async accept (every input in a worker thread): the old side of old against new.
+THREADED_APP = "bench.threaded_api:app"
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 
@@ -69,10 +76,11 @@ def python_client(url: str, prefix: str, n: int, threads: int) -> float:
                                                            message_id=f"py-{run}-{i}"))
 
 
-def webhook_command(port: int, workers: int) -> list[str]:
-    """The Procfile's webhook command (uvicorn and its options), on ``port`` with ``workers`` workers."""
+def webhook_command(port: int, workers: int, app: str = NEW_APP) -> list[str]:
+    """The Procfile's webhook command (uvicorn and its options), on ``port`` with ``workers`` workers, serving
+    ``app``."""
     line = next(ln for ln in (ROOT / "Procfile").read_text().splitlines() if ln.startswith("webhook:"))
-    command = line.partition(":")[2].replace("${PORT:-8080}", str(port))
+    command = line.partition(":")[2].replace("${PORT:-8080}", str(port)).replace(NEW_APP, app)
     return shlex.split(command.replace("${PARLEY_WEBHOOK_WORKERS:-2}", str(workers)).replace("0.0.0.0", "127.0.0.1"))
 
 
@@ -109,57 +117,115 @@ def _go_sender(workdir: str) -> str | None:
     return binary
 
 
-def http_api(url: str, prefix: str, n: int, threads: int, workers: int,
-             go_sender: str | None) -> tuple[float, float, float | None]:
-    """Inputs per second through the webhook process, sent with httpx, with a lean client and from Go."""
-    port = _free_port()
-    env = {**os.environ, "REDIS_URL": url, "PARLEY_KEY_PREFIX": prefix, "PARLEY_API_TOKENS": "bench",
-           "PARLEY_LOG_LEVEL": "WARNING"}
-    proc = subprocess.Popen([sys.executable, "-m", *webhook_command(port, workers), "--log-level", "warning"], env=env)
-    try:
-        base = f"http://127.0.0.1:{port}"
+class Webhook:
+    """The webhook process as the Procfile runs it (``app``; its log, at the Procfile's level, goes to a file), on a
+    free port, while in the block. ``access_log``: without the Procfile's ``--no-access-log`` (a line per request)."""
+
+    def __init__(self, url: str, prefix: str, workers: int, workdir: str, app: str = NEW_APP,
+                 access_log: bool = False) -> None:
+        self.port = _free_port()
+        self.base = f"http://127.0.0.1:{self.port}"
+        env = {**os.environ, "REDIS_URL": url, "PARLEY_KEY_PREFIX": prefix, "PARLEY_API_TOKENS": "bench",
+               "PARLEY_LOG_LEVEL": "WARNING", "PYTHONPATH": str(ROOT)}
+        self._log = open(os.path.join(workdir, f"uvicorn-{self.port}.log"), "wb")  # noqa: SIM115
+        command = webhook_command(self.port, workers, app)
+        if access_log:
+            command.remove("--no-access-log")
+        self._proc = subprocess.Popen([sys.executable, "-m", *command], env=env, stdout=self._log, stderr=self._log)
+
+    def __enter__(self) -> Webhook:
         for _ in range(300):
             try:
-                if httpx.get(f"{base}/healthz").status_code == 200:
+                if httpx.get(f"{self.base}/healthz").status_code == 200:
                     break
             except httpx.HTTPError:
                 time.sleep(0.1)
-        clients = [httpx.Client(base_url=base, headers={"Authorization": "Bearer bench"}) for _ in range(threads)]
-        run = uuid.uuid4().hex[:8]
+        return self
 
-        def send(i: int) -> None:
-            r = clients[i % threads].post(f"/v1/conversations/h{i % CONVERSATIONS}/events",
-                                          json={"text": f"event {i}", "message_id": f"http-{run}-{i}"})
-            assert r.status_code == 202, r.text
+    def cpu_seconds(self) -> float:
+        """CPU (user and system) the webhook's processes have used so far: the supervisor and its workers."""
+        proc = psutil.Process(self._proc.pid)
+        return sum(sum(p.cpu_times()[:2]) for p in [proc, *proc.children(recursive=True)])
 
-        lean = _threads(n, threads, _stdlib_sender(port, threads, run))
-        from_go = None
-        if go_sender is not None:
-            out = subprocess.run([go_sender, base, "bench", str(n), str(threads), run], check=True,
-                                 capture_output=True, text=True)
-            from_go = float(out.stdout)
-        return _threads(n, threads, send), lean, from_go
-    finally:
-        proc.terminate()
-        proc.wait(10)
+    def __exit__(self, *exc: object) -> None:
+        self._proc.terminate()
+        self._proc.wait(10)
+        self._log.close()
 
 
-def inlet(url: str, prefix: str, n: int) -> float:
+def _httpx_sender(base: str, threads: int, run: str) -> Callable[[int], None]:
+    clients = [httpx.Client(base_url=base, headers={"Authorization": "Bearer bench"}) for _ in range(threads)]
+
+    def send(i: int) -> None:
+        r = clients[i % threads].post(f"/v1/conversations/h{i % CONVERSATIONS}/events",
+                                      json={"text": f"event {i}", "message_id": f"http-{run}-{i}"})
+        assert r.status_code == 202, r.text
+
+    return send
+
+
+def http_api(hook: Webhook, n: int, threads: int, go_sender: str | None, *,
+             lean_only: bool = False) -> tuple[float | None, float, float | None, float]:
+    """Inputs per second through the webhook process, sent with httpx, with a lean client and from Go (the lean
+    client only, when ``lean_only``); and the server's CPU per request (µs) while the lean client sent (less moved
+    by the machine's other load than a rate)."""
+    run = uuid.uuid4().hex[:8]
+    cpu = hook.cpu_seconds()
+    lean = _threads(n, threads, _stdlib_sender(hook.port, threads, run))
+    server_us = (hook.cpu_seconds() - cpu) / n * 1e6
+    if lean_only:
+        return None, lean, None, server_us
+    from_go = None
+    if go_sender is not None:
+        out = subprocess.run([go_sender, hook.base, "bench", str(n), str(threads), run], check=True,
+                             capture_output=True, text=True)
+        from_go = float(out.stdout)
+    return _threads(n, threads, _httpx_sender(hook.base, threads, run)), lean, from_go, server_us
+
+
+def inlet(url: str, prefix: str, n: int, *, one_by_one: bool = False) -> float:
+    """Inputs per second through one in-process inlet draining a stream filled beforehand. ``one_by_one``: each
+    entry accepted in a round trip of its own, as before issue 29's batched accepts (the old side)."""
     r = redis.Redis.from_url(url)
-    stream = f"{prefix}:inlet"
+    stream = f"{prefix}:inlet{'-old' if one_by_one else ''}"
     pipe = r.pipeline(transaction=False)
     for i in range(n):
         pipe.xadd(stream, {"envelope": json.dumps({"kind": "event", "conversation_id": f"s{i % CONVERSATIONS}",
                                                     "text": f"event {i}"})})
     pipe.execute()
-    client = ConversationClient(ConversationStore(r, prefix=prefix), wake=lambda cid: None)
-    consumer = Inlet(r, client, stream, "bench", "one", block_ms=1)
+    store = ConversationStore(r, prefix=prefix)
+    if one_by_one:
+        store.accept_many = lambda inputs: [store._accept_or_full(*one) for one in inputs]  # type: ignore[method-assign]
+    consumer = Inlet(r, ConversationClient(store, wake=lambda cid: None), stream, "bench", "one", block_ms=1)
     consumer.ensure_group()
     start = time.perf_counter()
     done = 0
     while done < n:
         done += consumer.step()
     return n / (time.perf_counter() - start)
+
+
+def access_log_line_us(workdir: str, n: int = 20_000) -> float:
+    """CPU (µs) of one uvicorn access-log line as uvicorn configures it, written to a line-buffered file (what a
+    process manager reading stdout costs at least): in-process, so the machine's other load moves it little."""
+    import logging.config
+
+    from uvicorn.config import LOGGING_CONFIG
+
+    logging.config.dictConfig(LOGGING_CONFIG)
+    log = logging.getLogger("uvicorn.access")
+    with open(os.path.join(workdir, "access.log"), "w", buffering=1) as out:
+        for handler in log.handlers:
+            handler.setStream(out)  # type: ignore[attr-defined]
+        start = time.process_time()
+        for _ in range(n):
+            log.info('%s - "%s %s HTTP/%s" %d', "127.0.0.1:50000", "POST", "/v1/conversations/c1/events", "1.1", 202)
+        return (time.process_time() - start) / n * 1e6
+
+
+def _ratio(name: str, rate: float | None, base: float, aim: str = "") -> None:
+    if rate is not None:
+        print(f"{name:58s} {rate:8.0f} inputs/s  = {rate / base:.2f}x the client{aim}")
 
 
 def main() -> None:
@@ -173,21 +239,36 @@ def main() -> None:
     try:
         base = python_client(a.url, prefix, a.inputs, a.threads)
         with tempfile.TemporaryDirectory() as workdir:
-            api, lean, from_go = http_api(a.url, prefix, a.inputs, a.threads, a.workers, _go_sender(workdir))
+            go = _go_sender(workdir)
+            with Webhook(a.url, prefix, a.workers, workdir, THREADED_APP) as hook:
+                old_api, old_lean, _, old_us = http_api(hook, a.inputs, a.threads, None)
+            with Webhook(a.url, prefix, a.workers, workdir) as hook:
+                api, lean, from_go, new_us = http_api(hook, a.inputs, a.threads, go)
+            with Webhook(a.url, prefix, a.workers, workdir, access_log=True) as hook:
+                _, logged, _, logged_us = http_api(hook, a.inputs, a.threads, None, lean_only=True)
+            line_us = access_log_line_us(workdir)
         base_single = python_client(a.url, prefix, a.inputs, 1)
+        streamed_old = inlet(a.url, prefix, a.inputs, one_by_one=True)
         streamed = inlet(a.url, prefix, a.inputs)
     finally:
         r = redis.Redis.from_url(a.url)
         for key in r.scan_iter(match=f"{prefix}*", count=1000):
             r.delete(key)
     print(f"python client, {a.threads} threads: {base:8.0f} inputs/s")
-    print(f"HTTP API,      {a.threads} threads, {a.workers} uvicorn workers: {api:8.0f} inputs/s  = {api / base:.2f}x the client (aim 0.5x)")
-    print(f"HTTP API, lean client (http.client): {lean:8.0f} inputs/s  = {lean / base:.2f}x the client")
-    if from_go is not None:
-        print(f"HTTP API, a Go producer:  {from_go:8.0f} inputs/s  = {from_go / base:.2f}x the client")
+    print(f"HTTP API: {a.threads} sender threads, {a.workers} uvicorn workers")
+    _ratio("HTTP API, lean client (http.client), accept in a thread", old_lean, base)
+    _ratio("HTTP API, lean client (http.client), accept on the loop", lean, base)
+    _ratio("HTTP API, httpx, accept in a thread", old_api, base)
+    _ratio("HTTP API, httpx, accept on the loop", api, base, " (aim 0.5x)")
+    _ratio("HTTP API, a Go producer, accept on the loop", from_go, base)
+    _ratio("HTTP API, lean client, accept on the loop, access log on", logged, base)
+    print(f"webhook CPU per request (lean client): accept in a thread {old_us:.0f} µs, on the loop {new_us:.0f} µs, "
+          f"on the loop with the access log {logged_us:.0f} µs; one access-log line (in-process) {line_us:.0f} µs")
     print(f"python client, 1 thread:  {base_single:8.0f} inputs/s")
-    print(f"inlet, 1 consumer:        {streamed:8.0f} inputs/s  = {streamed / base_single:.2f}x the client on one "
-          f"thread (aim 0.8x)")
+    print(f"inlet, 1 consumer, an accept a round trip: {streamed_old:8.0f} inputs/s  = "
+          f"{streamed_old / base_single:.2f}x the client on one thread")
+    print(f"inlet, 1 consumer, a batch's accepts pipelined: {streamed:8.0f} inputs/s  = "
+          f"{streamed / base_single:.2f}x the client on one thread (aim 0.8x)")
 
 
 if __name__ == "__main__":

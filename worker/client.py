@@ -26,7 +26,7 @@ from worker.envelopes import Envelope, Media, build_envelope
 from worker.errors import OversizeInputError
 from worker.settings import Settings, get_settings
 from worker.store.keys import validate_conversation_id
-from worker.store.redis_store import ConversationStore
+from worker.store.redis_store import AcceptResult, ConversationStore
 from worker.store.results import Pause
 from worker.wakeup import Waker, celery_waker
 
@@ -90,12 +90,7 @@ class ConversationClient:
         return cls(build_store(settings), wake or celery_waker(settings), max_text_chars=settings.memory.max_input_chars)
 
     def _submit(self, env: Envelope, *, from_player: bool = False, at: datetime | None = None) -> Submitted:
-        # A notice's text is the deployment's short answer, not the player's words: the input limit is not for it
-        # (the ingress answers a text over that limit with one).
-        if env.text is not None and env.kind != "notice" and len(env.text) > self.max_text_chars:
-            err = OversizeInputError(f"text is {len(env.text)} characters; the limit is {self.max_text_chars}")
-            err.field = "text"
-            raise err
+        inbound = self._checked(env, from_player=from_player)
         due = due_ms(at) if at is not None else None
         if due is not None:
             # Held: it never opens WhatsApp's window when it fires, since the player did not write at that time.
@@ -104,15 +99,28 @@ class ConversationClient:
             return Submitted(env.conversation_id, env.message_id, held.duplicate, 0, scheduled=True)
         if env.kind == "reset":  # a reset joins the order with no timers held behind it (docs/producers.md)
             self.store.drop_timers(env.conversation_id)
-        result = self.store.accept(env.conversation_id, env.to_bytes(), env.message_id,
-                                   inbound=from_player or _from_player(env), ends_burst=_ends_burst(env))
+        result = self.store.accept(env.conversation_id, env.to_bytes(), env.message_id, inbound=inbound,
+                                   ends_burst=_ends_burst(env))
+        if self._needs_wake(result):
+            self._wake(env.conversation_id)
+        return Submitted(env.conversation_id, env.message_id, result.duplicate, result.depth)
+
+    def _checked(self, env: Envelope, *, from_player: bool = False) -> bool:
+        """Refuse what the envelope's own checks do not (the input limit); whether the input is the player's."""
+        # A notice's text is the deployment's short answer, not the player's words: the input limit is not for it
+        # (the ingress answers a text over that limit with one).
+        if env.text is not None and env.kind != "notice" and len(env.text) > self.max_text_chars:
+            err = OversizeInputError(f"text is {len(env.text)} characters; the limit is {self.max_text_chars}")
+            err.field = "text"
+            raise err
+        return from_player or _from_player(env)
+
+    def _needs_wake(self, result: AcceptResult) -> bool:
         # Only the first input of a burst needs a wake-up: with more waiting, a wake-up is already queued, or a
         # worker is draining (its commit hands the new input back atomically), or the head waits for its
         # scheduled retry; the sweeper covers a worker that died. Fewer Celery tasks, same guarantees. An input that
         # ended a burst's quiet period wakes one too: the burst is answered now, then the input.
-        if result.accepted and (result.depth == 1 or result.ended_hold or not self.coalesce_wakeups):
-            self._wake(env.conversation_id)
-        return Submitted(env.conversation_id, env.message_id, result.duplicate, result.depth)
+        return result.accepted and (result.depth == 1 or result.ended_hold or not self.coalesce_wakeups)
 
     def _envelope(self, **fields: Any) -> Envelope:
         validate_conversation_id(fields["conversation_id"])

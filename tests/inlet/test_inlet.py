@@ -156,3 +156,42 @@ def test_an_entry_a_crashed_inlet_left_is_claimed(server: RedisServer) -> None:
     survivor._claim_at = 0
     survivor.step()
     assert rig.inbox("c1") == [("1", "first"), ("2", "second")] and rig.pending() == 0
+
+
+def test_a_held_entry_holds_the_later_entries_of_its_batch_not_the_earlier(server: RedisServer) -> None:
+    """One batch of b holds 1 (c1), 3 (c1) and 4 (c2), while a still has 2 (c1) pending: 1 goes in (nothing of c1
+    is older), 3 waits for 2, 4 goes in. The inputs of a batch go to the store together (a round trip per wave);
+    the hold of 3 must not reach back to 1."""
+    rig = Rig(server)
+    a, b = rig.inlet("a", batch=1), rig.inlet("b", batch=10)
+    rig.publish(kind="event", conversation_id="c1", text="one", message_id="1")
+    rig.publish(kind="event", conversation_id="c1", text="two", message_id="2")
+    rig.publish(kind="event", conversation_id="c1", text="three", message_id="3")
+    rig.publish(kind="event", conversation_id="c2", text="four", message_id="4")
+    first = b._read(">")[:1]  # b reads 1 ...
+    rig.r.xgroup_setid(STREAM, GROUP, first[0][0])  # ... a reads 2, then b the rest, as interleaved reads would
+    second = a._read(">")
+    rest = b._read(">")
+    assert b.apply(first + rest) == 2
+    assert rig.inbox("c1") == [("1", "one")] and rig.inbox("c2") == [("4", "four")]
+    a.apply(second)
+    b.step()
+    assert rig.inbox("c1") == [("1", "one"), ("2", "two"), ("3", "three")] and rig.pending() == 0
+
+
+def test_a_batch_of_many_conversations_is_accepted_in_few_round_trips(server: RedisServer) -> None:
+    rig = Rig(server)
+    for i in range(40):
+        rig.publish(kind="event", conversation_id=f"c{i % 4}", text=f"{i}", message_id=f"m{i}")
+    calls: list[int] = []
+    accept_many = rig.store.accept_many
+
+    def counted(inputs: Any) -> Any:
+        calls.append(len(inputs))
+        return accept_many(inputs)
+
+    rig.store.accept_many = counted  # type: ignore[method-assign]
+    assert rig.inlet("a", batch=40).step() == 40
+    assert calls == [4] * 10  # a wave holds one entry of each conversation
+    for c in range(4):
+        assert [text for _, text in rig.inbox(f"c{c}")] == [str(i) for i in range(c, 40, 4)]

@@ -6,30 +6,23 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
-import sys
 import time
 
 import pytest
 
+from tests.support.inlet_processes import assert_each_once_in_order, start_inlet, stop_inlets
 from tests.support.redis_server import RedisServer, redis_of_its_own
-from worker.envelopes import decode_envelope
 from worker.store.redis_store import ConversationStore
 
 server = pytest.fixture(redis_of_its_own)
 CONVERSATIONS, PER_CONVERSATION = 8, 60
 
 
-def _inlet(env: dict[str, str], name: str) -> subprocess.Popen[bytes]:
-    return subprocess.Popen([sys.executable, "-m", "worker.cli", "inlet"], env={**env, "HOSTNAME": name},
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-
-
 def test_inlets_keep_each_conversations_order_through_a_sigkill(server: RedisServer) -> None:
     env = {**os.environ, "REDIS_URL": server.url, "PARLEY_INLET_BATCH": "7", "PARLEY_INLET_CLAIM_IDLE_SECONDS": "1",
            "PARLEY_LOG_LEVEL": "WARNING"}
     r = server.client()
-    procs = [_inlet(env, f"inlet-{i}") for i in range(3)]
+    procs = [start_inlet(env, f"inlet-{i}") for i in range(3)]
     try:
         for i in range(PER_CONVERSATION):
             pipe = r.pipeline(transaction=False)
@@ -42,7 +35,7 @@ def test_inlets_keep_each_conversations_order_through_a_sigkill(server: RedisSer
             if i == PER_CONVERSATION // 3:
                 procs[0].send_signal(signal.SIGKILL)  # mid-stream, likely mid-batch
                 procs[0].wait(10)
-                procs.append(_inlet(env, "inlet-3"))
+                procs.append(start_inlet(env, "inlet-3"))
             time.sleep(0.01)
         store = ConversationStore(r)
         deadline = time.monotonic() + 60
@@ -52,13 +45,7 @@ def test_inlets_keep_each_conversations_order_through_a_sigkill(server: RedisSer
                 break
             time.sleep(0.2)
     finally:
-        for p in procs:
-            if p.poll() is None:
-                p.send_signal(signal.SIGTERM)
-        for p in procs:
-            p.wait(15)
-    for c in range(CONVERSATIONS):
-        texts = [decode_envelope(payload).text for _, payload in store.inbox(f"c{c}")]
-        assert texts == [str(i) for i in range(PER_CONVERSATION)], f"c{c}"
+        stop_inlets(procs)
+    assert_each_once_in_order(store, CONVERSATIONS, PER_CONVERSATION)
     assert r.xlen("parley:inlet:dead") == 0
     assert int(r.xpending("parley:inlet", "parley-inlet")["pending"]) == 0

@@ -28,11 +28,13 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from worker.client import ConversationClient
+from worker.async_client import AsyncClient
+from worker.client import ConversationClient, Submitted
 from worker.errors import ConfigurationError, InboxFullError, InputError, StoreError, WebhookTooLargeError
 from worker.ingress import metrics as ingress_metrics
 from worker.ingress.body import TooLarge, read_body
 from worker.ingress.parse import decode_webhook
+from worker.prepared import preparable
 from worker.producer_bodies import (
     CLIENT_METHODS,
     OPERATIONS,
@@ -41,6 +43,7 @@ from worker.producer_bodies import (
     Cancelled,
     Operation,
     PauseState,
+    ProducerBody,
     Scope,
     field_of,
 )
@@ -56,6 +59,8 @@ RETRY_AFTER_FULL = 5
 RETRY_AFTER_UNAVAILABLE = 2
 #: JSON objects one body may hold: a producer's body is one flat object.
 MAX_BODY_OBJECTS = 16
+#: A body up to this size is parsed on the event loop (tens of microseconds); a larger one in a worker thread.
+SMALL_BODY_BYTES = 8 * 1024
 _SCOPE_PREFIX = re.compile(r"[a-z]+")
 
 
@@ -118,17 +123,23 @@ def _input_error(exc: InputError) -> JSONResponse:
     return problem(422, str(exc), exc.field)
 
 
+def _accepted(done: Submitted) -> Response:
+    return JSONResponse(Accepted(input_id=done.message_id, duplicate=done.duplicate).model_dump(), status_code=202)
+
+
 @dataclass(frozen=True)
 class ProducerApi:
-    """The handlers, bound to a client and the configured tokens."""
+    """The handlers, bound to a client and the configured tokens. ``on_loop``: the client's accept awaited on the
+    event loop (``None`` when the store cannot: the blocking client then runs in a worker thread)."""
 
     client: ConversationClient
     tokens: list[tuple[bytes, Scope]]
     body_limit: int
+    on_loop: AsyncClient | None = None
 
-    def input(self, op: Operation, cid: str, raw: bytes | bytearray) -> Response:
-        """Validate one body and queue its input (blocking: runs in a worker thread)."""
-        assert op.body is not None and op.kind is not None
+    def body(self, op: Operation, raw: bytes | bytearray) -> ProducerBody | Response:
+        """The body parsed and validated (CPU only), or the answer that refuses it."""
+        assert op.body is not None
         try:
             obj: Any = decode_webhook(raw, max_objects=MAX_BODY_OBJECTS) if raw.strip() else {}
         except WebhookTooLargeError as exc:
@@ -136,17 +147,42 @@ class ProducerApi:
         except ValueError as exc:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
             return problem(400, f"the body is not JSON: {exc}")
         try:
-            body = op.body.model_validate(obj)
+            return op.body.model_validate(obj)
         except ValidationError as exc:
             err = exc.errors(include_url=False)[0]
             return problem(422, f"{field_of(err['loc']) or 'body'}: {err['msg']}", field_of(err["loc"]))
+
+    def input(self, op: Operation, cid: str, raw: bytes | bytearray) -> Response:
+        """Validate one body and queue its input (blocking: runs in a worker thread)."""
+        body = self.body(op, raw)
+        return body if isinstance(body, Response) else self.submit(op, cid, body)
+
+    def submit(self, op: Operation, cid: str, body: ProducerBody) -> Response:
+        """Call the client's method with the body's fields (blocking)."""
+        assert op.kind is not None
         try:
             done = getattr(self.client, CLIENT_METHODS[op.kind])(cid, **body.arguments())
         except InputError as exc:
             return _input_error(exc)
         if op.kind in PAUSE_KINDS:  # a pause or a resume: not an input, it answers the pause in force
             return JSONResponse(pause_state(cid, done).model_dump())
-        return JSONResponse(Accepted(input_id=done.message_id, duplicate=done.duplicate).model_dump(), status_code=202)
+        return _accepted(done)
+
+    async def input_on_loop(self, op: Operation, cid: str, raw: bytes | bytearray) -> Response:
+        """:meth:`input` with the accept awaited on the loop; a body past :data:`SMALL_BODY_BYTES` is parsed in a
+        worker thread, so a large one never holds the loop. What is not a plain input queued now (a reset, a
+        scheduled input, a pause: :func:`~worker.prepared.preparable`) goes to :meth:`submit` in a worker thread."""
+        assert op.kind is not None and self.on_loop is not None
+        body = self.body(op, raw) if len(raw) <= SMALL_BODY_BYTES else await run_in_threadpool(self.body, op, raw)
+        if isinstance(body, Response):
+            return body
+        arguments = body.arguments()
+        if not preparable(op.kind, arguments):
+            return await run_in_threadpool(self.submit, op, cid, body)
+        try:
+            return _accepted(await self.on_loop.send(CLIENT_METHODS[op.kind], cid, arguments))
+        except InputError as exc:
+            return _input_error(exc)
 
     def delete(self, cid: str) -> Response:
         try:
@@ -177,9 +213,20 @@ class ProducerApi:
 Handler = Callable[[Request], Awaitable[Response]]
 
 
-def _guarded(api: ProducerApi, op: Operation, run: Callable[..., Response]) -> Handler:
-    """The endpoint: authenticate, read the body within the limit, run ``run`` in a worker thread, map a store
-    outage to 503 and count the outcome."""
+#: An endpoint's work: the conversation id, the raw body and the path's other parameters (``message_id``).
+Run = Callable[..., Awaitable[Response]]
+
+
+def _in_thread(fn: Callable[..., Response]) -> Run:
+    async def run(cid: str, raw: bytes | bytearray, **params: str) -> Response:
+        return await run_in_threadpool(partial(fn, cid, raw, **params))
+
+    return run
+
+
+def _guarded(api: ProducerApi, op: Operation, run: Run) -> Handler:
+    """The endpoint: authenticate, read the body within the limit, ``run`` it (on the loop or in a worker thread),
+    map a store outage to 503 and count the outcome."""
     async def endpoint(request: Request) -> Response:
         response = await _answer(request)
         ingress_metrics.API_REQUESTS.labels(op.operation_id, str(response.status_code)).inc()
@@ -200,7 +247,7 @@ def _guarded(api: ProducerApi, op: Operation, run: Callable[..., Response]) -> H
         try:
             params = request.path_params  # conversation_id, and message_id for DELETE .../scheduled/{message_id}
             extra = {k: v for k, v in params.items() if k != "conversation_id"}
-            return await run_in_threadpool(partial(run, params["conversation_id"], raw, **extra))
+            return await run(params["conversation_id"], raw, **extra)
         except StoreError as exc:  # Redis down, failing over, refusing writes: the same request can be sent again
             log.error("API %s not done, answering 503: %s", op.operation_id, exc)
             return problem(503, "storage unavailable, retry later", headers={"Retry-After": str(RETRY_AFTER_UNAVAILABLE)})
@@ -222,14 +269,14 @@ def api_routes(client: ConversationClient, tokens: list[tuple[bytes, Scope]], bo
         return []
     from worker.ingress.openapi import document
 
-    api = ProducerApi(client, tokens, body_limit)
+    api = ProducerApi(client, tokens, body_limit, AsyncClient.for_client(client))
     by_path: dict[str, dict[str, Handler]] = {}
     for op in OPERATIONS:
         if op.kind is not None:
-            run: Callable[..., Response] = partial(api.input, op)
+            run = partial(api.input_on_loop, op) if api.on_loop is not None else _in_thread(partial(api.input, op))
         else:
             fn = {"cancel_scheduled": api.cancel_scheduled, "delete": api.delete}.get(op.operation_id, api.summary)
-            run = partial(lambda f, cid, _raw, **params: f(cid, **params), fn)
+            run = _in_thread(partial(lambda f, cid, _raw, **params: f(cid, **params), fn))
         by_path.setdefault(op.path, {})[op.method] = _guarded(api, op, run)
     # One route per path, so a 405 lists in `Allow` every method the path has (a route per method lists its own).
     routes = [Route(path, _by_method(handlers), methods=list(handlers)) for path, handlers in by_path.items()]

@@ -26,7 +26,8 @@ from prometheus_client import Counter
 
 from worker.client import ConversationClient
 from worker.errors import InboxFullError, InputError, StoreError
-from worker.inlet.messages import QueueMessage, Unacceptable, parse_message
+from worker.inlet.messages import Unacceptable, parse_message
+from worker.prepared import Prepared, Preparer, preparable
 from worker.producer_bodies import CLIENT_METHODS
 
 log = logging.getLogger("parley.inlet")
@@ -43,6 +44,15 @@ FIELD = b"envelope"
 def dead_stream(stream: str) -> str:
     """Where the inlet moves what it cannot accept: ``<stream>:dead``."""
     return f"{stream}:dead"
+
+
+def _queue(waves: list[list[tuple[bytes, Prepared]]], depth: dict[str, int], eid: bytes, prepared: Prepared) -> None:
+    """Put ``prepared`` in the first wave that holds no input of its conversation yet (``depth``: how many waves
+    hold one)."""
+    n = depth[prepared.conversation_id] = depth.get(prepared.conversation_id, 0) + 1
+    if n > len(waves):
+        waves.append([])
+    waves[n - 1].append((eid, prepared))
 
 
 def _sid(entry_id: bytes | str) -> tuple[int, int]:
@@ -64,12 +74,14 @@ class Inlet:
     retry_seconds: float = 1.0
     block_ms: int = 1000
     _held: Any = field(default=None, init=False, repr=False)
+    _preparer: Preparer = field(init=False, repr=False)
     _retry_at: float = field(default=0.0, init=False)
     _claim_at: float = field(default=0.0, init=False)
 
     def __post_init__(self) -> None:
         source = importlib.resources.files("worker.inlet").joinpath("held.lua").read_text()
         self._held = self.r.register_script(source)
+        self._preparer = Preparer(self.client)
 
     def ensure_group(self) -> None:
         """Create the group (from the stream's start: entries written before the first inlet ran are not skipped)."""
@@ -112,12 +124,11 @@ class Inlet:
         entries = [(eid, fields) for eid, fields in entries if fields]  # a claimed entry trimmed away is None
         if not entries:
             return 0
-        blocked = self._blockers(entries)
-        held: set[str] = set()
+        outcomes = self._outcomes(entries, self._blockers(entries))
         accepted: list[bytes] = []
         done = 0
-        for eid, fields in entries:
-            outcome = self._one(eid, fields, blocked, held)
+        for eid, _ in entries:
+            outcome = outcomes.get(eid, "unavailable")  # past a store outage: the rest of the batch stays pending
             ENTRIES.labels("held" if outcome == "unavailable" else outcome).inc()
             if outcome in ("held", "unavailable"):
                 self._retry_at = time.monotonic() + self.retry_seconds
@@ -125,14 +136,89 @@ class Inlet:
                 done += 1
             if outcome in ("accepted", "duplicate"):
                 accepted.append(eid)
-            if outcome == "unavailable":
-                break  # the store is down: the rest of the batch stays pending too
         if accepted:
             # One acknowledgement for the batch (a round trip per entry halved the rate). Until it lands, the
             # accepted entries still look pending: a crash now redelivers them as duplicates, and other inlets
             # hold the same conversations' later entries a moment longer, never out of order.
             self.r.xack(self.stream, self.group, *accepted)
         return done
+
+    def _outcomes(self, entries: list[Any], blocked: dict[str, tuple[int, int]]) -> dict[bytes, str]:
+        """Each entry's outcome (accepted, duplicate, dead, held); entries left out were not tried (the store is
+        unavailable). The inputs go to the store in waves of one round trip each, a wave holding at most one entry
+        per conversation: the first entry of every conversation, then the second, ... A conversation whose entry is
+        held (an older entry pending elsewhere, a full mailbox) has its later entries of the batch held too, so
+        nothing overtakes it; and within a wave no two inputs of a conversation can race a worker's drain. What is
+        not a plain input (a reset, a scheduled input: :func:`~worker.prepared.preparable`) goes through the
+        client's own method, once the waves of the entries before it are in."""
+        outcomes: dict[bytes, str] = {}
+        held: set[str] = set()  # held while reading the batch: the entries after it wait, not those before
+        full: set[str] = set()  # found full while accepting: its entries in later waves wait
+        waves: list[list[tuple[bytes, Prepared]]] = []
+        depth: dict[str, int] = {}
+        for eid, fields in entries:
+            try:
+                msg = parse_message(fields.get(FIELD, b""))
+            except Unacceptable as exc:
+                outcomes[eid] = self._dead(eid, fields, exc.reason)
+                continue
+            cid, sid = msg.conversation_id, _sid(eid)
+            older, unknown = blocked.get(cid), blocked.get("*")
+            if cid in held or (older is not None and older < sid) or (unknown is not None and unknown < sid):
+                held.add(cid)
+                outcomes[eid] = "held"
+                continue
+            kwargs = msg.body.arguments()
+            kwargs.setdefault("message_id", f"{self.stream}/{eid.decode()}")
+            method = CLIENT_METHODS[msg.kind]
+            try:
+                if preparable(msg.kind, kwargs):
+                    _queue(waves, depth, eid, self._preparer.prepare(method, cid, kwargs))
+                    continue
+                if not self._send(waves, full, outcomes):
+                    return outcomes
+                waves, depth = [], {}
+                if cid in full:
+                    raise InboxFullError(cid)
+                outcomes[eid] = "duplicate" if getattr(self.client, method)(cid, **kwargs).duplicate else "accepted"
+            except InboxFullError:
+                log.warning("inlet: %s's mailbox is full; entry %s held", cid, eid.decode())
+                held.add(cid)
+                outcomes[eid] = "held"
+            except InputError as exc:
+                outcomes[eid] = self._dead(eid, fields, f"{exc.field or 'input'}: {exc}" if exc.field else str(exc))
+            except StoreError as exc:
+                log.error("inlet: store unavailable, entry %s held with the rest of its batch: %s", eid.decode(), exc)
+                return outcomes
+        self._send(waves, full, outcomes)
+        return outcomes
+
+    def _send(self, waves: list[list[tuple[bytes, Prepared]]], full: set[str], outcomes: dict[bytes, str]) -> bool:
+        """Accept the waves in order; ``False`` when the store is unavailable (the rest stays pending)."""
+        for wave in waves:
+            try:
+                self._accept_wave(wave, full, outcomes)
+            except StoreError as exc:
+                log.error("inlet: store unavailable, entries from %s held: %s", wave[0][0].decode(), exc)
+                return False
+        return True
+
+    def _accept_wave(self, wave: list[tuple[bytes, Prepared]], full: set[str], outcomes: dict[bytes, str]) -> None:
+        tried = []
+        for eid, prepared in wave:
+            if prepared.conversation_id in full:  # an earlier wave's entry of it found the mailbox full
+                outcomes[eid] = "held"
+            else:
+                tried.append((eid, prepared))
+        results = self.client.store.accept_many(
+            [(p.conversation_id, p.envelope.to_bytes(), p.message_id, p.inbound) for _, p in tried])
+        for (eid, prepared), result in zip(tried, results, strict=True):
+            if isinstance(result, InboxFullError):
+                log.warning("inlet: %s's mailbox is full; entry %s held", prepared.conversation_id, eid.decode())
+                full.add(prepared.conversation_id)
+                outcomes[eid] = "held"
+            else:
+                outcomes[eid] = "duplicate" if self._preparer.accepted(prepared, result).duplicate else "accepted"
 
     def _blockers(self, entries: list[Any]) -> dict[str, tuple[int, int]]:
         ids = [eid for eid, _ in entries]
@@ -141,34 +227,6 @@ class Inlet:
         if out[0]:  # more pending entries than examined: past the newest examined, nothing is known
             blocked["*"] = _sid(out[0])
         return blocked
-
-    def _one(self, eid: bytes, fields: dict[bytes, bytes], blocked: dict[str, tuple[int, int]], held: set[str]) -> str:
-        try:
-            msg = parse_message(fields.get(FIELD, b""))
-        except Unacceptable as exc:
-            return self._dead(eid, fields, exc.reason)
-        cid = msg.conversation_id
-        sid, older, unknown = _sid(eid), blocked.get(cid), blocked.get("*")
-        if cid in held or (older is not None and older < sid) or (unknown is not None and unknown < sid):
-            held.add(cid)
-            return "held"
-        try:
-            done = self._accept(eid, msg)
-        except InboxFullError:
-            log.warning("inlet: %s's mailbox is full; entry %s held", cid, eid.decode())
-            held.add(cid)
-            return "held"
-        except InputError as exc:
-            return self._dead(eid, fields, f"{exc.field or 'input'}: {exc}" if exc.field else str(exc))
-        except StoreError as exc:
-            log.error("inlet: store unavailable, entry %s held: %s", eid.decode(), exc)
-            return "unavailable"
-        return "duplicate" if done else "accepted"
-
-    def _accept(self, eid: bytes, msg: QueueMessage) -> bool:
-        kwargs = msg.body.arguments()
-        kwargs.setdefault("message_id", f"{self.stream}/{eid.decode()}")
-        return bool(getattr(self.client, CLIENT_METHODS[msg.kind])(msg.conversation_id, **kwargs).duplicate)
 
     def _dead(self, eid: bytes, fields: dict[bytes, bytes], reason: str) -> str:
         log.warning("inlet: entry %s moved to %s: %s", eid.decode(), dead_stream(self.stream), reason)

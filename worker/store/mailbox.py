@@ -14,7 +14,7 @@ from worker.store.core import StoreCore
 from worker.store.entry_codec import claimed_head, join_entry, split_all, split_entry
 from worker.store.redis_errors import store_errors
 from worker.store.results import AcceptResult, Begin, CommitResult, Snapshot, StateRead
-from worker.store.scripts import CommitReply
+from worker.store.scripts import AcceptArgs, AcceptReply, CommitReply, accept_call
 
 
 def utc_day(at: float | None = None) -> str:
@@ -35,22 +35,63 @@ class MailboxStore(StoreCore):
 
         Raises :class:`~worker.errors.InboxFullError` when the mailbox holds ``max_inbox`` inputs.
         """
-        keys = self.keys(cid)
-        now = self._now_ms()
         limit = max_inbox or self.limits.max_inbox
+        script_keys, args = self._accept_call(cid, envelope, input_id, limit, inbound, ends_burst)  # id checked first
         # The sweeper must know of any conversation that might have work, so the pending mark comes first: in
         # the same script on a standalone Redis (one round trip), before it on a Cluster (another slot). Its score
         # is when work appeared (see accept.lua): on a Cluster it is stamped after the script that found the mailbox
         # empty (a sweeper that removed the mark in between, having found the mailbox empty, is undone by it).
         if self._cluster:
-            self._client.zadd(self.global_keys.pending, {cid: now}, nx=True)
-        res = self._scripts.accept(
+            self._client.zadd(self.global_keys.pending, {cid: args.now_ms}, nx=True)
+        res = self._accepted(cid, self._scripts.accept(keys=script_keys, args=args), limit)
+        if self._cluster and res.accepted and res.depth == 1:
+            self._client.zadd(self.global_keys.pending, {cid: args.now_ms})
+        return res
+
+    @store_errors
+    def accept_many(self, inputs: Sequence[tuple[str, bytes, str, bool]]) -> list[AcceptResult | InboxFullError]:
+        """:meth:`accept` for each ``(cid, envelope, input_id, inbound)``, sent in one round trip (a pipeline, run in
+        this order): an input of a full mailbox answers its :class:`~worker.errors.InboxFullError` in its place.
+        A Cluster client accepts them one by one. Raises :class:`~worker.errors.StoreUnavailableError` for an
+        outage (some may have gone in: sent again, they are duplicates)."""
+        if self._cluster or not inputs:
+            return [self._accept_or_full(*one) for one in inputs]
+        limit = self.limits.max_inbox
+        pipe = self._client.pipeline(transaction=False)
+        for cid, envelope, input_id, inbound in inputs:
+            script_keys, args = self._accept_call(cid, envelope, input_id, limit, inbound)
+            self._scripts.accept_in(pipe=pipe, keys=script_keys, args=args)
+        replies = self._scripts.replication.execute(pipe, what="accept")
+        return [self._accepted_or_full(cid, AcceptReply.parse(reply), limit)
+                for (cid, *_), reply in zip(inputs, replies, strict=True)]
+
+    def _accept_or_full(self, cid: str, envelope: bytes, input_id: str, inbound: bool) -> AcceptResult | InboxFullError:
+        try:
+            return self.accept(cid, envelope, input_id, inbound=inbound)
+        except InboxFullError as exc:
+            return exc
+
+    @classmethod
+    def _accepted_or_full(cls, cid: str, res: AcceptReply, limit: int) -> AcceptResult | InboxFullError:
+        try:
+            return cls._accepted(cid, res, limit)
+        except InboxFullError as exc:
+            return exc
+
+    def _accept_call(self, cid: str, envelope: bytes, input_id: str, limit: int,
+                     inbound: bool, ends_burst: bool = False) -> tuple[list[str], AcceptArgs]:
+        """ACCEPT's KEYS and ARGV for one input: what the blocking accept above and the event loop's
+        (:class:`~worker.store.async_mailbox.AsyncAccept`) both send."""
+        keys = self.keys(cid)
+        return accept_call(
             keys=keys, pending=None if self._cluster else self.global_keys.pending, ttl_keys=self._ttl_keys(keys),
-            input_id=input_id, entry=join_entry(input_id, envelope), now_ms=now, max_inbox=limit,
+            input_id=input_id, entry=join_entry(input_id, envelope), now_ms=self._now_ms(), max_inbox=limit,
             dedupe_max=self.limits.dedupe_max_ids, dedupe_ms=self.limits.dedupe_ms, ttl_ms=self.limits.idle_ttl_ms,
             inbound=inbound, ends_burst=ends_burst)
-        if self._cluster and res.code == Accepted.ACCEPTED and res.depth == 1:
-            self._client.zadd(self.global_keys.pending, {cid: now})
+
+    @staticmethod
+    def _accepted(cid: str, res: AcceptReply, limit: int) -> AcceptResult:
+        """ACCEPT's reply as the producer sees it; a full mailbox raises :class:`~worker.errors.InboxFullError`."""
         if res.code == Accepted.FULL:
             raise InboxFullError(f"conversation {cid} has {res.depth} inputs waiting; the limit is {limit}")
         return AcceptResult(accepted=res.code == Accepted.ACCEPTED, duplicate=res.code == Accepted.DUPLICATE,

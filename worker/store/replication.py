@@ -43,12 +43,24 @@ class Replication:
             return script(keys=keys, args=args)
         pipe = client.pipeline(transaction=False)
         script(keys=keys, args=args, client=pipe)
-        pipe.execute_command("WAIT", self.replicas, self.timeout_ms)
-        reply, acked = pipe.execute()
+        [reply] = self.execute(pipe, what=what)
+        return reply
+
+    def execute(self, pipe: Any, *, what: str) -> list[Any]:
+        """Run a pipeline of writes, then (when waiting) WAIT once for all of them; returns the writes' replies."""
+        if self.replicas > 0:
+            pipe.execute_command("WAIT", self.replicas, self.timeout_ms)
+        replies = list(pipe.execute())
+        if self.replicas > 0:
+            self.check(replies.pop(), what)
+        return replies
+
+    def check(self, acked: Any, what: str) -> None:
+        """``acked``: WAIT's reply after the write ``what``; fewer replicas than asked raises
+        :class:`~worker.errors.StoreUnavailableError` (the outcome is unknown)."""
         if int(acked) < self.replicas:
             metrics.REPLICATION_SHORT.labels(what).inc()
             log.warning("write acknowledged by fewer replicas than PARLEY_REDIS_WAIT_REPLICAS: outcome unknown",
                         extra={"what": what, "acked": int(acked), "wanted": self.replicas})
             raise StoreUnavailableError(f"{what} reached {int(acked)} of {self.replicas} replicas within "
                                         f"{self.timeout_ms} ms; it may or may not survive a failover")
-        return reply

@@ -222,6 +222,10 @@ class AcceptReply(NamedTuple):
     depth: int
     ended_hold: bool = False
 
+    @classmethod
+    def parse(cls, res: Sequence[Any]) -> AcceptReply:
+        return cls(int(res[0]), int(res[1]), int(res[2]) == 1)
+
 
 class BeginReply(NamedTuple):
     """BEGIN: ``code`` is the new lease token (> 0), 0 nothing waits, -1 busy, -2 held; then the head entry, the
@@ -328,6 +332,21 @@ class FireReply(NamedTuple):
     ended_hold: bool = False  # a game event the model answers ended a burst's hold
 
 
+def accept_call(*, keys: ConversationKeys, pending: str | None, ttl_keys: list[str], input_id: str, entry: bytes,
+                now_ms: int, max_inbox: int, dedupe_max: int, dedupe_ms: int, ttl_ms: int,
+                inbound: bool, ends_burst: bool = False) -> tuple[list[str], AcceptArgs]:
+    """ACCEPT's KEYS and ARGV, shared by the blocking store and the event loop's accept
+    (:mod:`worker.store.async_mailbox`). ``pending`` is the sweeper's zset when it may be touched in the same script
+    (not on a Cluster); ``inbound``: the input is a message the player sent (its time opens the customer-service
+    window); ``ends_burst``: a game event the model answers (accepted, it ends a burst's hold). The script answers
+    :class:`AcceptReply`."""
+    script_keys = [keys.inbox, keys.seen, keys.tomb, keys.inbound, keys.hold, *([pending] if pending else []),
+                   *ttl_keys]
+    return script_keys, AcceptArgs(input_id, entry, now_ms, max_inbox, dedupe_max, dedupe_ms, ttl_ms,
+                                   pending_member=keys.cid if pending else "", inbound_flag="1" if inbound else "",
+                                   ends_burst_flag="1" if ends_burst else "")
+
+
 class Scripts:
     """The registered scripts of one client, shared by every part of the store."""
 
@@ -359,20 +378,20 @@ class Scripts:
 
     # --- mailbox -----------------------------------------------------------------------------------
 
-    def accept(self, *, keys: ConversationKeys, pending: str | None, ttl_keys: list[str], input_id: str,
-               entry: bytes, now_ms: int, max_inbox: int, dedupe_max: int, dedupe_ms: int, ttl_ms: int,
-               inbound: bool = False, ends_burst: bool = False) -> AcceptReply:
-        """``pending`` is the sweeper's zset when it may be touched in the same script (not on a Cluster);
-        ``inbound``: the input is a message the player sent (its time opens the customer-service window);
-        ``ends_burst``: a game event the model answers (accepted, it ends a burst's hold)."""
-        script_keys = [keys.inbox, keys.seen, keys.tomb, keys.inbound, keys.hold, *([pending] if pending else []),
-                       *ttl_keys]
-        code, depth, ended = self._replication.call(
-            self._client, self._accept, keys=script_keys, what="accept",
-            args=AcceptArgs(input_id, entry, now_ms, max_inbox, dedupe_max, dedupe_ms, ttl_ms,
-                            pending_member=keys.cid if pending else "", inbound_flag="1" if inbound else "",
-                            ends_burst_flag="1" if ends_burst else ""))
-        return AcceptReply(int(code), int(depth), int(ended) == 1)
+    @property
+    def replication(self) -> Replication:
+        """How writes wait for replicas (the event loop's accept waits the same way)."""
+        return self._replication
+
+    def accept_in(self, *, pipe: Any, keys: list[str], args: AcceptArgs) -> None:
+        """Queue ACCEPT (:func:`accept_call`'s KEYS and ARGV) on a pipeline; run it with
+        :meth:`Replication.execute`."""
+        self._accept(keys=keys, args=args, client=pipe)
+
+    def accept(self, *, keys: list[str], args: AcceptArgs) -> AcceptReply:
+        """ACCEPT with :func:`accept_call`'s KEYS and ARGV."""
+        return AcceptReply.parse(self._replication.call(self._client, self._accept, keys=keys, args=args,
+                                                        what="accept"))
 
     def begin(self, *, keys: ConversationKeys, lease_ms: int, peek: int = 0, held_tag: str = "") -> BeginReply:
         """``held_tag``: the tag of the state the caller holds decoded ('' none); that blob is not sent again."""
