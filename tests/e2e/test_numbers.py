@@ -108,6 +108,19 @@ def test_a_rejected_token_on_one_number_holds_only_its_replies(cluster: Cluster,
     assert sends(cluster) == [(MAIN, "token-main", PLAYER, "ack:not held")]
     store = cluster.store()
     assert store.dead_letters(f"{QUIZ}.{PLAYER}") == [] and store.outbox_depth(f"{QUIZ}.{PLAYER}") == 1
+    assert f"until the access_token of number {QUIZ} in PARLEY_WHATSAPP_NUMBERS_FILE is fixed" in \
+        cluster.workers[0].log()
     cluster.whatsapp.send_tokens[QUIZ] = "token-quiz"  # fixed
     assert wait_until(lambda: len(cluster.whatsapp.sent) >= 2, 60), cluster.workers[0].log()
     assert sends(cluster)[1] == (QUIZ, "token-quiz", PLAYER, "ack:held")
+
+
+def test_a_worker_with_a_bad_numbers_file_stops_at_start_naming_the_entry(cluster: Cluster, tmp_path: Path) -> None:
+    path = tmp_path / "numbers.yaml"
+    path.write_text(f'numbers:\n  - phone_number_id: "{MAIN}"\n    access_token: ${{WA_MAIN}}\n'
+                    f'  - phone_number_id: "{QUIZ}"\n    access_token: ${{WA_UNSET}}\n', encoding="utf-8")
+    worker = cluster.start_worker("bad", env={"PARLEY_WHATSAPP_NUMBERS_FILE": str(path), **TOKENS})
+    assert wait_until(lambda: not worker.alive(), 60), worker.log()
+    assert worker.proc is not None and worker.proc.returncode != 0
+    assert f"invalid WhatsApp numbers: PARLEY_WHATSAPP_NUMBERS_FILE {path}: numbers[1] ({QUIZ}): access_token " \
+           "uses ${WA_UNSET}, which is not set" in worker.log()

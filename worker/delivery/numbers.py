@@ -27,8 +27,8 @@ class NumbersChannel:
 
     def __init__(self, numbers: Numbers, make: MakeSender) -> None:
         self.numbers = numbers
-        self.senders = {n.phone_number_id: make(n, TOKEN if n is numbers.default else TokenHealth())
-                        for n in numbers.all}
+        self.senders = {n.phone_number_id: make(n, TOKEN if n is numbers.default else TokenHealth(
+            name=f"the access_token of number {n.phone_number_id} in {SETTING}")) for n in numbers.all}
         self.phone_number_id = numbers.default.phone_number_id
 
     def sender_for(self, recipient: str) -> tuple[WhatsAppSender, str]:
