@@ -179,6 +179,20 @@ def _check_tools(**_: Any) -> None:
 
 
 @signals.worker_init.connect
+def _check_numbers(**_: Any) -> None:
+    """A bad PARLEY_WHATSAPP_NUMBERS_FILE stops the worker at start, naming the entry (as a bad tool
+    configuration does), instead of failing every delivery later."""
+    from worker.errors import ConfigurationError
+    from worker.numbers import numbers_from_settings
+
+    try:
+        numbers_from_settings(get_settings().whatsapp)
+    except ConfigurationError as exc:
+        log.critical("invalid WhatsApp numbers: %s", exc)
+        raise SystemExit(1) from exc
+
+
+@signals.worker_init.connect
 def _preload_token_counter(**_: Any) -> None:
     """Load the tiktoken encoding the worker's counter will use (about 0.3 s) in the main process, before the
     pool starts: prefork children then inherit it instead of each loading its own."""

@@ -20,6 +20,7 @@ from worker.conversation.tokens import CalibratingModel, UsageCalibratedCounter
 from worker.conversation.tools import Tool
 from worker.delivery.channel import Channel, ConsoleChannel, WebhookChannel
 from worker.delivery.window import ServiceWindow, Template
+from worker.numbers import numbers_from_settings
 from worker.service import ConversationService, MediaPreparer, Pacer, Presence, ServiceConfig, Wake
 from worker.settings import Settings
 from worker.store.limits import PaceLimits
@@ -131,7 +132,16 @@ def build_chat(settings: Settings, model: Model | None = None, *, tools: Any = (
 
 
 def build_channel(settings: Settings) -> Channel:
-    """WhatsApp when configured, else a generic webhook when configured, else the console."""
+    """WhatsApp when configured (several numbers with ``PARLEY_WHATSAPP_NUMBERS_FILE``), else a generic webhook
+    when configured, else the console."""
+    numbers = numbers_from_settings(settings.whatsapp)
+    if numbers is not None:
+        from worker.delivery.numbers import NumbersChannel
+        from worker.delivery.whatsapp import WhatsAppSender
+
+        return NumbersChannel(numbers, lambda n, token: WhatsAppSender(
+            base_url=settings.whatsapp.api_base_url, phone_number_id=n.phone_number_id,
+            access_token=n.access_token, window=service_window(settings), token=token))
     if settings.whatsapp.phone_number_id and settings.whatsapp.access_token:
         from worker.delivery.whatsapp import WhatsAppSender
 
@@ -157,16 +167,18 @@ def service_window(settings: Settings) -> ServiceWindow:
 
 def build_pacer(settings: Settings, store: PaceStore, channel: Channel) -> Pacer | None:
     """The pace the fleet shares for a WhatsApp sender number; None for the channels that have no such limits."""
+    from worker.delivery.numbers import NumbersChannel
     from worker.delivery.whatsapp import WhatsAppSender
 
-    if not isinstance(channel, WhatsAppSender):
+    if not isinstance(channel, WhatsAppSender | NumbersChannel):
         return None
     if settings.whatsapp.messages_per_second <= 0 and settings.whatsapp.recipient_per_minute <= 0:
         return None  # both limits off: no round trip to Redis per send
     limits = PaceLimits(per_second=settings.whatsapp.messages_per_second, burst=settings.whatsapp.burst,
                         recipient_per_second=settings.whatsapp.recipient_per_second,
                         recipient_burst=settings.whatsapp.recipient_burst)
-    return Pacer(store, channel.phone_number_id, limits, max_sleep=settings.whatsapp.pace_max_sleep)
+    route = channel.route if isinstance(channel, NumbersChannel) else None
+    return Pacer(store, channel.phone_number_id, limits, max_sleep=settings.whatsapp.pace_max_sleep, route=route)
 
 
 def build_media_preparer(settings: Settings, model: Model) -> MediaPreparer:
@@ -174,10 +186,13 @@ def build_media_preparer(settings: Settings, model: Model) -> MediaPreparer:
     images (``reads_images``); otherwise the caption, or ``PARLEY_UNSUPPORTED_REPLY`` without one."""
     reads = bool(getattr(model, "reads_images", False))  # a model from outside may predate the attribute
     fetcher = None
-    if settings.whatsapp.access_token and reads:
+    numbers = numbers_from_settings(settings.whatsapp)
+    token = (numbers.default.access_token if numbers is not None
+             else settings.whatsapp.access_token.get_secret_value() if settings.whatsapp.access_token else None)
+    if token and reads:
         from worker.delivery.media_download import CloudMediaFetcher, MediaHosts
 
-        fetcher = CloudMediaFetcher(settings.whatsapp.api_base_url, settings.whatsapp.access_token.get_secret_value(),
+        fetcher = CloudMediaFetcher(settings.whatsapp.api_base_url, token,
                                     settings.media.max_bytes,
                                     hosts=MediaHosts.of(settings.media.hosts, settings.media.allow_http))
     return MediaPreparer(fetcher, reads_images=reads, unsupported_reply=settings.webhook.unsupported_reply,

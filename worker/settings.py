@@ -536,6 +536,10 @@ class WhatsApp(_Group):
     pace_max_sleep: float = Field(default=2.0, ge=0, validation_alias="whatsapp_pace_max_sleep", description="Longest wait for "
                                   "the pace a worker sleeps through; a longer one hands the reply to a later delivery "
                                   "task, holding no worker meanwhile.")
+    numbers_file: str | None = Field(default=None, validation_alias="whatsapp_numbers_file", description="YAML or JSON "
+                                     "file of several business numbers (`numbers: [{phone_number_id, access_token, "
+                                     "system_prompt, tools_file}]`, `${VAR}` read from the environment): replies go "
+                                     "from the number the player wrote to, paced per number. See docs/whatsapp.md.")
 
     @property
     def window_seconds(self) -> float:

@@ -107,6 +107,8 @@ class FakeWhatsApp:
         self.gets: list[tuple[str, dict[str, str]]] = []  # (path, headers) of every GET
         self.streamed = 0  # bytes the streamed downloads wrote before the client hung up
         self.streams_ended = 0  # streamed downloads over (whole, or cut off by the client): ``streamed`` is final
+        # phone number id -> the token its sends must carry (a number not named here takes any token)
+        self.send_tokens: dict[str, str] = {}
         self.http = LoopbackServer(self.answer, self.answer_get)
 
     @property
@@ -138,6 +140,9 @@ class FakeWhatsApp:
             self.received.append(body)
             if self.errors:
                 return self.errors.popleft()
+            if self._wrong_token(path, headers):
+                return 401, {"error": {"message": "Error validating access token", "type": "OAuthException",
+                                       "code": 190, "fbtrace_id": "x"}}, {}
             injected = self.fault(body) if self.fault is not None else None
             if injected is not None:
                 return injected
@@ -153,6 +158,11 @@ class FakeWhatsApp:
         to = body.get("to") or body.get("recipient")
         return 200, {"messaging_product": "whatsapp", "contacts": [{"input": to, "wa_id": to}],
                      "messages": [{"id": wamid}]}, {}
+
+    def _wrong_token(self, path: str, headers: dict[str, str]) -> bool:
+        number = path.removeprefix("/v21.0/").split("/", 1)[0]
+        wanted = self.send_tokens.get(number)
+        return wanted is not None and headers.get("authorization") != f"Bearer {wanted}"
 
     def limit(self, *, per_second: float, allowance: int, pair_per_second: float = 0.0, pair_allowance: int = 0,
               window: float = 1.0) -> None:

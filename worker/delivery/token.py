@@ -28,8 +28,9 @@ class TokenHealth:
     """The token's state for this process: ``refused`` after a call the API refused for the token, ``accepted``
     after a call it answered (cheap when nothing changed: one attribute read)."""
 
-    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, clock: Callable[[], float] = time.monotonic, *, name: str = "WHATSAPP_ACCESS_TOKEN") -> None:
         self.clock = clock
+        self.name = name  # what the operator fixes, in the log line (one number's token of several)
         self.rejected_since: float | None = None
         self.refusals = 0
         self._lock = threading.Lock()
@@ -45,7 +46,7 @@ class TokenHealth:
         if first:
             metrics.WHATSAPP_TOKEN_REJECTED.set(1)
             log.error("%s (%s): replies and photo fetches are held and retried with backoff, nothing is "
-                      "dead-lettered, until WHATSAPP_ACCESS_TOKEN is fixed", REJECTED_LOG, detail,
+                      "dead-lettered, until %s is fixed", REJECTED_LOG, detail, self.name,
                       extra={"what": what, "error": detail})
         return refusals
 

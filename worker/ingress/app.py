@@ -44,6 +44,7 @@ from worker.errors import InboxFullError, InputError, StoreError, WebhookTooLarg
 from worker.ingress import metrics as ingress_metrics
 from worker.ingress.api import api_routes, parse_tokens
 from worker.ingress.body import TooLarge, read_body
+from worker.ingress.numbers import UNKNOWN_NUMBER
 from worker.ingress.parse import (
     InboundEvent,
     InboundMessage,
@@ -59,6 +60,7 @@ from worker.ingress.parse import (
     verify_handshake,
     verify_signature,
 )
+from worker.numbers import Numbers, numbers_from_settings
 from worker.store.results import StatusRecorded
 
 log = logging.getLogger("parley.ingress")
@@ -76,17 +78,26 @@ class IngressStore(Protocol):
 @dataclass(frozen=True)
 class _Replies:
     """The configured short answers: ``unsupported`` (what Parley cannot read) and ``refused`` (what it must refuse
-    as it is); empty = the deployment chose silence."""
+    as it is); empty = the deployment chose silence. With several ``numbers``, a number's own system prompt goes
+    with its players' turns."""
 
     unsupported: str
     refused: str
+    numbers: Numbers | None = None
+
+    def system_prompt(self, cid: str) -> str | None:
+        """The system prompt of the number ``cid`` is on, when it has its own (several numbers only)."""
+        if self.numbers is None:
+            return None
+        number = self.numbers.get(self.numbers.route(cid)[0])
+        return number.system_prompt if number is not None else None
 
 
 def _submit(client: ConversationClient, rec: InboundMessage | InboundEvent | InboundNotice,
-            unsupported_reply: str) -> Submitted:
+            unsupported_reply: str, system: str | None = None) -> Submitted:
     if isinstance(rec, InboundMessage):
         return client.send_message(rec.conversation_id, rec.text, message_id=rec.wamid, reply_to=rec.thread,
-                                   recipient=rec.sender, media=rec.media)
+                                   recipient=rec.sender, media=rec.media, system=system)
     if isinstance(rec, InboundEvent):
         # Not pinned: where the player stood or what they thought of one reply matters now, not forever.
         return client.send_event(rec.conversation_id, rec.text, message_id=rec.wamid, from_player=True)
@@ -98,7 +109,7 @@ _OUTCOME = {InboundMessage: "accepted", InboundEvent: "event", InboundNotice: "n
 #: The metric's outcomes as the response's summary counts them (kept as it was for Meta and the logs).
 _SUMMARY = {"accepted": "accepted", "event": "events", "notice": "notices", "refused": "notices",
             "duplicate": "duplicates", "status": "statuses", "ignored": "ignored", "too_old": "ignored",
-            "status_too_old": "ignored"}
+            "status_too_old": "ignored", UNKNOWN_NUMBER: "ignored"}
 
 
 def _input(client: ConversationClient, rec: InboundMessage | InboundEvent | InboundNotice,
@@ -109,7 +120,7 @@ def _input(client: ConversationClient, rec: InboundMessage | InboundEvent | Inbo
         _report(Unsupported(kind=rec.type, wamid=rec.wamid, reason=f"{rec.reason}; no short answer configured"))
         return "ignored"
     try:
-        r = _submit(client, rec, replies.unsupported)
+        r = _submit(client, rec, replies.unsupported, replies.system_prompt(rec.conversation_id))
     except InboxFullError:  # an InputError too, but retrying later does help: never drop it
         raise
     except InputError as exc:  # oversize text, a lone surrogate, ...: retrying the batch would not help
@@ -157,7 +168,7 @@ def _record(client: ConversationClient, store: IngressStore, rec: Record, replie
                             part=rec.part)
         return "status"
     _report(rec)
-    return "ignored"
+    return UNKNOWN_NUMBER if rec.kind == UNKNOWN_NUMBER else "ignored"
 
 
 def _apply(client: ConversationClient, store: IngressStore, records: list[Record], *, replies: _Replies,
@@ -192,7 +203,8 @@ def _default(setting: str, given: Any) -> Any:
 
 
 def _report(rec: Unsupported) -> None:
-    level = logging.WARNING if rec.reason.startswith(("invalid conversation id", "no sender")) else logging.DEBUG
+    level = (logging.WARNING if rec.reason.startswith(("invalid conversation id", "no sender"))
+             or rec.kind == UNKNOWN_NUMBER else logging.DEBUG)
     log.log(level, "webhook record ignored: %s: %s", rec.kind, rec.reason, extra={"message_id": rec.wamid})
 
 
@@ -247,7 +259,7 @@ class _Ingress:
         except ValueError as exc:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
             raise ValueError(f"not JSON ({exc})") from None
         check_update_count(body)
-        return parse_webhook(body, location_as=self.location_as)
+        return parse_webhook(body, location_as=self.location_as, numbers=self.replies.numbers)
 
 
 def _answer(outcome: str, body: dict[str, Any], status: int) -> Response:
@@ -262,14 +274,17 @@ LARGE_BODY_BYTES = 256 * 1024
 def create_app(client: ConversationClient, store: IngressStore, *, app_secret: str, verify_token: str,
                max_body_bytes: int | None = None, location_as: LocationAs | None = None,
                unsupported_reply: str | None = None, refused_reply: str | None = None,
-               max_age_seconds: float | None = None, api_tokens: str = "") -> Starlette:
+               max_age_seconds: float | None = None, api_tokens: str = "",
+               numbers: Numbers | None = None) -> Starlette:
     """An ingress bound to a producer client and a store (tests pass fakeredis-backed ones). ``location_as``,
     ``unsupported_reply``, ``refused_reply``, ``max_age_seconds`` and ``max_body_bytes`` are ``PARLEY_LOCATION_AS``,
     ``PARLEY_UNSUPPORTED_REPLY``, ``PARLEY_REFUSED_REPLY``, ``PARLEY_WEBHOOK_MAX_AGE_SECONDS`` and
     ``PARLEY_WEBHOOK_MAX_BODY_BYTES`` (default: the settings' defaults; a max age of 0 turns the age check off).
-    ``api_tokens`` (``PARLEY_API_TOKENS``) turns the producers' API under ``/v1/`` on (:mod:`worker.ingress.api`)."""
+    ``api_tokens`` (``PARLEY_API_TOKENS``) turns the producers' API under ``/v1/`` on (:mod:`worker.ingress.api`).
+    ``numbers`` (``PARLEY_WHATSAPP_NUMBERS_FILE``) routes each change to its business number's conversations."""
     body_limit = int(_default("max_body_bytes", max_body_bytes))
-    replies = _Replies(_default("unsupported_reply", unsupported_reply), _default("refused_reply", refused_reply))
+    replies = _Replies(_default("unsupported_reply", unsupported_reply), _default("refused_reply", refused_reply),
+                       numbers)
     ingress = _Ingress(client, store, app_secret, _default("location_as", location_as), replies,
                        float(_default("max_age_seconds", max_age_seconds)))
     large_bodies = anyio.CapacityLimiter(2)
@@ -343,7 +358,8 @@ def _from_env() -> Starlette:
     return create_app(client, client.store, app_secret=secret, verify_token=token, location_as=s.webhook.location_as,
                       unsupported_reply=s.webhook.unsupported_reply, refused_reply=s.webhook.refused_reply,
                       max_age_seconds=s.webhook.max_age_seconds, max_body_bytes=s.webhook.max_body_bytes,
-                      api_tokens=s.producers.api_tokens.get_secret_value() if s.producers.api_tokens else "")
+                      api_tokens=s.producers.api_tokens.get_secret_value() if s.producers.api_tokens else "",
+                      numbers=numbers_from_settings(s.whatsapp))
 
 
 class _LazyApp:

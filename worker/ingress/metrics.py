@@ -20,7 +20,8 @@ WEBHOOK_RECORDS = Counter("parley_webhook_records_total",
                           "(a chat turn), event, notice (the short answer to what Parley cannot read), refused (input "
                           "the client refuses, e.g. text over PARLEY_MAX_INPUT_CHARS: answered with "
                           "PARLEY_REFUSED_REPLY), duplicate, mailbox_full, too_old (older than "
-                          "PARLEY_WEBHOOK_MAX_AGE_SECONDS: not applied), status, status_too_old, ignored.",
+                          "PARLEY_WEBHOOK_MAX_AGE_SECONDS: not applied), status, status_too_old, ignored, "
+                          "unknown_number (sent to a business number PARLEY_WHATSAPP_NUMBERS_FILE does not list).",
                           ["outcome"])
 API_REQUESTS = Counter("parley_api_requests_total",
                        "Requests to the producers' HTTP API (/v1/), by operation (send_message, send_event, reset, "

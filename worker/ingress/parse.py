@@ -47,15 +47,19 @@ import hashlib
 import hmac
 import json
 import math
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, Field, ValidationError
 
 from worker.delivery.ids import is_media_id
 from worker.envelopes import Media, parse_part_callback
 from worker.errors import InvalidConversationIdError, WebhookTooLargeError
+from worker.ingress.numbers import business_number, on_number
 from worker.ingress.taps import TAP_TYPES, tap_text
 from worker.store.keys import validate_conversation_id
+
+if TYPE_CHECKING:
+    from worker.numbers import Numbers
 
 #: Message types answered as chat turns when they carry text; without it they are malformed (ignored), not
 #: something the player could expect an answer to.
@@ -424,9 +428,10 @@ def record_age(rec: Record, now: float) -> float | None:
     return now - int(ts)
 
 
-def parse_webhook(body: Any, *, location_as: LocationAs = "turn") -> list[Record]:
+def parse_webhook(body: Any, *, location_as: LocationAs = "turn", numbers: Numbers | None = None) -> list[Record]:
     """Every record in a webhook body (already decoded from JSON), in order. ``location_as`` says whether a shared
-    location becomes a game event or a chat turn (``PARLEY_LOCATION_AS``).
+    location becomes a game event or a chat turn (``PARLEY_LOCATION_AS``). With ``numbers`` (several business
+    numbers), each change's records go to the conversations of the number it names (:mod:`worker.ingress.numbers`).
 
     Raises ``ValueError`` only when the body is not a webhook at all (not an object with an ``entry`` list);
     anything unexpected inside becomes an :class:`Unsupported` record.
@@ -458,6 +463,8 @@ def parse_webhook(body: Any, *, location_as: LocationAs = "turn") -> list[Record
                 out.append(Unsupported(kind="errors", reason=f"account/app error: {errors}"))
             if len(out) == before:
                 out.append(Unsupported(kind=f"change:{field}", reason="nothing to do in this change"))
+            elif numbers is not None:
+                out[before:] = on_number(out[before:], business_number(value), numbers)
     return out
 
 

@@ -191,7 +191,11 @@ class Presence:
 
         def post() -> None:
             try:
-                receipts.mark_read(message_id, typing=True)
+                mark_for = getattr(receipts, "mark_read_for", None)  # several numbers: the player's number
+                if mark_for is not None:
+                    mark_for(cid, message_id, typing=True)
+                else:
+                    receipts.mark_read(message_id, typing=True)
             except Exception:  # a bug in a channel: never the turn's problem, but seen
                 metrics.PRESENCE.labels("unexpected").inc()
                 log.warning("read receipt failed unexpectedly", exc_info=True,

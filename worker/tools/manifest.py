@@ -80,15 +80,20 @@ def expand_headers(headers: dict[str, str], where: str, env: dict[str, str] | No
     """``${VAR}`` in a header value is read from the environment; an unset variable is a configuration error
     (a missing token would otherwise be sent as an empty one and fail every call)."""
     env = dict(os.environ) if env is None else env
-    out: dict[str, str] = {}
-    for key, value in headers.items():
-        def sub(match: re.Match[str], key: str = key) -> str:
-            if match.group(1) not in env:
-                raise ConfigurationError(f"{where}: header {key!r} uses ${{{match.group(1)}}}, which is not set")
-            return env[match.group(1)]
+    return {key: expand_vars(value, f"header {key!r}", where, env) for key, value in headers.items()}
 
-        out[key] = _VAR.sub(sub, value)
-    return out
+
+def expand_vars(value: str, what: str, where: str, env: dict[str, str] | None = None) -> str:
+    """``value`` with every ``${VAR}`` read from ``env`` (default: the environment); raises
+    :class:`ConfigurationError` naming ``where`` and ``what`` when one is not set."""
+    env = dict(os.environ) if env is None else env
+
+    def sub(match: re.Match[str]) -> str:
+        if match.group(1) not in env:
+            raise ConfigurationError(f"{where}: {what} uses ${{{match.group(1)}}}, which is not set")
+        return env[match.group(1)]
+
+    return _VAR.sub(sub, value)
 
 
 def load_manifest(path: str | Path) -> Manifest:

@@ -1,0 +1,70 @@
+"""One channel over several WhatsApp business numbers: each reply goes from the number its recipient names.
+
+A recipient made by :meth:`worker.numbers.Numbers.address` (``<phone_number_id>.<player>``, or the bare player id
+on the default number) picks the number's :class:`~worker.delivery.whatsapp.WhatsAppSender`: its URL
+(``{base}/{phone_number_id}/messages``) and its token. Each number has its own
+:class:`~worker.delivery.token.TokenHealth` (the default number keeps the process's, which the photo fetcher
+shares), so a rejected token holds only that number's replies, with that number's backoff: the others go on.
+A recipient naming a number that is no longer configured is refused for good
+(:class:`~worker.errors.DeliveryPermanentError`: dead-lettered with the reason, never sent from another number).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from worker.delivery.channel import Pace, Sent
+from worker.delivery.token import TOKEN, TokenHealth
+from worker.delivery.whatsapp import WhatsAppSender
+from worker.errors import DeliveryPermanentError
+from worker.numbers import SETTING, Number, Numbers
+
+MakeSender = Callable[[Number, TokenHealth], WhatsAppSender]
+
+
+class NumbersChannel:
+    """A :class:`~worker.delivery.channel.WindowedChannel` with read receipts, over one sender per number."""
+
+    def __init__(self, numbers: Numbers, make: MakeSender) -> None:
+        self.numbers = numbers
+        self.senders = {n.phone_number_id: make(n, TOKEN if n is numbers.default else TokenHealth(
+            name=f"the access_token of number {n.phone_number_id} in {SETTING}")) for n in numbers.all}
+        self.phone_number_id = numbers.default.phone_number_id
+
+    def sender_for(self, recipient: str) -> tuple[WhatsAppSender, str]:
+        """The sender of the number ``recipient`` is on, and the player's own id to address."""
+        pnid, player = self.numbers.route(recipient)
+        sender = self.senders.get(pnid)
+        if sender is None:
+            raise DeliveryPermanentError(f"business number {pnid} is not configured in {SETTING} (any more): "
+                                         "the reply is not sent from another number")
+        return sender, player
+
+    def route(self, recipient: str) -> tuple[str, str]:
+        """``(phone_number_id, player)``: the pace's keys of a send to ``recipient``."""
+        return self.numbers.route(recipient)
+
+    def send_text(self, recipient: str, text: str, *, reply_to: str | None = None,
+                  callback_data: str | None = None) -> str:
+        sender, player = self.sender_for(recipient)
+        return sender.send_text(player, text, reply_to=reply_to, callback_data=callback_data)
+
+    def send_reply(self, recipient: str, parts: Sequence[str], *, reply_to: str | None,
+                   last_inbound: float | None, pace: Pace, callback_data: str | None = None) -> Sent:
+        sender, player = self.sender_for(recipient)
+        return sender.send_reply(player, parts, reply_to=reply_to, last_inbound=last_inbound, pace=pace,
+                                 callback_data=callback_data)
+
+    def mark_read(self, message_id: str, *, typing: bool) -> None:
+        """A receipt without its conversation goes through the default number (see :meth:`mark_read_for`)."""
+        self.senders[self.phone_number_id].mark_read(message_id, typing=typing)
+
+    def mark_read_for(self, conversation_id: str, message_id: str, *, typing: bool) -> None:
+        """The receipt of a message of ``conversation_id``, through the number the player wrote to."""
+        sender = self.senders.get(self.numbers.route(conversation_id)[0])
+        if sender is not None:
+            sender.mark_read(message_id, typing=typing)
+
+    def close(self) -> None:
+        for sender in self.senders.values():
+            sender.close()

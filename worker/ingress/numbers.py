@@ -1,0 +1,57 @@
+"""The business number of a webhook change, with several numbers configured (:mod:`worker.numbers`).
+
+Each change names the number it is for (``value.metadata.phone_number_id``). Its records are moved onto that
+number's conversations (:meth:`~worker.numbers.Numbers.address`: the default number's ids are unchanged); a
+change for a number that is not configured is refused record by record (:data:`UNKNOWN_NUMBER`, counted by the
+ingress as ``unknown_number`` and answered 200: Meta's retries would not make it known).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from worker.errors import InvalidConversationIdError
+from worker.numbers import SETTING, Numbers
+from worker.store.keys import validate_conversation_id
+
+#: The ``kind`` of the :class:`~worker.ingress.parse.Unsupported` record that stands for a message or status sent
+#: to a number that is not configured.
+UNKNOWN_NUMBER = "unknown_number"
+
+
+def business_number(value: dict[str, Any]) -> str | None:
+    """The phone number id a change is for (``metadata.phone_number_id``), or ``None``."""
+    metadata = value.get("metadata")
+    pnid = metadata.get("phone_number_id") if isinstance(metadata, dict) else None
+    return pnid if isinstance(pnid, str) and pnid else None
+
+
+def on_number(records: list[Any], pnid: str | None, numbers: Numbers) -> list[Any]:
+    """``records`` (of one change) moved onto number ``pnid``'s conversations, or refused when it is unknown."""
+    from worker.ingress.parse import InboundEvent, InboundMessage, InboundNotice, StatusUpdate, Unsupported
+
+    if numbers.get(pnid) is None:
+        why = f"business number {pnid or '(none named)'} is not configured in {SETTING}"
+        return [r if isinstance(r, Unsupported) else Unsupported(kind=UNKNOWN_NUMBER, wamid=r.wamid, reason=why)
+                for r in records]
+    if pnid is None or pnid == numbers.default.phone_number_id:
+        return records
+    out: list[Any] = []
+    for r in records:
+        if isinstance(r, StatusUpdate) and r.reply_id is not None:
+            out.append(r)  # its callback data names the conversation already
+        elif isinstance(r, InboundMessage | InboundNotice | InboundEvent | StatusUpdate):
+            cid = numbers.address(pnid, r.conversation_id)
+            try:
+                validate_conversation_id(cid)
+            except InvalidConversationIdError as exc:
+                out.append(Unsupported(kind=getattr(r, "type", "status"), wamid=r.wamid,
+                                       reason=f"invalid conversation id: {exc}"))
+                continue
+            update = {"conversation_id": cid}
+            if isinstance(r, InboundMessage | InboundNotice):
+                update["sender"] = numbers.address(pnid, r.sender)
+            out.append(r.model_copy(update=update))
+        else:
+            out.append(r)
+    return out

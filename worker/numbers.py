@@ -1,0 +1,181 @@
+"""Several WhatsApp business numbers: their configuration and how a conversation names the number it is on.
+
+``PARLEY_WHATSAPP_NUMBERS_FILE`` (YAML, or JSON when it ends in ``.json``)::
+
+    numbers:
+      - phone_number_id: "106540352242922"
+        access_token: ${WA_TOKEN_MAIN}          # read from the environment, as the tools file's headers are
+      - phone_number_id: "106540352242923"
+        access_token: ${WA_TOKEN_QUIZ}
+        system_prompt: You are the quiz master.  # optional: this number's system prompt
+        tools_file: /etc/parley/quiz-tools.yaml  # optional: checked at start (see the note in docs/whatsapp.md)
+
+The *default* number is ``WHATSAPP_PHONE_NUMBER_ID`` when it is set (added from ``WHATSAPP_ACCESS_TOKEN`` when the
+file does not list it), else the file's first entry. Conversation ids:
+
+- on the default number: the player's id as today (``<wa_id>`` or the BSUID), so adding a second number to a
+  deployment keeps every existing conversation;
+- on any other number: ``<phone_number_id>.<player id>`` (:meth:`Numbers.address`). The same player on two numbers
+  has two conversations.
+
+The reply recipient is built the same way, so the number travels with the input (the envelope's ``recipient``)
+into the reply record, and a deliverer that takes a reply over after a crash sends it from the right number with
+that number's token (:meth:`Numbers.route`). A phone number has no dot and a BSUID's prefix is a country code
+(``US.1349...``), never digits, so an all-digit prefix before the first dot always names a number.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from worker.errors import ConfigurationError
+
+SETTING = "PARLEY_WHATSAPP_NUMBERS_FILE"
+
+
+class NumberSpec(BaseModel):
+    """One entry of the numbers file, as written (the token still holds its ``${VAR}``)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    phone_number_id: str = Field(min_length=1, max_length=40)
+    access_token: str = Field(min_length=1)
+    system_prompt: str | None = None
+    tools_file: str | None = None
+
+    @field_validator("phone_number_id", mode="before")
+    @classmethod
+    def _digits(cls, v: Any) -> Any:
+        if isinstance(v, int) and not isinstance(v, bool):
+            v = str(v)  # YAML reads an unquoted id as a number
+        if isinstance(v, str) and not (v.isascii() and v.isdigit()):
+            raise ValueError("a phone number id is digits only (as Meta's WhatsApp Manager shows it)")
+        return v
+
+
+class _File(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    numbers: list[NumberSpec] = Field(min_length=1)
+
+
+@dataclass(frozen=True)
+class Number:
+    """A business number Parley answers from: its id, its access token (expanded), its own prompt and tools."""
+
+    phone_number_id: str
+    access_token: str = field(repr=False)
+    system_prompt: str | None = None
+    tools_file: str | None = None
+
+
+@dataclass(frozen=True)
+class Numbers:
+    """The configured numbers, the default first."""
+
+    default: Number
+    others: tuple[Number, ...] = ()
+
+    @property
+    def all(self) -> tuple[Number, ...]:
+        return (self.default, *self.others)
+
+    def get(self, phone_number_id: str | None) -> Number | None:
+        """The configured number of that id, or ``None``."""
+        return next((n for n in self.all if n.phone_number_id == phone_number_id), None)
+
+    def address(self, phone_number_id: str, player: str) -> str:
+        """The conversation id (and reply recipient) of ``player`` writing to ``phone_number_id``."""
+        return player if phone_number_id == self.default.phone_number_id else f"{phone_number_id}.{player}"
+
+    def route(self, address: str) -> tuple[str, str]:
+        """``(phone_number_id, player)`` of a conversation id or reply recipient made by :meth:`address`. The
+        number may no longer be configured: the caller checks it with :meth:`get`."""
+        return route(address, self.default.phone_number_id)
+
+
+def route(address: str, default: str) -> tuple[str, str]:
+    """``(phone_number_id, player)`` of ``address``: ``<digits>.<player>`` names a number, anything else (a phone
+    number, a BSUID such as ``US.1349...``) is on ``default``."""
+    prefix, dot, player = address.partition(".")
+    if dot and player and prefix.isascii() and prefix.isdigit():
+        return prefix, player
+    return default, address
+
+
+def load_numbers(path: str | Path, *, default_id: str | None = None, default_token: str | None = None,
+                 env: dict[str, str] | None = None) -> Numbers:
+    """Read and check the numbers file; every problem is a :class:`ConfigurationError` naming the file and the
+    entry. ``default_id``/``default_token`` are ``WHATSAPP_PHONE_NUMBER_ID``/``WHATSAPP_ACCESS_TOKEN``."""
+    file = Path(path)
+    where = f"{SETTING} {file}"
+    try:
+        text = file.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigurationError(f"{where}: cannot read it ({exc.strerror or exc})") from exc
+    is_json = file.suffix.lower() == ".json"
+    try:
+        data = json.loads(text) if is_json else yaml.safe_load(text)
+    except (ValueError, yaml.YAMLError) as exc:
+        raise ConfigurationError(f"{where}: not valid {'JSON' if is_json else 'YAML'}: {exc}") from exc
+    try:
+        specs = _File.model_validate(data if data is not None else {}).numbers
+    except ValidationError as exc:
+        raise ConfigurationError(f"{where}: {_problems(exc, data)}") from exc
+    numbers = [_number(spec, f"{where}: numbers[{i}] ({spec.phone_number_id})", env) for i, spec in enumerate(specs)]
+    ids = [n.phone_number_id for n in numbers]
+    dupes = sorted({i for i in ids if ids.count(i) > 1})
+    if dupes:
+        raise ConfigurationError(f"{where}: phone_number_id {', '.join(dupes)} listed more than once")
+    if default_id and default_id not in ids:
+        if not default_token:
+            raise ConfigurationError(f"{where}: WHATSAPP_PHONE_NUMBER_ID {default_id} is not in the file and "
+                                     "WHATSAPP_ACCESS_TOKEN is not set")
+        numbers.insert(0, Number(default_id, default_token))
+    elif default_id:
+        numbers.insert(0, numbers.pop(ids.index(default_id)))
+    return Numbers(numbers[0], tuple(numbers[1:]))
+
+
+def _number(spec: NumberSpec, where: str, env: dict[str, str] | None) -> Number:
+    from worker.tools.manifest import expand_vars, load_manifest  # only at start-up, never on the ingress's import
+
+    token = expand_vars(spec.access_token, "access_token", where, env).strip()
+    if not token:
+        raise ConfigurationError(f"{where}: access_token is empty")
+    if spec.tools_file is not None:
+        try:
+            load_manifest(spec.tools_file)
+        except ConfigurationError as exc:
+            raise ConfigurationError(f"{where}: tools_file: {exc}") from exc
+    return Number(spec.phone_number_id, token, spec.system_prompt, spec.tools_file)
+
+
+def _problems(exc: ValidationError, data: Any) -> str:
+    """Pydantic's errors, each naming the entry (``numbers[1] (1065...)``) and its field."""
+    out = []
+    for e in exc.errors():
+        loc = list(e["loc"])
+        name = ".".join(str(x) for x in loc) or "(top level)"
+        if len(loc) >= 2 and loc[0] == "numbers" and isinstance(loc[1], int):
+            entry = data["numbers"][loc[1]] if isinstance(data, dict) else None
+            pnid = entry.get("phone_number_id") if isinstance(entry, dict) else None
+            name = f"numbers[{loc[1]}]" + (f" ({pnid})" if pnid is not None else "") + \
+                "".join(f".{x}" for x in loc[2:])
+        out.append(f"{name}: {e['msg']}")
+    return "; ".join(out)
+
+
+def numbers_from_settings(whatsapp: Any) -> Numbers | None:
+    """The numbers of the settings' WhatsApp group: the file's when ``PARLEY_WHATSAPP_NUMBERS_FILE`` is set,
+    else ``None`` (one number, from ``WHATSAPP_PHONE_NUMBER_ID``, with today's ids)."""
+    if not whatsapp.numbers_file:
+        return None
+    token = whatsapp.access_token.get_secret_value() if whatsapp.access_token else None
+    return load_numbers(whatsapp.numbers_file, default_id=whatsapp.phone_number_id, default_token=token)
