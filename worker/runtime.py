@@ -149,9 +149,11 @@ def build_channel(settings: Settings) -> Channel:
 def service_window(settings: Settings) -> ServiceWindow:
     """WhatsApp's customer-service window and the template sent outside it, from the settings."""
     template = None
-    if settings.whatsapp.template:
-        template = Template(settings.whatsapp.template, settings.whatsapp.template_language,
-                            settings.whatsapp.template_parameter, settings.whatsapp.template_text)
+    wa = settings.whatsapp
+    if wa.template:
+        template = Template(wa.template, wa.template_language, wa.template_parameter, wa.template_text,
+                            wa.template_header_image, tuple(wa.template_more_parameters),
+                            tuple(wa.template_quick_replies))
     return ServiceWindow(settings.whatsapp.window_seconds, template)
 
 
