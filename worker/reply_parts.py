@@ -244,3 +244,11 @@ def render(part: OutPart | TextPart) -> str:
 def render_all(parts: Sequence[OutPart | TextPart]) -> str:
     """The parts' renderings, a blank line apart."""
     return "\n\n".join(render(p) for p in parts)
+
+
+def out_part(value: str | dict[str, Any]) -> OutPart:
+    """A part as the outbox keeps it, from a text or a part's JSON form (a text part becomes its text)."""
+    if isinstance(value, str):
+        return value
+    part = parse_part(value)
+    return part.text if isinstance(part, TextPart) else part

@@ -531,6 +531,9 @@ class WhatsApp(_Group):
         default_factory=list, validation_alias="whatsapp_template_quick_replies", description="Payloads of the "
         "template's quick-reply buttons, in order, comma-separated (handed back when the player taps one). Empty: the "
         "template has no quick-reply buttons.")
+    reply_tools: bool = Field(default=True, validation_alias="whatsapp_reply_tools", description="Offer the model the "
+                              "reply tools (send_image, send_location, request_location, send_buttons, send_list, "
+                              "react) on the WhatsApp channel.")
     messages_per_second: float = Field(default=80.0, ge=0, validation_alias="whatsapp_messages_per_second", description="Messages "
                                        "a second the sender number may send, shared by every worker through Redis "
                                        "(Meta's default throughput; higher tiers allow up to 1,000, and inbound "

@@ -10,6 +10,7 @@ for the report only: the result may turn out stale, and its splice counts what l
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from worker.conversation.model import FinishReason, Usage
 from worker.conversation.resident import Resident
@@ -51,6 +52,9 @@ class TurnResult:
     replayed_rounds: int = 0
     replayed_results: int = 0
     resident: Resident | None = None  # ``state`` decoded, for the next turn (see worker.conversation.resident)
+    # Sent before ``reply``, in order: what reply tools and game tools added (texts, and parts in their JSON form);
+    # ``reply`` may then be empty (the parts were the answer).
+    parts: tuple[str | dict[str, Any], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
