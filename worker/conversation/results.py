@@ -21,7 +21,7 @@ from worker.errors import StateDecodeError
 class TurnResult:
     """Everything a turn produced.
 
-    - ``reply``: the text for the user (never empty).
+    - ``reply``: the text for the user (never empty, unless tools added ``parts`` and the model wrote nothing after).
     - ``state``: the new state blob.
     - ``finish_reason``: of the last model call (``"stop"`` for a reset answered without the model).
     - ``truncated``: the model hit its output limit; ``reply`` is what it wrote so far.
