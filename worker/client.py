@@ -194,8 +194,8 @@ class ConversationClient:
         """Queue a person's message to the player: sent in order with the replies, through the outbox (once,
         paced, inside the 24-hour window or as its template, like a reply), and added to the state as the
         assistant's side, marked as a person's. ``parts``: more messages after ``text``, each
-        ``{"type": "text", "text": ...}`` (rich parts are not supported yet). Paused or not."""
-        texts = operator_input.text_parts(parts, self.max_text_chars)
+        ``{"type": "text", "text": ...}`` or a rich part of any kind (:mod:`worker.reply_parts`). Paused or not."""
+        texts = operator_input.operator_parts(parts, self.max_text_chars)
         return self._submit(self._envelope(kind="operator", conversation_id=conversation_id, text=text,
                                            message_id=message_id, parts=texts))
 

@@ -18,6 +18,7 @@ import msgpack
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 
 from worker.errors import EnvelopeError, InputError, InvalidConversationIdError, InvalidTextError
+from worker.reply_parts import OutPart
 from worker.store.keys import validate_conversation_id
 
 ENVELOPE_VERSION = 1
@@ -103,8 +104,8 @@ class Envelope(_Wire):
     # the event a fact that replaces the conversation's fact of that key; ``respond`` has the model answer it.
     key: str | None = Field(None, min_length=1, max_length=MAX_FACT_KEY_CHARS)
     respond: bool | None = None
-    # operator: the text parts sent after ``text``, each as its own message (rich parts come with issue 31)
-    parts: list[str] | None = None
+    # operator: the parts sent after ``text``, each as its own message: texts as strings, rich parts tagged (issue 31)
+    parts: list[OutPart] | None = None
 
     @field_validator("conversation_id")
     @classmethod
@@ -152,20 +153,22 @@ class Envelope(_Wire):
             raise ValueError("only an event that is not pinned is marked as the player's (pinned items become facts)")
         if (self.key is not None or self.respond) and (self.kind != "event" or self.from_player):
             raise ValueError("only a game event sets a fact (key) or is answered (respond), never a player's")
-        if self.parts is not None and (self.kind != "operator" or not all(p.strip() for p in self.parts)):
+        if self.parts is not None and (self.kind != "operator"
+                                       or not all(p.strip() for p in self.parts if isinstance(p, str))):
             raise ValueError("only an operator's message carries parts, each with text")
         if self.kind == "splice" and not self.state:
             raise ValueError("a splice needs the compacted state")
 
 
 class ReplyRecord(_Wire):
-    """A reply in the outbox, split into the whole messages that will be sent, in order."""
+    """A reply in the outbox, split into the whole messages that will be sent, in order: a text part is a ``str`` (as
+    every record before rich replies holds), any other kind a tagged :mod:`worker.reply_parts` model."""
 
     v: int = ENVELOPE_VERSION
     reply_id: str
     conversation_id: str
     recipient: str
-    parts: list[str]
+    parts: list[OutPart]
     reply_to: str | None = None
     created_at: float = Field(default_factory=time.time)
 

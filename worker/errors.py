@@ -7,6 +7,7 @@ The tree::
     ├── RetryLater                      (retryable: after ``countdown`` seconds)
     ├── InputError                      (also a ValueError)
     │   ├── InvalidMessageError
+    │   │   └── InvalidReplyPartError
     │   ├── InvalidConversationIdError
     │   ├── EnvelopeError
     │   ├── OversizeInputError
@@ -99,6 +100,11 @@ class EnvelopeError(InputError):
 
 class OversizeInputError(InputError):
     """Raised when a text, envelope or state is larger than the configured limit."""
+
+
+class InvalidReplyPartError(InvalidMessageError):
+    """Raised when a reply part (an operator's, a game tool's or a reply tool's) is of an unknown type or breaks one
+    of WhatsApp's limits (a button title over 20 characters, more than 10 list rows, a latitude out of range...)."""
 
 
 class InvalidTextError(InputError):

@@ -9,11 +9,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from worker.errors import InputError, InvalidMessageError, OversizeInputError
+from worker.reply_parts import OutPart, TextPart, parse_part
 from worker.store.pauses import MAX_PAUSE_SECONDS
 
-#: The reply parts an operator's message may carry today; the rich ones (image, location, buttons, ...) come with
-#: rich replies (issue 31).
-PART_TYPES = ("text",)
 #: The most parts one operator's message may carry (each is one WhatsApp message; more are more messages).
 MAX_PARTS = 10
 
@@ -35,32 +33,25 @@ def pause_seconds(seconds: object) -> float | None:
     return float(seconds)
 
 
-def text_parts(parts: Sequence[Any] | None, max_chars: int) -> list[str] | None:
-    """The texts of ``parts`` (``[{"type": "text", "text": ...}, ...]``), sent after the message's text, each as its
-    own message. Any other type is refused: rich parts are not supported yet."""
+def operator_parts(parts: Sequence[Any] | None, max_chars: int) -> list[OutPart] | None:
+    """The parts of an operator's message (``[{"type": "text", "text": ...}, {"type": "location", ...}, ...]``), sent
+    after the message's text, each as its own message: texts as strings, every other kind checked against WhatsApp's
+    limits (:mod:`worker.reply_parts`)."""
     if parts is None:
         return None
     if isinstance(parts, str | bytes) or not isinstance(parts, Sequence):
-        raise _bad(InvalidMessageError("parts must be a list of {\"type\": \"text\", \"text\": ...}"), "parts")
+        raise _bad(InvalidMessageError("parts must be a list of parts ({\"type\": \"text\", \"text\": ...}, "
+                                       "{\"type\": \"location\", ...}, ...)"), "parts")
     if len(parts) > MAX_PARTS:
         raise _bad(InvalidMessageError(f"parts holds {len(parts)} parts; the limit is {MAX_PARTS}"), "parts")
-    out = []
-    for i, part in enumerate(parts):
-        where = f"parts.{i}"
-        kind = part.get("type") if isinstance(part, dict) else None
-        if kind not in PART_TYPES:
-            raise _bad(InvalidMessageError(
-                f"{where}.type: {kind!r} is not supported yet: an operator's message carries text parts only "
-                "({\"type\": \"text\", \"text\": ...}); rich parts (image, location, buttons, ...) are not "
-                "supported yet"), f"{where}.type")
-        extra = sorted(set(part) - {"type", "text"})
-        if extra:
-            raise _bad(InvalidMessageError(f"{where}: unknown field {extra[0]!r} in a text part"), f"{where}.{extra[0]}")
-        text = part.get("text")
-        if not isinstance(text, str) or not text.strip():
-            raise _bad(InvalidMessageError(f"{where}.text: a text part needs non-empty text"), f"{where}.text")
-        if len(text) > max_chars:
-            raise _bad(OversizeInputError(f"{where}.text is {len(text)} characters; the limit is {max_chars}"),
-                       f"{where}.text")
-        out.append(text)
+    out: list[OutPart] = []
+    for i, value in enumerate(parts):
+        part = parse_part(value, f"parts.{i}")
+        if isinstance(part, TextPart):
+            if len(part.text) > max_chars:
+                raise _bad(OversizeInputError(f"parts.{i}.text is {len(part.text)} characters; the limit is "
+                                              f"{max_chars}"), f"parts.{i}.text")
+            out.append(part.text)
+        else:
+            out.append(part)
     return out

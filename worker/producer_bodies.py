@@ -18,11 +18,12 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSchema, field_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSchema
 
 from worker.due_time import RFC3339, parse_rfc3339
 from worker.envelopes import FACT_KEY_PATTERN, MAX_FACT_KEY_CHARS, MAX_ID_CHARS
 from worker.operator_input import MAX_PARTS
+from worker.reply_parts import PART_TYPES, Part
 from worker.store.pauses import MAX_PAUSE_SECONDS
 
 #: A message id: the producer's own id of the input (a game event's id, a wamid); resubmitting it is harmless.
@@ -90,31 +91,15 @@ class ResetBody(ProducerBody):
     at: At | None = None
 
 
-class TextPart(ProducerBody):
-    """One more message of an operator's message: ``{"type": "text", "text": ...}``, the only part supported yet."""
-
-    type: Literal["text"] = Field(description="`text`: rich parts (image, location, buttons, ...) are not "
-                                              "supported yet.")
-    text: Text
-
-    @field_validator("type", mode="before")
-    @classmethod
-    def _supported(cls, value: object) -> object:
-        if value != "text":
-            raise ValueError(f"{value!r} is not supported yet: an operator's message carries text parts only "
-                             "(rich parts such as image, location or buttons are not supported yet)")
-        return value
-
-
 class OperatorMessageBody(ProducerBody):
     """``POST /v1/conversations/{conversation_id}/operator-messages`` (``ConversationClient.send_operator_message``):
     a person's message to the player, sent in order with the replies and kept in the state as a person's."""
 
     text: Text
     message_id: MessageId | None = None
-    parts: list[TextPart] | None = Field(None, max_length=MAX_PARTS, description=(
-        "More messages after `text`, in order, each `{\"type\": \"text\", \"text\": ...}`. Rich parts (image, "
-        "location, buttons, ...) are not supported yet: any other type is a 422 naming the field."))
+    parts: list[Part] | None = Field(None, max_length=MAX_PARTS, description=(
+        "More messages after `text`, in order: `{\"type\": \"text\", \"text\": ...}` or a rich part (image, "
+        "location, location_request, buttons, list, reaction), each checked against WhatsApp's limits."))
 
 
 class PauseBody(ProducerBody):
@@ -176,8 +161,10 @@ CLIENT_METHODS: dict[str, str] = {"message": "send_message", "event": "send_even
                                   "operator": "send_operator_message", "pause": "pause", "resume": "resume"}
 
 def field_of(loc: tuple[int | str, ...]) -> str | None:
-    """The dotted field name of a pydantic error location (``None`` for the body as a whole)."""
-    return ".".join(str(p) for p in loc) or None
+    """The dotted field name of a pydantic error location (``None`` for the body as a whole). A reply part's type tag,
+    which pydantic puts in the location after the part's index, is left out: ``parts.0.buttons.0.title``."""
+    kept = [p for i, p in enumerate(loc) if not (i and isinstance(loc[i - 1], int) and p in PART_TYPES)]
+    return ".".join(str(p) for p in kept) or None
 
 
 class Summary(BaseModel):

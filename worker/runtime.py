@@ -159,9 +159,11 @@ def build_channel(settings: Settings) -> Channel:
 def service_window(settings: Settings) -> ServiceWindow:
     """WhatsApp's customer-service window and the template sent outside it, from the settings."""
     template = None
-    if settings.whatsapp.template:
-        template = Template(settings.whatsapp.template, settings.whatsapp.template_language,
-                            settings.whatsapp.template_parameter, settings.whatsapp.template_text)
+    wa = settings.whatsapp
+    if wa.template:
+        template = Template(wa.template, wa.template_language, wa.template_parameter, wa.template_text,
+                            wa.template_header_image, tuple(wa.template_more_parameters),
+                            tuple(wa.template_quick_replies))
     return ServiceWindow(settings.whatsapp.window_seconds, template)
 
 
@@ -211,16 +213,28 @@ def service_config(settings: Settings) -> ServiceConfig:
                          game_context=settings.game_context, context_source=load_context_source(settings))
 
 
+def offered_reply_tools(settings: Settings, channel: Channel, taken: set[str]) -> list[Any]:
+    """The model's reply tools (send_location, send_buttons, ...) on the WhatsApp channel unless
+    PARLEY_WHATSAPP_REPLY_TOOLS=false; a game tool of the same name keeps its name."""
+    from worker.delivery.whatsapp import WhatsAppSender
+    from worker.tools.reply_tools import reply_tools
+
+    if not isinstance(channel, WhatsAppSender) or not settings.whatsapp.reply_tools:
+        return []
+    return [t for t in reply_tools() if t.name not in taken]
+
+
 def build_service(settings: Settings, wake: Wake, *, model: Model | None = None, channel: Channel | None = None,
                   tools: Any = None) -> ConversationService:
     """``tools=None`` (the worker's case) loads the deployment's tools from the settings (worker.tools)."""
     source = None
+    channel = channel or build_channel(settings)
     if tools is None:
         from worker.tools import load_tools
 
         loaded = load_tools(settings)
         tools, source = loaded.fixed, (loaded.mcp.tools if loaded.mcp is not None else None)
-    channel = channel or build_channel(settings)
+        tools = [*tools, *offered_reply_tools(settings, channel, {t.name for t in tools})]
     chat = build_chat(settings, model, tools=tools, tool_source=source)
     store = build_store(settings)
     return ConversationService(

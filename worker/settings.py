@@ -521,6 +521,20 @@ class WhatsApp(_Group):
         "(PARLEY_WHATSAPP_TEMPLATE_TEXT), none (no parameter).")
     template_text: str = Field(default="", validation_alias="whatsapp_template_text", description="The parameter's text with "
                                "PARLEY_WHATSAPP_TEMPLATE_PARAMETER=fixed.")
+    template_header_image: str | None = Field(default=None, pattern=r"^https://\S+$", validation_alias="whatsapp_template_header_image",
+                                              description="Link (https) of the image in the template's header, for a "
+                                              "template approved with an image header. Unset: no header.")
+    template_more_parameters: list[str] = Field(default_factory=list, validation_alias="whatsapp_template_more_parameters",
+                                                description='Fixed texts of the body parameters after the first, as a '
+                                                'JSON list, e.g. ["Harrogate", "3 clues left"]. Empty: none.')
+    # NoDecode: a comma list, as a person writes it, not JSON.
+    template_quick_replies: Annotated[list[str], NoDecode] = Field(
+        default_factory=list, validation_alias="whatsapp_template_quick_replies", description="Payloads of the "
+        "template's quick-reply buttons, in order, comma-separated (handed back when the player taps one). Empty: the "
+        "template has no quick-reply buttons.")
+    reply_tools: bool = Field(default=True, validation_alias="whatsapp_reply_tools", description="Offer the model the "
+                              "reply tools (send_image, send_location, request_location, send_buttons, send_list, "
+                              "react) on the WhatsApp channel.")
     messages_per_second: float = Field(default=80.0, ge=0, validation_alias="whatsapp_messages_per_second", description="Messages "
                                        "a second the sender number may send, shared by every worker through Redis "
                                        "(Meta's default throughput; higher tiers allow up to 1,000, and inbound "
@@ -548,6 +562,11 @@ class WhatsApp(_Group):
     @property
     def recipient_per_second(self) -> float:
         return self.recipient_per_minute / 60
+
+    @field_validator("template_quick_replies", mode="before")
+    @classmethod
+    def _split_quick_replies(cls, v: object) -> object:
+        return _split(v)
 
     @model_validator(mode="after")
     def _template_text(self) -> WhatsApp:

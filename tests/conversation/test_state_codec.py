@@ -182,7 +182,7 @@ def _every_field_set() -> tuple[Message, ConversationState]:
     """A message and a state with every field away from its default, so a field a fast path drops shows."""
     m = Message(role="user", content="hi", tool_calls=(ToolCall("c", "f"),), tool_call_id="t", name="n",
                 is_error=True, pinned=True, seq=3, raw={"k": 1}, media=MediaRef("img", "image/png"),
-                facts=(("target", "Harrogate Theatre"),))
+                facts=(("target", "Harrogate Theatre"),), reply_parts=({"type": "reaction", "emoji": "x"},))
     s = ConversationState(provider="openai", messages=(m,), summary="s", summary_seq=2, pinned=(m,), next_seq=9,
                           seen_seq=4, last_usage=Usage(5, 6), generation=7,
                           meta=Meta("e", 1.0, 2.0, 3, 4, 5), facts=(Fact("target", "the theatre"),))
@@ -193,7 +193,7 @@ def test_fast_paths_know_every_field() -> None:
     """``Message.with_seq``, ``Meta.after_turn`` and the state's ``append``/``with_usage``/``with_meta`` pass every
     field by position: one added to a class must be added there too (then add it here)."""
     assert [f.name for f in fields(Message)] == ["role", "content", "tool_calls", "tool_call_id", "name",
-                                                 "is_error", "pinned", "seq", "raw", "media", "facts"]
+                                                 "is_error", "pinned", "seq", "raw", "media", "facts", "reply_parts"]
     assert [f.name for f in fields(ConversationState)] == ["provider", "messages", "summary", "summary_seq",
                                                            "pinned", "next_seq", "seen_seq", "last_usage",
                                                            "generation", "meta", "facts"]

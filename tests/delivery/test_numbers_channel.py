@@ -74,3 +74,16 @@ def test_a_number_no_longer_configured_is_refused_for_good(wa: FakeWhatsApp) -> 
     with pytest.raises(DeliveryPermanentError, match="business number 555000 is not configured"):
         ch.send_text(f"555000.{PLAYER}", "lost")
     assert wa.received == []
+
+
+def test_a_rich_part_goes_from_the_number_the_player_wrote_to(wa: FakeWhatsApp) -> None:
+    from worker.reply_parts import out_part
+
+    ch = channel(wa)
+    pin = out_part({"type": "location", "latitude": 53.9921, "longitude": -1.5418, "name": "Harrogate Theatre"})
+    ch.send_reply(f"{QUIZ}.{PLAYER}", [pin, "see you there"], reply_to=None, last_inbound=time.time(),
+                  pace=lambda: None)
+    assert [(s["path"], h["authorization"], s["body"]["type"]) for s, h in zip(wa.sent, wa.headers, strict=True)] == [
+        (f"/v21.0/{QUIZ}/messages", "Bearer token-quiz", "location")]
+    assert wa.sent[0]["body"]["to"] == PLAYER
+    ch.close()

@@ -90,7 +90,8 @@ def test_a_worker_offers_and_calls_all_three_tool_sources(cluster: Cluster, game
                                                              body["call_id"])
     assert all(n == 1 for n in engine.keys.values()), engine.keys
     offered = {t["function"]["name"] for t in cluster.llm.requests[0]["tools"]}
-    assert offered == {"inventory", "dice", "look", "give", "weather", "unlock", "nap", "whoami", "bearer"}
+    reply_tools = {"send_image", "send_location", "request_location", "send_buttons", "send_list", "react"}  # WhatsApp's
+    assert offered == {"inventory", "dice", "look", "give", "weather", "unlock", "nap", "whoami", "bearer", *reply_tools}
 
 
 def test_a_bad_manifest_stops_the_worker_at_start(cluster: Cluster, tmp_path: Path) -> None:

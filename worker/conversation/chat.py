@@ -335,7 +335,7 @@ class Chat:
                           state_problem=problem, reset=reset, needs_compaction=needs, usage=st.last_usage,
                           model_calls=out.model_calls, tool_calls=out.tool_calls,
                           replayed_rounds=out.replayed_rounds, replayed_results=out.replayed_results,
-                          pinned_dropped=encoded.pinned_dropped, resident=encoded.resident)
+                          pinned_dropped=encoded.pinned_dropped, resident=encoded.resident, parts=tuple(out.parts))
 
     # --- events, compaction, splicing --------------------------------------------------------------
 

@@ -8,8 +8,9 @@ rewrites them, and they are rendered into the preamble with the pinned items. ``
 and facts together, the oldest pinned items going first (:mod:`worker.conversation.bounded`).
 
 A game tool's answer may carry keys Parley acts on beside the result the model reads: :data:`RESULT_KEYS` names
-them, and :func:`split_result` takes them out (the rest is the result). ``"facts"`` is the first; another key slots
-in by adding an entry there and a field to :class:`ResultExtras`.
+them, and :func:`split_result` takes them out (the rest is the result). ``"facts"`` is the first, ``"reply_parts"``
+(parts added to the turn's reply, :mod:`worker.reply_parts`) the second; another key slots in by adding an entry
+there and a field to :class:`ResultExtras`.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from worker.errors import InvalidMessageError
+from worker.reply_parts import parse_parts, part_json
 
 log = logging.getLogger("parley.tools")
 
@@ -67,10 +69,23 @@ class ResultExtras:
     """What a game tool's answer carried for Parley besides its result (empty: nothing)."""
 
     facts: tuple[tuple[str, str], ...] = ()
+    reply_parts: tuple[dict[str, Any], ...] = ()
+
+
+#: The most parts one tool call may add to a reply (each is one WhatsApp message).
+MAX_PARTS_PER_RESULT = 10
+
+
+def _reply_parts(value: object, max_chars: int) -> tuple[dict[str, Any], ...]:
+    """A tool's ``"reply_parts"``: a list of parts, each checked against WhatsApp's limits (their JSON form kept).
+    Raises ``ValueError`` (an :class:`~worker.errors.InvalidReplyPartError` is one) saying what is wrong."""
+    if isinstance(value, list) and len(value) > MAX_PARTS_PER_RESULT:
+        raise ValueError(f"'reply_parts' holds {len(value)} parts; at most {MAX_PARTS_PER_RESULT}")
+    return tuple(part_json(p) for p in parse_parts(value, "reply_parts"))  # type: ignore[arg-type]
 
 
 #: The keys of a game tool's answer that Parley takes out, each with its reader (value, limit) -> field value.
-RESULT_KEYS: dict[str, Callable[[Any, int], Any]] = {"facts": _facts}
+RESULT_KEYS: dict[str, Callable[[Any, int], Any]] = {"facts": _facts, "reply_parts": _reply_parts}
 
 
 def split_result(value: Any, max_chars: int) -> tuple[Any, ResultExtras]:

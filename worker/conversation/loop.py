@@ -10,13 +10,14 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Literal
+from typing import Any, Literal
 
 from worker.conversation.messages import Message, ToolCall
 from worker.conversation.model import FinishReason, ModelRequest, ModelResponse
 from worker.conversation.state import ConversationState
 from worker.conversation.tools import Tool, run_tool
 from worker.conversation.turn_journal import NoJournal, TurnJournal
+from worker.reply_parts import out_part, render_all
 
 ToolChoice = Literal["auto", "none"]
 
@@ -27,6 +28,9 @@ class LoopOutcome:
 
     reply: str
     state: ConversationState
+    # What tools added to the reply before its final text, in order: a text the model wrote beside the calls that
+    # added parts (a str), then those parts (their JSON form).
+    parts: list[str | dict[str, Any]] = field(default_factory=list)
     finish_reason: FinishReason = "stop"
     model_calls: int = 0
     tool_calls: int = 0
@@ -38,7 +42,16 @@ class LoopOutcome:
 
 
 def _without_facts(result: Message) -> Message:
-    return replace(result, facts=()) if result.facts else result
+    return replace(result, facts=(), reply_parts=()) if result.facts or result.reply_parts else result
+
+
+def _added_parts(message: Message, results: Sequence[Message]) -> list[str | dict[str, Any]]:
+    """What one round of tools added to the reply: nothing unless a result carried parts; then the text the model
+    wrote beside its calls (it comes first, as the model wrote it), then the parts in call order."""
+    parts: list[str | dict[str, Any]] = [p for r in results for p in r.reply_parts]
+    if parts and message.content.strip():
+        parts.insert(0, message.content.strip())
+    return parts
 
 
 def with_tool_facts(st: ConversationState, results: Sequence[Message]) -> ConversationState:
@@ -91,6 +104,7 @@ class ToolLoop:
             results = [self._result(step, call, recorded, out, replayed=step < len(replay))
                        for call in message.tool_calls]
             st = with_tool_facts(st.append(message, *(_without_facts(r) for r in results)), results)
+            out.parts += _added_parts(message, results)
             step += 1
             rounds += 1
             if rounds >= self.max_tool_iterations:
@@ -145,6 +159,9 @@ class ToolLoop:
             # The model asked for tools after being told not to: answer with what text there is.
             reply = text or self.fallback_reply
             return reply, Message(role="assistant", content=reply)
+        if not message.tool_calls and not text and out.parts:
+            # The tools' parts are the answer: no fallback text after them. The state keeps them as text.
+            return "", Message(role="assistant", content=render_all([out_part(p) for p in out.parts]))
         if not message.tool_calls:
             reply = text or self.fallback_reply
             return reply, (message if text else replace(message, content=reply, raw=None))

@@ -124,13 +124,16 @@ class Message:
     # Tool results only: the facts a game tool's answer set (key, text), carried to the turn's state (and kept in the
     # turn's journal, so a replayed result sets them again); the history stores the result without them.
     facts: tuple[tuple[str, str], ...] = ()
+    # Tool results only: the reply parts (their JSON form, worker.reply_parts) a reply tool or a game tool's answer
+    # added to the turn's reply, journalled like ``facts`` so a replayed result adds them again; never in the history.
+    reply_parts: tuple[dict[str, Any], ...] = ()
 
     def with_seq(self, seq: int) -> Message:
         # What dataclasses.replace(self, seq=seq) returns, built directly: every message a turn adds is renumbered,
         # and replace walks the fields' metadata (twice the cost). Every field is passed, in order;
         # tests/conversation/test_state_codec.py fails when a field is added and not here.
         return Message(self.role, self.content, self.tool_calls, self.tool_call_id, self.name, self.is_error,
-                       self.pinned, seq, self.raw, self.media, self.facts)
+                       self.pinned, seq, self.raw, self.media, self.facts, self.reply_parts)
 
 
 def user(text: str, media: MediaRef | None = None) -> Message:

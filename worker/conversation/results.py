@@ -10,6 +10,7 @@ for the report only: the result may turn out stale, and its splice counts what l
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from worker.conversation.model import FinishReason, Usage
 from worker.conversation.resident import Resident
@@ -20,7 +21,7 @@ from worker.errors import StateDecodeError
 class TurnResult:
     """Everything a turn produced.
 
-    - ``reply``: the text for the user (never empty).
+    - ``reply``: the text for the user (never empty, unless tools added ``parts`` and the model wrote nothing after).
     - ``state``: the new state blob.
     - ``finish_reason``: of the last model call (``"stop"`` for a reset answered without the model).
     - ``truncated``: the model hit its output limit; ``reply`` is what it wrote so far.
@@ -51,6 +52,9 @@ class TurnResult:
     replayed_rounds: int = 0
     replayed_results: int = 0
     resident: Resident | None = None  # ``state`` decoded, for the next turn (see worker.conversation.resident)
+    # Sent before ``reply``, in order: what reply tools and game tools added (texts, and parts in their JSON form);
+    # ``reply`` may then be empty (the parts were the answer).
+    parts: tuple[str | dict[str, Any], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

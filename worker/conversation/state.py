@@ -162,6 +162,8 @@ def _enc_message(message: Message) -> dict[str, Any]:
         fields["md"] = [message.media.kind, message.media.id, message.media.mime_type]
     if message.facts:
         fields["f"] = [list(f) for f in message.facts]  # a journalled tool result's (never in a stored history)
+    if message.reply_parts:
+        fields["rp"] = list(message.reply_parts)  # likewise
     return fields
 
 
@@ -321,8 +323,10 @@ def _dec_message(fields: Any) -> Message:
     media = None if md is None else _dec_media(md, role)
     f = fields.get("f")
     facts = () if f is None else tuple((x.key, x.text) for x in _dec_facts(f))
+    rp = fields.get("rp", [])
+    _need(isinstance(rp, list) and all(isinstance(p, dict) for p in rp), "bad reply parts")
     return Message(role, content, calls, ti, name, bool(fields.get("e", False)), bool(fields.get("p", False)), seq, raw,
-                   media, facts)
+                   media, facts, tuple(rp))
 
 
 def _dec_media(md: Any, role: Any) -> MediaRef:

@@ -185,7 +185,7 @@ def run_tool(
         if len(text) > max_chars:
             text = text[:max_chars] + f"\n[truncated: {len(text) - max_chars} more characters]"
         return Message(role="tool", content=text or "(empty result)", tool_call_id=call.id, name=call.name,
-                       is_error=error, facts=extras.facts)
+                       is_error=error, facts=extras.facts, reply_parts=extras.reply_parts)
 
     tool = tools.get(call.name)
     if tool is None:

@@ -19,6 +19,7 @@ from typing import Any, Protocol, TextIO, runtime_checkable
 import httpx
 
 from worker.errors import DeliveryPermanentError, DeliveryRetryableError
+from worker.reply_parts import OutPart, RichPart, part_json, render
 
 
 @runtime_checkable
@@ -29,6 +30,15 @@ class Channel(Protocol):
     such data back in its status webhooks (WhatsApp) sends it along, the others ignore it."""
 
     def send_text(self, recipient: str, text: str, *, reply_to: str | None = None,
+                  callback_data: str | None = None) -> str: ...
+
+
+@runtime_checkable
+class RichChannel(Protocol):
+    """Optional for a channel: sends a rich reply part (an image, a pin, buttons...) as such. A channel without it
+    is sent the part's text rendering (:func:`worker.reply_parts.render`) through ``send_text``."""
+
+    def send_part(self, recipient: str, part: RichPart, *, reply_to: str | None = None,
                   callback_data: str | None = None) -> str: ...
 
 
@@ -60,7 +70,7 @@ class WindowedChannel(Protocol):
     :class:`~worker.errors.OutsideWindowError` before any call when it has no template. ``last_inbound`` is when the
     player's last message was accepted (None: unknown); ``pace`` is called before each API call it makes."""
 
-    def send_reply(self, recipient: str, parts: Sequence[str], *, reply_to: str | None,
+    def send_reply(self, recipient: str, parts: Sequence[OutPart], *, reply_to: str | None,
                    last_inbound: float | None, pace: Pace, callback_data: str | None = None) -> Sent: ...
 
 
@@ -84,7 +94,8 @@ class ConsoleChannel:
 
 
 class WebhookChannel:
-    """POSTs ``{"recipient", "text", "reply_to"}`` as JSON to a URL. 2xx: sent (the id is the body's ``id``
+    """POSTs ``{"recipient", "text", "reply_to"}`` as JSON to a URL; a rich part also carries ``"part"`` (its JSON
+    form, :func:`worker.reply_parts.part_json`), ``text`` being its rendering. 2xx: sent (the id is the body's ``id``
     when it has one); 429 and 5xx: retryable; other 4xx: permanent."""
 
     def __init__(self, url: str, *, timeout: float = 10.0, headers: dict[str, str] | None = None) -> None:
@@ -94,9 +105,17 @@ class WebhookChannel:
 
     def send_text(self, recipient: str, text: str, *, reply_to: str | None = None,
                   callback_data: str | None = None) -> str:
+        return self._post({"recipient": recipient, "text": text, "reply_to": reply_to})
+
+    def send_part(self, recipient: str, part: RichPart, *, reply_to: str | None = None,
+                  callback_data: str | None = None) -> str:
+        return self._post({"recipient": recipient, "text": render(part), "reply_to": reply_to,
+                           "part": part_json(part)})
+
+    def _post(self, payload: dict[str, Any]) -> str:
         # The webhook contract has no status callbacks into Parley: ``callback_data`` has nowhere to come back.
         try:
-            response = self._client.post(self.url, json={"recipient": recipient, "text": text, "reply_to": reply_to})
+            response = self._client.post(self.url, json=payload)
         except httpx.HTTPError as exc:
             raise DeliveryRetryableError(f"webhook unreachable: {exc}") from exc
         if response.status_code == 429 or response.status_code >= 500:

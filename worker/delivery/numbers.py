@@ -18,6 +18,7 @@ from worker.delivery.token import TOKEN, TokenHealth
 from worker.delivery.whatsapp import WhatsAppSender
 from worker.errors import DeliveryPermanentError
 from worker.numbers import SETTING, Number, Numbers
+from worker.reply_parts import OutPart
 
 MakeSender = Callable[[Number, TokenHealth], WhatsAppSender]
 
@@ -49,7 +50,7 @@ class NumbersChannel:
         sender, player = self.sender_for(recipient)
         return sender.send_text(player, text, reply_to=reply_to, callback_data=callback_data)
 
-    def send_reply(self, recipient: str, parts: Sequence[str], *, reply_to: str | None,
+    def send_reply(self, recipient: str, parts: Sequence[OutPart], *, reply_to: str | None,
                    last_inbound: float | None, pace: Pace, callback_data: str | None = None) -> Sent:
         sender, player = self.sender_for(recipient)
         return sender.send_reply(player, parts, reply_to=reply_to, last_inbound=last_inbound, pace=pace,

@@ -31,6 +31,7 @@ from typing import Any
 import httpx
 
 from worker import metrics
+from worker.delivery import rich
 from worker.delivery.channel import Pace, Sent
 from worker.delivery.token import TOKEN, TokenHealth
 from worker.delivery.window import ServiceWindow
@@ -43,6 +44,7 @@ from worker.errors import (
     WhatsAppTokenError,
 )
 from worker.httppool import ClientPool, single_connection, tls_context
+from worker.reply_parts import OutPart, render_all
 from worker.retry_after import parse_retry_after
 
 DEFAULT_BASE_URL = "https://graph.facebook.com/v21.0"
@@ -155,9 +157,14 @@ class WhatsAppSender:
             timeout=httpx.Timeout(timeout, connect=connect_timeout), headers=headers, limits=single_connection(),
             verify=tls_context(), transport=transport))
 
-    def body(self, recipient: str, text: str, reply_to: str | None = None,
+    def body(self, recipient: str, text: OutPart, reply_to: str | None = None,
              callback_data: str | None = None) -> dict[str, Any]:
-        body = _addressed(recipient, {"type": "text", "text": {"preview_url": False, "body": text}})
+        """The send of one reply part: a text, or a rich part (:mod:`worker.delivery.rich`) of any kind."""
+        if isinstance(text, str):
+            body = _addressed(recipient, {"type": "text", "text": {"preview_url": False, "body": text}})
+        else:
+            body = _addressed(recipient, rich.message(text, reply_to))
+            reply_to = reply_to if rich.threads(text) else None
         if reply_to:
             body["context"] = {"message_id": reply_to}
         if callback_data:
@@ -174,7 +181,7 @@ class WhatsAppSender:
             body["biz_opaque_callback_data"] = callback_data
         return body
 
-    def send_reply(self, recipient: str, parts: Sequence[str], *, reply_to: str | None,
+    def send_reply(self, recipient: str, parts: Sequence[OutPart], *, reply_to: str | None,
                    last_inbound: float | None, pace: Pace, callback_data: str | None = None) -> Sent:
         """Send ``parts[0]`` within the customer-service window; outside it (known from ``last_inbound``, or from a
         131047 answer) send the rest of the reply as the template, once, or raise :class:`OutsideWindowError`
@@ -184,14 +191,14 @@ class WhatsAppSender:
             return self._outside_window(recipient, parts, pace, why="window", callback_data=callback_data)
         pace()
         try:
-            return Sent(self.send_text(recipient, parts[0], reply_to=reply_to, callback_data=callback_data))
+            return Sent(self._post(self.body(recipient, parts[0], reply_to, callback_data)))
         except DeliveryPermanentError as exc:
             if exc.code != RE_ENGAGEMENT:
                 raise
             return self._outside_window(recipient, parts, pace, why=str(RE_ENGAGEMENT), cause=exc,
                                         callback_data=callback_data)
 
-    def _outside_window(self, recipient: str, parts: Sequence[str], pace: Pace, *, why: str,
+    def _outside_window(self, recipient: str, parts: Sequence[OutPart], pace: Pace, *, why: str,
                         cause: DeliveryPermanentError | None = None, callback_data: str | None = None) -> Sent:
         code = cause.code if cause is not None else None
         if self.window.template is None:
@@ -201,7 +208,8 @@ class WhatsAppSender:
                                      code=code, status=cause.status if cause is not None else None) from cause
         pace()
         # The template's own errors (a name Meta does not know, throttling) propagate as they are: no second try.
-        wamid = self._post(self.template_body(recipient, "\n\n".join(parts), callback_data))
+        # Rich parts (interactive ones cannot go outside the window) stand in the parameter as the text the state has.
+        wamid = self._post(self.template_body(recipient, render_all(parts), callback_data))
         metrics.OUTSIDE_WINDOW.labels("template", why).inc()
         return Sent(wamid, rest=True)
 

@@ -19,8 +19,8 @@ from worker.producer_bodies import (
     PauseState,
     Problem,
     Summary,
-    TextPart,
 )
+from worker.reply_parts import TextPart
 from worker.store.keys import _ID, MAX_ID_LENGTH
 
 _REF = "#/components/schemas/{model}"

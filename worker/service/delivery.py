@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from functools import partial
 
 from worker import metrics
-from worker.delivery.channel import Channel, Sent, WindowedChannel
+from worker.delivery.channel import Channel, RichChannel, Sent, WindowedChannel
 from worker.envelopes import DeadLetter, ReplyRecord, decode_reply, part_callback
 from worker.errors import (
     DeliveryPermanentError,
@@ -40,6 +40,7 @@ from worker.errors import (
     SendOutcomeUnknownError,
     WhatsAppTokenError,
 )
+from worker.reply_parts import ReactionPart, render
 from worker.service.config import ServiceConfig
 from worker.service.heartbeat import Beat, Heartbeat
 from worker.service.inflight import CrashedSends
@@ -75,6 +76,7 @@ class Deliverer:
         self.pacer = pacer
         # Checked once: an isinstance against a runtime Protocol walks its members (tens of µs a reply).
         self.windowed: WindowedChannel | None = channel if isinstance(channel, WindowedChannel) else None
+        self.rich: RichChannel | None = channel if isinstance(channel, RichChannel) else None
 
     def deliver(self, cid: str, claimed: tuple[int, OutboxHead] | None = None,
                 reply: tuple[bytes, ReplyRecord] | None = None) -> int:
@@ -187,15 +189,19 @@ class Deliverer:
     def _send_part(self, cid: str, record: ReplyRecord, part: int, inbound: float | None) -> Sent:
         """One API call (two when a windowed channel answers a closed window with the template), each paced; the
         part goes with callback data naming it, which its status webhooks carry back (see inflight)."""
-        reply_to = record.reply_to if part == 0 else None
+        # A reaction names the player's message wherever it stands in the reply; other parts quote it only first.
+        reply_to = record.reply_to if part == 0 or isinstance(record.parts[part], ReactionPart) else None
         pace = partial(self._pace, record.recipient)
         callback = part_callback(cid, record.reply_id, part)
         if self.windowed is not None:
             return self.windowed.send_reply(record.recipient, record.parts[part:], reply_to=reply_to,
                                            last_inbound=inbound, pace=pace, callback_data=callback)
         pace()
-        return Sent(self.channel.send_text(record.recipient, record.parts[part], reply_to=reply_to,
-                                           callback_data=callback))
+        sending = record.parts[part]
+        if isinstance(sending, str) or self.rich is None:
+            return Sent(self.channel.send_text(record.recipient, render(sending), reply_to=reply_to,
+                                               callback_data=callback))
+        return Sent(self.rich.send_part(record.recipient, sending, reply_to=reply_to, callback_data=callback))
 
     def _held_for(self, exc: WhatsAppTokenError) -> float:
         """Seconds until the held delivery probes the token again: exponential in the refusals in a row, with

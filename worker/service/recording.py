@@ -15,6 +15,7 @@ from worker.durable_record import entries
 from worker.durable_record.entries import InputRecord, Trail
 from worker.envelopes import Envelope, ReplyRecord, decode_envelope
 from worker.errors import EnvelopeError
+from worker.reply_parts import render
 
 
 def input_of(env: Envelope) -> InputRecord:
@@ -36,7 +37,7 @@ class Recorder:
         if not self.on:
             return None
         answered = len(envs) == 1 and envs[0].kind == "event" and bool(envs[0].respond)
-        return entries.turn(cid, inputs=[input_of(e) for e in envs], reply_id=reply.reply_id, parts=reply.parts,
+        return entries.turn(cid, inputs=[input_of(e) for e in envs], reply_id=reply.reply_id, parts=[render(p) for p in reply.parts],
                             trail=trail, finish=result.finish_reason, model_calls=result.model_calls,
                             model=self.model, kind="event_turn" if answered else "turn")
 
@@ -47,7 +48,7 @@ class Recorder:
         if not self.on:
             return None
         return entries.applied(kind, cid, inputs=[input_of(e) for e in envs],
-                               reply_id=reply.reply_id if reply else None, parts=reply.parts if reply else (),
+                               reply_id=reply.reply_id if reply else None, parts=[render(p) for p in reply.parts] if reply else (),
                                **fields)
 
     def dead(self, cid: str, input_id: str, payload: bytes | None, reason: str, detail: str,
@@ -60,4 +61,4 @@ class Recorder:
         except EnvelopeError:
             inputs = [InputRecord(input_id, "malformed")]
         return entries.applied("dead", cid, inputs=inputs, reply_id=apology.reply_id if apology else None,
-                               parts=apology.parts if apology else (), reason=reason, detail=detail[:2000])
+                               parts=[render(p) for p in apology.parts] if apology else (), reason=reason, detail=detail[:2000])

@@ -20,6 +20,7 @@ from worker.conversation.chat import Chat, State
 from worker.conversation.messages import MediaRef, Message
 from worker.delivery.split import split_message
 from worker.envelopes import Envelope, ReplyRecord
+from worker.reply_parts import OutPart, render
 from worker.service.drain.outcomes import Spoken, Withheld, quarantine_of
 
 
@@ -43,7 +44,7 @@ def withhold(chat: Chat, state: State, paused: Withheld) -> Withheld:
                     quarantine_of(state, result.state_problem), result.needs_compaction, result.pinned_dropped)
 
 
-def operator_texts(env: Envelope) -> list[str]:
+def operator_texts(env: Envelope) -> list[OutPart]:
     """The operator's message as the messages it is sent as: its text, then each part."""
     return [env.text or "", *(env.parts or ())]
 
@@ -51,8 +52,10 @@ def operator_texts(env: Envelope) -> list[str]:
 def speak(chat: Chat, state: State, env: Envelope, cid: str) -> Spoken:
     """The operator's message ``env``: the reply that sends it and the state that holds it."""
     texts = operator_texts(env)
-    result = chat.apply_messages(state, [msgs.operator(t) for t in texts])
+    # The state holds what the player saw as text (every provider reads it); the outbox holds the parts themselves.
+    result = chat.apply_messages(state, [msgs.operator(render(t)) for t in texts])
     record = ReplyRecord(reply_id=env.message_id, conversation_id=cid, recipient=env.recipient or cid,
-                         parts=[part for t in texts for part in split_message(t)], reply_to=env.reply_to)
+                         parts=[p for t in texts for p in (split_message(t) if isinstance(t, str) else [t])],
+                         reply_to=env.reply_to)
     return Spoken(env, result.state, record, record.to_bytes(), result.resident,
                   quarantine_of(state, result.state_problem), result.needs_compaction, result.pinned_dropped)

@@ -16,6 +16,7 @@ from worker.conversation.model import Attachment
 from worker.conversation.tools import turn_context
 from worker.delivery.split import split_message
 from worker.envelopes import ReplyRecord
+from worker.reply_parts import OutPart, out_part
 from worker.service.burst import Pending, answers_event
 from worker.service.config import ServiceConfig
 from worker.service.drain.handoff import withhold
@@ -29,6 +30,14 @@ from worker.store.results import Snapshot
 
 # What the model reads for a photo that could not be loaded, when other messages of a burst carry the turn.
 UNLOADED_PHOTO = "[The player sent a photo that could not be loaded]"
+
+
+def reply_parts(result: TurnResult) -> list[OutPart]:
+    """The turn's reply as the outbox keeps it: what its tools added (texts split into whole messages, parts as
+    they are), then the model's text."""
+    # An empty reply after parts adds nothing (split_message would make it an ellipsis, a reply never being empty).
+    added = (*result.parts, result.reply) if result.reply or not result.parts else result.parts
+    return [p for a in added for p in (split_message(a) if isinstance(a, str) else [out_part(a)])]
 
 
 class TurnRunner:
@@ -56,7 +65,7 @@ class TurnRunner:
             result, inputs, merges = self._answer(inputs, state)
         head, last = inputs[0], inputs[-1]
         record = ReplyRecord(reply_id=head.id, conversation_id=run.cid, recipient=last.env.recipient or run.cid,
-                             parts=split_message(result.reply), reply_to=last.env.reply_to)
+                             parts=reply_parts(result), reply_to=last.env.reply_to)
         said = "event" if answers_event(inputs) else "user"  # an answered game event is not the player's words
         trace: dict[str, Any] = {said: last.env.text, "reply": result.reply[: self.config.trace_reply_chars],
                  "finish": result.finish_reason, "model_calls": result.model_calls, "tool_calls": result.tool_calls,
