@@ -10,6 +10,7 @@ import pytest
 from tests.configs import bare_config
 from worker import Chat, KeepLastExchanges, ScriptedModel
 from worker.client import ConversationClient
+from worker.conversation.model import ModelRequest
 from worker.service import ConversationService, ServiceConfig
 from worker.store.redis_store import ConversationStore, StoreLimits
 from worker.testing import RecordingChannel
@@ -71,3 +72,14 @@ def harness_factory() -> Callable[..., Harness]:
 
 
 __all__ = ["Harness", "KeepLastExchanges", "make_harness"]
+
+
+def echo_all(req: ModelRequest) -> str:
+    """Answer with every message of the turn (what a burst or an answered event shows the model) after the last
+    assistant one, as ``role:text`` joined by `` | ``."""
+    tail: list[str] = []
+    for m in reversed(req.messages):
+        if m.role == "assistant":
+            break
+        tail.insert(0, f"{m.role}:{m.content}")
+    return " | ".join(tail)

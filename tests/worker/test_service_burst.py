@@ -8,7 +8,7 @@ import msgpack
 
 from tests.configs import bare_burst, bare_config
 from tests.support.store_kit import raw
-from tests.worker.conftest import Harness, make_harness
+from tests.worker.conftest import Harness, echo_all, make_harness
 from worker import ScriptedModel
 from worker.conversation.model import Attachment, ModelRequest
 from worker.conversation.scripted import Reply
@@ -30,15 +30,6 @@ def config(**burst: object) -> ServiceConfig:
     policy = bare_burst(**{"quiet": QUIET, "max_wait": 5.0, "max_messages": 20, **burst})  # type: ignore[arg-type]
     return bare_config(system_prompt="You are a test.", burst=policy, dead_letter_reply="Sorry, try again.")
 
-
-def echo_all(req: ModelRequest) -> str:
-    """Answer with every message of the turn (what a burst turn shows the model) after the last assistant one."""
-    tail: list[str] = []
-    for m in reversed(req.messages):
-        if m.role == "assistant":
-            break
-        tail.insert(0, f"{m.role}:{m.content}")
-    return " | ".join(tail)
 
 
 def settle(h: Harness) -> None:

@@ -12,9 +12,8 @@ from prometheus_client import REGISTRY
 from tests.configs import bare_burst, bare_config
 from tests.support.fake_whatsapp import FakeWhatsApp
 from tests.support.store_kit import raw
-from tests.worker.conftest import Harness, make_harness
+from tests.worker.conftest import Harness, echo_all, make_harness
 from worker import ScriptedModel
-from worker.conversation.model import ModelRequest
 from worker.conversation.state import decode_state
 from worker.delivery.whatsapp import WhatsAppSender
 from worker.delivery.window import ServiceWindow, Template
@@ -28,22 +27,13 @@ DAY = 86_400.0
 TAGGED = "The player has just tagged Harrogate Theatre (10 points)"
 
 
-def last_turn(req: ModelRequest) -> str:
-    """What the model answers: the roles and texts after its last answer."""
-    tail: list[str] = []
-    for m in reversed(req.messages):
-        if m.role == "assistant":
-            break
-        tail.insert(0, f"{m.role}:{m.content}")
-    return " | ".join(tail)
-
 
 def count(name: str, **labels: str) -> float:
     return REGISTRY.get_sample_value(name, labels) or 0.0
 
 
 def test_an_event_the_model_answers_is_replied_to_and_read_as_the_games() -> None:
-    h = make_harness(ScriptedModel(default=last_turn))
+    h = make_harness(ScriptedModel(default=echo_all))
     before = count("parley_inputs_total", kind="event", outcome="answered")
     messages = count("parley_inputs_total", kind="message", outcome="applied")
     h.client.send_event(CID, TAGGED, message_id="evt-1", respond=True)
@@ -62,14 +52,14 @@ def test_an_event_the_model_answers_is_replied_to_and_read_as_the_games() -> Non
 
 
 def test_a_silent_event_still_gets_no_reply() -> None:
-    h = make_harness(ScriptedModel(default=last_turn))
+    h = make_harness(ScriptedModel(default=echo_all))
     h.client.send_event(CID, TAGGED, message_id="evt-1")
     h.run()
     assert h.channel.sent == [] and h.model.requests == []
 
 
 def test_three_facts_with_one_key_leave_only_the_last_in_the_prompt() -> None:
-    h = make_harness(ScriptedModel(default=last_turn))
+    h = make_harness(ScriptedModel(default=echo_all))
     for i, place in enumerate(["Bettys", "the Royal Pump Room", "Harrogate Theatre"]):
         h.client.send_event(CID, f"The player's current target is {place}", message_id=f"t{i}", key="target")
     h.client.send_message(CID, "where now?", message_id="wamid.1")
@@ -84,7 +74,7 @@ def test_three_facts_with_one_key_leave_only_the_last_in_the_prompt() -> None:
 def test_a_responding_event_ends_a_waiting_burst_and_is_answered_after_it() -> None:
     quiet = 0.3
     policy = bare_burst(quiet=quiet, max_wait=60.0)
-    h = make_harness(ScriptedModel(default=last_turn), config=bare_config(system_prompt="You are a test.",
+    h = make_harness(ScriptedModel(default=echo_all), config=bare_config(system_prompt="You are a test.",
                                                                          burst=policy))
     h.client.send_message(CID, "wait", message_id="wamid.1")
     h.client.send_message(CID, "which way", message_id="wamid.2")
@@ -104,7 +94,7 @@ def test_a_responding_event_ends_a_running_burst_hold_at_once() -> None:
     """The quiet period (5 s) is being waited out in Redis when the event comes: its accept ends the hold and wakes a
     worker, which answers the burst and then the event, with no wait (no clock is advanced, nothing sleeps)."""
     policy = bare_burst(quiet=5.0, max_wait=60.0)
-    h = make_harness(ScriptedModel(default=last_turn), config=bare_config(system_prompt="You are a test.",
+    h = make_harness(ScriptedModel(default=echo_all), config=bare_config(system_prompt="You are a test.",
                                                                          burst=policy))
     h.client.send_message(CID, "wait", message_id="wamid.1")
     h.run()  # the drain defers the turn (the hold) and its wake-up at the end of the quiet period finds it held
@@ -119,7 +109,7 @@ def test_a_responding_event_ends_a_running_burst_hold_at_once() -> None:
 
 def test_a_silent_event_leaves_a_running_burst_hold() -> None:
     policy = bare_burst(quiet=5.0, max_wait=60.0)
-    h = make_harness(ScriptedModel(default=last_turn), config=bare_config(system_prompt="You are a test.",
+    h = make_harness(ScriptedModel(default=echo_all), config=bare_config(system_prompt="You are a test.",
                                                                          burst=policy))
     h.client.send_message(CID, "wait", message_id="wamid.1")
     h.run()
@@ -128,7 +118,7 @@ def test_a_silent_event_leaves_a_running_burst_hold() -> None:
 
 
 def test_a_responding_event_with_a_key_sets_the_fact_and_is_answered() -> None:
-    h = make_harness(ScriptedModel(default=last_turn))
+    h = make_harness(ScriptedModel(default=echo_all))
     h.client.send_event(CID, "Your target is Bettys", message_id="t0", key="target")
     h.client.send_event(CID, "Your target is Harrogate Theatre", message_id="t1", key="target", respond=True)
     h.run()
