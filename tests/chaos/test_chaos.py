@@ -30,6 +30,7 @@ from tests.chaos.harness import (
 from tests.chaos.stall import LeaseHolderStopper
 from tests.e2e.conftest import BROKERS, Cluster
 from tests.support.store_kit import raw
+from tests.support.workers import wait_until
 from worker.settings import Drain
 
 pytestmark = pytest.mark.e2e
@@ -86,7 +87,11 @@ def test_stalled_worker_past_its_lease(cluster: Cluster) -> None:
             print(f"[chaos] sigstop ({c.broker}): {stall.line()}")
 
     out = run_scenario(cluster, load(pace=0.03, ready_first=True), chaos)
-    # A stop landed mid-work: the stopped worker, woken, found its turn or delivery taken over.
+    # A stop landed mid-work: the stopped worker, woken, found its turn or delivery taken over. The scenario can end
+    # (every input answered by the worker that took over) a moment after the last stopped worker is woken, before that
+    # worker has read its model answer and tried to commit: wait for its log rather than read it at once.
+    stopped = [w for w in cluster.workers if any(s.worker == w.name for s in stopper.stalls)]
+    wait_until(lambda: all(TAKEN_OVER.search(w.log()) for w in stopped), 30)
     taken_over = sum(len(TAKEN_OVER.findall(w.log())) for w in cluster.workers)
     out.fault_kinds["taken_over"] = taken_over
     report(f"sigstop ({cluster.broker})", out)
@@ -104,8 +109,6 @@ def test_a_stalled_workers_conversation_is_taken_over_while_its_player_keeps_wri
     """The sweeper hands a stalled worker's conversation over even while new inputs keep arriving for it more often
     than the sweep age (1 s here): an input queued behind others sends no wake-up, so the sweeper is the only way
     out, and an input must not restart its clock (it did: the conversation waited until the player paused)."""
-    from tests.support.workers import wait_until
-
     cluster.llm.delay = 0.3
     stopper = LeaseHolderStopper(cluster)
     cluster.llm.on_request = stopper.on_request
@@ -298,7 +301,6 @@ def test_compaction_racing_with_new_turns(cluster: Cluster) -> None:
 
     cids = [f"4477{i:08d}" for i in range(8)]
     # A compaction still being computed when the mailboxes emptied lands a moment later: wait for it.
-    from tests.support.workers import wait_until
 
     assert wait_until(lambda: not any(raw(store).exists(store.keys(c).compacting) or store.inbox_depth(c) for c in cids),
                       30, interval=0.1)
@@ -328,7 +330,6 @@ def test_poison_input_is_dead_lettered_and_later_inputs_proceed(cluster: Cluster
     client.send_message(cid, "before", message_id="a")
     client.send_message(cid, "POISON pill", message_id="poison")
     client.send_message(cid, "after", message_id="b")
-    from tests.support.workers import wait_until
 
     assert wait_until(lambda: "ack:after" in cluster.whatsapp.texts_for(cid), 120), [w.log() for w in cluster.workers]
     sent = cluster.whatsapp.texts_for(cid)
@@ -361,7 +362,6 @@ def test_concurrent_duplicate_submissions(cluster: Cluster) -> None:
         t.start()
     for t in threads:
         t.join()
-    from tests.support.workers import wait_until
 
     assert wait_until(lambda: len(cluster.whatsapp.texts_for(cid)) >= 20, 60)
     time.sleep(1.0)
