@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import time
 
+import redis
+
+from worker.store.limits import StoreLimits
 from worker.store.redis_store import ConversationStore
 
 A, B = "447700900001", "447700900002"
@@ -46,3 +49,26 @@ def test_delete_drops_the_pause(store: ConversationStore) -> None:
     store.pause(A)
     store.delete(A)
     assert store.paused(A) is None and store.paused_count() == 0
+
+
+def test_an_idle_conversation_takes_its_pause_with_it(client: redis.Redis, prefix: str) -> None:
+    """With the idle TTL on, a pause until resumed lives as long as its conversation (each input refreshes it) and
+    expires with it: the player's next conversation, months later, is not held for an operator nobody assigned."""
+    store = ConversationStore(client, prefix=prefix, limits=StoreLimits(idle_ttl_ms=400))
+    store.pause(A)
+    store.accept(A, b"x", "x-1")  # the player writes while paused: the pause's key now expires with the rest
+    assert 0 < client.pttl(store.keys(A).paused) <= 400
+    assert store.paused(A) is not None and store.paused_count() == 1
+    time.sleep(0.6)
+    assert client.exists(store.keys(A).state, store.keys(A).inbox, store.keys(A).paused) == 0
+    assert store.paused(A) is None and store.paused_count() == 0
+
+
+def test_resume_after_a_timed_pause_ended_says_it_was_not_paused(client: redis.Redis, prefix: str) -> None:
+    store = ConversationStore(client, prefix=prefix, limits=StoreLimits(idle_ttl_ms=60_000))
+    store.pause(A, 0.2)
+    store.accept(A, b"x", "x-1")  # the idle TTL, longer than the pause, keeps the key past the pause's end
+    time.sleep(0.3)
+    assert store.paused(A) is None
+    assert store.resume(A) is False
+    store.delete(A)

@@ -15,9 +15,10 @@ from worker.store.replication import Replication
 from worker.store.scripts import RecordArgs, Scripts
 
 _KEYS_CACHED = 4096
-# The keys of a conversation that expire when it has been idle ``limits.idle_ttl_ms``.
+# The keys of a conversation that expire when it has been idle ``limits.idle_ttl_ms``. ``paused`` among them: a
+# pause outliving the conversation it paused would hold that player's next conversation without an operator.
 _TTL_KEYS = ("state", "inbox", "seen", "fence", "attempts", "outbox", "sent", "dfence", "delivered", "trace",
-             "quarantine", "dead", "statuses", "statusorder", "journal", "inbound")
+             "quarantine", "dead", "statuses", "statusorder", "journal", "inbound", "paused")
 
 
 class StoreCore:

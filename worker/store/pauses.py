@@ -45,9 +45,10 @@ class PauseStore(StoreCore):
     @store_errors
     def resume(self, cid: str) -> bool:
         """End ``cid``'s pause; True when it was paused."""
-        was = bool(self._client.delete(self.keys(cid).paused))
+        raw = self._client.getdel(self.keys(cid).paused)
         self._client.zrem(self.global_keys.paused, cid)
-        return was
+        # The idle TTL may have kept a timed pause's key past its end (it refreshes the key): that one had ended.
+        return raw is not None and _in_force(int(raw or 0), self._now_ms())
 
     @store_errors
     def paused(self, cid: str) -> Pause | None:
@@ -56,7 +57,7 @@ class PauseStore(StoreCore):
         if raw is None:
             return None
         until_ms = int(raw or 0)
-        if until_ms and until_ms <= self._now_ms():  # the key's TTL ends it within a millisecond or so
+        if not _in_force(until_ms, self._now_ms()):  # the key's TTL ends it within a millisecond or so
             return None
         return Pause(until_ms / 1000 if until_ms else None)
 
@@ -66,4 +67,24 @@ class PauseStore(StoreCore):
         first)."""
         key = self.global_keys.paused
         self._client.zremrangebyscore(key, "-inf", time.time() * 1000)
+        self._drop_expired_untimed(key)
         return int(self._client.zcard(key))
+
+    def _drop_expired_untimed(self, index: str) -> None:
+        """Drop from the index the untimed pauses whose conversation's key has gone (the idle TTL expired the
+        conversation): their score, ``+inf``, would count them for ever. Paused conversations are few (people
+        take them over one at a time), so one EXISTS each is cheap."""
+        untimed = [m.decode() for m in self._client.zrangebyscore(index, "+inf", "+inf")]
+        if not untimed:
+            return
+        pipe = self._client.pipeline(transaction=False)
+        for cid in untimed:
+            pipe.exists(self.keys(cid).paused)
+        gone = [cid for cid, there in zip(untimed, pipe.execute(), strict=True) if not there]
+        if gone:
+            self._client.zrem(index, *gone)
+
+
+def _in_force(until_ms: int, now_ms: int) -> bool:
+    """A stored pause end (``0``: until resumed) is in force at ``now_ms``."""
+    return not until_ms or until_ms > now_ms
