@@ -15,6 +15,7 @@
 --! include tail
 --! include codes
 --! include trim_seen
+--! include take_in
 local inbox = KEYS[1]
 local seen = KEYS[2]
 local tomb = KEYS[3]
@@ -32,25 +33,16 @@ local pending_member = ARGV[8]
 local inbound_flag = ARGV[9]
 local ends_burst_flag = ARGV[10]
 
+local now = tonumber(now_ms)
 local first_ttl = 1
 if pending_member ~= '' then
-  -- The sweeper's idle clock starts when work appears: an input into an empty mailbox stamps the mark anew (so a
-  -- sweeper that read the old score and an empty mailbox cannot remove it); one behind waiting inputs only makes sure
-  -- the mark is there (stamping it would hide a dead worker's conversation while its player keeps writing).
-  if redis.call('LLEN', inbox) == 0 then
-    redis.call('ZADD', rest[1], tonumber(now_ms), pending_member)
-  else
-    redis.call('ZADD', rest[1], 'NX', tonumber(now_ms), pending_member)
-  end
+  mark_pending(rest[1], pending_member, now, redis.call('LLEN', inbox) == 0)
   first_ttl = 2
 end
-if redis.call('ZSCORE', seen, id) or redis.call('ZSCORE', tomb, id) then
+if seen_before(seen, tomb, id) then
   return {DUPLICATE, redis.call('LLEN', inbox), 0}
 end
-local now = tonumber(now_ms)
-if inbound_flag == '1' and now > tonumber(redis.call('GET', inbound) or '0') then
-  redis.call('SET', inbound, now_ms)
-end
+if inbound_flag == '1' then open_window(inbound, now_ms) end
 local n = redis.call('LLEN', inbox)
 if n >= tonumber(max_inbox) then
   return {FULL, n, 0}
@@ -58,13 +50,7 @@ end
 redis.call('ZADD', seen, now, id)
 redis.call('RPUSH', inbox, entry)
 trim_seen(seen, now, dedupe_ms, dedupe_max)
-local ttl = tonumber(ttl_ms)
-if ttl > 0 then
-  for i = first_ttl, #rest do redis.call('PEXPIRE', rest[i], ttl) end
-end
+refresh_ttl(rest, first_ttl, ttl_ms)
 local ended = 0
-if ends_burst_flag == '1' and redis.call('GET', hold) == 'b' then
-  redis.call('DEL', hold)
-  ended = 1
-end
+if ends_burst_flag == '1' then ended = end_burst_hold(hold) end
 return {ACCEPTED, n + 1, ended}

@@ -14,6 +14,7 @@
 -- a game event the model answers, which ends a burst's hold as ACCEPT does (see accept.lua).
 --! include tail
 --! include trim_seen
+--! include take_in
 local timers = KEYS[1]
 local timed = KEYS[2]
 local inbox = KEYS[3]
@@ -39,7 +40,7 @@ local fired, dropped, full, ends_burst = {}, 0, 0, false
 for i = 1, #due, 2 do
   local id, at = due[i], due[i + 1]
   local held = redis.call('HGET', timed, id)
-  if not held or redis.call('ZSCORE', seen, id) or redis.call('ZSCORE', tomb, id) then
+  if not held or seen_before(seen, tomb, id) then
     dropped = dropped + 1
   elseif depth >= tonumber(max_inbox) then
     full = 1
@@ -48,9 +49,7 @@ for i = 1, #due, 2 do
     redis.call('ZADD', seen, now, id)
     redis.call('RPUSH', inbox, string.sub(held, 3))
     depth = depth + 1
-    if string.sub(held, 1, 1) == '1' and now > tonumber(redis.call('GET', inbound) or '0') then
-      redis.call('SET', inbound, now_ms)
-    end
+    if string.sub(held, 1, 1) == '1' then open_window(inbound, now_ms) end
     if string.sub(held, 2, 2) == 'e' then ends_burst = true end
     fired[#fired + 1] = id
     fired[#fired + 1] = at
@@ -65,22 +64,14 @@ for i = 1, #due, 2 do
 end
 if #fired > 0 then trim_seen(seen, now, dedupe_ms, dedupe_max) end
 local ended = 0
-if ends_burst and redis.call('GET', hold) == 'b' then
-  redis.call('DEL', hold)
-  ended = 1
-end
+if ends_burst then ended = end_burst_hold(hold) end
 local first = redis.call('ZRANGE', timers, 0, 0, 'WITHSCORES')
 local earliest = -1
 if first[2] then earliest = tonumber(first[2]) end
 if full == 1 then earliest = now + tonumber(retry_ms) end
 local first_ttl = 1
 if index_member ~= '' then
-  -- As ACCEPT: the sweeper's idle clock restarts only when work appears in an empty mailbox (see accept.lua).
-  if #fired > 0 and before == 0 then
-    redis.call('ZADD', rest[1], now, index_member)
-  elseif #fired > 0 then
-    redis.call('ZADD', rest[1], 'NX', now, index_member)
-  end
+  if #fired > 0 then mark_pending(rest[1], index_member, now, before == 0) end
   if earliest >= 0 then
     redis.call('ZADD', rest[2], earliest, index_member)
   else
@@ -88,8 +79,5 @@ if index_member ~= '' then
   end
   first_ttl = 3
 end
-local ttl = tonumber(ttl_ms)
-if ttl > 0 and #fired > 0 then
-  for i = first_ttl, #rest do redis.call('PEXPIRE', rest[i], ttl) end
-end
+if #fired > 0 then refresh_ttl(rest, first_ttl, ttl_ms) end
 return {#fired / 2, before, earliest, full, dropped, fired, ended}
