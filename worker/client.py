@@ -93,7 +93,9 @@ class ConversationClient:
         inbound = self._checked(env, from_player=from_player)
         due = due_ms(at) if at is not None else None
         if due is not None:
-            # Held: it never opens WhatsApp's window when it fires, since the player did not write at that time.
+            # Held: it never opens WhatsApp's window when it fires, since the player did not write at that time. It
+            # is accepted into the mailbox when due, so that is its accept time (a reply's wait is timed from it).
+            env = env.model_copy(update={"accepted_at": due / 1000})
             held = self.store.schedule(env.conversation_id, env.to_bytes(), env.message_id, due,
                                        reset=env.kind == "reset", ends_burst=_ends_burst(env))
             return Submitted(env.conversation_id, env.message_id, held.duplicate, 0, scheduled=True)

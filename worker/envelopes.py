@@ -171,6 +171,9 @@ class ReplyRecord(_Wire):
     parts: list[OutPart]
     reply_to: str | None = None
     created_at: float = Field(default_factory=time.time)
+    # When the first input it answers was accepted (None: a reply no input asked for, or written before this field):
+    # the delivery times the player's wait from it (parley_reply_latency_seconds).
+    accepted_at: float | None = None
 
 
 #: WhatsApp keeps at most this many characters of a send's ``biz_opaque_callback_data``.

@@ -16,6 +16,19 @@ LLM_SECONDS = Histogram("parley_llm_seconds", "Time of one model round trip.", [
 TOKENS = Counter("parley_tokens_total", "Tokens reported by the provider, by kind: in (all prompt tokens), out, "
                  "cached (prompt tokens read from the provider's cache, part of in), cache_write (prompt tokens "
                  "written to Anthropic's cache, part of in).", ["direction"])
+MODEL_REQUEST_SECONDS = Histogram("parley_model_request_seconds", "One HTTP request to a model provider (each retry "
+                                  "apart), answered or not, by provider.", ["provider"],
+                                  buckets=(0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60))
+MODEL_ERRORS = Counter("parley_model_errors_total", "Model requests that failed, by provider and error: auth (401/403), "
+                       "rate_limited, unavailable (5xx, unreachable), timeout, context_length, request (another 4xx), "
+                       "response (an answer that did not parse), circuit_open (not sent: the breaker is open).",
+                       ["provider", "error"])
+BREAKER_OPEN = Gauge("parley_model_breaker_open", "1 while the circuit breaker of a model endpoint is open (or lets one "
+                     "probe through): its calls fail at once without reaching the provider; 0 once a call succeeds.",
+                     ["provider", "endpoint"])
+REPLY_LATENCY = Histogram("parley_reply_latency_seconds", "From the accept of the first input a reply answers (the "
+                          "webhook's POST or the producer's call) to the send of its first part: what the player waited.",
+                          buckets=(0.25, 0.5, 1, 2, 3, 5, 8, 13, 20, 30, 60, 120, 300, 900))
 PROVIDER_AUTH_FAILING = Gauge("parley_provider_auth_failing",
                               "1 while the provider rejects the API key (401/403): every conversation is held until "
                               "it is fixed; 0 again after the next call it accepts.")

@@ -13,7 +13,8 @@ from typing import Any, ClassVar
 import httpx
 
 from worker.conversation.model import ModelRequest, ModelResponse
-from worker.llm.transport import RetryPolicy, breaker_for, post_json, shared_clients
+from worker.errors import ModelResponseError
+from worker.llm.transport import RetryPolicy, breaker_for, count_model_error, post_json, shared_clients
 
 
 class ProviderModel(ABC):
@@ -79,4 +80,8 @@ class HttpModel(ProviderModel):
         data = post_json(provider=self.PROVIDER, clients=shared_clients(self.base_url),
                          path=f"{self.base_url}{self.PATH}", body=self.body(request), headers=self._headers,
                          timeout=self._timeout, retry=self.retry, breaker=self.breaker)
-        return self.parse(data)
+        try:
+            return self.parse(data)
+        except ModelResponseError as exc:
+            count_model_error(self.PROVIDER, exc)
+            raise

@@ -13,9 +13,12 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import urlsplit
 
 import httpx
+from prometheus_client import Counter, Gauge, Histogram
 
+from worker import metrics
 from worker.errors import (
     AuthenticationError,
     CircuitOpenError,
@@ -54,8 +57,10 @@ class CircuitBreaker:
     """Closed -> open after ``threshold`` consecutive failures; open -> half-open after ``reset_after``
     seconds, when one probe is let through; the probe's success closes it, its failure opens it again."""
 
-    def __init__(self, threshold: int = 5, reset_after: float = 30.0, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, threshold: int = 5, reset_after: float = 30.0, clock: Callable[[], float] = time.monotonic,
+                 gauge: Gauge | None = None) -> None:
         self.threshold = threshold
+        self.gauge = gauge  # parley_model_breaker_open of its endpoint: 1 from the opening to the next success
         self.reset_after = reset_after
         self.clock = clock
         self.failures = 0
@@ -91,6 +96,8 @@ class CircuitBreaker:
 
     def success(self) -> None:
         with self._lock:
+            if self.opened_at is not None and self.gauge is not None:
+                self.gauge.set(0)
             self.failures = 0
             self.opened_at = None
             self.probing = False
@@ -100,6 +107,8 @@ class CircuitBreaker:
             self.failures += 1
             if self.probing or self.failures >= self.threshold:
                 self.opened_at = self.clock()
+                if self.gauge is not None:
+                    self.gauge.set(1)
             self.probing = False
 
 
@@ -108,11 +117,54 @@ _breakers_lock = threading.Lock()
 
 
 def breaker_for(key: str, threshold: int, reset_after: float) -> CircuitBreaker:
+    """The process's breaker for ``key`` (``<provider>:<base URL>``), made on first use with its gauge."""
     with _breakers_lock:
         b = _breakers.get(key)
         if b is None:
-            b = _breakers[key] = CircuitBreaker(threshold, reset_after)
+            provider, _, base_url = key.partition(":")
+            # The endpoint as host[:port] only: a base URL may carry credentials, never a label.
+            endpoint = urlsplit(base_url).netloc.rpartition("@")[2] or base_url
+            b = _breakers[key] = CircuitBreaker(threshold, reset_after,
+                                                gauge=metrics.BREAKER_OPEN.labels(provider, endpoint))
         return b
+
+
+# The error label of parley_model_errors_total: the most specific class first (they subclass one another).
+_ERROR_KINDS: tuple[tuple[type[ModelError], str], ...] = (
+    (AuthenticationError, "auth"), (ContextLengthError, "context_length"), (ModelRequestError, "request"),
+    (RateLimitedError, "rate_limited"), (ModelTimeoutError, "timeout"), (CircuitOpenError, "circuit_open"),
+    (ModelUnavailableError, "unavailable"), (ModelResponseError, "response"))
+
+
+@dataclass
+class _Counted:
+    """A provider's metric children, bound once: looking a labelled child up costs more than the update."""
+
+    seconds: Histogram
+    errors: dict[str, Counter] = field(default_factory=dict)
+
+    def failed(self, provider: str, err: ModelError) -> None:
+        """Count ``err`` in parley_model_errors_total."""
+        kind = next((k for cls, k in _ERROR_KINDS if isinstance(err, cls)), "error")
+        child = self.errors.get(kind)
+        if child is None:  # two threads may both bind it: labels() hands both the same child
+            child = self.errors[kind] = metrics.MODEL_ERRORS.labels(provider, kind)
+        child.inc()
+
+
+_counted: dict[str, _Counted] = {}
+
+
+def _counted_for(provider: str) -> _Counted:
+    counted = _counted.get(provider)
+    if counted is None:
+        counted = _counted[provider] = _Counted(metrics.MODEL_REQUEST_SECONDS.labels(provider))
+    return counted
+
+
+def count_model_error(provider: str, err: ModelError) -> None:
+    """Count a failure found after the request (an answer that does not parse) as the request's own are."""
+    _counted_for(provider).failed(provider, err)
 
 
 def _message_of(body: Any, text: str) -> tuple[str, str]:
@@ -178,18 +230,27 @@ def post_json(
 ) -> dict[str, Any]:
     """POST ``body`` and return the JSON answer, retrying what can be retried; raises typed errors only."""
     attempt = 0
+    counted = _counted_for(provider)
     while True:
-        probe = breaker.before_call(provider)
+        try:
+            probe = breaker.before_call(provider)
+        except CircuitOpenError as exc:
+            counted.failed(provider, exc)
+            raise
+        started = time.perf_counter()
         try:
             answer = _post_once(provider, clients, path, body, headers, timeout)
         except BaseException:
             if probe:
                 breaker.abandon_probe()
             raise
+        finally:
+            counted.seconds.observe(time.perf_counter() - started)
         if isinstance(answer, dict):
             breaker.success()
             return answer
         err = answer
+        counted.failed(provider, err)
         if not err.retryable:
             breaker.success()  # the service answered; it is our request that is wrong
             raise err

@@ -180,6 +180,8 @@ class Deliverer:
                 self._dead_reply(run, record, str(exc), exc.code, reason=reason)
                 return part - start, self._claim(run, partial(self.store.claim_next, cid, token, lease_ms))
             _SENT.inc()
+            if part == 0 and record.accepted_at is not None:
+                metrics.REPLY_LATENCY.observe(max(0.0, time.time() - record.accepted_at))
             if part == last or sent.rest:
                 return part - start + 1, self._claim(run, partial(
                     self.store.sent_last_claim_next, cid, token, record.reply_id, sent.message_id, lease_ms))

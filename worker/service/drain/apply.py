@@ -109,7 +109,7 @@ class Applier:
         env, also = n.env, n.also
         last = also[-1] if also else env
         record = ReplyRecord(reply_id=env.message_id, conversation_id=run.cid, recipient=last.recipient or run.cid,
-                             parts=split_message(n.text), reply_to=last.reply_to)
+                             parts=split_message(n.text), reply_to=last.reply_to, accepted_at=env.accepted_at)
         data = record.to_bytes()
         done = self._commit(run, snap.version, env, None, data, {"notice": n.why, "reply": n.text},
                             claim_delivery=self.config.deliver_inline, also=[e.message_id for e in also],

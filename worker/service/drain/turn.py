@@ -65,7 +65,7 @@ class TurnRunner:
             result, inputs, merges = self._answer(inputs, state)
         head, last = inputs[0], inputs[-1]
         record = ReplyRecord(reply_id=head.id, conversation_id=run.cid, recipient=last.env.recipient or run.cid,
-                             parts=reply_parts(result), reply_to=last.env.reply_to)
+                             parts=reply_parts(result), reply_to=last.env.reply_to, accepted_at=head.env.accepted_at)
         said = "event" if answers_event(inputs) else "user"  # an answered game event is not the player's words
         trace: dict[str, Any] = {said: last.env.text, "reply": result.reply[: self.config.trace_reply_chars],
                  "finish": result.finish_reason, "model_calls": result.model_calls, "tool_calls": result.tool_calls,
