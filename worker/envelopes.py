@@ -162,7 +162,13 @@ class Envelope(_Wire):
 
 class ReplyRecord(_Wire):
     """A reply in the outbox, split into the whole messages that will be sent, in order: a text part is a ``str`` (as
-    every record before rich replies holds), any other kind a tagged :mod:`worker.reply_parts` model."""
+    every record before rich replies holds), any other kind a tagged :mod:`worker.reply_parts` model.
+
+    Only workers write it and read it, so it ignores fields it does not know: during a rolling upgrade a worker of
+    this release delivers what a newer one committed (with fields it has no use for) instead of dead-lettering a
+    reply the player is waiting for. Producers' envelopes stay strict (they come from outside)."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
 
     v: int = ENVELOPE_VERSION
     reply_id: str
