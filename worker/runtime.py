@@ -206,20 +206,29 @@ def service_config(settings: Settings) -> ServiceConfig:
     bound)."""
     from worker.game_context import load_context_source
 
+    numbers = numbers_from_settings(settings.whatsapp)
+    turns = None
+    if numbers is not None:
+        from worker.service.number_turns import NumberTurns
+        from worker.tools import number_tools
+
+        turns = NumberTurns(numbers, number_tools(numbers, settings))
     return ServiceConfig(drain=settings.drain, delivery=settings.delivery, burst=settings.burst,
                          budget=settings.budget, system_prompt=settings.llm.system_prompt,
                          model_name=settings.llm.model, record=settings.record.enabled,
                          max_hold_ms=settings.broker.task_time_limit_ms,
-                         game_context=settings.game_context, context_source=load_context_source(settings))
+                         game_context=settings.game_context, context_source=load_context_source(settings),
+                         numbers=turns)
 
 
 def offered_reply_tools(settings: Settings, channel: Channel, taken: set[str]) -> list[Any]:
     """The model's reply tools (send_location, send_buttons, ...) on the WhatsApp channel unless
     PARLEY_WHATSAPP_REPLY_TOOLS=false; a game tool of the same name keeps its name."""
+    from worker.delivery.numbers import NumbersChannel
     from worker.delivery.whatsapp import WhatsAppSender
     from worker.tools.reply_tools import reply_tools
 
-    if not isinstance(channel, WhatsAppSender) or not settings.whatsapp.reply_tools:
+    if not isinstance(channel, WhatsAppSender | NumbersChannel) or not settings.whatsapp.reply_tools:
         return []
     return [t for t in reply_tools() if t.name not in taken]
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import copy
 import json
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +16,7 @@ from starlette.testclient import TestClient
 
 from tests.e2e.conftest import Cluster
 from tests.ingress.test_ingress import SECRET, fixture_payload, sign
+from tests.support.game_engine import GameEngine
 from tests.support.whatsapp_fixtures import needs_fixtures
 from tests.support.workers import wait_until
 from worker.conversation.state import decode_state
@@ -58,7 +60,8 @@ def sends(cluster: Cluster) -> list[tuple[str, str, str, str]]:
                  s["body"]["text"]["body"]) for s, h in zip(wa.sent, wa.headers, strict=True)]
 
 
-def start(cluster: Cluster, tmp_path: Path) -> TestClient:
+def start(cluster: Cluster, tmp_path: Path, quiz_extra: str = "") -> TestClient:
+    """The worker and the ingress on MAIN and QUIZ; ``quiz_extra``: more YAML lines of QUIZ's entry."""
     path = tmp_path / "numbers.yaml"
     path.write_text(f"""numbers:
   - phone_number_id: "{MAIN}"
@@ -66,7 +69,7 @@ def start(cluster: Cluster, tmp_path: Path) -> TestClient:
   - phone_number_id: "{QUIZ}"
     access_token: ${{WA_QUIZ}}
     system_prompt: {QUIZ_PROMPT}
-""", encoding="utf-8")
+{quiz_extra}""", encoding="utf-8")
     cluster.start_worker("w1", env={"PARLEY_WHATSAPP_NUMBERS_FILE": str(path), **TOKENS})
     client = cluster.client()
     numbers = load_numbers(path, default_id=MAIN, env=TOKENS)
@@ -97,6 +100,48 @@ def test_two_numbers_each_reply_from_their_own_number_with_their_own_token(clust
     systems = {str(r["messages"][0]["content"]) for r in cluster.llm.requests
                if any("quiz" in str(m.get("content")) for m in r["messages"][1:])}
     assert systems == {QUIZ_PROMPT}  # the quiz number's own prompt, on every turn of its conversations
+
+
+def offered(request: dict[str, Any]) -> set[str]:
+    return {t["function"]["name"] for t in request.get("tools") or []}
+
+
+def requests_saying(cluster: Cluster, text: str) -> list[dict[str, Any]]:
+    return [r for r in list(cluster.llm.requests) if any(text in str(m.get("content")) for m in r["messages"][1:])]
+
+
+def test_a_numbers_own_tools_and_prompt_serve_every_turn_of_its_conversations(cluster: Cluster,
+                                                                               tmp_path: Path) -> None:
+    engine = GameEngine().start()
+    try:
+        tools = tmp_path / "quiz-tools.json"
+        tools.write_text(json.dumps({"tools": [{"name": "look", "description": "the player's room",
+                                                "url": f"{engine.url}/look", "parameters": {"type": "object"}}]}),
+                         encoding="utf-8")
+        cluster.llm.plan_tools = lambda body: [("look", {"player": "ann"})]
+        http = start(cluster, tmp_path, f"    tools_file: {tools}\n")
+        post(http, message(MAIN, PLAYER, "wamid.e2e.t1", "main asks"), message(QUIZ, PLAYER, "wamid.e2e.t2", "quiz asks"))
+        assert wait_until(lambda: len(cluster.whatsapp.sent) >= 2, 60), cluster.workers[0].log()
+        client, quiz = cluster.client(), f"{QUIZ}.{PLAYER}"
+        client.send_event(quiz, "The player reached the quiz hall", respond=True)
+        client.send_event(quiz, "The quiz clock ran out", respond=True, at=datetime.now(UTC) + timedelta(seconds=1))
+        client.send_event(PLAYER, "The player reached the main square", respond=True)
+        assert wait_until(lambda: len(cluster.whatsapp.sent) >= 5, 60), cluster.workers[0].log()
+    finally:
+        engine.stop()
+    got = {text: (number, to) for number, _, to, text in sends(cluster)}
+    # Only the quiz number's turns are offered (and call) its tool; the main number's are not.
+    assert got["ack:main asks"] == (MAIN, PLAYER)
+    assert any(t.startswith("ack:quiz asks | ") and "the Rusty Anchor tavern" in t for t in got), got
+    assert engine.calls and {c[0] for c in engine.calls} == {"/look"}
+    for text in ("quiz asks", "quiz hall", "quiz clock"):  # a chat turn, an answered event, a timer's event
+        [first, *_] = requests_saying(cluster, text)
+        assert str(first["messages"][0]["content"]) == QUIZ_PROMPT, text
+        assert {"look", "send_location", "send_buttons"} <= offered(first), (text, offered(first))
+    for text in ("main asks", "main square"):
+        [first, *_] = requests_saying(cluster, text)
+        assert str(first["messages"][0]["content"]) != QUIZ_PROMPT
+        assert "look" not in offered(first) and "send_location" in offered(first), (text, offered(first))
 
 
 def test_a_rejected_token_on_one_number_holds_only_its_replies(cluster: Cluster, tmp_path: Path) -> None:

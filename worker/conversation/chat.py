@@ -256,6 +256,7 @@ class Chat:
         lifecycle: bool = True,
         journal: TurnJournal | None = None,
         attachments: Mapping[str, Attachment] | None = None,
+        tools: Sequence[Tool] = (),
     ) -> TurnResult:
         """Run one user turn through the chat loop.
 
@@ -282,6 +283,9 @@ class Chat:
         photo); user messages with media may appear in ``messages`` too. ``attachments`` (media id ->
         :class:`~worker.conversation.model.Attachment`) go with every request of this turn: a photo whose id is
         there is sent as a picture, any other as text. The state keeps only the references.
+
+        ``tools`` are offered for this turn only, beside the chat's (the tools of the business number the
+        conversation is on, in the worker); one of the same name as a chat's tool takes its place for the turn.
         """
         _check_utf8("the system prompt", system)
         turn_user = _user_message(user, self.max_input_chars)
@@ -302,17 +306,19 @@ class Chat:
             return TurnResult(reply=self.reset_reply, state=encoded.blob, reset=reset,
                               state_problem=loaded.problem, resident=encoded.resident)
         checked = _Checked(None if reset else loaded.clean)
-        loop = _tool_loop(self, system, extra_preamble, journal or NoJournal(), files, checked)
+        loop = _tool_loop(self, system, extra_preamble, journal or NoJournal(), files, checked, tools)
         out = loop.run(st.append(*added, turn_user))
         out.state = out.state.with_meta(out.state.meta.after_turn(now))
         return self._finish_turn(out, loaded.problem, reset, None if reset else loaded.memo, checked.clean)
 
     def run_event_turn(self, state: State, text: str, *, system: str | None = None, key: str | None = None,
-                       pinned: bool = False, journal: TurnJournal | None = None) -> TurnResult:
+                       pinned: bool = False, journal: TurnJournal | None = None,
+                       tools: Sequence[Tool] = ()) -> TurnResult:
         """A turn in which the model answers a game event: the event joins the history as the game's (the model
         reads it framed as an event, never as the player's words), then the tool loop runs as in :meth:`run_turn`.
         With ``key`` the text also sets that fact. The player did not speak: the idle clock and the turn count
-        stay (``meta.events`` counts it), and neither the idle gap nor a reset phrase applies."""
+        stay (``meta.events`` counts it), and neither the idle gap nor a reset phrase applies. ``tools``: this
+        turn's own, as in :meth:`run_turn`."""
         _check_utf8("the system prompt", system)
         _check_text("event text", text, self.max_input_chars)
         loaded = self.load(state)
@@ -320,7 +326,7 @@ class Chat:
         st = st.append(msgs.event(text, pinned=pinned and key is None))
         st = st.with_meta(replace(st.meta, events=st.meta.events + 1))
         checked = _Checked(loaded.clean)
-        out = _tool_loop(self, system, (), journal or NoJournal(), {}, checked).run(st)
+        out = _tool_loop(self, system, (), journal or NoJournal(), {}, checked, tools).run(st)
         return self._finish_turn(out, loaded.problem, None, loaded.memo, checked.clean)
 
     def _call(self, request: ModelRequest) -> ModelResponse:
@@ -447,11 +453,14 @@ class _Checked:
 
 
 def _tool_loop(chat: Chat, system: str | None, extra: Sequence[str], journal: TurnJournal,
-               attachments: Mapping[str, Attachment], checked: _Checked | None = None) -> ToolLoop:
+               attachments: Mapping[str, Attachment], checked: _Checked | None = None,
+               own: Sequence[Tool] = ()) -> ToolLoop:
     """The tool loop of one turn: the chat's fixed tools plus, for this turn only, those its ``tool_source``
-    offers now; each request built from the state as the loop has it, with the turn's attachments (a round
+    offers now and the turn's ``own`` (which take the place of any of the same name); each request built from the state as the loop has it, with the turn's attachments (a round
     after a tool call still shows the model the photo it is answering)."""
     tools = chat._tools if chat.tool_source is None else check_tools([*chat._tools.values(), *chat.tool_source()])
+    if own:
+        tools = {**tools, **check_tools(list(own))}
 
     def request_for(st: ConversationState, tool_choice: ToolChoice) -> ModelRequest:
         if checked is None:
