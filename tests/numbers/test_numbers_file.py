@@ -68,6 +68,19 @@ def test_a_bad_file_is_a_clear_error_naming_the_entry(tmp_path: Path, text: str,
     assert all(name in message for name in names), message
 
 
+def test_a_numbers_tools_file_gives_it_its_own_http_tools_and_lists_no_mcp_server(tmp_path: Path) -> None:
+    from worker.tools import number_tools
+
+    tools = write(tmp_path, json.dumps({"tools": [{"name": "hint", "description": "a hint", "parameters": {
+        "type": "object"}, "url": "http://127.0.0.1:9/hint"}]}), "quiz-tools.json")
+    numbers = load_numbers(write(tmp_path, GOOD_YAML + f"    tools_file: {tools}\n"), env=ENV)
+    got = number_tools(numbers, Settings())
+    assert list(got) == [QUIZ] and [t.name for t in got[QUIZ]] == ["hint"]
+    tools.write_text(json.dumps({"tools": [], "mcp_servers": [{"url": "http://127.0.0.1:9/mcp"}]}), encoding="utf-8")
+    with pytest.raises(ConfigurationError, match=r"numbers\[1\] \(106540352242923\): tools_file .*HTTP tools only"):
+        load_numbers(write(tmp_path, GOOD_YAML + f"    tools_file: {tools}\n"), env=ENV)
+
+
 def test_an_empty_token_is_refused(tmp_path: Path) -> None:
     with pytest.raises(ConfigurationError, match=r"numbers\[0\] \(106540352242922\): access_token is empty"):
         load_numbers(write(tmp_path, GOOD_YAML), env={**ENV, "WA_MAIN": " "})
