@@ -7,19 +7,23 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 from starlette.testclient import TestClient
 
 from tests.e2e.conftest import Cluster
 from tests.ingress.test_ingress import SECRET, fixture_payload, sign
 from tests.support.game_engine import GameEngine
+from tests.support.redis_server import free_port
 from tests.support.whatsapp_fixtures import needs_fixtures
 from tests.support.workers import wait_until
 from worker.conversation.state import decode_state
+from worker.envelopes import Media
 from worker.ingress.app import create_app
 from worker.numbers import load_numbers
 
@@ -60,8 +64,9 @@ def sends(cluster: Cluster) -> list[tuple[str, str, str, str]]:
                  s["body"]["text"]["body"]) for s, h in zip(wa.sent, wa.headers, strict=True)]
 
 
-def start(cluster: Cluster, tmp_path: Path, quiz_extra: str = "") -> TestClient:
-    """The worker and the ingress on MAIN and QUIZ; ``quiz_extra``: more YAML lines of QUIZ's entry."""
+def start(cluster: Cluster, tmp_path: Path, quiz_extra: str = "", env: dict[str, str] | None = None) -> TestClient:
+    """The worker (``env``: its own settings) and the ingress on MAIN and QUIZ; ``quiz_extra``: more YAML lines of
+    QUIZ's entry."""
     path = tmp_path / "numbers.yaml"
     path.write_text(f"""numbers:
   - phone_number_id: "{MAIN}"
@@ -70,7 +75,7 @@ def start(cluster: Cluster, tmp_path: Path, quiz_extra: str = "") -> TestClient:
     access_token: ${{WA_QUIZ}}
     system_prompt: {QUIZ_PROMPT}
 {quiz_extra}""", encoding="utf-8")
-    cluster.start_worker("w1", env={"PARLEY_WHATSAPP_NUMBERS_FILE": str(path), **TOKENS})
+    cluster.start_worker("w1", env={"PARLEY_WHATSAPP_NUMBERS_FILE": str(path), **TOKENS, **(env or {})})
     client = cluster.client()
     numbers = load_numbers(path, default_id=MAIN, env=TOKENS)
     return TestClient(create_app(client, client.store, app_secret=SECRET, verify_token="v", numbers=numbers))
@@ -144,12 +149,25 @@ def test_a_numbers_own_tools_and_prompt_serve_every_turn_of_its_conversations(cl
         assert "look" not in offered(first) and "send_location" in offered(first), (text, offered(first))
 
 
+def token_gauges(port: int) -> dict[str, float]:
+    """``parley_whatsapp_token_rejected`` of the worker's metrics, by phone number id."""
+    try:
+        text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=1).text
+    except httpx.HTTPError:
+        return {}
+    return {m.group(1): float(m.group(2)) for m in
+            re.finditer(r'^parley_whatsapp_token_rejected\{phone_number_id="(\d*)"\} (\S+)$', text, re.M)}
+
+
 def test_a_rejected_token_on_one_number_holds_only_its_replies(cluster: Cluster, tmp_path: Path) -> None:
-    http = start(cluster, tmp_path)
+    port = free_port()
+    http = start(cluster, tmp_path, env={"PARLEY_METRICS_PORT": str(port)})
+    assert wait_until(lambda: token_gauges(port) == {MAIN: 0.0, QUIZ: 0.0}, 30), token_gauges(port)
     cluster.whatsapp.send_tokens[QUIZ] = "rotated at Meta, not yet in the numbers file"
     post(http, message(QUIZ, PLAYER, "wamid.e2e.q", "held"), message(MAIN, PLAYER, "wamid.e2e.m", "not held"))
     assert wait_until(lambda: len(cluster.whatsapp.sent) >= 1, 60), cluster.workers[0].log()
     assert wait_until(lambda: len(cluster.whatsapp.received) >= 3, 60)  # the quiz reply refused, retried
+    assert token_gauges(port) == {MAIN: 0.0, QUIZ: 1.0}  # the alert names the number whose token to fix
     assert sends(cluster) == [(MAIN, "token-main", PLAYER, "ack:not held")]
     store = cluster.store()
     assert store.dead_letters(f"{QUIZ}.{PLAYER}") == [] and store.outbox_depth(f"{QUIZ}.{PLAYER}") == 1
@@ -158,6 +176,20 @@ def test_a_rejected_token_on_one_number_holds_only_its_replies(cluster: Cluster,
     cluster.whatsapp.send_tokens[QUIZ] = "token-quiz"  # fixed
     assert wait_until(lambda: len(cluster.whatsapp.sent) >= 2, 60), cluster.workers[0].log()
     assert sends(cluster)[1] == (QUIZ, "token-quiz", PLAYER, "ack:held")
+    assert wait_until(lambda: token_gauges(port) == {MAIN: 0.0, QUIZ: 0.0}, 10), token_gauges(port)
+
+
+def test_a_photo_sent_to_a_number_is_fetched_with_that_numbers_token(cluster: Cluster, tmp_path: Path) -> None:
+    start(cluster, tmp_path)
+    wa = cluster.whatsapp
+    wa.add_media("1003383421387257", b"\xff\xd8\xff\xe0 a quiz card", token="token-quiz")
+    cluster.client().send_message(f"{QUIZ}.{PLAYER}", "which card is this?", message_id="wamid.e2e.photo",
+                                  media=Media(id="1003383421387257", mime_type="image/jpeg"))
+    assert wait_until(lambda: len(wa.sent) >= 1, 60), cluster.workers[0].log()
+    assert sends(cluster) == [(QUIZ, "token-quiz", PLAYER, "ack:which card is this?")]
+    [request] = cluster.llm.requests
+    assert "image_url" in str(request["messages"])  # fetched (with the default number's token it would be refused)
+    assert {h["authorization"] for _, h in wa.gets} == {"Bearer token-quiz"}
 
 
 def test_a_worker_with_a_bad_numbers_file_stops_at_start_naming_the_entry(cluster: Cluster, tmp_path: Path) -> None:
