@@ -17,7 +17,7 @@ from worker.store.scripts import RecordArgs, Scripts
 _KEYS_CACHED = 4096
 # The keys of a conversation that expire when it has been idle ``limits.idle_ttl_ms``.
 _TTL_KEYS = ("state", "inbox", "seen", "fence", "attempts", "outbox", "sent", "dfence", "delivered", "trace",
-             "quarantine", "dead", "statuses", "statusorder", "journal", "inbound")
+             "quarantine", "dead", "statuses", "statusorder", "journal", "inbound", "lastmsg")
 
 
 class StoreCore:
