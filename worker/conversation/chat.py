@@ -210,13 +210,15 @@ class Chat:
         user: str,
         messages: Sequence[Message | dict[str, Any]] = (),
     ) -> tuple[str, bytes]:
-        """Run one turn: returns ``(reply, new_state)``. See :meth:`run_turn` for the details."""
+        """Run one turn: returns ``(reply, new_state)``. See :meth:`run_turn` for the details. ``reply`` is the
+        assistant's text: with rich parts (reply tools, a game tool's ``reply_parts``) their text rendering comes
+        first (:attr:`TurnResult.text`), so it is never empty; :meth:`run_turn` gives the parts themselves."""
         result = self.run_turn(state, system=system, user=user, messages=messages)
-        return result.reply, result.state
+        return result.text, result.state
 
     def chat(self, *, system: str | None = None, user: str, messages: Sequence[Message | dict[str, Any]] = ()) -> str:
         """A stateless turn: nothing is remembered."""
-        return self.run_turn(None, system=system, user=user, messages=messages, lifecycle=False).reply
+        return self.run_turn(None, system=system, user=user, messages=messages, lifecycle=False).text
 
     def append_to_state(self, state: bytes | None, text: str, pinned: bool = False, key: str | None = None) -> bytes:
         """Add an event ("User has just visited Harrogate Theatre") without calling the model; the model
@@ -228,9 +230,9 @@ class Chat:
     def respond_to_event(self, state: bytes | None, text: str, *, system: str | None = None,
                          key: str | None = None) -> tuple[str, bytes]:
         """The model answers a game event ("You tagged Harrogate Theatre!") with no player message: returns
-        ``(reply, new_state)``. See :meth:`run_event_turn`."""
+        ``(reply, new_state)`` (``reply`` as in :meth:`chat_with_state`). See :meth:`run_event_turn`."""
         result = self.run_event_turn(state, text, system=system, key=key)
-        return result.reply, result.state
+        return result.text, result.state
 
     def compact(self, state: bytes | None) -> bytes:
         """Apply the configured compactor now (whatever its trigger says) and return the new state."""
