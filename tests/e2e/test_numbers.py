@@ -192,6 +192,22 @@ def test_a_photo_sent_to_a_number_is_fetched_with_that_numbers_token(cluster: Cl
     assert {h["authorization"] for _, h in wa.gets} == {"Bearer token-quiz"}
 
 
+def test_an_operators_reaction_reacts_to_the_players_latest_message_from_their_number(cluster: Cluster,
+                                                                                      tmp_path: Path) -> None:
+    http = start(cluster, tmp_path)
+    post(http, message(QUIZ, PLAYER, "wamid.e2e.r1", "first"), message(QUIZ, PLAYER, "wamid.e2e.r2", "second"))
+    wa = cluster.whatsapp
+    assert wait_until(lambda: len(wa.sent) >= 2, 60), cluster.workers[0].log()
+    cluster.client().send_operator_message(f"{QUIZ}.{PLAYER}", "Well played", message_id="op1",
+                                           parts=[{"type": "reaction", "emoji": "🎉"}])
+    assert wait_until(lambda: len(wa.sent) >= 4, 60), cluster.workers[0].log()
+    with wa.lock:
+        text, reaction = (s["body"] for s in wa.sent[2:])
+        paths = {s["path"] for s in wa.sent[2:]}
+    assert paths == {f"/v21.0/{QUIZ}/messages"} and text["text"]["body"] == "Well played"
+    assert reaction["type"] == "reaction" and reaction["reaction"] == {"message_id": "wamid.e2e.r2", "emoji": "🎉"}
+
+
 def test_a_worker_with_a_bad_numbers_file_stops_at_start_naming_the_entry(cluster: Cluster, tmp_path: Path) -> None:
     path = tmp_path / "numbers.yaml"
     path.write_text(f'numbers:\n  - phone_number_id: "{MAIN}"\n    access_token: ${{WA_MAIN}}\n'
