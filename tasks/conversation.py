@@ -184,9 +184,12 @@ def _check_numbers(**_: Any) -> None:
     configuration does), instead of failing every delivery later."""
     from worker.errors import ConfigurationError
     from worker.numbers import numbers_from_settings
+    from worker.tools import number_tools
 
     try:
-        numbers_from_settings(get_settings().whatsapp)
+        numbers = numbers_from_settings(get_settings().whatsapp)
+        if numbers is not None:
+            number_tools(numbers, get_settings())  # a header's ${VAR} unset, two tools of one name
     except ConfigurationError as exc:
         log.critical("invalid WhatsApp numbers: %s", exc)
         raise SystemExit(1) from exc

@@ -130,7 +130,8 @@ EXPORT_ERRORS = Counter("parley_exporter_errors_total", "Export passes that fail
 WHATSAPP_TOKEN_REJECTED = Gauge("parley_whatsapp_token_rejected",
                                 "1 while WhatsApp rejects the access token (error code 190, or a 401 without a "
                                 "code): replies and photo fetches are held, nothing is dead-lettered; 0 again after "
-                                "the next send or fetch it accepts.")
+                                "the next send or fetch it accepts. One series per business number.",
+                                ["phone_number_id"])
 WHATSAPP_TOKEN_REFUSALS = Counter("parley_whatsapp_token_refusals_total",
                                   "WhatsApp calls refused for the access token, by what was held: send (a reply "
                                   "part), media (a photo fetch) or receipt (a read receipt, dropped).", ["what"])

@@ -8,7 +8,7 @@
       - phone_number_id: "106540352242923"
         access_token: ${WA_TOKEN_QUIZ}
         system_prompt: You are the quiz master.  # optional: this number's system prompt
-        tools_file: /etc/parley/quiz-tools.yaml  # optional: checked at start (see the note in docs/whatsapp.md)
+        tools_file: /etc/parley/quiz-tools.yaml  # optional: this number's own HTTP tools (beside the deployment's)
 
 The *default* number is ``WHATSAPP_PHONE_NUMBER_ID`` when it is set (added from ``WHATSAPP_ACCESS_TOKEN`` when the
 file does not list it), else the file's first entry. Conversation ids:
@@ -151,9 +151,13 @@ def _number(spec: NumberSpec, where: str, env: dict[str, str] | None) -> Number:
         raise ConfigurationError(f"{where}: access_token is empty")
     if spec.tools_file is not None:
         try:
-            load_manifest(spec.tools_file)
+            manifest = load_manifest(spec.tools_file)
         except ConfigurationError as exc:
             raise ConfigurationError(f"{where}: tools_file: {exc}") from exc
+        if manifest.mcp_servers or manifest.context is not None:
+            # One MCP session set and one live context per process: a number's own would need their own.
+            raise ConfigurationError(f"{where}: tools_file {spec.tools_file}: a number's tools file lists HTTP "
+                                     "tools only (put mcp_servers and context in PARLEY_TOOLS_FILE)")
     return Number(spec.phone_number_id, token, spec.system_prompt, spec.tools_file)
 
 

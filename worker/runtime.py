@@ -185,20 +185,33 @@ def build_pacer(settings: Settings, store: PaceStore, channel: Channel) -> Pacer
 
 def build_media_preparer(settings: Settings, model: Model) -> MediaPreparer:
     """Photos for the model: fetched through the Cloud API when WhatsApp's access token is set and the model reads
-    images (``reads_images``); otherwise the caption, or ``PARLEY_UNSUPPORTED_REPLY`` without one."""
-    reads = bool(getattr(model, "reads_images", False))  # a model from outside may predate the attribute
-    fetcher = None
-    numbers = numbers_from_settings(settings.whatsapp)
-    token = (numbers.default.access_token if numbers is not None
-             else settings.whatsapp.access_token.get_secret_value() if settings.whatsapp.access_token else None)
-    if token and reads:
-        from worker.delivery.media_download import CloudMediaFetcher, MediaHosts
+    images (``reads_images``), with the token of the number the player wrote to; otherwise the caption, or
+    ``PARLEY_UNSUPPORTED_REPLY`` without one."""
+    from worker.delivery.media_download import CloudMediaFetcher, MediaHosts
+    from worker.delivery.token import TokenHealth, for_number
 
-        fetcher = CloudMediaFetcher(settings.whatsapp.api_base_url, token,
-                                    settings.media.max_bytes,
-                                    hosts=MediaHosts.of(settings.media.hosts, settings.media.allow_http))
-    return MediaPreparer(fetcher, reads_images=reads, unsupported_reply=settings.webhook.unsupported_reply,
-                         turn_max_bytes=settings.media.turn_max_bytes)
+    reads = bool(getattr(model, "reads_images", False))  # a model from outside may predate the attribute
+    wa = settings.whatsapp
+    hosts = MediaHosts.of(settings.media.hosts, settings.media.allow_http)
+
+    def fetcher(token: str, health: TokenHealth | None) -> CloudMediaFetcher:
+        return CloudMediaFetcher(wa.api_base_url, token, settings.media.max_bytes, hosts=hosts, token=health)
+
+    def prepared(one: CloudMediaFetcher | None = None, by_number: Any = None) -> MediaPreparer:
+        return MediaPreparer(one, reads_images=reads, unsupported_reply=settings.webhook.unsupported_reply,
+                             turn_max_bytes=settings.media.turn_max_bytes, fetcher_for=by_number)
+
+    if not reads:
+        return prepared()
+    numbers = numbers_from_settings(wa)
+    if numbers is not None:
+        from worker.delivery.numbers import fetcher_for
+
+        return prepared(by_number=fetcher_for(numbers, lambda n, health: fetcher(n.access_token, health)))
+    if not wa.access_token:
+        return prepared()
+    return prepared(fetcher(wa.access_token.get_secret_value(),
+                            for_number(wa.phone_number_id) if wa.phone_number_id else None))
 
 
 def service_config(settings: Settings) -> ServiceConfig:
@@ -206,20 +219,29 @@ def service_config(settings: Settings) -> ServiceConfig:
     bound)."""
     from worker.game_context import load_context_source
 
+    numbers = numbers_from_settings(settings.whatsapp)
+    turns = None
+    if numbers is not None:
+        from worker.service.number_turns import NumberTurns
+        from worker.tools import number_tools
+
+        turns = NumberTurns(numbers, number_tools(numbers, settings))
     return ServiceConfig(drain=settings.drain, delivery=settings.delivery, burst=settings.burst,
                          budget=settings.budget, system_prompt=settings.llm.system_prompt,
                          model_name=settings.llm.model, record=settings.record.enabled,
                          max_hold_ms=settings.broker.task_time_limit_ms,
-                         game_context=settings.game_context, context_source=load_context_source(settings))
+                         game_context=settings.game_context, context_source=load_context_source(settings),
+                         numbers=turns)
 
 
 def offered_reply_tools(settings: Settings, channel: Channel, taken: set[str]) -> list[Any]:
     """The model's reply tools (send_location, send_buttons, ...) on the WhatsApp channel unless
     PARLEY_WHATSAPP_REPLY_TOOLS=false; a game tool of the same name keeps its name."""
+    from worker.delivery.numbers import NumbersChannel
     from worker.delivery.whatsapp import WhatsAppSender
     from worker.tools.reply_tools import reply_tools
 
-    if not isinstance(channel, WhatsAppSender) or not settings.whatsapp.reply_tools:
+    if not isinstance(channel, WhatsAppSender | NumbersChannel) or not settings.whatsapp.reply_tools:
         return []
     return [t for t in reply_tools() if t.name not in taken]
 

@@ -74,6 +74,23 @@ def test_tool_loop_runs_tools_and_keeps_pairs() -> None:
     assert model.requests[0].tools[0].name == "lookup"
 
 
+def test_a_turns_own_tools_join_the_chats_and_take_the_place_of_one_of_the_same_name() -> None:
+    model = ScriptedModel([Reply(tool_calls=(("lookup", {"place": "x"}), ("hint", {}))), "done",
+                           Reply(tool_calls=(("lookup", {"place": "y"}),)), "done again", "plain"])
+    chat = Chat(model=model, tools=[make_tool()])
+    own = (make_tool(handler=lambda place="": "the quiz's lookup"), make_tool("hint", handler=lambda: "a hint"))
+    result = chat.run_turn(None, user="go", tools=own)
+    assert [t.name for t in model.requests[0].tools] == ["lookup", "hint"]
+    results = [m.content for m in model.requests[1].messages if m.role == "tool"]
+    assert results == ["the quiz's lookup", "a hint"]
+    # An answered event takes them too; a turn without them has the chat's tools only, the chat's own handler.
+    event = chat.run_event_turn(result.state, "The clock ran out", tools=own)
+    assert [t.name for t in model.requests[2].tools] == ["lookup", "hint"]
+    assert "the quiz's lookup" in [m.content for m in model.requests[3].messages if m.role == "tool"]
+    chat.run_turn(event.state, user="again")
+    assert [t.name for t in model.requests[4].tools] == ["lookup"]
+
+
 @pytest.mark.parametrize(
     ("handler", "call", "needle"),
     [

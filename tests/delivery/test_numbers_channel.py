@@ -8,10 +8,11 @@ import time
 from collections.abc import Iterator
 
 import pytest
+from prometheus_client import REGISTRY
 
 from tests.support.fake_whatsapp import FakeWhatsApp
 from worker.delivery.numbers import NumbersChannel
-from worker.delivery.token import TOKEN, TokenHealth
+from worker.delivery.token import TOKEN, TokenHealth, for_number
 from worker.delivery.whatsapp import WhatsAppSender
 from worker.errors import DeliveryPermanentError, WhatsAppTokenError
 from worker.numbers import Number, Numbers
@@ -60,13 +61,22 @@ def test_read_receipts_go_through_the_number_the_player_wrote_to(wa: FakeWhatsAp
 def test_a_rejected_token_holds_only_its_number(wa: FakeWhatsApp) -> None:
     ch = channel(wa)
     quiz_health = ch.senders[QUIZ].token
-    assert ch.senders[MAIN].token is TOKEN and isinstance(quiz_health, TokenHealth) and quiz_health is not TOKEN
+    main_health = ch.senders[MAIN].token
+    assert main_health is for_number(MAIN) and quiz_health is for_number(QUIZ)  # shared with the photo fetchers
+    assert isinstance(quiz_health, TokenHealth) and quiz_health is not main_health and TOKEN not in (
+        main_health, quiz_health)
+    ch.send_text(PLAYER, "before")  # accepted: whatever an earlier test of this process did to the number's state
     wa.fail(190, status=401, message="Error validating access token: Session has expired")
     with pytest.raises(WhatsAppTokenError):
         ch.send_text(f"{QUIZ}.{PLAYER}", "held")
-    assert quiz_health.rejected_since is not None and TOKEN.rejected_since is None
+    assert quiz_health.rejected_since is not None and main_health.rejected_since is None
+    gauge = "parley_whatsapp_token_rejected"  # one series per number: the alert names the token to fix
+    assert REGISTRY.get_sample_value(gauge, {"phone_number_id": QUIZ}) == 1
+    assert REGISTRY.get_sample_value(gauge, {"phone_number_id": MAIN}) == 0
     assert ch.send_text(PLAYER, "goes on")  # the other number is not held
-    assert [s["body"]["text"]["body"] for s in wa.sent] == ["goes on"]
+    assert ch.send_text(f"{QUIZ}.{PLAYER}", "fixed")
+    assert [s["body"]["text"]["body"] for s in wa.sent] == ["before", "goes on", "fixed"]
+    assert REGISTRY.get_sample_value(gauge, {"phone_number_id": QUIZ}) == 0
 
 
 def test_a_number_no_longer_configured_is_refused_for_good(wa: FakeWhatsApp) -> None:

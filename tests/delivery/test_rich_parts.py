@@ -148,7 +148,9 @@ def test_a_rich_record_round_trips_through_the_outbox_bytes() -> None:
 
 def test_whatsapp_sends_each_kind_in_order_inside_the_window(api: FakeWhatsApp) -> None:
     h = make_harness(channel=sender(api.base_url))
-    h.client.send_message(CID, "hi", message_id="m1")
+    h.client.send_message(CID, "hi", message_id="wamid.m1")
+    h.client.send_message(CID, "are you there?", message_id="wamid.m2")
+    h.client.send_message(CID, "from the game's own app", message_id="m3")  # not WhatsApp's: nothing to react to
     h.run()
     before = len(api.sent)
     h.client.send_operator_message(CID, "Look:", message_id="op1", parts=[
@@ -157,11 +159,24 @@ def test_whatsapp_sends_each_kind_in_order_inside_the_window(api: FakeWhatsApp) 
         {"type": "reaction", "emoji": "👍"}])
     h.run()
     bodies = [s["body"] for s in api.sent[before:]]
-    # An operator's message answers no message of the player's: its reaction has nothing to react to, so it goes
-    # as its emoji.
-    assert [b["type"] for b in bodies] == ["text", "location", "interactive", "text"]
+    # An operator's message answers no message of the player's: its reaction reacts to their latest WhatsApp
+    # message; the other parts quote nothing.
+    assert [b["type"] for b in bodies] == ["text", "location", "interactive", "reaction"]
     assert [b["biz_opaque_callback_data"] for b in bodies] == [f"{CID}|op1|{i}" for i in range(4)]
     assert bodies[2]["interactive"]["type"] == "button"
+    assert bodies[3]["reaction"] == {"message_id": "wamid.m2", "emoji": "👍"}
+    assert all("context" not in b for b in bodies)
+
+
+def test_an_operators_reaction_with_no_whatsapp_message_to_react_to_goes_as_its_emoji(api: FakeWhatsApp) -> None:
+    h = make_harness(channel=sender(api.base_url))
+    h.client.send_message(CID, "hi", message_id="m1")  # a producer's id: not a message WhatsApp knows
+    h.run()
+    before = len(api.sent)
+    h.client.send_operator_message(CID, "Nice", message_id="op1", parts=[{"type": "reaction", "emoji": "👍"}])
+    h.run()
+    assert [(b["type"], b.get("text", {}).get("body")) for b in (s["body"] for s in api.sent[before:])] == [
+        ("text", "Nice"), ("text", "👍")]
 
 
 def test_outside_the_window_interactive_parts_go_as_the_template(api: FakeWhatsApp) -> None:

@@ -98,10 +98,10 @@ def test_the_token_alarm_says_so_once_per_change_of_state(api: FakeWhatsApp, cap
         for n in range(1, 6):
             with pytest.raises(WhatsAppTokenError) as info:
                 s.send_text("447700900123", "x")
-            assert info.value.refusals == n and REGISTRY.get_sample_value(gauge) == 1
+            assert info.value.refusals == n and REGISTRY.get_sample_value(gauge, {"phone_number_id": ""}) == 1
         s.send_text("447700900123", "x")
         s.send_text("447700900123", "y")
-    assert REGISTRY.get_sample_value(gauge) == 0
+    assert REGISTRY.get_sample_value(gauge, {"phone_number_id": ""}) == 0
     said = [r.getMessage() for r in caplog.records if r.name == "parley.delivery"]
     assert len(said) == 2 and said[0].startswith(REJECTED_LOG) and said[1].startswith(ACCEPTED_LOG)
     assert "5 refusals" in said[1]

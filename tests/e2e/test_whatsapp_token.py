@@ -27,7 +27,7 @@ def gauge(port: int) -> float | None:
     except httpx.HTTPError:
         return None
     for line in text.splitlines():
-        if line.startswith("parley_whatsapp_token_rejected "):
+        if line.startswith('parley_whatsapp_token_rejected{phone_number_id="106540352242922"} '):  # the cluster's
             return float(line.split()[1])
     return None
 

@@ -141,6 +141,15 @@ def test_events_resets_and_short_answers_fetch_nothing() -> None:
     assert source.calls == [] and h.model.requests == []
 
 
+def test_an_event_the_model_answers_gets_the_context_too() -> None:
+    source = Source({CID: "Player is 120 m from the target."})
+    h = _harness(source)
+    h.client.send_event(CID, "The round ends in five minutes", respond=True, message_id="e1")
+    h.run()
+    assert _systems(h) == ["You are a test.\n\nPlayer is 120 m from the target."]
+    assert source.calls == [(CID, "e1")]
+
+
 def test_a_burst_is_one_turn_and_one_fetch_for_its_head() -> None:
     source = Source({CID: "ctx"})
     h = _harness(source, burst=bare_burst(quiet=0.0001, max_wait=0.0001))

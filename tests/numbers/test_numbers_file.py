@@ -15,6 +15,7 @@ from worker.settings import Settings
 
 MAIN, QUIZ = "106540352242922", "106540352242923"
 ENV = {"WA_MAIN": "token-main", "WA_QUIZ": "token-quiz"}
+PLAYER_ID = "16505551234"
 
 GOOD_YAML = f"""
 numbers:
@@ -68,6 +69,19 @@ def test_a_bad_file_is_a_clear_error_naming_the_entry(tmp_path: Path, text: str,
     assert all(name in message for name in names), message
 
 
+def test_a_numbers_tools_file_gives_it_its_own_http_tools_and_lists_no_mcp_server(tmp_path: Path) -> None:
+    from worker.tools import number_tools
+
+    tools = write(tmp_path, json.dumps({"tools": [{"name": "hint", "description": "a hint", "parameters": {
+        "type": "object"}, "url": "http://127.0.0.1:9/hint"}]}), "quiz-tools.json")
+    numbers = load_numbers(write(tmp_path, GOOD_YAML + f"    tools_file: {tools}\n"), env=ENV)
+    got = number_tools(numbers, Settings())
+    assert list(got) == [QUIZ] and [t.name for t in got[QUIZ]] == ["hint"]
+    tools.write_text(json.dumps({"tools": [], "mcp_servers": [{"url": "http://127.0.0.1:9/mcp"}]}), encoding="utf-8")
+    with pytest.raises(ConfigurationError, match=r"numbers\[1\] \(106540352242923\): tools_file .*HTTP tools only"):
+        load_numbers(write(tmp_path, GOOD_YAML + f"    tools_file: {tools}\n"), env=ENV)
+
+
 def test_an_empty_token_is_refused(tmp_path: Path) -> None:
     with pytest.raises(ConfigurationError, match=r"numbers\[0\] \(106540352242922\): access_token is empty"):
         load_numbers(write(tmp_path, GOOD_YAML), env={**ENV, "WA_MAIN": " "})
@@ -113,3 +127,35 @@ def test_one_number_without_a_file_keeps_todays_channel() -> None:
 
     channel = build_channel(Settings(whatsapp_phone_number_id=MAIN, whatsapp_access_token="t"))
     assert isinstance(channel, WhatsAppSender) and channel.url.endswith(f"/{MAIN}/messages")
+
+
+class _SeeingModel:
+    reads_images = True
+
+
+def test_each_numbers_photo_fetcher_has_its_token_and_shares_its_senders_token_state(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from worker.delivery.media_download import CloudMediaFetcher
+    from worker.delivery.numbers import NumbersChannel
+    from worker.delivery.whatsapp import WhatsAppSender
+    from worker.runtime import build_media_preparer
+
+    for name, value in ENV.items():
+        monkeypatch.setenv(name, value)
+    settings = Settings(whatsapp_numbers_file=str(write(tmp_path, GOOD_YAML)))
+    channel = build_channel(settings)
+    media = build_media_preparer(settings, _SeeingModel())  # type: ignore[arg-type]
+    assert isinstance(channel, NumbersChannel) and media.fetcher_for is not None
+    for cid, pnid, token in ((PLAYER_ID, MAIN, "token-main"), (f"{QUIZ}.{PLAYER_ID}", QUIZ, "Bearer-less-token-quiz")):
+        fetcher = media.fetcher_for(cid)
+        assert isinstance(fetcher, CloudMediaFetcher)
+        with fetcher._api.lease() as client:
+            assert client.headers["authorization"] == f"Bearer {token}"
+        assert fetcher.token is channel.senders[pnid].token  # one alarm per number: a refusal holds both
+    assert media.fetcher_for(f"555000.{PLAYER_ID}") is None  # a number no longer configured: the caption only
+    # One number, no file: the sender and the fetcher share that number's state too.
+    one = Settings(whatsapp_phone_number_id=MAIN, whatsapp_access_token="t")
+    sender, single = build_channel(one), build_media_preparer(one, _SeeingModel()).fetcher  # type: ignore[arg-type]
+    assert isinstance(sender, WhatsAppSender) and isinstance(single, CloudMediaFetcher)
+    assert single.token is sender.token and sender.token.phone_number_id == MAIN
+

@@ -44,7 +44,8 @@ def test_every_alert_has_a_case_that_fires_it_and_one_that_does_not() -> None:
 # Each rule broken one way: too blunt (fires on the healthy fleet) or too dull (never fires).
 BROKEN = [
     ("max(parley_provider_auth_failing) > 0", "max(parley_provider_auth_failing) >= 0"),
-    ("max(parley_whatsapp_token_rejected) > 0", "max(parley_whatsapp_token_rejected) > 1"),
+    ("max by (phone_number_id) (parley_whatsapp_token_rejected) > 0",
+     "max by (phone_number_id) (parley_whatsapp_token_rejected) > 1"),
     ("increase(parley_dead_letters_total[15m])) >= 3", "increase(parley_dead_letters_total[15m])) >= 1"),
     ("(parley_queue_oldest_input_age_seconds) > 120", "(parley_queue_oldest_input_age_seconds) > 1200"),
     ("max(parley_record_lag_seconds) > 600", "max(parley_record_lag_seconds) > 10"),

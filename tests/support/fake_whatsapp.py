@@ -65,7 +65,8 @@ class FakeMedia:
     ``content_length``: the header to send instead of the truth. ``info_error`` / ``download_error``:
     ``(status, payload)`` to answer instead. ``delay``: seconds before the download answers. ``url``: the download
     URL the JSON names instead of this server's. ``redirect``: answer the download (or, with an ``info_error`` of
-    302, the JSON request) with a 302 to this URL.
+    302, the JSON request) with a 302 to this URL. ``token``: the access token its requests must carry (default:
+    the fake's ``access_token``), as a picture sent to one business number of several is fetched with that number's.
     """
 
     data: bytes
@@ -79,6 +80,7 @@ class FakeMedia:
     delay: float = 0.0
     url: str | None = None
     redirect: str | None = None
+    token: str | None = None
 
 
 class FakeWhatsApp:
@@ -241,7 +243,9 @@ class FakeWhatsApp:
     def answer_get(self, path: str, headers: dict[str, str]) -> tuple[int, Any, dict[str, str]] | None:
         with self.lock:
             self.gets.append((path, headers))
-        if headers.get("authorization") != f"Bearer {self.access_token}":
+        item = self.media.get(path.removeprefix("/download/").removeprefix("/v21.0/"))
+        wanted = item.token if item is not None and item.token is not None else self.access_token
+        if headers.get("authorization") != f"Bearer {wanted}":
             return 401, {"error": {"message": "Error validating access token", "type": "OAuthException",
                                    "code": 190, "fbtrace_id": "x"}}, {}
         if path.startswith("/download/"):

@@ -51,6 +51,24 @@ def test_parts_are_the_answer_when_the_model_adds_no_text_after_them() -> None:
         "Share where you are\n[button: Send location]"
 
 
+def test_the_library_contract_reply_is_the_text_rendering_of_the_parts_when_they_were_the_answer() -> None:
+    from worker import Chat
+
+    model = ScriptedModel([Reply(tool_calls=(("send_location", PIN),)), "",
+                           Reply(text="Here:", tool_calls=(("send_buttons", BUTTONS),)), "Good luck!",
+                           "Plain text."], default=None)
+    chat = Chat(model=model, tools=reply_tools())
+    reply, state = chat.chat_with_state(None, user="where next?")
+    assert reply == "[location: Harrogate Theatre (53.9921, -1.5418)]"  # never empty: the parts' rendering
+    reply, state = chat.chat_with_state(state, user="found it?")
+    assert reply == "Here:\n\nFound it?\n[buttons: Yes | Hint please]\n\nGood luck!"  # the parts, then the text
+    reply, _ = chat.chat_with_state(state, user="thanks")
+    assert reply == "Plain text."  # no parts: the model's text as it was
+    model = ScriptedModel([Reply(tool_calls=(("react", {"emoji": "🎉"}),)), ""], default=None)
+    reply, _ = Chat(model=model, tools=reply_tools()).respond_to_event(None, "The player tagged the theatre")
+    assert reply == "[reaction: 🎉]"
+
+
 def test_bad_arguments_are_an_error_result_the_model_reads_and_the_turn_goes_on() -> None:
     model = ScriptedModel([Reply(tool_calls=(("send_buttons", {"text": "Pick", "buttons": [
         {"id": "a", "title": "A title far over twenty"}]}),)), "Sorry, here it is in words."], default=None)

@@ -93,14 +93,14 @@ def test_a_rejected_token_holds_every_reply_then_they_go_out_once_in_order(
             h.run()
         except RetryLater:
             pass
-        assert sample("parley_whatsapp_token_rejected") == 1
+        assert sample("parley_whatsapp_token_rejected", phone_number_id="") == 1
         countdowns = run_until_quiet(h)
     assert dead(h) == []
     for cid in CIDS:  # each reply once, in the order of the messages
         assert api.texts_for(cid) == ["ack:m0", "ack:m1", "ack:m2"]
         assert h.store.outbox_depth(cid) == 0
     assert len(api.received) == 12 + 6  # the refused tries and one accepted send per reply
-    assert sample("parley_whatsapp_token_rejected") == 0
+    assert sample("parley_whatsapp_token_rejected", phone_number_id="") == 0
     assert sample("parley_deliveries_total", outcome="held") == held + 12
     said = [r.getMessage() for r in caplog.records if r.name == "parley.delivery"]
     assert len(said) == 2 and said[0].startswith(REJECTED_LOG) and said[1].startswith(ACCEPTED_LOG)
@@ -141,7 +141,7 @@ def test_a_photo_refused_for_the_token_holds_the_turn_instead_of_using_the_capti
     for _ in range(6):  # three times the retry budget of an outage: still held, not dead-lettered
         with pytest.raises(RetryLater):
             h.run()
-        assert sample("parley_whatsapp_token_rejected") == 1
+        assert sample("parley_whatsapp_token_rejected", phone_number_id="") == 1
         raw(h.store).delete(h.store.keys(CIDS[0]).hold)
         h.woken.append(("drain", CIDS[0]))
     assert h.model.requests == [] and h.channel.sent == [] and dead(h) == []
@@ -149,7 +149,7 @@ def test_a_photo_refused_for_the_token_holds_the_turn_instead_of_using_the_capti
     api.access_token = "test-token"  # fixed
     h.run()
     assert [t for _, t, _ in h.channel.sent] == ["saw 1 photo(s): the stage door?", "saw 0 photo(s): and now?"]
-    assert sample("parley_whatsapp_token_rejected") == 0 and dead(h) == []
+    assert sample("parley_whatsapp_token_rejected", phone_number_id="") == 0 and dead(h) == []
 
 
 def test_a_send_that_timed_out_is_settled_as_a_crash_window_part_not_resent_at_once(

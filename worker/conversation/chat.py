@@ -210,13 +210,15 @@ class Chat:
         user: str,
         messages: Sequence[Message | dict[str, Any]] = (),
     ) -> tuple[str, bytes]:
-        """Run one turn: returns ``(reply, new_state)``. See :meth:`run_turn` for the details."""
+        """Run one turn: returns ``(reply, new_state)``. See :meth:`run_turn` for the details. ``reply`` is the
+        assistant's text: with rich parts (reply tools, a game tool's ``reply_parts``) their text rendering comes
+        first (:attr:`TurnResult.text`), so it is never empty; :meth:`run_turn` gives the parts themselves."""
         result = self.run_turn(state, system=system, user=user, messages=messages)
-        return result.reply, result.state
+        return result.text, result.state
 
     def chat(self, *, system: str | None = None, user: str, messages: Sequence[Message | dict[str, Any]] = ()) -> str:
         """A stateless turn: nothing is remembered."""
-        return self.run_turn(None, system=system, user=user, messages=messages, lifecycle=False).reply
+        return self.run_turn(None, system=system, user=user, messages=messages, lifecycle=False).text
 
     def append_to_state(self, state: bytes | None, text: str, pinned: bool = False, key: str | None = None) -> bytes:
         """Add an event ("User has just visited Harrogate Theatre") without calling the model; the model
@@ -228,9 +230,9 @@ class Chat:
     def respond_to_event(self, state: bytes | None, text: str, *, system: str | None = None,
                          key: str | None = None) -> tuple[str, bytes]:
         """The model answers a game event ("You tagged Harrogate Theatre!") with no player message: returns
-        ``(reply, new_state)``. See :meth:`run_event_turn`."""
+        ``(reply, new_state)`` (``reply`` as in :meth:`chat_with_state`). See :meth:`run_event_turn`."""
         result = self.run_event_turn(state, text, system=system, key=key)
-        return result.reply, result.state
+        return result.text, result.state
 
     def compact(self, state: bytes | None) -> bytes:
         """Apply the configured compactor now (whatever its trigger says) and return the new state."""
@@ -256,6 +258,7 @@ class Chat:
         lifecycle: bool = True,
         journal: TurnJournal | None = None,
         attachments: Mapping[str, Attachment] | None = None,
+        tools: Sequence[Tool] = (),
     ) -> TurnResult:
         """Run one user turn through the chat loop.
 
@@ -282,6 +285,9 @@ class Chat:
         photo); user messages with media may appear in ``messages`` too. ``attachments`` (media id ->
         :class:`~worker.conversation.model.Attachment`) go with every request of this turn: a photo whose id is
         there is sent as a picture, any other as text. The state keeps only the references.
+
+        ``tools`` are offered for this turn only, beside the chat's (the tools of the business number the
+        conversation is on, in the worker); one of the same name as a chat's tool takes its place for the turn.
         """
         _check_utf8("the system prompt", system)
         turn_user = _user_message(user, self.max_input_chars)
@@ -302,17 +308,19 @@ class Chat:
             return TurnResult(reply=self.reset_reply, state=encoded.blob, reset=reset,
                               state_problem=loaded.problem, resident=encoded.resident)
         checked = _Checked(None if reset else loaded.clean)
-        loop = _tool_loop(self, system, extra_preamble, journal or NoJournal(), files, checked)
+        loop = _tool_loop(self, system, extra_preamble, journal or NoJournal(), files, checked, tools)
         out = loop.run(st.append(*added, turn_user))
         out.state = out.state.with_meta(out.state.meta.after_turn(now))
         return self._finish_turn(out, loaded.problem, reset, None if reset else loaded.memo, checked.clean)
 
     def run_event_turn(self, state: State, text: str, *, system: str | None = None, key: str | None = None,
-                       pinned: bool = False, journal: TurnJournal | None = None) -> TurnResult:
+                       pinned: bool = False, journal: TurnJournal | None = None,
+                       tools: Sequence[Tool] = ()) -> TurnResult:
         """A turn in which the model answers a game event: the event joins the history as the game's (the model
         reads it framed as an event, never as the player's words), then the tool loop runs as in :meth:`run_turn`.
         With ``key`` the text also sets that fact. The player did not speak: the idle clock and the turn count
-        stay (``meta.events`` counts it), and neither the idle gap nor a reset phrase applies."""
+        stay (``meta.events`` counts it), and neither the idle gap nor a reset phrase applies. ``tools``: this
+        turn's own, as in :meth:`run_turn`."""
         _check_utf8("the system prompt", system)
         _check_text("event text", text, self.max_input_chars)
         loaded = self.load(state)
@@ -320,7 +328,7 @@ class Chat:
         st = st.append(msgs.event(text, pinned=pinned and key is None))
         st = st.with_meta(replace(st.meta, events=st.meta.events + 1))
         checked = _Checked(loaded.clean)
-        out = _tool_loop(self, system, (), journal or NoJournal(), {}, checked).run(st)
+        out = _tool_loop(self, system, (), journal or NoJournal(), {}, checked, tools).run(st)
         return self._finish_turn(out, loaded.problem, None, loaded.memo, checked.clean)
 
     def _call(self, request: ModelRequest) -> ModelResponse:
@@ -447,11 +455,14 @@ class _Checked:
 
 
 def _tool_loop(chat: Chat, system: str | None, extra: Sequence[str], journal: TurnJournal,
-               attachments: Mapping[str, Attachment], checked: _Checked | None = None) -> ToolLoop:
+               attachments: Mapping[str, Attachment], checked: _Checked | None = None,
+               own: Sequence[Tool] = ()) -> ToolLoop:
     """The tool loop of one turn: the chat's fixed tools plus, for this turn only, those its ``tool_source``
-    offers now; each request built from the state as the loop has it, with the turn's attachments (a round
+    offers now and the turn's ``own`` (which take the place of any of the same name); each request built from the state as the loop has it, with the turn's attachments (a round
     after a tool call still shows the model the photo it is answering)."""
     tools = chat._tools if chat.tool_source is None else check_tools([*chat._tools.values(), *chat.tool_source()])
+    if own:
+        tools = {**tools, **check_tools(list(own))}
 
     def request_for(st: ConversationState, tool_choice: ToolChoice) -> ModelRequest:
         if checked is None:

@@ -15,6 +15,7 @@ from typing import Any
 from worker.conversation.model import FinishReason, Usage
 from worker.conversation.resident import Resident
 from worker.errors import StateDecodeError
+from worker.reply_parts import out_part, render_all
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,6 +56,16 @@ class TurnResult:
     # Sent before ``reply``, in order: what reply tools and game tools added (texts, and parts in their JSON form);
     # ``reply`` may then be empty (the parts were the answer).
     parts: tuple[str | dict[str, Any], ...] = ()
+
+    @property
+    def text(self) -> str:
+        """The whole reply as text, for a caller that sends text only (the contract's ``chat_with_state``): what
+        the tools added, rendered as the state keeps it (a pin as ``[location: Harrogate Theatre (53.99, -1.54)]``,
+        buttons as their body and ``[buttons: Yes | No]``), then ``reply``, a blank line apart. Never empty when
+        parts were the answer; ``reply`` itself when no tool added any."""
+        if not self.parts:
+            return self.reply
+        return render_all([out_part(p) for p in (*self.parts, *((self.reply,) if self.reply else ()))])
 
 
 @dataclass(frozen=True, slots=True)

@@ -3,8 +3,9 @@
 A recipient made by :meth:`worker.numbers.Numbers.address` (``<phone_number_id>.<player>``, or the bare player id
 on the default number) picks the number's :class:`~worker.delivery.whatsapp.WhatsAppSender`: its URL
 (``{base}/{phone_number_id}/messages``) and its token. Each number has its own
-:class:`~worker.delivery.token.TokenHealth` (the default number keeps the process's, which the photo fetcher
-shares), so a rejected token holds only that number's replies, with that number's backoff: the others go on.
+:class:`~worker.delivery.token.TokenHealth` (:func:`number_token`, which its photo fetcher shares), so a rejected
+token holds only that number's replies, with that number's backoff and gauge series: the others go on. Photos a
+player sends are fetched with the token of the number they wrote to (:func:`fetcher_for`).
 A recipient naming a number that is no longer configured is refused for good
 (:class:`~worker.errors.DeliveryPermanentError`: dead-lettered with the reason, never sent from another number).
 """
@@ -12,15 +13,31 @@ A recipient naming a number that is no longer configured is refused for good
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import TypeVar
 
 from worker.delivery.channel import Pace, Sent
-from worker.delivery.token import TOKEN, TokenHealth
+from worker.delivery.token import TokenHealth, for_number
 from worker.delivery.whatsapp import WhatsAppSender
 from worker.errors import DeliveryPermanentError
 from worker.numbers import SETTING, Number, Numbers
 from worker.reply_parts import OutPart
 
 MakeSender = Callable[[Number, TokenHealth], WhatsAppSender]
+F = TypeVar("F")
+
+
+def number_token(numbers: Numbers, number: Number) -> TokenHealth:
+    """The process's token state of ``number``, named as the operator fixes it."""
+    name = ("WHATSAPP_ACCESS_TOKEN" if number is numbers.default
+            else f"the access_token of number {number.phone_number_id} in {SETTING}")
+    return for_number(number.phone_number_id, name=name)
+
+
+def fetcher_for(numbers: Numbers, make: Callable[[Number, TokenHealth], F]) -> Callable[[str], F | None]:
+    """``cid -> `` the photo fetcher of the number conversation ``cid`` is on (made by ``make`` once per number,
+    with that number's token), or ``None`` for a number no longer configured."""
+    fetchers = {n.phone_number_id: make(n, number_token(numbers, n)) for n in numbers.all}
+    return lambda cid: fetchers.get(numbers.route(cid)[0])
 
 
 class NumbersChannel:
@@ -28,8 +45,7 @@ class NumbersChannel:
 
     def __init__(self, numbers: Numbers, make: MakeSender) -> None:
         self.numbers = numbers
-        self.senders = {n.phone_number_id: make(n, TOKEN if n is numbers.default else TokenHealth(
-            name=f"the access_token of number {n.phone_number_id} in {SETTING}")) for n in numbers.all}
+        self.senders = {n.phone_number_id: make(n, number_token(numbers, n)) for n in numbers.all}
         self.phone_number_id = numbers.default.phone_number_id
 
     def sender_for(self, recipient: str) -> tuple[WhatsAppSender, str]:

@@ -33,7 +33,7 @@ import httpx
 from worker import metrics
 from worker.delivery import rich
 from worker.delivery.channel import Pace, Sent
-from worker.delivery.token import TOKEN, TokenHealth
+from worker.delivery.token import TokenHealth, for_number
 from worker.delivery.window import ServiceWindow
 from worker.errors import (
     DeliveryError,
@@ -140,7 +140,8 @@ class WhatsAppSender:
     Each send leases a client from the sender's pool (see :mod:`worker.httppool`), so threads and greenlets share it.
     ``send_text`` returns the message id (wamid) or raises :class:`DeliveryRetryableError` /
     :class:`DeliveryPermanentError` / :class:`WhatsAppTokenError`. ``token`` is told of every send the API refused
-    for the token and of every send it accepted (default: the process's :data:`~worker.delivery.token.TOKEN`).
+    for the token and of every send it accepted (default: the process's state of ``phone_number_id``,
+    :func:`~worker.delivery.token.for_number`).
     """
 
     def __init__(self, *, phone_number_id: str, access_token: str, base_url: str = DEFAULT_BASE_URL,
@@ -149,7 +150,7 @@ class WhatsAppSender:
                  token: TokenHealth | None = None) -> None:
         self.phone_number_id = phone_number_id
         self.window = window or ServiceWindow()
-        self.token = token or TOKEN
+        self.token = token or for_number(phone_number_id)
         self._clock = clock
         self.url = f"{base_url.rstrip('/')}/{phone_number_id}/messages"
         headers = {"Authorization": f"Bearer {access_token}", "Content-Type": "application/json"}

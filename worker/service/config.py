@@ -11,6 +11,7 @@ from prometheus_client import Histogram
 from worker import metrics
 from worker.conversation.chat import RoundTrip
 from worker.service.live_context import ContextSource
+from worker.service.number_turns import NumberTurns
 from worker.settings import Broker, Budget, Burst, Delivery, Drain, GameContext
 
 
@@ -45,6 +46,7 @@ class ServiceConfig:
     trace_reply_chars: int = 4000
     game_context: GameContext = field(default_factory=GameContext)
     context_source: ContextSource | None = None  # the game's live context (worker.game_context), when configured
+    numbers: NumberTurns | None = None  # several WhatsApp numbers: each one's system prompt and tools for its turns
 
     @property
     def lease_ms(self) -> int:

@@ -192,7 +192,10 @@ class Deliverer:
         """One API call (two when a windowed channel answers a closed window with the template), each paced; the
         part goes with callback data naming it, which its status webhooks carry back (see inflight)."""
         # A reaction names the player's message wherever it stands in the reply; other parts quote it only first.
-        reply_to = record.reply_to if part == 0 or isinstance(record.parts[part], ReactionPart) else None
+        reacts = isinstance(record.parts[part], ReactionPart)
+        reply_to = record.reply_to if part == 0 or reacts else None
+        if reacts and reply_to is None:  # a reply that answers no message (an operator's): the player's latest
+            reply_to = self.store.last_message(cid)
         pace = partial(self._pace, record.recipient)
         callback = part_callback(cid, record.reply_id, part)
         if self.windowed is not None:

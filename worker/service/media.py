@@ -22,6 +22,7 @@ provider), so the limit bounds a turn's memory to about five times itself.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -75,8 +76,12 @@ class MediaPreparer:
 
     def __init__(self, fetcher: Fetcher | None = None, reads_images: bool = False,
                  unsupported_reply: str = DEFAULT_UNSUPPORTED_REPLY,
-                 turn_max_bytes: int = DEFAULT_TURN_MAX_BYTES) -> None:
+                 turn_max_bytes: int = DEFAULT_TURN_MAX_BYTES,
+                 fetcher_for: Callable[[str], Fetcher | None] | None = None) -> None:
+        """``fetcher_for`` (several business numbers): the fetcher of a conversation's number, with its token, in
+        place of the one ``fetcher``."""
         self.fetcher = fetcher
+        self.fetcher_for = fetcher_for
         self.reads_images = reads_images
         self.unsupported_reply = unsupported_reply
         self.turn_max_bytes = turn_max_bytes
@@ -95,12 +100,13 @@ class MediaPreparer:
         caption = env.text or ""
         if env.media is None:
             return Prepared(message=msgs.user(caption))
-        if not self.reads_images or self.fetcher is None:
+        fetcher = self.fetcher_for(env.conversation_id) if self.fetcher_for is not None else self.fetcher
+        if not self.reads_images or fetcher is None:
             return self._unseen(env, caption, "model" if not self.reads_images else "no_fetcher")
         if photos is not None and photos.left <= 0:
             return self._not_loaded(env, caption, "turn_budget", f"the turn already holds {photos.held} bytes")
         try:
-            picture = self.fetcher.fetch(env.media.id, max_bytes=photos.left if photos is not None else None)
+            picture = fetcher.fetch(env.media.id, max_bytes=photos.left if photos is not None else None)
         except MediaRejectedError as exc:
             return self._not_loaded(env, caption, exc.reason, exc.message)
         except MediaTokenError:

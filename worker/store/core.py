@@ -18,7 +18,7 @@ _KEYS_CACHED = 4096
 # The keys of a conversation that expire when it has been idle ``limits.idle_ttl_ms``. ``paused`` among them: a
 # pause outliving the conversation it paused would hold that player's next conversation without an operator.
 _TTL_KEYS = ("state", "inbox", "seen", "fence", "attempts", "outbox", "sent", "dfence", "delivered", "trace",
-             "quarantine", "dead", "statuses", "statusorder", "journal", "inbound", "paused")
+             "quarantine", "dead", "statuses", "statusorder", "journal", "inbound", "paused", "lastmsg")
 
 
 class StoreCore:

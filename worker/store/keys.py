@@ -33,6 +33,8 @@ Per conversation (``{prefix}:{{cid}}:<name>``):
                 bounds ``statuses`` to the most recent ones
 ``journal``     hash: the head input's turn journal (model rounds, tool results), deleted by its commit
 ``inbound``     string: ms of the player's last message accepted (opens WhatsApp's customer-service window)
+``lastmsg``     string: the WhatsApp id (``wamid.``...) of the player's last message accepted: what an operator's
+                reaction reacts to
 ``usage``       hash: UTC day (``YYYY-MM-DD``) -> tokens the conversation's turns used that day (the daily budget);
                 expires three days after the last turn
 ``timers``      zset: message ids of inputs held until they are due (score: due ms), see :mod:`worker.store.timers`
@@ -81,7 +83,7 @@ _ID = re.compile(r"[A-Za-z0-9._@+=-]{1,128}")
 
 NAMES = ("state", "inbox", "seen", "fence", "lease", "attempts", "outbox", "sent", "dfence", "dlease",
          "delivered", "trace", "quarantine", "dead", "compacting", "statuses", "statusorder", "hold",
-         "journal", "inbound", "usage", "timers", "timed", "context", "paused")
+         "journal", "inbound", "usage", "timers", "timed", "context", "paused", "lastmsg")
 
 
 def validate_conversation_id(cid: object) -> str:
@@ -136,6 +138,7 @@ class ConversationKeys:
     timed: str = field(init=False)
     context: str = field(init=False)
     paused: str = field(init=False)
+    lastmsg: str = field(init=False)
 
     def __post_init__(self) -> None:
         validate_conversation_id(self.cid)

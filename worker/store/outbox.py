@@ -25,6 +25,13 @@ class OutboxStore(StoreCore):
         return int(raw) / 1000 if raw is not None else None
 
     @store_errors
+    def last_message(self, cid: str) -> str | None:
+        """The WhatsApp id of the player's last message (a wamid), or None when none is known: what an operator's
+        reaction reacts to."""
+        raw = self._client.get(self.keys(cid).lastmsg)
+        return raw.decode() if raw is not None else None
+
+    @store_errors
     def begin_delivery(self, cid: str, lease_ms: int) -> tuple[int | None, OutboxHead | None]:
         """Take the delivery lease and claim the outbox head in one round trip.
 

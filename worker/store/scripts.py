@@ -340,7 +340,8 @@ def accept_call(*, keys: ConversationKeys, pending: str | None, ttl_keys: list[s
     (not on a Cluster); ``inbound``: the input is a message the player sent (its time opens the customer-service
     window); ``ends_burst``: a game event the model answers (accepted, it ends a burst's hold). The script answers
     :class:`AcceptReply`."""
-    script_keys = [keys.inbox, keys.seen, keys.tomb, keys.inbound, keys.hold, *([pending] if pending else []),
+    script_keys = [keys.inbox, keys.seen, keys.tomb, keys.inbound, keys.hold, keys.lastmsg,
+                   *([pending] if pending else []),
                    *ttl_keys]
     return script_keys, AcceptArgs(input_id, entry, now_ms, max_inbox, dedupe_max, dedupe_ms, ttl_ms,
                                    pending_member=keys.cid if pending else "", inbound_flag="1" if inbound else "",

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from worker.conversation.tools import Tool, check_tools
 from worker.errors import ConfigurationError, ToolError
+from worker.numbers import Numbers
 from worker.tools.http_source import http_tools, idempotency_key
 from worker.tools.manifest import McpServerSpec, expand_headers, load_manifest
 from worker.tools.python_source import load_entry_points, load_reference
@@ -20,7 +21,7 @@ from worker.urls import redact_url
 if TYPE_CHECKING:  # the MCP SDK takes about half a second to import: only deployments with MCP servers pay it
     from worker.tools.mcp_source import McpSource
 
-__all__ = ["LoadedTools", "fixed_tools", "idempotency_key", "load_tools"]
+__all__ = ["LoadedTools", "fixed_tools", "idempotency_key", "load_tools", "number_tools"]
 
 # How long the worker's start waits for each MCP server's first tool listing.
 MCP_START_WAIT = 10.0
@@ -59,6 +60,24 @@ def fixed_tools(settings: Any) -> tuple[list[Tool], list[McpServerSpec]]:
     except ToolError as exc:
         raise ConfigurationError(f"tools: {exc}") from exc
     return fixed, servers
+
+
+def number_tools(numbers: Numbers, settings: Any) -> dict[str, tuple[Tool, ...]]:
+    """Each business number's own HTTP tools (its ``tools_file`` in ``PARLEY_WHATSAPP_NUMBERS_FILE``), by phone
+    number id: offered beside the deployment's in that number's turns (see :mod:`worker.service.number_turns`)."""
+    out: dict[str, tuple[Tool, ...]] = {}
+    for n in numbers.all:
+        if n.tools_file is None:
+            continue
+        where = f"the tools_file of number {n.phone_number_id} ({n.tools_file})"
+        tools = http_tools(load_manifest(n.tools_file).tools, where=where,
+                           default_timeout=settings.tooling.tool_timeout)
+        try:
+            check_tools(tools)
+        except ToolError as exc:
+            raise ConfigurationError(f"{where}: {exc}") from exc
+        out[n.phone_number_id] = tuple(tools)
+    return out
 
 
 def _env_servers(settings: Any) -> list[McpServerSpec]:

@@ -93,17 +93,20 @@ class TurnRunner:
 
     def _once(self, inputs: tuple[Pending, ...], state: State) -> TurnResult:
         head, last = inputs[0], inputs[-1]
-        if answers_event(inputs):  # the game's event, answered with no player message
-            with turn_context(self.r.cid, head.id):
-                return self.chat.run_event_turn(state, head.env.text or "", system=self.config.system_prompt,
-                                                key=head.env.key, pinned=head.env.pinned, journal=self.journal)
-        new, attachments = self._messages(inputs)
-        system = last.env.system or head.env.system or self.config.system_prompt
-        if self._system:
+        numbers = self.config.numbers  # several business numbers: the conversation's own prompt and tools
+        prompt = (numbers.system_prompt(self.r.cid) if numbers is not None else None) or self.config.system_prompt
+        tools = numbers.tools_of(self.r.cid) if numbers is not None else ()
+        event = answers_event(inputs)  # the game's event, answered with no player message
+        system = prompt if event else last.env.system or head.env.system or prompt
+        if self._system:  # the game's live context, in every turn the model answers
             system = f"{system}\n\n{self._system}" if system else self._system
         with turn_context(self.r.cid, head.id):
+            if event:
+                return self.chat.run_event_turn(state, head.env.text or "", system=system, key=head.env.key,
+                                                pinned=head.env.pinned, journal=self.journal, tools=tools)
+            new, attachments = self._messages(inputs)
             return self.chat.run_turn(state, system=system, messages=new[:-1], user=new[-1], journal=self.journal,
-                                      attachments=attachments)
+                                      attachments=attachments, tools=tools)
 
     def _messages(self, inputs: Sequence[Pending]) -> tuple[list[Message], dict[str, Attachment]]:
         """The turn's new messages in mailbox order (each chat message a user message, a photo with its picture

@@ -1,6 +1,6 @@
 -- ACCEPT: append one input to the conversation's mailbox, unless its id was accepted before.
--- KEYS: inbox, seen, tomb, inbound, hold, then rest: the pending zset (when pending_member is set), then every key of
---       the conversation when an idle TTL is set
+-- KEYS: inbox, seen, tomb, inbound, hold, lastmsg, then rest: the pending zset (when pending_member is set), then
+--       every key of the conversation when an idle TTL is set
 -- ARGV: id, entry, now_ms, max_inbox, dedupe_max, dedupe_ms, ttl_ms, pending_member ('' on a Cluster, where the
 --       pending zset lives in another slot and the caller adds to it separately), inbound_flag ('1' when the input
 --       is a message the player sent), ends_burst_flag ('1' when the input is a game event the model answers)
@@ -8,7 +8,8 @@
 -- An id in the tombstone of a deleted conversation is a duplicate too (the tombstone has its own expiry).
 -- The player's message opens WhatsApp's customer-service window: its first acceptance records the time (a
 -- duplicate, e.g. Meta's retry of the webhook, does not move it; a refusal for a full mailbox does, since the player
--- wrote all the same), and the time only moves forward, whatever order producers' calls land in.
+-- wrote all the same), and the time only moves forward, whatever order producers' calls land in. Its id, when it is
+-- WhatsApp's (a wamid: a producer's own ids are not Meta's), is kept as the message an operator's reaction answers.
 -- A game event the model answers ends a burst (see worker/service/burst.py): accepted, it ends the hold of a burst's
 -- quiet period ('b', set by DEFER) in the same step, so the caller wakes a worker that answers the burst now and then
 -- the event. A retry's hold ('1') stays: its backoff is not the event's to cut.
@@ -21,7 +22,8 @@ local seen = KEYS[2]
 local tomb = KEYS[3]
 local inbound = KEYS[4]
 local hold = KEYS[5]
-local rest = tail(KEYS, 6)
+local lastmsg = KEYS[6]
+local rest = tail(KEYS, 7)
 local id = ARGV[1]
 local entry = ARGV[2]
 local now_ms = ARGV[3]
@@ -42,7 +44,9 @@ end
 if seen_before(seen, tomb, id) then
   return {DUPLICATE, redis.call('LLEN', inbox), 0}
 end
-if inbound_flag == '1' then open_window(inbound, now_ms) end
+if inbound_flag == '1' and open_window(inbound, now_ms) and string.sub(id, 1, 6) == 'wamid.' then
+  redis.call('SET', lastmsg, id)
+end
 local n = redis.call('LLEN', inbox)
 if n >= tonumber(max_inbox) then
   return {FULL, n, 0}

@@ -19,11 +19,14 @@ local function mark_pending(pending, member, now, was_empty)
 end
 
 -- open_window(inbound, now_ms): the player wrote at now_ms; the window's time only moves forward, whatever order
--- producers' calls land in.
+-- producers' calls land in. Returns true when this message is the player's latest (none came later).
 local function open_window(inbound, now_ms)
-  if tonumber(now_ms) > tonumber(redis.call('GET', inbound) or '0') then
+  local now = tonumber(now_ms)
+  local last = tonumber(redis.call('GET', inbound) or '0')
+  if now > last then
     redis.call('SET', inbound, now_ms)
   end
+  return now >= last
 end
 
 -- end_burst_hold(hold): a game event the model answers ends a burst's quiet period ('b', set by DEFER); a retry's
