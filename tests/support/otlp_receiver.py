@@ -45,6 +45,7 @@ class ReceivedSpan:
     error: bool = False
     start_ns: int = 0
     end_ns: int = 0
+    resource: dict[str, Any] = field(default_factory=dict)
 
 
 class OtlpReceiver:
@@ -106,7 +107,8 @@ class OtlpReceiver:
                         span_id=s.span_id.hex(), parent=s.parent_span_id.hex(), name=s.name, kind=s.kind,
                         attributes={a.key: _value(a.value) for a in s.attributes},
                         links=[(lk.trace_id.hex(), lk.span_id.hex()) for lk in s.links],
-                        error=s.status.code == 2, start_ns=s.start_time_unix_nano, end_ns=s.end_time_unix_nano))
+                        error=s.status.code == 2, start_ns=s.start_time_unix_nano, end_ns=s.end_time_unix_nano,
+                        resource=resource))
         with self._lock:
             self.requests += 1
             self.spans.extend(got)
