@@ -205,7 +205,7 @@ def part_callback(conversation_id: str, reply_id: str, part: int, traceparent: s
     data = f"{conversation_id}|{reply_id}|{part}"
     if len(data) > MAX_CALLBACK_CHARS:
         return None
-    traced = f"{data}|{traceparent}" if valid_traceparent(traceparent) else data
+    traced = f"{data}|{traceparent}" if traceparent and valid_traceparent(traceparent) else data
     return traced if len(traced) <= MAX_CALLBACK_CHARS else data
 
 

@@ -90,7 +90,7 @@ def _get() -> Tracing | None:
 
 def enabled() -> bool:
     """Whether spans are recorded in this process."""
-    return _get() is not None
+    return (_tracing if _decided else _get()) is not None
 
 
 def reset_for_tests() -> None:
@@ -107,7 +107,7 @@ def span(name: str, *, parent: str | None = None, links: Sequence[str | None] = 
     """A span around the block, the current one inside it. ``parent``: a stored ``traceparent`` to continue (None:
     the current span, or a new trace); ``links``: the traces of other inputs it also serves (a burst's turn). An
     exception leaving the block is recorded on the span, which is marked as an error."""
-    t = _get()
+    t = _tracing if _decided else _get()  # decided: no call (this runs several times a turn)
     if t is None:
         return _NOOP
     return t.span(name, parent=parent, links=links, kind=kind, attributes=attributes)
@@ -124,7 +124,7 @@ def record(name: str, start: float, end: float, *, parent: str | None = None,
 
 def current() -> str | None:
     """The current span's ``traceparent``, to store with what continues the trace elsewhere; None when off."""
-    t = _get()
+    t = _tracing if _decided else _get()
     return None if t is None else t.current()
 
 
