@@ -126,7 +126,7 @@ def test_a_players_message_is_one_connected_trace_from_the_webhook_to_the_status
     assert WORDS not in everything and "gen_ai.input.messages" not in everything
 
 
-@pytest.mark.parametrize("pool", ["threads", "prefork"])
+@pytest.mark.parametrize("pool", ["threads", "gevent", "prefork"])
 def test_a_retry_after_a_sigkill_mid_turn_is_a_new_span_in_the_same_trace(
         cluster: Cluster, receiver: OtlpReceiver, pool: str) -> None:
     first_call, killed = hold_first_request(cluster.llm)  # the busy worker's turn is in flight until it dies

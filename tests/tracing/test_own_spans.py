@@ -44,3 +44,36 @@ def test_a_tools_own_span_is_a_child_of_its_execute_tool_span(receiver: OtlpRece
     [own] = receiver.named("game lookup")
     [tool] = receiver.named("execute_tool look")
     assert own.parent == tool.span_id and own.trace_id == tool.trace_id
+
+
+APP = textwrap.dedent("""
+    from opentelemetry import trace
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from tests.worker.conftest import make_harness
+    from worker import tracing
+
+    exported = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exported))
+    trace.set_tracer_provider(provider)  # the producer's own set-up, before Parley's first span
+    h = make_harness()
+    with trace.get_tracer("app").start_as_current_span("handle order"):
+        h.client.send_message("447700900123", "hi", message_id="m1")
+    tracing.flush()
+    print(sorted(s.name for s in exported.get_finished_spans()))
+""")
+
+
+def test_an_application_with_its_own_provider_gets_parleys_spans_through_it(receiver: OtlpReceiver) -> None:
+    """A producer's service that set up OpenTelemetry itself: Parley's spans go through its provider (its exporter,
+    its sampler), not a second export."""
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+    done = subprocess.run([sys.executable, "-c", APP], env={**clean, **otel_env(receiver, "parley-app")},
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip().splitlines()[-1] == "['accept', 'handle order']"
+    assert receiver.requests == 0
+

@@ -26,6 +26,9 @@ _KINDS = {"internal": trace.SpanKind.INTERNAL, "server": trace.SpanKind.SERVER, 
           "producer": trace.SpanKind.PRODUCER, "consumer": trace.SpanKind.CONSUMER}
 _PROPAGATOR = TraceContextTextMapPropagator()
 
+#: The providers this module made (a test may make several in one process; only the first becomes the global one).
+_MADE: set[int] = set()
+
 #: The conversation the model and tool calls of this context belong to (``gen_ai.conversation.id``).
 CONVERSATION: ContextVar[str | None] = ContextVar("parley_trace_conversation", default=None)
 
@@ -59,8 +62,8 @@ def context_of(traceparent: str | None) -> Context | None:
 class Tracing:
     """Spans of this process: a tracer provider with a batching OTLP/HTTP exporter, configured by ``OTEL_*``."""
 
-    def __init__(self, provider: TracerProvider) -> None:
-        self.provider = provider
+    def __init__(self, provider: TracerProvider, *, owned: bool = True) -> None:
+        self.provider, self.owned = provider, owned
         self.tracer = provider.get_tracer("parley")
         # The core's model and tool calls report here (it imports nothing of tracing, see observe and tools).
         observe.trace_model_calls(ModelCalls(self.tracer, CONVERSATION))
@@ -68,8 +71,14 @@ class Tracing:
 
     @classmethod
     def from_env(cls) -> Tracing:
+        given = trace.get_tracer_provider()
+        if isinstance(given, TracerProvider) and id(given) not in _MADE:
+            # The application set up OpenTelemetry itself (a producer's service using the client): its provider,
+            # exporter and sampler it is, rather than a second export of the same spans.
+            return cls(given, owned=False)
         provider = TracerProvider(resource=_resource())  # the sampler from OTEL_TRACES_SAMPLER(_ARG)
         provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))  # endpoint, headers: OTEL_EXPORTER_*
+        _MADE.add(id(provider))
         trace.set_tracer_provider(provider)  # so a deployment's tools can add spans of their own
         return cls(provider)
 
@@ -108,5 +117,6 @@ class Tracing:
     def shutdown(self) -> None:
         observe.trace_model_calls(None)
         tools.trace_tool_calls(None)
-        self.provider.shutdown()
+        if self.owned:
+            self.provider.shutdown()
 
