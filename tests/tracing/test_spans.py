@@ -121,6 +121,9 @@ def test_a_burst_turn_links_the_trace_of_every_message_it_answered(traced: OtlpR
     assert turn.trace_id == accepts["wamid.1"].trace_id  # the head's trace
     assert turn.attributes["parley.turn.inputs"] == 2
     assert sorted(turn.links) == sorted((a.trace_id, a.span_id) for a in accepts.values())
+    # The head was taken twice (put off while the player typed, then answered): two drain spans, one queue span.
+    assert [s.attributes["parley.input.id"] for s in spans if s.name == "drain"] == ["wamid.1", "wamid.1"]
+    assert [s.attributes["parley.input.id"] for s in spans if s.name == "queue"] == ["wamid.1"]
 
 
 def test_a_model_failure_is_an_error_span_and_the_retry_continues_the_trace(traced: OtlpReceiver) -> None:
@@ -139,3 +142,6 @@ def test_a_model_failure_is_an_error_span_and_the_retry_continues_the_trace(trac
     assert chats[0].attributes["error.type"] == "RateLimitedError"
     drains = [s for s in spans if s.name == "drain"]
     assert len(drains) == 2 and len({s.trace_id for s in spans}) == 1  # the retry: a new span in the same trace
+    [queue] = [s for s in spans if s.name == "queue"]  # from the accept to the attempt that applied it
+    first, retry = sorted(drains, key=lambda d: d.start_ns)
+    assert first.end_ns <= queue.end_ns <= retry.start_ns + 1_000_000

@@ -122,8 +122,9 @@ class Drainer:
                                         lambda: store.release(cid, token), "drain") as beat:
                 run = DrainRun(cid, token, beat, kept, started=time.monotonic())
                 while snap is not None:
-                    with input_span(cid, snap, attempts):
+                    with input_span(cid, snap, attempts) as traced:
                         done = apply(run, snap, decide(run, snap, attempts))
+                        traced.applied = done is not None
                     if done is None:  # put off or handed back: the lease given up
                         break
                     metrics.MAILBOX_DEPTH.set(done.depth)
