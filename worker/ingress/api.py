@@ -231,7 +231,7 @@ def _guarded(api: ProducerApi, op: Operation, run: Run) -> Handler:
     async def endpoint(request: Request) -> Response:
         # A producer's own trace, when its request carries one (W3C traceparent), goes on through the input's.
         with tracing.span(f"{request.method} {op.operation_id}", parent=request.headers.get("traceparent"),
-                          kind="server") as span:
+                          kind="server", attributes={"http.request.method": request.method}) as span:
             response = await _answer(request)
             span.set("http.response.status_code", response.status_code)
         ingress_metrics.API_REQUESTS.labels(op.operation_id, str(response.status_code)).inc()

@@ -66,4 +66,3 @@ def entry_span(conversation_id: str, traceparent: object) -> AbstractContextMana
         traceparent = traceparent.decode("ascii", "replace")
     return tracing.span("inlet", parent=traceparent if isinstance(traceparent, str) else None, kind="consumer",
                         attributes={"gen_ai.conversation.id": conversation_id})
-
