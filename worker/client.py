@@ -16,11 +16,12 @@ accepted into the mailbox as if it were sent at that moment (see :mod:`worker.st
 from __future__ import annotations
 
 from collections.abc import Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from worker import operator_input
+from worker import operator_input, tracing
 from worker.due_time import due_ms
 from worker.envelopes import Envelope, Media, build_envelope
 from worker.errors import OversizeInputError
@@ -49,6 +50,18 @@ def _from_player(env: Envelope) -> bool:
     the ingress queues it). Game events (unless the ingress says the player sent them) and a producer's own notices
     are not."""
     return env.kind == "message" or (env.kind == "notice" and env.reply_to is not None)
+
+
+def accept_span(env: Envelope) -> AbstractContextManager[tracing.Span]:
+    """The span of an input's accept (a no-op when traces are off): a child of the webhook's or the API's request, or
+    the root of the input's trace."""
+    return tracing.span("accept", kind="producer", attributes={
+        "gen_ai.conversation.id": env.conversation_id, "parley.input.id": env.message_id, "parley.input.kind": env.kind})
+
+
+def traced(env: Envelope) -> Envelope:
+    """``env`` carrying the current span's context: the trace its drain, retries and reply continue."""
+    return env.model_copy(update={"traceparent": tracing.current()})
 
 
 def _ends_burst(env: Envelope) -> bool:
@@ -90,6 +103,14 @@ class ConversationClient:
         return cls(build_store(settings), wake or celery_waker(settings), max_text_chars=settings.memory.max_input_chars)
 
     def _submit(self, env: Envelope, *, from_player: bool = False, at: datetime | None = None) -> Submitted:
+        if not tracing.enabled():
+            return self._accept(env, from_player, at)
+        with accept_span(env) as span:
+            done = self._accept(traced(env), from_player, at)
+            span.set("parley.input.duplicate", done.duplicate)
+            return done
+
+    def _accept(self, env: Envelope, from_player: bool, at: datetime | None) -> Submitted:
         inbound = self._checked(env, from_player=from_player)
         due = due_ms(at) if at is not None else None
         if due is not None:

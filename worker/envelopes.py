@@ -20,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationIn
 from worker.errors import EnvelopeError, InputError, InvalidConversationIdError, InvalidTextError
 from worker.reply_parts import OutPart
 from worker.store.keys import validate_conversation_id
+from worker.tracing.context import MAX_TRACEPARENT_CHARS, valid_traceparent
 
 ENVELOPE_VERSION = 1
 MAX_ENVELOPE_BYTES = 4 << 20
@@ -106,6 +107,9 @@ class Envelope(_Wire):
     respond: bool | None = None
     # operator: the parts sent after ``text``, each as its own message: texts as strings, rich parts tagged (issue 31)
     parts: list[OutPart] | None = None
+    # The W3C traceparent of the accept (traces on, worker.tracing): the drain, a retry and a takeover continue its
+    # trace. None unless set, so an envelope without it reads as before; an unusable one is no error, only no trace.
+    traceparent: str | None = Field(None, max_length=MAX_TRACEPARENT_CHARS)
 
     @field_validator("conversation_id")
     @classmethod
@@ -180,6 +184,8 @@ class ReplyRecord(_Wire):
     # When the first input it answers was accepted (None: a reply no input asked for, or written before this field):
     # the delivery times the player's wait from it (parley_reply_latency_seconds).
     accepted_at: float | None = None
+    # The trace of the commit that queued it (traces on): each part's send continues it. None unless set.
+    traceparent: str | None = Field(None, max_length=MAX_TRACEPARENT_CHARS)
 
 
 #: WhatsApp keeps at most this many characters of a send's ``biz_opaque_callback_data``.
@@ -193,16 +199,23 @@ class PartRef:
     conversation_id: str
     reply_id: str
     part: int
+    traceparent: str | None = None
 
 
-def part_callback(conversation_id: str, reply_id: str, part: int) -> str | None:
+def part_callback(conversation_id: str, reply_id: str, part: int, traceparent: str | None = None) -> str | None:
     """``<conversation id>|<reply id>|<part>``: the callback data a reply part is sent with. WhatsApp hands it back,
     unchanged, in the part's status webhooks (``biz_opaque_callback_data``), so the ingress can tell which part a
     status is about, even when the message id of the send never reached Redis (a worker killed between the send and
     its sent mark). ``None`` when it would be longer than WhatsApp keeps: the ids' own limits (128 and 256
-    characters) keep it well under, so only a reply id from elsewhere could get there."""
+    characters) keep it well under, so only a reply id from elsewhere could get there.
+
+    With traces on, ``|<traceparent>`` of the send follows, so the status webhook continues the reply's trace; it is
+    left off when it would not fit."""
     data = f"{conversation_id}|{reply_id}|{part}"
-    return data if len(data) <= MAX_CALLBACK_CHARS else None
+    if len(data) > MAX_CALLBACK_CHARS:
+        return None
+    traced = f"{data}|{traceparent}" if traceparent and valid_traceparent(traceparent) else data
+    return traced if len(traced) <= MAX_CALLBACK_CHARS else data
 
 
 def parse_part_callback(data: object) -> PartRef | None:
@@ -211,6 +224,10 @@ def parse_part_callback(data: object) -> PartRef | None:
     may, so the part is read from the end."""
     if not isinstance(data, str) or len(data) > MAX_CALLBACK_CHARS:
         return None
+    front, bar, last = data.rpartition("|")
+    traceparent = valid_traceparent(last) if bar else None
+    if traceparent is not None:  # a part number is digits only, never a traceparent
+        data = front
     cid, sep, rest = data.partition("|")
     reply_id, sep2, part = rest.rpartition("|")
     if not sep or not sep2 or not reply_id or not part.isdigit() or not part.isascii():
@@ -219,7 +236,7 @@ def parse_part_callback(data: object) -> PartRef | None:
         validate_conversation_id(cid)
     except InvalidConversationIdError:
         return None
-    return PartRef(cid, reply_id, int(part))
+    return PartRef(cid, reply_id, int(part), traceparent)
 
 
 class DeadLetter(_Wire):

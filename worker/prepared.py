@@ -4,10 +4,11 @@ batch in one round trip (:mod:`worker.inlet.stream`) without a second copy of th
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
-from worker.client import ConversationClient, Submitted
+from worker import tracing
+from worker.client import ConversationClient, Submitted, accept_span, traced
 from worker.envelopes import Envelope
 from worker.store.results import AcceptResult
 
@@ -54,7 +55,12 @@ class Preparer:
     def prepare(self, method: str, conversation_id: str, arguments: dict[str, Any]) -> Prepared:
         prepared = getattr(self._preparing, method)(conversation_id, **arguments)
         assert isinstance(prepared, Prepared)
-        return prepared
+        if not tracing.enabled():
+            return prepared
+        # The accept span covers the checks (the store's accept follows, batched or awaited elsewhere): what matters
+        # is that the envelope carries the trace its drain continues.
+        with accept_span(prepared.envelope):
+            return replace(prepared, envelope=traced(prepared.envelope))
 
     def needs_wake(self, result: AcceptResult) -> bool:
         """Whether the client would wake a worker after this accept (the first input of a burst)."""

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import re
 import signal
-import threading
 import time
 
 import pytest
 
 from tests.e2e.conftest import Cluster
+from tests.support.fake_openai import hold_first_request
 from tests.support.store_kit import settled
 from tests.support.workers import wait_until
 from worker.settings import Settings
@@ -33,14 +33,7 @@ def test_a_killed_workers_conversation_is_taken_over_at_the_default_settings(clu
         cluster.env.pop(name)  # the shipped defaults, not the suite's short lease
     defaults = Settings()
     assert defaults.drain.lease_seconds <= 10 and defaults.drain.sweep_interval <= 5
-    first_call, killed = threading.Event(), threading.Event()
-
-    def hang_the_first_call(_: object) -> None:  # the busy worker's turn is in flight until it dies
-        if not first_call.is_set():
-            first_call.set()
-            killed.wait(120)
-
-    cluster.llm.on_request = hang_the_first_call
+    first_call, killed = hold_first_request(cluster.llm)  # the busy worker's turn is in flight until it dies
     cluster.llm.delay = 3.0
     busy = cluster.start_worker("busy", pool=pool, concurrency=2)
     client = cluster.client()

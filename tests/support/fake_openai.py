@@ -119,3 +119,17 @@ def _completion(body: dict[str, Any], message: dict[str, Any], finish: str,
     return {"id": "chatcmpl-test", "object": "chat.completion", "created": int(time.time()),
             "model": body.get("model"), "choices": [{"index": 0, "finish_reason": finish, "message": message}],
             "usage": {"prompt_tokens": prompt, "completion_tokens": 10, "total_tokens": prompt + 10}}
+
+
+def hold_first_request(llm: FakeOpenAI, timeout: float = 120.0) -> tuple[threading.Event, threading.Event]:
+    """Keep the first model call in flight until the test says the worker that made it is dead: returns
+    ``(first_call, killed)``; ``first_call`` is set once the call arrived, the test sets ``killed`` after the kill."""
+    first_call, killed = threading.Event(), threading.Event()
+
+    def hang_the_first_call(_: object) -> None:
+        if not first_call.is_set():
+            first_call.set()
+            killed.wait(timeout)
+
+    llm.on_request = hang_the_first_call
+    return first_call, killed

@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
 
@@ -35,6 +35,18 @@ class RoundTrip:
 Observer = Callable[[RoundTrip], None]
 
 _current: ContextVar[Observer | None] = ContextVar("parley_observer", default=None)
+
+ModelCallTracer = Callable[[Model, ModelRequest], AbstractContextManager[Callable[[ModelResponse], None]]]
+"""A context around one model call (a span), given the model and the request; what it yields is called with the
+response. Set by :mod:`worker.tracing` when traces are on, so the core reports its calls without importing it."""
+
+_tracer: ModelCallTracer | None = None
+
+
+def trace_model_calls(tracer: ModelCallTracer | None) -> None:
+    """Run every model call of this process inside ``tracer`` (None: none, the default)."""
+    global _tracer
+    _tracer = tracer
 
 
 @contextmanager
@@ -79,7 +91,13 @@ def complete_observed(model: Model, request: ModelRequest, observer: Observer | 
     An observer that fails is logged and ignored: metrics must never break a turn or a compaction.
     """
     started = time.perf_counter()
-    response = model.complete(request)
+    tracer = _tracer
+    if tracer is None:
+        response = model.complete(request)
+    else:
+        with tracer(model, request) as answered:
+            response = model.complete(request)
+            answered(response)
     target = observer if observer is not None else _current.get()
     if target is not None:
         trip = RoundTrip(request.purpose, response.usage, response.finish_reason,

@@ -8,7 +8,7 @@ import json
 import re
 import threading
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass
 from typing import Any
 
@@ -57,6 +57,26 @@ class ToolCallContext:
 # ids of another thread's (or greenlet's) turn.
 _TURN: contextvars.ContextVar[tuple[str, str] | None] = contextvars.ContextVar("parley_tool_turn", default=None)
 _CALL: contextvars.ContextVar[ToolCallContext | None] = contextvars.ContextVar("parley_tool_call", default=None)
+
+
+ToolCallTracer = Callable[[ToolCall], AbstractContextManager[Callable[[str], None]]]
+"""A context around one tool handler's run (a span), given the call; what it yields is called with the result's text.
+Set by :mod:`worker.tracing` when traces are on, so the core reports its calls without importing it."""
+
+_tracer: ToolCallTracer | None = None
+
+
+def trace_tool_calls(tracer: ToolCallTracer | None) -> None:
+    """Run every tool handler of this process inside ``tracer`` (None: none, the default)."""
+    global _tracer
+    _tracer = tracer
+
+
+def _untraced(text: str) -> None:
+    """What an untraced call does with its result."""
+
+
+_UNTRACED: AbstractContextManager[Callable[[str], None]] = nullcontext(_untraced)
 
 
 @contextmanager
@@ -203,14 +223,17 @@ def run_tool(
     outcome: dict[str, Any] = {}
     conversation_id, input_id = _TURN.get() or ("", "")
     context = contextvars.copy_context()  # a new thread starts with an empty context otherwise
+    tracer = _tracer
 
     def target() -> None:
         _CALL.set(ToolCallContext(conversation_id, input_id, call.id))
         try:
-            value = tool.handler(**args)
-            if tool.game:
-                value, outcome["extras"] = split_result(value, max_chars)
-            outcome["value"] = _encode_result(value)
+            with tracer(call) if tracer is not None else _UNTRACED as traced:
+                value = tool.handler(**args)
+                if tool.game:
+                    value, outcome["extras"] = split_result(value, max_chars)
+                outcome["value"] = _encode_result(value)
+                traced(outcome["value"])
         except BaseException as exc:  # the model reads the failure; the worker keeps running
             outcome["error"] = exc
 

@@ -28,6 +28,7 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from worker import tracing
 from worker.async_client import AsyncClient
 from worker.client import ConversationClient, Submitted
 from worker.errors import ConfigurationError, InboxFullError, InputError, StoreError, WebhookTooLargeError
@@ -228,7 +229,11 @@ def _guarded(api: ProducerApi, op: Operation, run: Run) -> Handler:
     """The endpoint: authenticate, read the body within the limit, ``run`` it (on the loop or in a worker thread),
     map a store outage to 503 and count the outcome."""
     async def endpoint(request: Request) -> Response:
-        response = await _answer(request)
+        # A producer's own trace, when its request carries one (W3C traceparent), goes on through the input's.
+        with tracing.span(f"{request.method} {op.operation_id}", parent=request.headers.get("traceparent"),
+                          kind="server", attributes={"http.request.method": request.method}) as span:
+            response = await _answer(request)
+            span.set("http.response.status_code", response.status_code)
         ingress_metrics.API_REQUESTS.labels(op.operation_id, str(response.status_code)).inc()
         return response
 

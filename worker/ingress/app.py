@@ -39,6 +39,7 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
+from worker import tracing
 from worker.client import ConversationClient, Submitted
 from worker.errors import InboxFullError, InputError, StoreError, WebhookTooLargeError
 from worker.ingress import metrics as ingress_metrics
@@ -164,8 +165,11 @@ def _record(client: ConversationClient, store: IngressStore, rec: Record, replie
             return "status_too_old"
         # Forward only (a late `delivered` never hides a `read`); a status naming a reply part still in flight
         # is also kept with the part, so a deliverer recovering from a crash does not send it twice.
-        store.record_status(rec.conversation_id, rec.wamid, rec.status, rec.detail(), reply_id=rec.reply_id,
-                            part=rec.part)
+        with tracing.span(f"status {rec.status}", parent=rec.traceparent, attributes={
+                "gen_ai.conversation.id": rec.conversation_id, "parley.reply.id": rec.reply_id or "",
+                "parley.reply.part": rec.part}):
+            store.record_status(rec.conversation_id, rec.wamid, rec.status, rec.detail(), reply_id=rec.reply_id,
+                                part=rec.part)
         return "status"
     _report(rec)
     return UNKNOWN_NUMBER if rec.kind == UNKNOWN_NUMBER else "ignored"
@@ -222,6 +226,12 @@ class _Ingress:
     def handle(self, raw: bytes | bytearray, signature: str | None) -> Response:
         """Verify, parse and apply one webhook body (blocking: runs in a worker thread, never on the event loop,
         so a large body does not stall the other requests)."""
+        with tracing.span("POST /webhook", kind="server") as span:
+            response = self._handle(raw, signature)
+            span.set("http.response.status_code", response.status_code)
+        return response
+
+    def _handle(self, raw: bytes | bytearray, signature: str | None) -> Response:
         valid = verify_signature(raw, signature, self.app_secret)
         ingress_metrics.signature_checked(valid)
         if not valid:

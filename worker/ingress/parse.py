@@ -127,6 +127,7 @@ class StatusUpdate(BaseModel):
     conversation_id: str
     reply_id: str | None = None
     part: int = 0
+    traceparent: str | None = None  # the send's, from the callback data: the status continues the reply's trace
     timestamp: str | None = None
     errors: list[tuple[int | None, str]] = Field(default_factory=list,
                                                  description="(code, message or title + details) per error.")
@@ -353,7 +354,8 @@ def _status(st: dict[str, Any], contacts: list[dict[str, Any]]) -> Record:
     ref = parse_part_callback(st.get("biz_opaque_callback_data"))
     if ref is not None:
         return StatusUpdate(wamid=wamid, status=status, conversation_id=ref.conversation_id, reply_id=ref.reply_id,
-                            part=ref.part, errors=_errors(st), timestamp=_timestamp(st.get("timestamp")))
+                            part=ref.part, traceparent=ref.traceparent, errors=_errors(st),
+                            timestamp=_timestamp(st.get("timestamp")))
     cid, _ = _choose_identity(_phone(st.get("recipient_id")), _str(st.get("recipient_user_id")), contacts)
     bad = _invalid_id(cid)
     if bad is not None or cid is None:

@@ -27,7 +27,7 @@ from kombu.messaging import Consumer, Producer
 
 from worker.client import ConversationClient
 from worker.errors import InboxFullError, InputError, StoreError
-from worker.inlet.messages import QueueMessage, Unacceptable, parse_message
+from worker.inlet.messages import QueueMessage, Unacceptable, entry_span, parse_message
 from worker.inlet.stream import ENTRIES
 from worker.producer_bodies import CLIENT_METHODS
 
@@ -96,7 +96,8 @@ class AmqpInlet:
         wait = self.retry_seconds
         while True:
             try:
-                duplicate = self._accept(msg, body, message.properties)
+                with entry_span(msg.conversation_id, (message.headers or {}).get("traceparent")):
+                    duplicate = self._accept(msg, body, message.properties)
             except InboxFullError:
                 log.warning("inlet: %s's mailbox is full; the queue waits", msg.conversation_id)
             except InputError as exc:

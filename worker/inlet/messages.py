@@ -4,11 +4,13 @@
 from __future__ import annotations
 
 import json
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any
 
 from pydantic import ValidationError
 
+from worker import tracing
 from worker.producer_bodies import KINDS, ProducerBody, field_of
 
 #: A queue message's JSON is a producer's body: one flat object, far smaller than this.
@@ -52,3 +54,15 @@ def parse_message(raw: bytes | str) -> QueueMessage:
         err = exc.errors(include_url=False)[0]
         raise Unacceptable(f"{field_of(err['loc']) or 'body'}: {err['msg']}") from None
     return QueueMessage(kind, cid, body)
+
+
+def entry_span(conversation_id: str, traceparent: object) -> AbstractContextManager[tracing.Span]:
+    """The span of one queue message the inlet takes, continuing the producer's trace when the message carries its
+    W3C ``traceparent`` (the stream entry's ``traceparent`` field, the AMQP message's ``traceparent`` header); the
+    input's accept is its child. A no-op when traces are off."""
+    if not tracing.enabled():
+        return tracing.span("inlet")
+    if isinstance(traceparent, bytes):
+        traceparent = traceparent.decode("ascii", "replace")
+    return tracing.span("inlet", parent=traceparent if isinstance(traceparent, str) else None, kind="consumer",
+                        attributes={"gen_ai.conversation.id": conversation_id})

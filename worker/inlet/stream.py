@@ -26,7 +26,7 @@ from prometheus_client import Counter
 
 from worker.client import ConversationClient
 from worker.errors import InboxFullError, InputError, StoreError
-from worker.inlet.messages import Unacceptable, parse_message
+from worker.inlet.messages import Unacceptable, entry_span, parse_message
 from worker.prepared import Prepared, Preparer, preparable
 from worker.producer_bodies import CLIENT_METHODS
 
@@ -39,6 +39,7 @@ ENTRIES = Counter("parley_inlet_entries_total",
 #: Pending entries held.lua examines per batch; past it, the entries newer than the last one examined wait.
 PENDING_EXAMINED = 10_000
 FIELD = b"envelope"
+TRACE_FIELD = b"traceparent"  # optional: the producer's trace, which the input's continues
 
 
 def dead_stream(stream: str) -> str:
@@ -173,14 +174,17 @@ class Inlet:
             method = CLIENT_METHODS[msg.kind]
             try:
                 if preparable(msg.kind, kwargs):
-                    _queue(waves, depth, eid, self._preparer.prepare(method, cid, kwargs))
+                    with entry_span(cid, fields.get(TRACE_FIELD)):
+                        _queue(waves, depth, eid, self._preparer.prepare(method, cid, kwargs))
                     continue
                 if not self._send(waves, full, outcomes):
                     return outcomes
                 waves, depth = [], {}
                 if cid in full:
                     raise InboxFullError(cid)
-                outcomes[eid] = "duplicate" if getattr(self.client, method)(cid, **kwargs).duplicate else "accepted"
+                with entry_span(cid, fields.get(TRACE_FIELD)):
+                    done = getattr(self.client, method)(cid, **kwargs)
+                outcomes[eid] = "duplicate" if done.duplicate else "accepted"
             except InboxFullError:
                 log.warning("inlet: %s's mailbox is full; entry %s held", cid, eid.decode())
                 held.add(cid)

@@ -25,10 +25,11 @@ import logging
 import random
 import time
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from functools import partial
 
-from worker import metrics
+from worker import metrics, tracing
 from worker.delivery.channel import Channel, RichChannel, Sent, WindowedChannel
 from worker.envelopes import DeadLetter, ReplyRecord, decode_reply, part_callback
 from worker.errors import (
@@ -52,6 +53,16 @@ log = logging.getLogger("parley.service")
 
 # Bound once: looking a labelled child up costs more than the increment (every part sent).
 _SENT = metrics.DELIVERIES.labels("sent")
+
+
+def _send_span(cid: str, record: ReplyRecord, part: int) -> AbstractContextManager[tracing.Span]:
+    """The span of one part's send, in the trace of the commit that queued the reply (a no-op when traces are off)."""
+    if not tracing.enabled():
+        return tracing.span("send")
+    sending = record.parts[part]
+    return tracing.span("send", parent=record.traceparent, kind="client", attributes={
+        "gen_ai.conversation.id": cid, "parley.reply.id": record.reply_id, "parley.reply.part": part,
+        "parley.reply.part_type": "text" if isinstance(sending, str) else sending.type})
 
 
 @dataclass
@@ -153,7 +164,8 @@ class Deliverer:
                     time.sleep(self.config.delivery_part_interval)
                 self.store.mark_inflight(cid, token, record.reply_id, part)
             try:
-                sent = self._send_part(cid, record, part, inbound)
+                with _send_span(cid, record, part):
+                    sent = self._send_part(cid, record, part, inbound)
             except RetryLater:  # the pace: nothing went out, and our own pacing is no failure of the reply
                 self.store.clear_inflight(cid, token)
                 raise
@@ -197,7 +209,7 @@ class Deliverer:
         if reacts and reply_to is None:  # a reply that answers no message (an operator's): the player's latest
             reply_to = self.store.last_message(cid)
         pace = partial(self._pace, record.recipient)
-        callback = part_callback(cid, record.reply_id, part)
+        callback = part_callback(cid, record.reply_id, part, tracing.current())
         if self.windowed is not None:
             return self.windowed.send_reply(record.recipient, record.parts[part:], reply_to=reply_to,
                                            last_inbound=inbound, pace=pace, callback_data=callback)

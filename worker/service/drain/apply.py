@@ -16,7 +16,7 @@ from typing import Any
 
 import msgpack
 
-from worker import metrics
+from worker import metrics, tracing
 from worker.conversation.resident import Resident, ResidentCache
 from worker.delivery.split import split_message
 from worker.envelopes import DeadLetter as DeadRecord
@@ -62,7 +62,7 @@ def apology_for(text: str, cid: str, snap: Snapshot) -> ReplyRecord | None:
     if env.kind != "message" or env.conversation_id != cid:
         return None
     return ReplyRecord(reply_id=env.message_id, conversation_id=cid, recipient=env.recipient or cid,
-                       parts=[text], reply_to=env.reply_to)
+                       parts=[text], reply_to=env.reply_to, traceparent=tracing.current())
 
 
 class Applier:
@@ -109,7 +109,8 @@ class Applier:
         env, also = n.env, n.also
         last = also[-1] if also else env
         record = ReplyRecord(reply_id=env.message_id, conversation_id=run.cid, recipient=last.recipient or run.cid,
-                             parts=split_message(n.text), reply_to=last.reply_to, accepted_at=env.accepted_at)
+                             parts=split_message(n.text), reply_to=last.reply_to, accepted_at=env.accepted_at,
+                             traceparent=tracing.current())
         data = record.to_bytes()
         done = self._commit(run, snap.version, env, None, data, {"notice": n.why, "reply": n.text},
                             claim_delivery=self.config.deliver_inline, also=[e.message_id for e in also],
@@ -269,7 +270,7 @@ class Applier:
                       reply: bytes | None, trace: bytes, dead: bytes | None, claim_delivery_ms: int = 0,
                       also: Sequence[str] = (), record: bytes | None = None, tokens: int = 0) -> CommitResult:
         """The commit, with the heartbeat held off while it runs and stopped when it gave the lease up."""
-        with run.beat.committing():
+        with run.beat.committing(), tracing.span("commit", attributes={"parley.input.id": input_id}):
             done = self.store.commit(run.cid, run.token, expected_version=version, input_id=input_id,
                                      new_state=new_state, reply=reply, trace=trace, dead=dead,
                                      lease_ms=self.config.lease_ms, claim_delivery_ms=claim_delivery_ms,

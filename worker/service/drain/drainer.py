@@ -28,6 +28,7 @@ from worker.service.config import ServiceConfig, Wake
 from worker.service.drain.apply import Applier
 from worker.service.drain.decide import Decider
 from worker.service.drain.hooks import DrainHook, Hooks, build_hooks
+from worker.service.drain.hooks.traces import input_span
 from worker.service.drain.outcomes import HandBack
 from worker.service.drain.run import Claimed, DrainRun, Written
 from worker.service.heartbeat import Heartbeat
@@ -121,7 +122,9 @@ class Drainer:
                                         lambda: store.release(cid, token), "drain") as beat:
                 run = DrainRun(cid, token, beat, kept, started=time.monotonic())
                 while snap is not None:
-                    done = apply(run, snap, decide(run, snap, attempts))
+                    with input_span(cid, snap, attempts) as traced:
+                        done = apply(run, snap, decide(run, snap, attempts))
+                        traced.applied = done is not None
                     if done is None:  # put off or handed back: the lease given up
                         break
                     metrics.MAILBOX_DEPTH.set(done.depth)

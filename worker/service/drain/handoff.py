@@ -15,6 +15,7 @@ assistant text, the conversation's own side, so it carries on from what the pers
 
 from __future__ import annotations
 
+from worker import tracing
 from worker.conversation import messages as msgs
 from worker.conversation.chat import Chat, State
 from worker.conversation.messages import MediaRef, Message
@@ -56,6 +57,6 @@ def speak(chat: Chat, state: State, env: Envelope, cid: str) -> Spoken:
     result = chat.apply_messages(state, [msgs.operator(render(t)) for t in texts])
     record = ReplyRecord(reply_id=env.message_id, conversation_id=cid, recipient=env.recipient or cid,
                          parts=[p for t in texts for p in (split_message(t) if isinstance(t, str) else [t])],
-                         reply_to=env.reply_to)
+                         reply_to=env.reply_to, traceparent=tracing.current())
     return Spoken(env, result.state, record, record.to_bytes(), result.resident,
                   quarantine_of(state, result.state_problem), result.needs_compaction, result.pinned_dropped)

@@ -9,6 +9,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from worker import tracing
 from worker.conversation import messages as msgs
 from worker.conversation.chat import Chat, State, TurnResult
 from worker.conversation.messages import Message
@@ -65,7 +66,8 @@ class TurnRunner:
             result, inputs, merges = self._answer(inputs, state)
         head, last = inputs[0], inputs[-1]
         record = ReplyRecord(reply_id=head.id, conversation_id=run.cid, recipient=last.env.recipient or run.cid,
-                             parts=reply_parts(result), reply_to=last.env.reply_to, accepted_at=head.env.accepted_at)
+                             parts=reply_parts(result), reply_to=last.env.reply_to, accepted_at=head.env.accepted_at,
+                             traceparent=tracing.current())
         said = "event" if answers_event(inputs) else "user"  # an answered game event is not the player's words
         trace: dict[str, Any] = {said: last.env.text, "reply": result.reply[: self.config.trace_reply_chars],
                  "finish": result.finish_reason, "model_calls": result.model_calls, "tool_calls": result.tool_calls,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from worker import tracing
 from worker.service.config import ServiceConfig
 from worker.service.drain.hooks.base import DrainHook, Hooks, Prepare
 from worker.service.drain.hooks.budget import DailyBudget
@@ -12,11 +13,12 @@ from worker.service.drain.hooks.game_context import GameContextHook
 from worker.service.drain.hooks.handoff import Paused
 from worker.service.drain.hooks.photos import Photos
 from worker.service.drain.hooks.receipts import Receipts
+from worker.service.drain.hooks.traces import TurnSpans
 from worker.service.presence import Presence
 from worker.store.protocol import DrainStore
 
 __all__ = ["Bursts", "DailyBudget", "DrainHook", "DurableRecord", "Fairness", "GameContextHook", "Hooks", "Merge",
-           "Paused", "Photos", "Prepare", "Receipts", "build_hooks"]
+           "Paused", "Photos", "Prepare", "Receipts", "TurnSpans", "build_hooks"]
 
 
 def build_hooks(store: DrainStore, config: ServiceConfig, presence: Presence) -> list[DrainHook]:
@@ -39,4 +41,6 @@ def build_hooks(store: DrainStore, config: ServiceConfig, presence: Presence) ->
         hooks.append(GameContextHook(store, config.context_source, config.game_context))
     if config.drain_max_turns or config.drain_max_seconds:
         hooks.append(Fairness(config.drain_max_turns, config.drain_max_seconds))
+    if tracing.enabled():
+        hooks.append(TurnSpans())
     return hooks
