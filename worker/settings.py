@@ -219,8 +219,14 @@ class Memory(_Group):
                             "tiktoken for OpenAI models, usage for the others.")
     compaction_summarize: bool = Field(default=True, description="Fold old exchanges into a rolling LLM summary (when "
                                        "PARLEY_COMPACTION is unset).")
-    compaction_keep_last: int = Field(default=6, description="Exchanges kept verbatim when summarising, and by the "
-                                      "keep_last step.")
+    compaction_keep_last: int | None = Field(default=None, description="Exchanges kept verbatim when summarising, and "
+                                             "by the keep_last step (default: 2 in the default chain, which compacts "
+                                             "in large steps; 6 in a chain PARLEY_COMPACTION names).")
+    compaction_high_water: int | None = Field(default=None, gt=0, description="The default chain compacts only when "
+                                              "the stored conversation (history, summary, pinned items, facts) is over "
+                                              "this many tokens, then in one step (fewer rewrites of the prompt, more "
+                                              "of it reused by the providers' prompt caches). Default: 28% of the "
+                                              "compaction budget (1,680 tokens of 6,000).")
     compress_tool_outputs_after: int = Field(default=3, description="Keep this many recent tool outputs whole; compress older.")
     idle_gap_seconds: float | None = Field(default=None, description="A player's message after this long without one "
                                            "starts a fresh conversation (game events are not the player's "
@@ -634,6 +640,11 @@ class GameContext(_Group):
                                    "this old (kept in Redis, never in the state), else goes on without. 0 = never.")
     max_chars: int = Field(default=4000, gt=0, validation_alias="context_max_chars", description="Longest context "
                            "text; a longer one counts as a failed fetch (it is not cut: half a game state misleads).")
+    placement: Literal["system", "after_history"] = Field(
+        default="system", validation_alias="context_placement", description="Where the context goes: system (after "
+        "the system prompt) or after_history (after the conversation, with the keyed facts). A context that changes "
+        "every turn in the system prompt changes the start of every request, so the providers' prompt caches reuse "
+        "none of the history; after the history they reuse all of it (docs/known-limits.md).")
 
 
 class Observability(_Group):

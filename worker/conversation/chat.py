@@ -31,7 +31,7 @@ from worker.conversation.loop import LoopOutcome, ToolChoice, ToolLoop
 from worker.conversation.messages import Message
 from worker.conversation.model import Attachment, Model, ModelRequest, ModelResponse
 from worker.conversation.observe import RoundTrip, UsageTally, complete_observed
-from worker.conversation.prompt import prompt_tokens, render_preamble
+from worker.conversation.prompt import FactPlacement, prompt_tokens, render_after_history, render_preamble
 from worker.conversation.resident import Resident
 from worker.conversation.results import CompactionReport, EventResult, TurnResult
 from worker.conversation.splice import SpliceResult, splice_blobs
@@ -185,6 +185,9 @@ class Chat:
     max_tokens: int | None = None
     temperature: float | None = None
     max_pinned: int = DEFAULT_MAX_PINNED
+    # Where the keyed facts are rendered: after the history (the prompt's start then stays the same between
+    # compactions, for the providers' prompt caches) or in the preamble with the pinned items (the layout before).
+    facts_placement: FactPlacement = "after_history"
     observer: Callable[[RoundTrip], None] | None = None
     clock: Callable[[], float] = time.time
 
@@ -256,6 +259,7 @@ class Chat:
         lifecycle: bool = True,
         journal: TurnJournal | None = None,
         attachments: Mapping[str, Attachment] | None = None,
+        after_history: Sequence[str] = (),
     ) -> TurnResult:
         """Run one user turn through the chat loop.
 
@@ -282,8 +286,14 @@ class Chat:
         photo); user messages with media may appear in ``messages`` too. ``attachments`` (media id ->
         :class:`~worker.conversation.model.Attachment`) go with every request of this turn: a photo whose id is
         there is sent as a picture, any other as text. The state keeps only the references.
+
+        ``after_history`` (texts for this turn only, never stored) is rendered after the history, with the keyed
+        facts: context that changes from turn to turn (a live game context) costs the prompt cache nothing there,
+        where in ``system`` it would change the start of every request.
         """
         _check_utf8("the system prompt", system)
+        for text in after_history:
+            _check_utf8("the context after the history", text)
         turn_user = _user_message(user, self.max_input_chars)
         files = _check_attachments(attachments or {})
         extra_preamble, added = _split_leading_system(messages, self.max_input_chars)
@@ -302,7 +312,7 @@ class Chat:
             return TurnResult(reply=self.reset_reply, state=encoded.blob, reset=reset,
                               state_problem=loaded.problem, resident=encoded.resident)
         checked = _Checked(None if reset else loaded.clean)
-        loop = _tool_loop(self, system, extra_preamble, journal or NoJournal(), files, checked)
+        loop = _tool_loop(self, system, extra_preamble, journal or NoJournal(), files, checked, after_history)
         out = loop.run(st.append(*added, turn_user))
         out.state = out.state.with_meta(out.state.meta.after_turn(now))
         return self._finish_turn(out, loaded.problem, reset, None if reset else loaded.memo, checked.clean)
@@ -447,7 +457,8 @@ class _Checked:
 
 
 def _tool_loop(chat: Chat, system: str | None, extra: Sequence[str], journal: TurnJournal,
-               attachments: Mapping[str, Attachment], checked: _Checked | None = None) -> ToolLoop:
+               attachments: Mapping[str, Attachment], checked: _Checked | None = None,
+               after: Sequence[str] = ()) -> ToolLoop:
     """The tool loop of one turn: the chat's fixed tools plus, for this turn only, those its ``tool_source``
     offers now; each request built from the state as the loop has it, with the turn's attachments (a round
     after a tool call still shows the model the photo it is answering)."""
@@ -459,9 +470,10 @@ def _tool_loop(chat: Chat, system: str | None, extra: Sequence[str], journal: Tu
         else:
             history, _, clean = repair_from(st.messages, checked.clean)
             checked.clean = clean or checked.clean
-        return ModelRequest(system=render_preamble(system, st, extra), messages=history,
+        return ModelRequest(system=render_preamble(system, st, extra, chat.facts_placement), messages=history,
                             tools=[t.spec for t in tools.values()], max_tokens=chat.max_tokens,
-                            temperature=chat.temperature, tool_choice=tool_choice, attachments=attachments)
+                            temperature=chat.temperature, tool_choice=tool_choice, attachments=attachments,
+                            after_history=render_after_history(st, after, chat.facts_placement))
 
     return ToolLoop(call=chat._call, request_for=request_for, tools=tools,
                     max_tool_iterations=chat.max_tool_iterations, fallback_reply=chat.fallback_reply,

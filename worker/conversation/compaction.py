@@ -339,6 +339,39 @@ class Compose:
         return apply_due_steps(self.steps, state, counter).state
 
 
+@dataclass(frozen=True)
+class Hysteresis:
+    """Compact rarely and in one large step: nothing happens until the stored part of the prompt (history, summary,
+    pinned items and facts) is over ``high_tokens``; then every step runs, each as far as it goes whatever its own
+    trigger says (the summariser folds all but its ``keep_last`` exchanges, old tool outputs are compressed, a
+    budget trims to its target).
+
+    Why: a compaction rewrites the prompt from the summary on, and the providers' prompt caches bill a request's
+    prefix shared with the previous request at a fraction of the price. Between two compactions the state only
+    grows at its end, so every request starts with the one before; compacting in small steps every few turns (or
+    compressing one tool output each time a new one arrives) throws that prefix away each time.
+    """
+
+    high_tokens: int
+    steps: tuple[Compactor, ...] = field(default_factory=tuple)
+
+    def __init__(self, high_tokens: int, *steps: Compactor) -> None:
+        if high_tokens < 1:
+            raise ValueError("Hysteresis needs high_tokens >= 1")
+        object.__setattr__(self, "high_tokens", high_tokens)
+        object.__setattr__(self, "steps", tuple(steps))
+
+    @property
+    def name(self) -> str:
+        return f"hysteresis({self.high_tokens}):" + "+".join(s.name for s in self.steps)
+
+    def should_compact(self, state: ConversationState, counter: TokenCounter) -> bool:
+        return len(droppable_exchanges(state)) > 0 and history_tokens(state, counter) > self.high_tokens
+
+    def compact(self, state: ConversationState, counter: TokenCounter) -> ConversationState:
+        return apply_due_steps(self.steps, state, counter, forced=True).state
+
+
 @dataclass(frozen=True, slots=True)
 class StepsOutcome:
     """What :func:`apply_due_steps` did: the state, the names of the steps applied and the errors."""
@@ -348,8 +381,10 @@ class StepsOutcome:
     errors: tuple[str, ...] = ()
 
 
-def apply_due_steps(steps: Sequence[Compactor], state: ConversationState, counter: TokenCounter) -> StepsOutcome:
-    """Apply each step whose trigger fires on the state so far (a :class:`Compose` is flattened).
+def apply_due_steps(steps: Sequence[Compactor], state: ConversationState, counter: TokenCounter, *,
+                    forced: bool = False) -> StepsOutcome:
+    """Apply each step whose trigger fires on the state so far (every step with ``forced``); a :class:`Compose` is
+    flattened, and the steps of a :class:`Hysteresis` whose trigger fires are all applied.
 
     A step that raises changes nothing. :class:`CompactionFailed` and :class:`~worker.errors.ModelError`
     are expected (the step could not do its work) and logged as a warning; anything else is a bug in the
@@ -359,11 +394,13 @@ def apply_due_steps(steps: Sequence[Compactor], state: ConversationState, counte
     applied: list[str] = []
     errors: list[str] = []
     for step in steps:
-        if isinstance(step, Compose):
-            inner = apply_due_steps(step.steps, state, counter)
+        if isinstance(step, Compose | Hysteresis):
+            if isinstance(step, Hysteresis) and not (forced or step.should_compact(state, counter)):
+                continue
+            inner = apply_due_steps(step.steps, state, counter, forced=forced or isinstance(step, Hysteresis))
             state, applied, errors = inner.state, applied + list(inner.applied), errors + list(inner.errors)
             continue
-        if not step.should_compact(state, counter):
+        if not forced and not step.should_compact(state, counter):
             continue
         try:
             state = step.compact(state, counter)

@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from worker.conversation.messages import (
+    EVENT_MARK,
     FRAMING_NOTE,
     Message,
     ToolCall,
@@ -151,8 +152,9 @@ def add_cache_breakpoints(body: dict[str, Any]) -> None:
 
 def framed_system(request: ModelRequest) -> str | None:
     """The system prompt, with :data:`~worker.conversation.messages.FRAMING_NOTE` after it when the history holds
-    game events or operators' notes (the note then stays put: the prompt cache keeps working)."""
-    if not any(m.role in ("event", "system") for m in request.messages):
+    game events or operators' notes, or the request has context after the history (the note then stays put: the
+    prompt cache keeps working)."""
+    if not request.after_history and not any(m.role in ("event", "system") for m in request.messages):
         return request.system
     return f"{request.system}\n\n{FRAMING_NOTE}" if request.system else FRAMING_NOTE
 
@@ -179,7 +181,19 @@ def build_body(model: str, request: ModelRequest, *, max_tokens: int, temperatur
         body["temperature"] = temp
     if prompt_cache:
         add_cache_breakpoints(body)
+    if request.after_history:
+        add_after_history(body["messages"], request.after_history)
     return body
+
+
+def add_after_history(turns: list[dict[str, Any]], text: str) -> None:
+    """The request's context after the history, as the game's words (a marked text block) at the end of the last
+    user turn: after the cache breakpoints, so the cached prefix ends before it (it changes between requests)."""
+    block = _text(f"{EVENT_MARK}{text}")
+    if turns and turns[-1]["role"] == "user":
+        turns[-1]["content"].append(block)
+    else:
+        turns.append({"role": "user", "content": [block]})
 
 
 def parse_response(data: dict[str, Any]) -> ModelResponse:

@@ -99,11 +99,14 @@ class TurnRunner:
                                                 key=head.env.key, pinned=head.env.pinned, journal=self.journal)
         new, attachments = self._messages(inputs)
         system = last.env.system or head.env.system or self.config.system_prompt
-        if self._system:
+        after: tuple[str, ...] = ()
+        if self._system and self.config.game_context.placement == "after_history":
+            after = (self._system,)  # after the history: the prompt's start stays the same, for the providers' caches
+        elif self._system:
             system = f"{system}\n\n{self._system}" if system else self._system
         with turn_context(self.r.cid, head.id):
             return self.chat.run_turn(state, system=system, messages=new[:-1], user=new[-1], journal=self.journal,
-                                      attachments=attachments)
+                                      attachments=attachments, after_history=after)
 
     def _messages(self, inputs: Sequence[Pending]) -> tuple[list[Message], dict[str, Attachment]]:
         """The turn's new messages in mailbox order (each chat message a user message, a photo with its picture
