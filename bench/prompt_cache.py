@@ -306,7 +306,7 @@ def default_compactor(model: Model) -> Compactor:
     return build_compactor(Settings(_env_file=None), model, budget=6000)
 
 
-def play(policy: Policy, game: Sequence[Turn], seed: int, live_context: bool) -> Recorder:
+def play(policy: Policy, game: Sequence[Turn], seed: int, live_context: bool, system: str = SYSTEM) -> Recorder:
     recorder = Recorder()
     model = GameModel(recorder, seed)
     def answer(**_: Any) -> dict[str, Any]:
@@ -335,14 +335,13 @@ def play(policy: Policy, game: Sequence[Turn], seed: int, live_context: bool) ->
             state = settle(chat.apply_event(state, text_, key=key))
             recorder.facts[key] = text_
         if turn.answered_event:
-            state = settle(chat.run_event_turn(state, turn.answered_event, system=SYSTEM))
-        system, after = SYSTEM, ()
+            state = settle(chat.run_event_turn(state, turn.answered_event, system=system))
+        prompt, after = system, ()
         if live_context and policy.context_after_history:
             after = (turn.context,)
         elif live_context:
-            system = f"{SYSTEM}\n\n{turn.context}"
-        kwargs = {"after_history": after} if after else {}
-        state = settle(chat.run_turn(state, system=system, user=turn.player, **kwargs))
+            prompt = f"{system}\n\n{turn.context}"
+        state = settle(chat.run_turn(state, system=prompt, user=turn.player, after_history=after))
     return recorder
 
 
@@ -372,6 +371,7 @@ def openai_cached(prefix: int) -> int:
 
 @dataclass
 class Figures:
+    new: int  # tokens of the messages each request holds that the one before did not (no cache can hold them)
     requests: int
     tokens: int
     prefix: int
@@ -428,15 +428,17 @@ def anthropic_cache(requests: Sequence[ModelRequest]) -> tuple[int, int]:
 
 def measure(recorder: Recorder) -> Figures:
     previous: list[list[int]] = []
-    tokens = prefix = cached = largest = 0
+    tokens = prefix = cached = largest = new = last_seq = 0
     for request in recorder.chat_requests:
+        new += COUNTER.count_messages(m for m in request.messages if m.seq > last_seq)
+        last_seq = max((m.seq for m in request.messages), default=last_seq)
         pieces = openai_pieces(request)
         size = sum(len(p) for p in pieces)
         shared = common_prefix(previous, pieces)
         tokens, prefix, cached, largest = tokens + size, prefix + shared, cached + openai_cached(shared), max(largest, size)
         previous = pieces
     read, write = anthropic_cache(recorder.chat_requests)
-    return Figures(len(recorder.chat_requests), tokens, prefix, cached, read, write, recorder.summary_prompt_tokens,
+    return Figures(new, len(recorder.chat_requests), tokens, prefix, cached, read, write, recorder.summary_prompt_tokens,
                    largest)
 
 
@@ -455,19 +457,25 @@ def main() -> None:
     parser.add_argument("--turns", type=int, default=300)
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--live-context", action="store_true")
+    parser.add_argument("--system-words", type=int, default=0, help="words of further rules added to the system "
+                        "prompt (a longer prompt, the same for every policy)")
     args = parser.parse_args()
     import logging
 
     logging.basicConfig(level=logging.ERROR)
     game = draw_game(args.turns, args.seed)
-    policies = [Policy("today", todays_compactor, {"facts_placement": "preamble"}), Policy("default", default_compactor)]
+    policies = [Policy("today", todays_compactor, {"facts_placement": "preamble"}), Policy("default", default_compactor),
+                Policy("default, facts in preamble", default_compactor, {"facts_placement": "preamble"})]
     if args.live_context:
         policies.append(Policy("default, context after history", default_compactor, context_after_history=True))
-    played = {p.name: play(p, game, args.seed, args.live_context) for p in policies}
+    system = SYSTEM + (f"\n\nMore rules: {text(random.Random(args.seed + 1), args.system_words, args.system_words)}"
+                       if args.system_words else "")
+    played = {p.name: play(p, game, args.seed, args.live_context, system) for p in policies}
     results = {name: measure(rec) for name, rec in played.items()}
     base = results["today"]
-    print(f"{args.turns}-turn game, seed {args.seed}{', live context every turn' if args.live_context else ''}; "
-          "costs relative to today's policy (the summariser's prompts included, at full price)")
+    print(f"{args.turns}-turn game, seed {args.seed}{', live context every turn' if args.live_context else ''}, "
+          f"system prompt and tools {len(openai_pieces(played['today'].chat_requests[0])[0]) + COUNTER.count_text(system):,} "
+          "tokens; costs relative to today's policy (the summariser's prompts included, at full price)")
     print(f"{'policy':<32} {'requests':>8} {'prefix share':>12} {'prompt tokens':>13} {'largest':>7} "
           f"{'summariser':>10} {'OpenAI 0.1x':>11} {'OpenAI 0.5x':>11} {'Anthropic':>10} {'pinned+facts':>12}")
     for name, f in results.items():
@@ -475,6 +483,8 @@ def main() -> None:
         print(f"{name:<32} {f.requests:>8} {f.share:>12.1%} {f.tokens:>13,} {f.largest:>7,} {f.summary_tokens:>10,} "
               f"{f.openai_cost(0.1) / base.openai_cost(0.1):>10.2f}x {f.openai_cost(0.5) / base.openai_cost(0.5):>10.2f}x "
               f"{f.anthropic_cost / base.anthropic_cost:>9.2f}x {ok:>6}/{n}")
+    print(f"  ceiling at today's total: {1 - base.new / base.tokens:.1%} of prompt tokens can be a prefix of the "
+          f"previous request ({base.new:,} tokens are messages the previous request did not hold)")
     for name, f in results.items():
         print(f"  {name}: effective prompt cost in full-price tokens (uncached {f.tokens + f.summary_tokens:,}): "
               f"OpenAI at 0.1x {f.openai_cost(0.1):,.0f}, at 0.5x {f.openai_cost(0.5):,.0f}; Anthropic "

@@ -41,7 +41,7 @@ def _steps(c: object) -> list[type]:
 def test_unset_the_chain_compacts_in_large_steps_over_a_high_water_mark() -> None:
     s = Settings(_env_file=None)
     chain = build_compactor(s, Named("openai", "gpt-4o-mini"))
-    assert isinstance(chain, Hysteresis) and chain.high_tokens == int(6000 * HIGH_WATER_SHARE) == 1680
+    assert isinstance(chain, Hysteresis) and chain.high_tokens == int(6000 * HIGH_WATER_SHARE) == 1080
     assert [type(step) for step in chain.steps] == [CompressToolExchanges, Summarize, TokenBudget]
     assert chain.steps[1].keep_last == 2 and chain.steps[2] == TokenBudget(6000, None)  # type: ignore[attr-defined]
     no_summary = build_compactor(Settings(_env_file=None, compaction_summarize=False), Named("openai", "gpt-4o-mini"))

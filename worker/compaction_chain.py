@@ -28,12 +28,12 @@ from worker.settings import Settings
 log = logging.getLogger("parley.compaction")
 
 DEFAULT_CHAIN = ("tools", "summarize", "budget")
-HIGH_WATER_SHARE = 0.28
-"""The default chain's high-water mark as a share of the compaction budget. Between compactions the prompt only
-grows at its end (the providers' caches reuse all of it); a compaction rewrites it from the summary on. With the
-summary and the last two exchanges left after a compaction, 28% keeps the total of the prompts of a 300-turn game
-below that of the earlier policy (which summarised every five exchanges) while compacting a third as often
-(``bench/prompt_cache.py``)."""
+HIGH_WATER_SHARE = 0.18
+"""The default chain's high-water mark for the history kept verbatim, as a share of the compaction budget (1,080 of
+6,000 tokens). Between compactions the prompt only grows at its end (the providers' caches reuse all of it); a
+compaction rewrites it from the summary on. With the summary and the last two exchanges left after a compaction,
+this keeps the total of the prompts of a 300-turn game below that of the earlier policy (which summarised every
+five exchanges) while compacting about a third as often (``bench/prompt_cache.py``)."""
 DEFAULT_KEEP_LAST = 2
 """Exchanges the default chain keeps verbatim when it compacts (it compacts in large steps: the summary holds the
 rest)."""
@@ -144,16 +144,16 @@ def default_chain(settings: Settings, model: Model, budget: int, target: int | N
     """The default: nothing until the stored conversation is over the high-water mark
     (``PARLEY_COMPACTION_HIGH_WATER``, default :data:`HIGH_WATER_SHARE` of the budget), then in one step: compress
     old tool outputs, fold all but the last :data:`DEFAULT_KEEP_LAST` exchanges into the rolling summary (when
-    ``PARLEY_COMPACTION_SUMMARIZE``), trim to the budget's target. Without the summary the step is the budget's own:
-    at the budget, down to its target.
+    ``PARLEY_COMPACTION_SUMMARIZE``), trim to the budget's target. The whole prompt over the budget (a long system
+    prompt) triggers it too. Without the summary the step is the budget's own: at the budget, down to its target.
 
     Compacting rarely, in large steps, keeps the prompt's start unchanged between compactions, so the providers'
     prompt caches reuse it (:class:`~worker.conversation.compaction.Hysteresis`)."""
     tools = CompressToolExchanges(keep_recent=settings.memory.compress_tool_outputs_after)
     trim = TokenBudget(budget, target)
     if not settings.memory.compaction_summarize:
-        return Hysteresis(budget, tools, trim)
+        return Hysteresis(budget, tools, trim, max_prompt_tokens=budget)
     keep_last = settings.memory.compaction_keep_last
     keep_last = DEFAULT_KEEP_LAST if keep_last is None else max(1, keep_last)
     high = settings.memory.compaction_high_water or max(1, int(budget * HIGH_WATER_SHARE))
-    return Hysteresis(min(high, budget), tools, Summarize(model, keep_last=keep_last), trim)
+    return Hysteresis(min(high, budget), tools, Summarize(model, keep_last=keep_last), trim, max_prompt_tokens=budget)

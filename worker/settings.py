@@ -223,11 +223,15 @@ class Memory(_Group):
                                              "by the keep_last step (default: 2 in the default chain, which compacts "
                                              "in large steps; 6 in a chain PARLEY_COMPACTION names).")
     compaction_high_water: int | None = Field(default=None, gt=0, description="The default chain compacts only when "
-                                              "the stored conversation (history, summary, pinned items, facts) is over "
-                                              "this many tokens, then in one step (fewer rewrites of the prompt, more "
-                                              "of it reused by the providers' prompt caches). Default: 28% of the "
-                                              "compaction budget (1,680 tokens of 6,000).")
+                                              "the history kept verbatim is over this many tokens (or the prompt over "
+                                              "the budget), then in one step: fewer rewrites of the prompt, more of it "
+                                              "reused by the providers' prompt caches. Default: 18% of the compaction "
+                                              "budget (1,080 tokens of 6,000).")
     compress_tool_outputs_after: int = Field(default=3, description="Keep this many recent tool outputs whole; compress older.")
+    facts_placement: Literal["after_history", "preamble"] = Field(
+        default="after_history", description="Where the game's keyed facts go in the prompt: after_history (a change "
+        "costs the prompt cache only the facts' own tokens) or preamble (with the pinned items: cheaper when facts "
+        "rarely change, but a change makes the providers' caches miss the whole history after it).")
     idle_gap_seconds: float | None = Field(default=None, description="A player's message after this long without one "
                                            "starts a fresh conversation (game events are not the player's "
                                            "activity: those that came meanwhile are kept). Off when unset.")

@@ -341,10 +341,12 @@ class Compose:
 
 @dataclass(frozen=True)
 class Hysteresis:
-    """Compact rarely and in one large step: nothing happens until the stored part of the prompt (history, summary,
-    pinned items and facts) is over ``high_tokens``; then every step runs, each as far as it goes whatever its own
-    trigger says (the summariser folds all but its ``keep_last`` exchanges, old tool outputs are compressed, a
-    budget trims to its target).
+    """Compact rarely and in one large step: nothing happens until the history (the messages kept verbatim) is over
+    ``high_tokens``, or the whole prompt over ``max_prompt_tokens`` (the hard budget, when given); then every step
+    runs, each as far as it goes whatever its own trigger says (the summariser folds all but its ``keep_last``
+    exchanges, old tool outputs are compressed, a budget trims to its target). The mark counts the history alone:
+    the summary, pinned items and facts stay whatever compaction does, and counting them would compact again and
+    again once they neared it.
 
     Why: a compaction rewrites the prompt from the summary on, and the providers' prompt caches bill a request's
     prefix shared with the previous request at a fraction of the price. Between two compactions the state only
@@ -354,19 +356,25 @@ class Hysteresis:
 
     high_tokens: int
     steps: tuple[Compactor, ...] = field(default_factory=tuple)
+    max_prompt_tokens: int | None = None
 
-    def __init__(self, high_tokens: int, *steps: Compactor) -> None:
-        if high_tokens < 1:
-            raise ValueError("Hysteresis needs high_tokens >= 1")
+    def __init__(self, high_tokens: int, *steps: Compactor, max_prompt_tokens: int | None = None) -> None:
+        if high_tokens < 1 or (max_prompt_tokens is not None and max_prompt_tokens < 1):
+            raise ValueError("Hysteresis needs high_tokens >= 1 (and max_prompt_tokens >= 1 when given)")
         object.__setattr__(self, "high_tokens", high_tokens)
         object.__setattr__(self, "steps", tuple(steps))
+        object.__setattr__(self, "max_prompt_tokens", max_prompt_tokens)
 
     @property
     def name(self) -> str:
         return f"hysteresis({self.high_tokens}):" + "+".join(s.name for s in self.steps)
 
     def should_compact(self, state: ConversationState, counter: TokenCounter) -> bool:
-        return len(droppable_exchanges(state)) > 0 and history_tokens(state, counter) > self.high_tokens
+        if not droppable_exchanges(state):
+            return False
+        if self.max_prompt_tokens is not None and prompt_tokens(state, counter) > self.max_prompt_tokens:
+            return True
+        return counter.count_messages(state.messages) > self.high_tokens
 
     def compact(self, state: ConversationState, counter: TokenCounter) -> ConversationState:
         return apply_due_steps(self.steps, state, counter, forced=True).state
