@@ -241,6 +241,7 @@ def anthropic_blocks(request: ModelRequest) -> tuple[list[list[int]], list[int]]
 class Recorder:
     chat_requests: list[ModelRequest] = field(default_factory=list)
     summary_prompt_tokens: int = 0
+    summaries: int = 0
     # What every chat request must show: the pinned events and the current keyed facts when it was made.
     must_show: list[tuple[str, ...]] = field(default_factory=list)
     pinned: list[str] = field(default_factory=list)
@@ -270,6 +271,7 @@ class GameModel:
             self.recorder.must_show.append((*self.recorder.pinned, *self.recorder.facts.values()))
         else:
             self.recorder.summary_prompt_tokens += tokens
+            self.recorder.summaries += 1
         return ModelResponse(message=response.message, finish_reason=response.finish_reason,
                              usage=Usage(prompt_tokens=tokens, completion_tokens=40), model=self.model_name)
 
@@ -477,10 +479,11 @@ def main() -> None:
           f"system prompt and tools {len(openai_pieces(played['today'].chat_requests[0])[0]) + COUNTER.count_text(system):,} "
           "tokens; costs relative to today's policy (the summariser's prompts included, at full price)")
     print(f"{'policy':<32} {'requests':>8} {'prefix share':>12} {'prompt tokens':>13} {'largest':>7} "
-          f"{'summariser':>10} {'OpenAI 0.1x':>11} {'OpenAI 0.5x':>11} {'Anthropic':>10} {'pinned+facts':>12}")
+          f"{'summaries':>9} {'summariser':>10} {'OpenAI 0.1x':>11} {'OpenAI 0.5x':>11} {'Anthropic':>10} {'pinned+facts':>12}")
     for name, f in results.items():
         ok, n = pinned_everywhere(played[name])
-        print(f"{name:<32} {f.requests:>8} {f.share:>12.1%} {f.tokens:>13,} {f.largest:>7,} {f.summary_tokens:>10,} "
+        print(f"{name:<32} {f.requests:>8} {f.share:>12.1%} {f.tokens:>13,} {f.largest:>7,} "
+              f"{played[name].summaries:>9} {f.summary_tokens:>10,} "
               f"{f.openai_cost(0.1) / base.openai_cost(0.1):>10.2f}x {f.openai_cost(0.5) / base.openai_cost(0.5):>10.2f}x "
               f"{f.anthropic_cost / base.anthropic_cost:>9.2f}x {ok:>6}/{n}")
     print(f"  ceiling at today's total: {1 - base.new / base.tokens:.1%} of prompt tokens can be a prefix of the "

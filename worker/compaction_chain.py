@@ -33,7 +33,7 @@ HIGH_WATER_SHARE = 0.18
 6,000 tokens). Between compactions the prompt only grows at its end (the providers' caches reuse all of it); a
 compaction rewrites it from the summary on. With the summary and the last two exchanges left after a compaction,
 this keeps the total of the prompts of a 300-turn game below that of the earlier policy (which summarised every
-five exchanges) while compacting about a third as often (``bench/prompt_cache.py``)."""
+five exchanges) while compacting half as often (``bench/prompt_cache.py``)."""
 DEFAULT_KEEP_LAST = 2
 """Exchanges the default chain keeps verbatim when it compacts (it compacts in large steps: the summary holds the
 rest)."""
