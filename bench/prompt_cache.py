@@ -33,7 +33,7 @@ import json
 import random
 import sys
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -240,6 +240,7 @@ def anthropic_blocks(request: ModelRequest) -> tuple[list[list[int]], list[int]]
 @dataclass
 class Recorder:
     chat_requests: list[ModelRequest] = field(default_factory=list)
+    one_system_block: bool = False
     summary_prompt_tokens: int = 0
     summaries: int = 0
     # What every chat request must show: the pinned events and the current keyed facts when it was made.
@@ -295,6 +296,9 @@ class Policy:
     compactor: Callable[[Model], Compactor]
     chat_options: dict[str, Any] = field(default_factory=dict)
     context_after_history: bool = False
+    # The Anthropic body as before this change: one breakpoint at the end of the whole preamble (none after the
+    # caller's prompt).
+    one_system_block: bool = False
 
 
 def todays_compactor(model: Model) -> Compactor:
@@ -309,7 +313,7 @@ def default_compactor(model: Model) -> Compactor:
 
 
 def play(policy: Policy, game: Sequence[Turn], seed: int, live_context: bool, system: str = SYSTEM) -> Recorder:
-    recorder = Recorder()
+    recorder = Recorder(one_system_block=policy.one_system_block)
     model = GameModel(recorder, seed)
     def answer(**_: Any) -> dict[str, Any]:
         recorder.facts.update(model.turn.tool_answer.get("facts", {}))  # a game tool's facts hold from now on
@@ -439,7 +443,8 @@ def measure(recorder: Recorder) -> Figures:
         shared = common_prefix(previous, pieces)
         tokens, prefix, cached, largest = tokens + size, prefix + shared, cached + openai_cached(shared), max(largest, size)
         previous = pieces
-    read, write = anthropic_cache(recorder.chat_requests)
+    read, write = anthropic_cache([replace(r, system_stable=0) if recorder.one_system_block else r
+                                   for r in recorder.chat_requests])
     return Figures(new, len(recorder.chat_requests), tokens, prefix, cached, read, write, recorder.summary_prompt_tokens,
                    largest)
 
@@ -466,7 +471,8 @@ def main() -> None:
 
     logging.basicConfig(level=logging.ERROR)
     game = draw_game(args.turns, args.seed)
-    policies = [Policy("today", todays_compactor, {"facts_placement": "preamble"}), Policy("default", default_compactor),
+    policies = [Policy("today", todays_compactor, {"facts_placement": "preamble"}, one_system_block=True),
+                Policy("default", default_compactor),
                 Policy("default, facts in preamble", default_compactor, {"facts_placement": "preamble"})]
     if args.live_context:
         policies.append(Policy("default, context after history", default_compactor, context_after_history=True))

@@ -165,3 +165,29 @@ def test_anthropic_sends_it_after_the_breakpoints_as_the_games_words(server: Scr
 def test_the_local_model_reads_it_last_as_a_system_turn() -> None:
     req = ModelRequest(system="Be brief.", messages=_history(1), after_history=AFTER)
     assert _render_plain(req)[-1] == {"role": "system", "content": AFTER}
+
+
+def test_anthropic_marks_the_end_of_the_callers_prompt_too_so_a_compaction_keeps_it_cached(
+        server: ScriptedServer) -> None:
+    server.default = anthropic_blocks({"type": "text", "text": "ok"})
+    prompt = "You are a guide."
+    req = ModelRequest(system=f"{prompt}\n\nSummary of the earlier conversation:\nOwls", messages=_history(3),
+                       system_stable=len(prompt))
+    anthropic_model(server).complete(req)
+    body = server.requests[-1]
+    check_anthropic(body)
+    assert [b["text"] for b in body["system"]] == [prompt, "Summary of the earlier conversation:\nOwls"]
+    assert all(b["cache_control"] == {"type": "ephemeral"} for b in body["system"])
+    marked = sum(1 for m in body["messages"] for b in m["content"] if "cache_control" in b)
+    assert marked + len(body["system"]) == 4  # Anthropic allows four breakpoints
+
+
+def test_a_chat_request_says_where_the_callers_prompt_ends() -> None:
+    from worker import Chat, ScriptedModel
+
+    model = ScriptedModel()
+    chat = Chat(model=model)
+    state = chat.append_to_state(None, "The player joined team Owls", pinned=True)
+    chat.chat_with_state(state, system="You are a guide.", user="hi")
+    request = model.requests[0]
+    assert request.system is not None and request.system[: request.system_stable] == "You are a guide."

@@ -31,7 +31,13 @@ from worker.conversation.loop import LoopOutcome, ToolChoice, ToolLoop
 from worker.conversation.messages import Message
 from worker.conversation.model import Attachment, Model, ModelRequest, ModelResponse
 from worker.conversation.observe import RoundTrip, UsageTally, complete_observed
-from worker.conversation.prompt import FactPlacement, prompt_tokens, render_after_history, render_preamble
+from worker.conversation.prompt import (
+    FactPlacement,
+    prompt_tokens,
+    render_after_history,
+    render_preamble,
+    stable_chars,
+)
 from worker.conversation.resident import Resident
 from worker.conversation.results import CompactionReport, EventResult, TurnResult
 from worker.conversation.splice import SpliceResult, splice_blobs
@@ -464,6 +470,8 @@ def _tool_loop(chat: Chat, system: str | None, extra: Sequence[str], journal: Tu
     after a tool call still shows the model the photo it is answering)."""
     tools = chat._tools if chat.tool_source is None else check_tools([*chat._tools.values(), *chat.tool_source()])
 
+    stable = stable_chars(system, extra)
+
     def request_for(st: ConversationState, tool_choice: ToolChoice) -> ModelRequest:
         if checked is None:
             history, _ = repair_history(st.messages)
@@ -473,7 +481,7 @@ def _tool_loop(chat: Chat, system: str | None, extra: Sequence[str], journal: Tu
         return ModelRequest(system=render_preamble(system, st, extra, chat.facts_placement), messages=history,
                             tools=[t.spec for t in tools.values()], max_tokens=chat.max_tokens,
                             temperature=chat.temperature, tool_choice=tool_choice, attachments=attachments,
-                            after_history=render_after_history(st, after, chat.facts_placement))
+                            after_history=render_after_history(st, after, chat.facts_placement), system_stable=stable)
 
     return ToolLoop(call=chat._call, request_for=request_for, tools=tools,
                     max_tool_iterations=chat.max_tool_iterations, fallback_reply=chat.fallback_reply,

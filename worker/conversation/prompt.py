@@ -50,6 +50,12 @@ def render_preamble(system: str | None, state: ConversationState, extra: Sequenc
     return "\n\n".join(parts) or None
 
 
+def stable_chars(system: str | None, extra: Sequence[str] = ()) -> int:
+    """How many characters at the start of :func:`render_preamble`'s text are the turn's own prompt (``system`` and
+    ``extra``): what stays the same when compaction changes the pinned items or the summary after it."""
+    return len(render_preamble(system, ConversationState(provider=""), extra) or "")
+
+
 def render_after_history(state: ConversationState, after: Sequence[str] = (),
                          facts: FactPlacement = "after_history") -> str | None:
     """What goes after the history for this request: the keyed facts (unless they are in the preamble), then the
