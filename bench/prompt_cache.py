@@ -206,19 +206,21 @@ def openai_pieces(request: ModelRequest) -> list[list[int]]:
     """The request as OpenAI reads it, one piece per message (the tool definitions first, as OpenAI renders them
     into the prompt before the messages), each piece's tokens."""
     body = openai_chat.build_body("gpt-5", request, max_tokens=None, temperature=None)
-    pieces = [json.dumps(body.get("tools", []), sort_keys=True)]
-    pieces += [_chatml(m) for m in body["messages"]]
-    return [tokens_of(p) for p in pieces]
+    return [tokens_of(json.dumps(body.get("tools", []), sort_keys=True)), *(_framed(m) for m in body["messages"])]
 
 
-def _chatml(m: dict[str, Any]) -> str:
-    """One message as a chat template frames it (the role between markers, then the content): OpenAI counts
-    about four tokens of framing a message."""
+ROLES = {"system": -2, "user": -3, "assistant": -4, "tool": -5}
+
+
+def _framed(m: dict[str, Any]) -> list[int]:
+    """One message's tokens as a chat template frames it: a start marker and the role, the content (and the tool
+    calls), an end marker. OpenAI documents three tokens of framing a message; the markers here are three ids no
+    text encodes to, so they compare as the real ones do."""
     content = m.get("content") or ""
     if not isinstance(content, str):
         content = json.dumps(content, sort_keys=True)
     calls = json.dumps(m["tool_calls"], sort_keys=True) if m.get("tool_calls") else ""
-    return f"<|start|>{m['role']}<|message|>{content}{calls}<|end|>"
+    return [-1, ROLES[m["role"]], *tokens_of(content), *(tokens_of(calls) if calls else ()), -6]
 
 
 def anthropic_blocks(request: ModelRequest) -> tuple[list[list[int]], list[int]]:
@@ -233,8 +235,16 @@ def anthropic_blocks(request: ModelRequest) -> tuple[list[list[int]], list[int]]
         for i, b in enumerate(m["content"]):
             blocks.append({**b, "role": m["role"]} if i == 0 else b)
     marks = [i for i, b in enumerate(blocks) if "cache_control" in b]
-    return [tokens_of(json.dumps({k: v for k, v in b.items() if k != "cache_control"}, sort_keys=True))
-            for b in blocks], marks
+    return [_block_tokens(b) for b in blocks], marks
+
+
+def _block_tokens(block: dict[str, Any]) -> list[int]:
+    """A block's tokens: a marker (and the role, first in a message), then the text, or the JSON of anything else."""
+    head = [-7, *([ROLES[block["role"]]] if "role" in block else [])]
+    if block.get("type") == "text":
+        return [*head, *tokens_of(block["text"])]
+    rest = {k: v for k, v in block.items() if k not in ("cache_control", "role")}
+    return [*head, *tokens_of(json.dumps(rest, sort_keys=True))]
 
 
 @dataclass
@@ -382,6 +392,7 @@ class Figures:
     tokens: int
     prefix: int
     openai_cached: int
+    anthropic_tokens: int  # the same requests as Anthropic's bodies (their own framing)
     anthropic_read: int
     anthropic_written: int
     summary_tokens: int
@@ -396,18 +407,18 @@ class Figures:
 
     @property
     def anthropic_cost(self) -> float:
-        plain = self.tokens - self.anthropic_read - self.anthropic_written
+        plain = self.anthropic_tokens - self.anthropic_read - self.anthropic_written
         return (plain + self.anthropic_read * ANTHROPIC_READ + self.anthropic_written * ANTHROPIC_WRITE
                 + self.summary_tokens)
 
 
-def anthropic_cache(requests: Sequence[ModelRequest]) -> tuple[int, int]:
+def anthropic_cache(requests: Sequence[ModelRequest]) -> tuple[int, int, int]:
     """Tokens read from and written to Anthropic's cache over the requests: a request reads the longest prefix an
     earlier request wrote at one of its breakpoints, checked at this request's block boundaries up to 20 blocks
     before each of its own breakpoints; it writes the prefix up to each of its breakpoints (of at least 1,024
-    tokens) beyond what it read."""
+    tokens) beyond what it read. Returns the tokens of the requests, those read and those written."""
     written: set[tuple[int, str]] = set()
-    read_total = write_total = 0
+    read_total = write_total = total = 0
     for request in requests:
         blocks, marks = anthropic_blocks(request)
         ends, digests, pos = [], [], 0
@@ -417,6 +428,7 @@ def anthropic_cache(requests: Sequence[ModelRequest]) -> tuple[int, int]:
             h.update(json.dumps(b).encode())
             ends.append(pos)
             digests.append(h.copy().hexdigest())
+        total += pos
         read = 0
         for mark in marks:
             for i in range(mark, max(-1, mark - ANTHROPIC_LOOKBACK), -1):
@@ -429,7 +441,7 @@ def anthropic_cache(requests: Sequence[ModelRequest]) -> tuple[int, int]:
         for m in marks:
             if ends[m] >= ANTHROPIC_MIN:
                 written.add((ends[m], digests[m]))
-    return read_total, write_total
+    return total, read_total, write_total
 
 
 def measure(recorder: Recorder) -> Figures:
@@ -443,10 +455,10 @@ def measure(recorder: Recorder) -> Figures:
         shared = common_prefix(previous, pieces)
         tokens, prefix, cached, largest = tokens + size, prefix + shared, cached + openai_cached(shared), max(largest, size)
         previous = pieces
-    read, write = anthropic_cache([replace(r, system_stable=0) if recorder.one_system_block else r
+    anthropic, read, write = anthropic_cache([replace(r, system_stable=0) if recorder.one_system_block else r
                                    for r in recorder.chat_requests])
-    return Figures(new, len(recorder.chat_requests), tokens, prefix, cached, read, write, recorder.summary_prompt_tokens,
-                   largest)
+    return Figures(new, len(recorder.chat_requests), tokens, prefix, cached, anthropic, read, write,
+                   recorder.summary_prompt_tokens, largest)
 
 
 def pinned_everywhere(recorder: Recorder) -> tuple[int, int]:
@@ -497,7 +509,8 @@ def main() -> None:
     for name, f in results.items():
         print(f"  {name}: effective prompt cost in full-price tokens (uncached {f.tokens + f.summary_tokens:,}): "
               f"OpenAI at 0.1x {f.openai_cost(0.1):,.0f}, at 0.5x {f.openai_cost(0.5):,.0f}; Anthropic "
-              f"{f.anthropic_cost:,.0f} (read {f.anthropic_read:,}, written {f.anthropic_written:,})")
+              f"{f.anthropic_cost:,.0f} of {f.anthropic_tokens + f.summary_tokens:,} (read {f.anthropic_read:,}, written "
+              f"{f.anthropic_written:,})")
 
 
 if __name__ == "__main__":
