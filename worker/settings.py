@@ -211,7 +211,9 @@ class Memory(_Group):
         default=None, description="The compactor chain, in order, as a comma list of: tools (compress old tool outputs), "
                           "summarize (rolling LLM summary), keep_last (keep the last PARLEY_COMPACTION_KEEP_LAST "
                           "exchanges), budget (drop the oldest exchanges over PARLEY_COMPACTION_MAX_TOKENS). "
-                          "Unset: tools,summarize,budget (summarize only with PARLEY_COMPACTION_SUMMARIZE).")
+                          "Each step runs when its own trigger fires. Unset: the same three steps all at once, only "
+                          "when the history is over PARLEY_COMPACTION_HIGH_WATER or the prompt over the budget "
+                          "(summarize only with PARLEY_COMPACTION_SUMMARIZE).")
     token_counter: Literal["auto", "tiktoken", "estimate", "usage"] = Field(
         default="auto", description="How prompts are counted for compaction: tiktoken (exact, offline; o200k_base for "
                             "gpt-4o/4.1/5 and o-series, cl100k_base for older), estimate (4 characters a token), "
