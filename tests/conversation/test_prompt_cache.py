@@ -213,3 +213,11 @@ def test_hysteresis_checks_its_arguments() -> None:
         Hysteresis(0)
     with pytest.raises(ValueError):
         Hysteresis(10, max_prompt_tokens=0)
+
+
+def test_a_forced_step_that_finds_nothing_to_do_is_not_reported_as_applied() -> None:
+    summariser = ScriptedModel(default="They talked.")
+    chat, state = _chat_with(Hysteresis(200, CompressToolExchanges(), Summarize(summariser, keep_last=2),
+                                        TokenBudget(50_000)), turns=8)
+    report = chat.compact_with_report(state)
+    assert report.applied == ("summarize",)  # no tool output to compress, nothing over the budget's target

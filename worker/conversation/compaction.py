@@ -411,7 +411,7 @@ def apply_due_steps(steps: Sequence[Compactor], state: ConversationState, counte
         if not forced and not step.should_compact(state, counter):
             continue
         try:
-            state = step.compact(state, counter)
+            before, state = state, step.compact(state, counter)
         except (CompactionFailed, ModelError) as exc:
             log.warning("compaction step failed", extra={"step": step.name, "error": str(exc)})
             errors.append(f"{step.name}: {exc}")
@@ -420,7 +420,8 @@ def apply_due_steps(steps: Sequence[Compactor], state: ConversationState, counte
             log.exception("compaction step raised unexpectedly (a bug)", extra={"step": step.name})
             errors.append(f"{step.name}: bug: {type(exc).__name__}: {exc}")
             continue
-        applied.append(step.name)
+        if not forced or state is not before:  # a forced step that found nothing to do is not reported as applied
+            applied.append(step.name)
     return StepsOutcome(state, tuple(applied), tuple(errors))
 
 
