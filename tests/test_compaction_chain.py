@@ -5,8 +5,16 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from worker import Compose, CompressToolExchanges, KeepLastExchanges, ScriptedModel, Summarize, TokenBudget
-from worker.compaction_chain import build_compactor, build_counter, compaction_budget, context_window
+from worker import (
+    Compose,
+    CompressToolExchanges,
+    Hysteresis,
+    KeepLastExchanges,
+    ScriptedModel,
+    Summarize,
+    TokenBudget,
+)
+from worker.compaction_chain import HIGH_WATER_SHARE, build_compactor, build_counter, compaction_budget, context_window
 from worker.conversation import Message, ModelRequest, Usage
 from worker.conversation.scripted import Reply
 from worker.conversation.tokens import (
@@ -30,14 +38,32 @@ def _steps(c: object) -> list[type]:
     return [type(s) for s in c.steps]
 
 
-def test_unset_the_chain_is_todays_default() -> None:
+def test_unset_the_chain_compacts_in_large_steps_over_a_high_water_mark() -> None:
     s = Settings(_env_file=None)
+    chain = build_compactor(s, Named("openai", "gpt-4o-mini"))
+    assert isinstance(chain, Hysteresis) and chain.high_tokens == int(6000 * HIGH_WATER_SHARE) == 1080
+    assert [type(step) for step in chain.steps] == [CompressToolExchanges, Summarize, TokenBudget]
+    assert chain.steps[1].keep_last == 2 and chain.steps[2] == TokenBudget(6000, None)  # type: ignore[attr-defined]
+    no_summary = build_compactor(Settings(_env_file=None, compaction_summarize=False), Named("openai", "gpt-4o-mini"))
+    assert isinstance(no_summary, Hysteresis) and no_summary.high_tokens == 6000  # the budget's own trigger
+    assert [type(step) for step in no_summary.steps] == [CompressToolExchanges, TokenBudget]
+
+
+def test_the_high_water_mark_and_the_exchanges_kept_are_settings() -> None:
+    s = Settings(_env_file=None, compaction_high_water=900, compaction_keep_last=4)
+    chain = build_compactor(s, Named("openai", "gpt-4o-mini"))
+    assert isinstance(chain, Hysteresis) and chain.high_tokens == 900
+    assert chain.steps[1].keep_last == 4  # type: ignore[attr-defined]
+    over = build_compactor(Settings(_env_file=None, compaction_high_water=90_000), Named("openai", "gpt-4o-mini"))
+    assert isinstance(over, Hysteresis) and over.high_tokens == 6000  # never above the budget
+
+
+def test_a_named_chain_is_composed_as_before_keeping_six_exchanges() -> None:
+    s = Settings(_env_file=None, compaction=["tools", "summarize", "budget"])
     chain = build_compactor(s, Named("openai", "gpt-4o-mini"))
     assert _steps(chain) == [CompressToolExchanges, Summarize, TokenBudget]
     assert isinstance(chain, Compose) and chain.steps[2] == TokenBudget(6000, None)
-    assert chain.steps[1].trigger_tokens == 4800  # type: ignore[attr-defined]
-    no_summary = build_compactor(Settings(_env_file=None, compaction_summarize=False), Named("openai", "gpt-4o-mini"))
-    assert _steps(no_summary) == [CompressToolExchanges, TokenBudget]
+    assert chain.steps[1].trigger_tokens == 4800 and chain.steps[1].keep_last == 6  # type: ignore[attr-defined]
 
 
 def test_the_chain_is_read_from_the_environment_in_its_order(monkeypatch: pytest.MonkeyPatch) -> None:

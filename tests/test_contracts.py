@@ -60,7 +60,7 @@ def test_celery_entry_point() -> None:
 # --- the public surface, pinned exactly: adding or removing a name is a decision, made here ---------------------
 
 PUBLIC = {
-    "Chat", "CompactionReport", "Compactor", "Compose", "CompressToolExchanges", "EstimateCounter",
+    "Chat", "CompactionReport", "Compactor", "Compose", "CompressToolExchanges", "EstimateCounter", "Hysteresis",
     "KeepLastExchanges", "Message", "Model", "Reply", "ScriptedModel", "Summarize", "TiktokenCounter",
     "TokenBudget", "TokenCounter", "Tool", "TurnResult", "inspect_state",
 }

@@ -21,6 +21,7 @@ from worker.conversation import (
     Compose,
     CompressToolExchanges,
     EstimateCounter,
+    Hysteresis,
     KeepLastExchanges,
     Message,
     Model,
@@ -36,7 +37,7 @@ from worker.conversation import (
 )
 
 __all__ = [
-    "Chat", "CompactionReport", "Compactor", "Compose", "CompressToolExchanges", "EstimateCounter",
+    "Chat", "CompactionReport", "Compactor", "Compose", "CompressToolExchanges", "EstimateCounter", "Hysteresis",
     "KeepLastExchanges", "Message", "Model", "Reply", "ScriptedModel", "Summarize", "TiktokenCounter",
     "TokenBudget", "TokenCounter", "Tool", "TurnResult", "inspect_state",
 ]

@@ -126,6 +126,7 @@ def build_chat(settings: Settings, model: Model | None = None, *, tools: Any = (
         reset_phrases=settings.memory.reset_phrases,
         max_state_bytes=settings.memory.max_state_bytes,
         max_pinned=settings.memory.max_pinned,
+        facts_placement=settings.memory.facts_placement,
         max_input_chars=settings.memory.max_input_chars,
         max_tokens=settings.llm.max_tokens,
     )

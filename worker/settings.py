@@ -211,7 +211,9 @@ class Memory(_Group):
         default=None, description="The compactor chain, in order, as a comma list of: tools (compress old tool outputs), "
                           "summarize (rolling LLM summary), keep_last (keep the last PARLEY_COMPACTION_KEEP_LAST "
                           "exchanges), budget (drop the oldest exchanges over PARLEY_COMPACTION_MAX_TOKENS). "
-                          "Unset: tools,summarize,budget (summarize only with PARLEY_COMPACTION_SUMMARIZE).")
+                          "Each step runs when its own trigger fires. Unset: the same three steps all at once, only "
+                          "when the history is over PARLEY_COMPACTION_HIGH_WATER or the prompt over the budget "
+                          "(summarize only with PARLEY_COMPACTION_SUMMARIZE).")
     token_counter: Literal["auto", "tiktoken", "estimate", "usage"] = Field(
         default="auto", description="How prompts are counted for compaction: tiktoken (exact, offline; o200k_base for "
                             "gpt-4o/4.1/5 and o-series, cl100k_base for older), estimate (4 characters a token), "
@@ -219,9 +221,19 @@ class Memory(_Group):
                             "tiktoken for OpenAI models, usage for the others.")
     compaction_summarize: bool = Field(default=True, description="Fold old exchanges into a rolling LLM summary (when "
                                        "PARLEY_COMPACTION is unset).")
-    compaction_keep_last: int = Field(default=6, description="Exchanges kept verbatim when summarising, and by the "
-                                      "keep_last step.")
+    compaction_keep_last: int | None = Field(default=None, description="Exchanges kept verbatim when summarising, and "
+                                             "by the keep_last step (default: 2 in the default chain, which compacts "
+                                             "in large steps; 6 in a chain PARLEY_COMPACTION names).")
+    compaction_high_water: int | None = Field(default=None, gt=0, description="The default chain compacts only when "
+                                              "the history kept verbatim is over this many tokens (or the prompt over "
+                                              "the budget), then in one step: fewer rewrites of the prompt, more of it "
+                                              "reused by the providers' prompt caches. Default: 18% of the compaction "
+                                              "budget (1,080 tokens of 6,000).")
     compress_tool_outputs_after: int = Field(default=3, description="Keep this many recent tool outputs whole; compress older.")
+    facts_placement: Literal["after_history", "preamble"] = Field(
+        default="after_history", description="Where the game's keyed facts go in the prompt: after_history (a change "
+        "costs the prompt cache only the facts' own tokens) or preamble (with the pinned items: cheaper when facts "
+        "rarely change, but a change makes the providers' caches miss the whole history after it).")
     idle_gap_seconds: float | None = Field(default=None, description="A player's message after this long without one "
                                            "starts a fresh conversation (game events are not the player's "
                                            "activity: those that came meanwhile are kept). Off when unset.")
@@ -634,6 +646,11 @@ class GameContext(_Group):
                                    "this old (kept in Redis, never in the state), else goes on without. 0 = never.")
     max_chars: int = Field(default=4000, gt=0, validation_alias="context_max_chars", description="Longest context "
                            "text; a longer one counts as a failed fetch (it is not cut: half a game state misleads).")
+    placement: Literal["system", "after_history"] = Field(
+        default="system", validation_alias="context_placement", description="Where the context goes: system (after "
+        "the system prompt) or after_history (after the conversation, with the keyed facts). A context that changes "
+        "every turn in the system prompt changes the start of every request, so the providers' prompt caches reuse "
+        "none of the history; after the history they reuse all of it (docs/known-limits.md).")
 
 
 class Observability(_Group):

@@ -11,7 +11,7 @@ from worker import Chat, ScriptedModel, inspect_state
 from worker.conversation import Reply
 from worker.conversation.compaction import Compose, KeepLastExchanges, Summarize
 from worker.conversation.messages import Message
-from worker.conversation.prompt import PINNED_HEADING
+from worker.conversation.prompt import FACTS_HEADING, PINNED_HEADING
 from worker.conversation.state import FORMAT_VERSION, ConversationState, Fact, decode_state, encode_state
 from worker.errors import InvalidMessageError
 
@@ -32,11 +32,23 @@ def test_a_keyed_fact_replaces_the_one_before_and_only_the_last_reaches_the_prom
     assert _facts(state) == [("score", "The team has 10 points"), ("target", "Your target is Harrogate Theatre")]
     chat.chat_with_state(state, user="where now?")
     request = model.requests[0]
-    assert request.system is not None and PINNED_HEADING in request.system
-    assert "Harrogate Theatre" in request.system
-    assert "Bettys" not in request.system and "Pump Room" not in request.system
+    # After the history (the prompt's start stays the same when a fact changes: the providers' caches reuse it).
+    assert request.after_history is not None and FACTS_HEADING in request.after_history
+    assert "Harrogate Theatre" in request.after_history and request.system is None
+    assert "Bettys" not in request.after_history and "Pump Room" not in request.after_history
     assert all("target" not in m.content for m in request.messages)  # a fact is not a history message
     assert [m.role for m in request.messages] == ["user"]
+
+
+def test_facts_placed_in_the_preamble_render_as_before() -> None:
+    model = ScriptedModel()
+    chat = Chat(model=model, facts_placement="preamble")
+    state = chat.append_to_state(None, "Your target is Bettys Cafe", key="target")
+    state = chat.append_to_state(state, "Your target is Harrogate Theatre", key="target")
+    chat.chat_with_state(state, system="Be brief.", user="where now?")
+    request = model.requests[0]
+    assert request.system == f"Be brief.\n\n{PINNED_HEADING}\n- Your target is Harrogate Theatre"
+    assert request.after_history is None
 
 
 def test_facts_survive_every_compaction() -> None:
@@ -123,7 +135,7 @@ def test_a_game_tool_sets_a_fact_and_the_model_reads_only_the_rest() -> None:
     tool_result = second.messages[-1]
     assert tool_result.role == "tool" and '"tagged": "Harrogate Theatre"' in tool_result.content
     assert "facts" not in tool_result.content and tool_result.facts == ()
-    assert second.system is not None and "Your target is Harrogate Theatre" in second.system
+    assert second.after_history is not None and "Your target is Harrogate Theatre" in second.after_history
     assert all(not m.facts for m in decode_state(state).messages)
 
 
@@ -164,7 +176,7 @@ def test_an_answered_event_with_a_key_sets_the_fact_too() -> None:
     state = chat.append_to_state(None, "Your target is Bettys", key="target")
     _, state = chat.respond_to_event(state, "Your target is Harrogate Theatre", key="target")
     assert _facts(state) == [("target", "Your target is Harrogate Theatre")]
-    assert "Bettys" not in (model.requests[0].system or "")
+    assert "Bettys" not in (model.requests[0].system or "") + (model.requests[0].after_history or "")
 
 
 def test_an_answered_event_is_not_a_reset_phrase_nor_an_idle_reset(clock) -> None:  # type: ignore[no-untyped-def]

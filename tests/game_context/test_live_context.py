@@ -132,6 +132,37 @@ def test_each_turn_gets_its_own_context_in_the_system_prompt_and_the_state_never
     assert len(h.channel.sent) == 2
 
 
+def test_placed_after_the_history_the_context_leaves_the_system_prompt_as_it_is() -> None:
+    """PARLEY_CONTEXT_PLACEMENT=after_history: the prompt's start stays the same from turn to turn (the providers'
+    caches reuse the history); the context comes last, with the keyed facts, and is still never stored."""
+    source = Source({CID: "Player is 120 m from the target."})
+    config = bare_config(system_prompt="You are a test.", context_source=source,
+                         game_context=GameContext(max_age_seconds=300.0, max_chars=200, placement="after_history"))
+    h = make_harness(config=config)
+    h.client.send_event(CID, "The player's target is Harrogate Theatre", key="target", message_id="e1")
+    h.client.send_message(CID, "where am I?", message_id="m1")
+    h.run()
+    source.answers[CID] = "Player is 15 m from the target."
+    h.client.send_message(CID, "and now?", message_id="m2")
+    h.run()
+    first, second = h.model.requests
+    assert first.system == second.system == "You are a test."
+    assert first.after_history is not None and first.after_history.endswith("\n\nPlayer is 120 m from the target.")
+    assert "Harrogate Theatre" in first.after_history
+    assert second.after_history is not None and second.after_history.endswith("Player is 15 m from the target.")
+    assert list(second.messages[: len(first.messages)]) == list(first.messages)  # the second extends the first
+    blob = h.store.read_state(CID).blob
+    assert blob and b"from the target" not in blob
+
+
+def test_the_placement_is_read_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    from worker.settings import Settings
+
+    assert Settings(_env_file=None).game_context.placement == "system"
+    monkeypatch.setenv("PARLEY_CONTEXT_PLACEMENT", "after_history")
+    assert Settings(_env_file=None).game_context.placement == "after_history"
+
+
 def test_events_resets_and_short_answers_fetch_nothing() -> None:
     source = Source({CID: "ctx"})
     h = _harness(source)
@@ -148,6 +179,18 @@ def test_an_event_the_model_answers_gets_the_context_too() -> None:
     h.run()
     assert _systems(h) == ["You are a test.\n\nPlayer is 120 m from the target."]
     assert source.calls == [(CID, "e1")]
+
+
+def test_an_event_the_model_answers_gets_the_context_after_the_history_when_placed_there() -> None:
+    source = Source({CID: "Player is 120 m from the target."})
+    config = bare_config(system_prompt="You are a test.", context_source=source,
+                         game_context=GameContext(max_age_seconds=300.0, max_chars=200, placement="after_history"))
+    h = make_harness(config=config)
+    h.client.send_event(CID, "The round ends in five minutes", respond=True, message_id="e1")
+    h.run()
+    (request,) = h.model.requests
+    assert request.system == "You are a test."
+    assert request.after_history is not None and request.after_history.endswith("Player is 120 m from the target.")
 
 
 def test_a_burst_is_one_turn_and_one_fetch_for_its_head() -> None:

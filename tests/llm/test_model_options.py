@@ -11,8 +11,10 @@ from tests.llm.test_providers import TOOL, anthropic_model, openai_model
 from tests.llm.validation import check_anthropic, check_openai
 from worker import Chat
 from worker.conversation import Message, ModelRequest, Usage
+from worker.conversation.messages import EVENT_MARK, FRAMING_NOTE
 from worker.errors import AuthenticationError, ConfigurationError, ContextLengthError
 from worker.llm import build_model
+from worker.llm.local_model import _render_plain
 
 REQ = ModelRequest(system="Be brief.", messages=[Message(role="user", content="q")], temperature=0.2)
 
@@ -131,3 +133,61 @@ def test_openai_context_length_code_alone_is_recognised(server: ScriptedServer) 
                                                        "message": "prompt is too long: 210000 tokens > 200000"}}, {})
     with pytest.raises(ContextLengthError):
         anthropic_model(server).complete(REQ)
+
+
+# --- what goes after the history (the game's keyed facts): last, outside the cached prefix -------------------------
+
+AFTER = "Current facts (the game keeps these up to date):\n- The player's target is Harrogate Theatre"
+
+
+def test_openai_sends_what_goes_after_the_history_last_in_the_system_role(server: ScriptedServer) -> None:
+    server.default = openai_text("ok")
+    req = ModelRequest(system="Be brief.", messages=_history(1), after_history=AFTER)
+    openai_model(server).complete(req)
+    body = server.requests[-1]
+    check_openai(body)
+    assert body["messages"][-1] == {"role": "system", "content": AFTER}
+    assert body["messages"][-2] == {"role": "user", "content": "newest"}
+
+
+def test_anthropic_sends_it_after_the_breakpoints_as_the_games_words(server: ScriptedServer) -> None:
+    server.default = anthropic_blocks({"type": "text", "text": "ok"})
+    req = ModelRequest(system="Be brief.", messages=_history(2), after_history=AFTER)
+    anthropic_model(server).complete(req)
+    body = server.requests[-1]
+    check_anthropic(body)
+    last = body["messages"][-1]["content"]
+    assert last[-1] == {"type": "text", "text": f"{EVENT_MARK}{AFTER}"}  # no breakpoint: it changes between requests
+    assert last[-2]["text"] == "newest" and last[-2]["cache_control"] == {"type": "ephemeral"}
+    assert FRAMING_NOTE in body["system"][0]["text"]  # the model is told what the mark means
+
+
+def test_the_local_model_reads_it_last_as_a_system_turn() -> None:
+    req = ModelRequest(system="Be brief.", messages=_history(1), after_history=AFTER)
+    assert _render_plain(req)[-1] == {"role": "system", "content": AFTER}
+
+
+def test_anthropic_marks_the_end_of_the_callers_prompt_too_so_a_compaction_keeps_it_cached(
+        server: ScriptedServer) -> None:
+    server.default = anthropic_blocks({"type": "text", "text": "ok"})
+    prompt = "You are a guide."
+    req = ModelRequest(system=f"{prompt}\n\nSummary of the earlier conversation:\nOwls", messages=_history(3),
+                       system_stable=len(prompt))
+    anthropic_model(server).complete(req)
+    body = server.requests[-1]
+    check_anthropic(body)
+    assert [b["text"] for b in body["system"]] == [prompt, "Summary of the earlier conversation:\nOwls"]
+    assert all(b["cache_control"] == {"type": "ephemeral"} for b in body["system"])
+    marked = sum(1 for m in body["messages"] for b in m["content"] if "cache_control" in b)
+    assert marked + len(body["system"]) == 4  # Anthropic allows four breakpoints
+
+
+def test_a_chat_request_says_where_the_callers_prompt_ends() -> None:
+    from worker import Chat, ScriptedModel
+
+    model = ScriptedModel()
+    chat = Chat(model=model)
+    state = chat.append_to_state(None, "The player joined team Owls", pinned=True)
+    chat.chat_with_state(state, system="You are a guide.", user="hi")
+    request = model.requests[0]
+    assert request.system is not None and request.system[: request.system_stable] == "You are a guide."

@@ -65,8 +65,9 @@ def test_three_facts_with_one_key_leave_only_the_last_in_the_prompt() -> None:
     h.client.send_message(CID, "where now?", message_id="wamid.1")
     h.run()
     [request] = h.model.requests
-    assert request.system is not None and "The player's current target is Harrogate Theatre" in request.system
-    assert "Bettys" not in request.system and "Pump Room" not in request.system
+    facts = request.after_history  # after the history: a fact's change leaves the prompt's start as it was
+    assert facts is not None and "The player's current target is Harrogate Theatre" in facts
+    assert "Bettys" not in facts and "Pump Room" not in facts and "target" not in (request.system or "")
     assert [m.role for m in request.messages] == ["user"]
     assert h.channel.sent == [(CID, "user:where now?", None)]
 
@@ -123,7 +124,7 @@ def test_a_responding_event_with_a_key_sets_the_fact_and_is_answered() -> None:
     h.client.send_event(CID, "Your target is Harrogate Theatre", message_id="t1", key="target", respond=True)
     h.run()
     [request] = h.model.requests
-    assert "Harrogate Theatre" in (request.system or "") and "Bettys" not in (request.system or "")
+    assert "Harrogate Theatre" in (request.after_history or "") and "Bettys" not in (request.after_history or "")
     assert [(f.key, f.text) for f in decode_state(h.store.read_state(CID).blob).facts] == [
         ("target", "Your target is Harrogate Theatre")]
 

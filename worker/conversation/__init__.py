@@ -9,6 +9,7 @@ from worker.conversation.compaction import (
     Compactor,
     Compose,
     CompressToolExchanges,
+    Hysteresis,
     KeepLastExchanges,
     Summarize,
     TokenBudget,
@@ -25,7 +26,7 @@ from worker.errors import CompactionFailed
 
 __all__ = [
     "Attachment", "Chat", "CompactionFailed", "CompactionReport", "Compactor", "Compose", "CompressToolExchanges",
-    "ConversationState", "EstimateCounter", "EventResult", "KeepLastExchanges", "MediaRef", "Message", "Model",
+    "ConversationState", "EstimateCounter", "EventResult", "Hysteresis", "KeepLastExchanges", "MediaRef", "Message", "Model",
     "ModelRequest", "ModelResponse", "Reply", "RoundTrip", "ScriptedModel", "SpliceResult", "Summarize",
     "TiktokenCounter", "TokenBudget", "TokenCounter", "Tool", "ToolCall", "ToolCallContext", "ToolSpec", "TurnResult", "Usage",
     "complete_observed", "current_call", "decode_state", "encode_state", "inspect_state", "load_state", "turn_context",

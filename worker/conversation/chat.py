@@ -31,7 +31,13 @@ from worker.conversation.loop import LoopOutcome, ToolChoice, ToolLoop
 from worker.conversation.messages import Message
 from worker.conversation.model import Attachment, Model, ModelRequest, ModelResponse
 from worker.conversation.observe import RoundTrip, UsageTally, complete_observed
-from worker.conversation.prompt import prompt_tokens, render_preamble
+from worker.conversation.prompt import (
+    FactPlacement,
+    prompt_tokens,
+    render_after_history,
+    render_preamble,
+    stable_chars,
+)
 from worker.conversation.resident import Resident
 from worker.conversation.results import CompactionReport, EventResult, TurnResult
 from worker.conversation.splice import SpliceResult, splice_blobs
@@ -185,6 +191,9 @@ class Chat:
     max_tokens: int | None = None
     temperature: float | None = None
     max_pinned: int = DEFAULT_MAX_PINNED
+    # Where the keyed facts are rendered: after the history (the prompt's start then stays the same between
+    # compactions, for the providers' prompt caches) or in the preamble with the pinned items (the layout before).
+    facts_placement: FactPlacement = "after_history"
     observer: Callable[[RoundTrip], None] | None = None
     clock: Callable[[], float] = time.time
 
@@ -259,6 +268,7 @@ class Chat:
         journal: TurnJournal | None = None,
         attachments: Mapping[str, Attachment] | None = None,
         tools: Sequence[Tool] = (),
+        after_history: Sequence[str] = (),
     ) -> TurnResult:
         """Run one user turn through the chat loop.
 
@@ -288,8 +298,14 @@ class Chat:
 
         ``tools`` are offered for this turn only, beside the chat's (the tools of the business number the
         conversation is on, in the worker); one of the same name as a chat's tool takes its place for the turn.
+
+        ``after_history`` (texts for this turn only, never stored) is rendered after the history, with the keyed
+        facts: context that changes from turn to turn (a live game context) costs the prompt cache nothing there,
+        where in ``system`` it would change the start of every request.
         """
         _check_utf8("the system prompt", system)
+        for text in after_history:
+            _check_utf8("the context after the history", text)
         turn_user = _user_message(user, self.max_input_chars)
         files = _check_attachments(attachments or {})
         extra_preamble, added = _split_leading_system(messages, self.max_input_chars)
@@ -308,27 +324,30 @@ class Chat:
             return TurnResult(reply=self.reset_reply, state=encoded.blob, reset=reset,
                               state_problem=loaded.problem, resident=encoded.resident)
         checked = _Checked(None if reset else loaded.clean)
-        loop = _tool_loop(self, system, extra_preamble, journal or NoJournal(), files, checked, tools)
+        loop = _tool_loop(self, system, extra_preamble, journal or NoJournal(), files, checked, tools,
+                          after_history)
         out = loop.run(st.append(*added, turn_user))
         out.state = out.state.with_meta(out.state.meta.after_turn(now))
         return self._finish_turn(out, loaded.problem, reset, None if reset else loaded.memo, checked.clean)
 
     def run_event_turn(self, state: State, text: str, *, system: str | None = None, key: str | None = None,
                        pinned: bool = False, journal: TurnJournal | None = None,
-                       tools: Sequence[Tool] = ()) -> TurnResult:
+                       tools: Sequence[Tool] = (), after_history: Sequence[str] = ()) -> TurnResult:
         """A turn in which the model answers a game event: the event joins the history as the game's (the model
         reads it framed as an event, never as the player's words), then the tool loop runs as in :meth:`run_turn`.
         With ``key`` the text also sets that fact. The player did not speak: the idle clock and the turn count
         stay (``meta.events`` counts it), and neither the idle gap nor a reset phrase applies. ``tools``: this
-        turn's own, as in :meth:`run_turn`."""
+        turn's own and ``after_history`` this turn's texts after the history, as in :meth:`run_turn`."""
         _check_utf8("the system prompt", system)
+        for extra in after_history:
+            _check_utf8("the context after the history", extra)
         _check_text("event text", text, self.max_input_chars)
         loaded = self.load(state)
         st = loaded.state if key is None else loaded.state.with_fact(check_key(key), text)
         st = st.append(msgs.event(text, pinned=pinned and key is None))
         st = st.with_meta(replace(st.meta, events=st.meta.events + 1))
         checked = _Checked(loaded.clean)
-        out = _tool_loop(self, system, (), journal or NoJournal(), {}, checked, tools).run(st)
+        out = _tool_loop(self, system, (), journal or NoJournal(), {}, checked, tools, after_history).run(st)
         return self._finish_turn(out, loaded.problem, None, loaded.memo, checked.clean)
 
     def _call(self, request: ModelRequest) -> ModelResponse:
@@ -456,7 +475,7 @@ class _Checked:
 
 def _tool_loop(chat: Chat, system: str | None, extra: Sequence[str], journal: TurnJournal,
                attachments: Mapping[str, Attachment], checked: _Checked | None = None,
-               own: Sequence[Tool] = ()) -> ToolLoop:
+               own: Sequence[Tool] = (), after: Sequence[str] = ()) -> ToolLoop:
     """The tool loop of one turn: the chat's fixed tools plus, for this turn only, those its ``tool_source``
     offers now and the turn's ``own`` (which take the place of any of the same name); each request built from the state as the loop has it, with the turn's attachments (a round
     after a tool call still shows the model the photo it is answering)."""
@@ -464,15 +483,18 @@ def _tool_loop(chat: Chat, system: str | None, extra: Sequence[str], journal: Tu
     if own:
         tools = {**tools, **check_tools(list(own))}
 
+    stable = stable_chars(system, extra)
+
     def request_for(st: ConversationState, tool_choice: ToolChoice) -> ModelRequest:
         if checked is None:
             history, _ = repair_history(st.messages)
         else:
             history, _, clean = repair_from(st.messages, checked.clean)
             checked.clean = clean or checked.clean
-        return ModelRequest(system=render_preamble(system, st, extra), messages=history,
+        return ModelRequest(system=render_preamble(system, st, extra, chat.facts_placement), messages=history,
                             tools=[t.spec for t in tools.values()], max_tokens=chat.max_tokens,
-                            temperature=chat.temperature, tool_choice=tool_choice, attachments=attachments)
+                            temperature=chat.temperature, tool_choice=tool_choice, attachments=attachments,
+                            after_history=render_after_history(st, after, chat.facts_placement), system_stable=stable)
 
     return ToolLoop(call=chat._call, request_for=request_for, tools=tools,
                     max_tool_iterations=chat.max_tool_iterations, fallback_reply=chat.fallback_reply,

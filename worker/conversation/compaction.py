@@ -339,6 +339,47 @@ class Compose:
         return apply_due_steps(self.steps, state, counter).state
 
 
+@dataclass(frozen=True)
+class Hysteresis:
+    """Compact rarely and in one large step: nothing happens until the history (the messages kept verbatim) is over
+    ``high_tokens``, or the whole prompt over ``max_prompt_tokens`` (the hard budget, when given); then every step
+    runs, each as far as it goes whatever its own trigger says (the summariser folds all but its ``keep_last``
+    exchanges, old tool outputs are compressed, a budget trims to its target). The mark counts the history alone:
+    the summary, pinned items and facts stay whatever compaction does, and counting them would compact again and
+    again once they neared it.
+
+    Why: a compaction rewrites the prompt from the summary on, and the providers' prompt caches bill a request's
+    prefix shared with the previous request at a fraction of the price. Between two compactions the state only
+    grows at its end, so every request starts with the one before; compacting in small steps every few turns (or
+    compressing one tool output each time a new one arrives) throws that prefix away each time.
+    """
+
+    high_tokens: int
+    steps: tuple[Compactor, ...] = field(default_factory=tuple)
+    max_prompt_tokens: int | None = None
+
+    def __init__(self, high_tokens: int, *steps: Compactor, max_prompt_tokens: int | None = None) -> None:
+        if high_tokens < 1 or (max_prompt_tokens is not None and max_prompt_tokens < 1):
+            raise ValueError("Hysteresis needs high_tokens >= 1 (and max_prompt_tokens >= 1 when given)")
+        object.__setattr__(self, "high_tokens", high_tokens)
+        object.__setattr__(self, "steps", tuple(steps))
+        object.__setattr__(self, "max_prompt_tokens", max_prompt_tokens)
+
+    @property
+    def name(self) -> str:
+        return f"hysteresis({self.high_tokens}):" + "+".join(s.name for s in self.steps)
+
+    def should_compact(self, state: ConversationState, counter: TokenCounter) -> bool:
+        if not droppable_exchanges(state):
+            return False
+        if self.max_prompt_tokens is not None and prompt_tokens(state, counter) > self.max_prompt_tokens:
+            return True
+        return counter.count_messages(state.messages) > self.high_tokens
+
+    def compact(self, state: ConversationState, counter: TokenCounter) -> ConversationState:
+        return apply_due_steps(self.steps, state, counter, forced=True).state
+
+
 @dataclass(frozen=True, slots=True)
 class StepsOutcome:
     """What :func:`apply_due_steps` did: the state, the names of the steps applied and the errors."""
@@ -348,8 +389,10 @@ class StepsOutcome:
     errors: tuple[str, ...] = ()
 
 
-def apply_due_steps(steps: Sequence[Compactor], state: ConversationState, counter: TokenCounter) -> StepsOutcome:
-    """Apply each step whose trigger fires on the state so far (a :class:`Compose` is flattened).
+def apply_due_steps(steps: Sequence[Compactor], state: ConversationState, counter: TokenCounter, *,
+                    forced: bool = False) -> StepsOutcome:
+    """Apply each step whose trigger fires on the state so far (every step with ``forced``); a :class:`Compose` is
+    flattened, and the steps of a :class:`Hysteresis` whose trigger fires are all applied.
 
     A step that raises changes nothing. :class:`CompactionFailed` and :class:`~worker.errors.ModelError`
     are expected (the step could not do its work) and logged as a warning; anything else is a bug in the
@@ -359,14 +402,16 @@ def apply_due_steps(steps: Sequence[Compactor], state: ConversationState, counte
     applied: list[str] = []
     errors: list[str] = []
     for step in steps:
-        if isinstance(step, Compose):
-            inner = apply_due_steps(step.steps, state, counter)
+        if isinstance(step, Compose | Hysteresis):
+            if isinstance(step, Hysteresis) and not (forced or step.should_compact(state, counter)):
+                continue
+            inner = apply_due_steps(step.steps, state, counter, forced=forced or isinstance(step, Hysteresis))
             state, applied, errors = inner.state, applied + list(inner.applied), errors + list(inner.errors)
             continue
-        if not step.should_compact(state, counter):
+        if not forced and not step.should_compact(state, counter):
             continue
         try:
-            state = step.compact(state, counter)
+            before, state = state, step.compact(state, counter)
         except (CompactionFailed, ModelError) as exc:
             log.warning("compaction step failed", extra={"step": step.name, "error": str(exc)})
             errors.append(f"{step.name}: {exc}")
@@ -375,7 +420,8 @@ def apply_due_steps(steps: Sequence[Compactor], state: ConversationState, counte
             log.exception("compaction step raised unexpectedly (a bug)", extra={"step": step.name})
             errors.append(f"{step.name}: bug: {type(exc).__name__}: {exc}")
             continue
-        applied.append(step.name)
+        if not forced or state is not before:  # a forced step that found nothing to do is not reported as applied
+            applied.append(step.name)
     return StepsOutcome(state, tuple(applied), tuple(errors))
 
 

@@ -62,6 +62,14 @@ class ModelRequest:
     # Media id -> bytes, for the photos of this turn: a user message whose ``media.id`` is here is sent with
     # the picture; one whose id is not (an older turn) is sent as text (messages.unseen_media_text).
     attachments: Mapping[str, Attachment] = field(default_factory=dict)
+    # Context for this request only, rendered after the history (after the newest message): what changes between
+    # requests (the game's keyed facts, a live context placed there). Kept out of ``system`` so that the prompt's
+    # start stays the same from one request to the next and the providers' prompt caches can reuse it.
+    after_history: str | None = None
+    # How many characters at the start of ``system`` are the caller's prompt (the rest, pinned items and summary,
+    # changes when compaction runs): a provider that caches at breakpoints (Anthropic) marks the end of both, so the
+    # prompt is still read from the cache after a compaction. 0: not known.
+    system_stable: int = 0
 
 
 @dataclass(frozen=True, slots=True)

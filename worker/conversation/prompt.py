@@ -1,8 +1,18 @@
-"""Building the request a model sees: the preamble (system prompt, summary, pinned items) and the history."""
+"""Building the request a model sees: the preamble (system prompt, pinned items, summary), the history, and what
+goes after the history.
+
+Where each part sits is chosen for the providers' prompt caches, which bill a request's prefix shared with an
+earlier request at a fraction of the price: the preamble holds only what changes when compaction runs (the pinned
+items, which leave the history only then, and the rolling summary), so between compactions each request starts with
+the previous one. The game's keyed facts change at any time: they go after the history (:func:`render_after_history`),
+where a change costs only their own few tokens instead of the whole history after them. ``facts="preamble"`` keeps
+the earlier layout (the summary, then the pinned items and the facts, all in the preamble).
+"""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Literal
 
 from worker.conversation.messages import Message, transcript_text
 from worker.conversation.state import ConversationState
@@ -10,20 +20,50 @@ from worker.conversation.tokens import TokenCounter
 
 SUMMARY_HEADING = "Summary of the earlier conversation:"
 PINNED_HEADING = "Facts to keep in mind (pinned):"
+FACTS_HEADING = "Current facts (the game keeps these up to date):"
+
+FactPlacement = Literal["after_history", "preamble"]
 
 
-def render_preamble(system: str | None, state: ConversationState, extra: Sequence[str] = ()) -> str | None:
-    """The system prompt given for this turn, then leading system messages, then the rolling summary and
-    pinned items. ``None`` when there is nothing to say."""
+def _lines(items: Sequence[str]) -> str:
+    return "\n".join(f"- {text}" for text in items)
+
+
+def render_preamble(system: str | None, state: ConversationState, extra: Sequence[str] = (),
+                    facts: FactPlacement = "after_history") -> str | None:
+    """The system prompt given for this turn, then leading system messages, then the pinned items and the rolling
+    summary (with ``facts="preamble"``: the summary, then the pinned items and the keyed facts). ``None`` when there
+    is nothing to say."""
     parts: list[str] = []
     if system and system.strip():
         parts.append(system.strip())
     parts.extend(s.strip() for s in extra if s.strip())
-    if state.summary.strip():
-        parts.append(f"{SUMMARY_HEADING}\n{state.summary.strip()}")
-    if state.pinned or state.facts:
-        lines = "\n".join([*(f"- {transcript_text(m)}" for m in state.pinned), *(f"- {f.text}" for f in state.facts)])
-        parts.append(f"{PINNED_HEADING}\n{lines}")
+    summary = f"{SUMMARY_HEADING}\n{state.summary.strip()}" if state.summary.strip() else ""
+    pinned = [transcript_text(m) for m in state.pinned]
+    if facts == "preamble":
+        pinned += [f.text for f in state.facts]
+        parts += [summary] if summary else []
+    if pinned:
+        parts.append(f"{PINNED_HEADING}\n{_lines(pinned)}")
+    if facts != "preamble" and summary:
+        parts.append(summary)
+    return "\n\n".join(parts) or None
+
+
+def stable_chars(system: str | None, extra: Sequence[str] = ()) -> int:
+    """How many characters at the start of :func:`render_preamble`'s text are the turn's own prompt (``system`` and
+    ``extra``): what stays the same when compaction changes the pinned items or the summary after it."""
+    return len(render_preamble(system, ConversationState(provider=""), extra) or "")
+
+
+def render_after_history(state: ConversationState, after: Sequence[str] = (),
+                         facts: FactPlacement = "after_history") -> str | None:
+    """What goes after the history for this request: the keyed facts (unless they are in the preamble), then the
+    ``after`` texts (a live game context placed there). ``None`` when there is nothing."""
+    parts: list[str] = []
+    if facts == "after_history" and state.facts:
+        parts.append(f"{FACTS_HEADING}\n{_lines([f.text for f in state.facts])}")
+    parts.extend(s.strip() for s in after if s.strip())
     return "\n\n".join(parts) or None
 
 

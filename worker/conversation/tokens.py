@@ -9,6 +9,7 @@ tiktoken downloads), so :class:`TiktokenCounter` builds its encoding from those 
 from __future__ import annotations
 
 import base64
+import functools
 import gzip
 import importlib.util
 import json
@@ -135,6 +136,10 @@ def encoding_for_model(model: str) -> str:
     return "cl100k_base"
 
 
+CACHED_TEXTS = 8192
+CACHED_TEXT_CHARS = 2000
+
+
 class TiktokenCounter(_CounterBase):
     """Exact counts for OpenAI models (and a good approximation for others), offline.
 
@@ -145,11 +150,18 @@ class TiktokenCounter(_CounterBase):
         name = encoding or encoding_for_model(model or "")
         self.encoding_name = name
         self._encoding = _load_encoding(name)
+        # A conversation's messages are counted again on every turn (the default compaction's trigger counts the
+        # stored history): short texts are remembered, so a turn encodes only what is new. Bounded in entries and
+        # in the length of a text kept (at most ~16 MB of keys).
+        self._cached = functools.lru_cache(maxsize=CACHED_TEXTS)(self._encode_count)
+
+    def _encode_count(self, text: str) -> int:
+        return len(self._encoding.encode(text, disallowed_special=()))  # type: ignore[attr-defined]
 
     def count_text(self, text: str) -> int:
         if not text:
             return 0
-        return len(self._encoding.encode(text, disallowed_special=()))  # type: ignore[attr-defined]
+        return self._cached(text) if len(text) <= CACHED_TEXT_CHARS else self._encode_count(text)
 
 
 def request_chars(request: ModelRequest) -> int:

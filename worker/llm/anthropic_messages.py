@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from worker.conversation.messages import (
+    EVENT_MARK,
     FRAMING_NOTE,
     Message,
     ToolCall,
@@ -127,9 +128,11 @@ def _mark_last_block(message: dict[str, Any]) -> bool:
     return False
 
 
-def add_cache_breakpoints(body: dict[str, Any]) -> None:
-    """Mark the stable prefix for Anthropic's prompt cache (at most 4 breakpoints; 3 used).
+def add_cache_breakpoints(body: dict[str, Any], stable: int = 0) -> None:
+    """Mark the stable prefix for Anthropic's prompt cache (at most 4 breakpoints).
 
+    0. With ``stable`` (the caller's prompt is ``system[:stable]``, the pinned items and the summary follow): the end
+       of the caller's prompt, so that after a compaction the tools and the prompt are still read from the cache.
     1. The end of the system prompt, which carries the summary and pinned items: with the tool definitions
        before it, the part of the prompt that changes only on compaction.
     2. The newest message: the next round trip (of this turn's tool loop, or the next turn) reads the whole
@@ -139,8 +142,10 @@ def add_cache_breakpoints(body: dict[str, Any]) -> None:
 
     A prefix shorter than the model's minimum (1,024 or 2,048 tokens) is simply not cached, at no cost.
     """
-    if isinstance(body.get("system"), str) and body["system"]:
-        body["system"] = [{"type": "text", "text": body["system"], "cache_control": dict(CACHE)}]
+    system = body.get("system")
+    if isinstance(system, str) and system:
+        head, rest = (system[:stable], system[stable:].lstrip("\n")) if 0 < stable < len(system) else (system, "")
+        body["system"] = [{"type": "text", "text": text, "cache_control": dict(CACHE)} for text in (head, rest) if text]
     messages = body["messages"]
     if messages:
         _mark_last_block(messages[-1])
@@ -151,8 +156,9 @@ def add_cache_breakpoints(body: dict[str, Any]) -> None:
 
 def framed_system(request: ModelRequest) -> str | None:
     """The system prompt, with :data:`~worker.conversation.messages.FRAMING_NOTE` after it when the history holds
-    game events or operators' notes (the note then stays put: the prompt cache keeps working)."""
-    if not any(m.role in ("event", "system") for m in request.messages):
+    game events or operators' notes, or the request has context after the history (the note then stays put: the
+    prompt cache keeps working)."""
+    if not request.after_history and not any(m.role in ("event", "system") for m in request.messages):
         return request.system
     return f"{request.system}\n\n{FRAMING_NOTE}" if request.system else FRAMING_NOTE
 
@@ -178,8 +184,21 @@ def build_body(model: str, request: ModelRequest, *, max_tokens: int, temperatur
     elif temp is not None:
         body["temperature"] = temp
     if prompt_cache:
-        add_cache_breakpoints(body)
+        # A second breakpoint only when pinned items or a summary follow the caller's prompt (not for the note alone).
+        add_cache_breakpoints(body, request.system_stable if request.system_stable < len(request.system or "") else 0)
+    if request.after_history:
+        add_after_history(body["messages"], request.after_history)
     return body
+
+
+def add_after_history(turns: list[dict[str, Any]], text: str) -> None:
+    """The request's context after the history, as the game's words (a marked text block) at the end of the last
+    user turn: after the cache breakpoints, so the cached prefix ends before it (it changes between requests)."""
+    block = _text(f"{EVENT_MARK}{text}")
+    if turns and turns[-1]["role"] == "user":
+        turns[-1]["content"].append(block)
+    else:
+        turns.append({"role": "user", "content": [block]})
 
 
 def parse_response(data: dict[str, Any]) -> ModelResponse:

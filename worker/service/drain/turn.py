@@ -100,15 +100,19 @@ class TurnRunner:
         tools = numbers.tools_of(self.r.cid) if numbers is not None else ()
         event = answers_event(inputs)  # the game's event, answered with no player message
         system = prompt if event else last.env.system or head.env.system or prompt
-        if self._system:  # the game's live context, in every turn the model answers
+        after: tuple[str, ...] = ()
+        if self._system and self.config.game_context.placement == "after_history":
+            after = (self._system,)  # after the history: the prompt's start stays the same, for the providers' caches
+        elif self._system:  # the game's live context, in every turn the model answers
             system = f"{system}\n\n{self._system}" if system else self._system
         with turn_context(self.r.cid, head.id):
             if event:
                 return self.chat.run_event_turn(state, head.env.text or "", system=system, key=head.env.key,
-                                                pinned=head.env.pinned, journal=self.journal, tools=tools)
+                                                pinned=head.env.pinned, journal=self.journal, tools=tools,
+                                                after_history=after)
             new, attachments = self._messages(inputs)
             return self.chat.run_turn(state, system=system, messages=new[:-1], user=new[-1], journal=self.journal,
-                                      attachments=attachments, tools=tools)
+                                      attachments=attachments, tools=tools, after_history=after)
 
     def _messages(self, inputs: Sequence[Pending]) -> tuple[list[Message], dict[str, Attachment]]:
         """The turn's new messages in mailbox order (each chat message a user message, a photo with its picture
