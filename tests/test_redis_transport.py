@@ -5,6 +5,7 @@ server without LMPOP gets kombu's one message per BRPOP."""
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -169,3 +170,43 @@ def test_what_a_failed_hand_over_left_undelivered_goes_back_first_in_order(serve
     conn.connection._deliver = real
     conn.drain_events(timeout=5)
     assert [m.payload["i"] for m in taken.messages] == [0, 1, *range(3, 10)]
+
+
+def test_acks_that_come_while_one_is_being_written_go_in_one_more_round_trip(
+        server: RedisServer, consumer: tuple[Connection, Taken], monkeypatch: pytest.MonkeyPatch) -> None:
+    _, channel, taken = first_round(server, consumer, published=10, prefetch=10)
+    qos = channel.qos
+    writes: list[int] = []
+    first_out, release = threading.Event(), threading.Event()
+    real = qos._write_acks
+
+    def slow_write() -> None:
+        writes.append(len(qos._acks))
+        first_out.set()
+        release.wait(5)
+        real()
+
+    monkeypatch.setattr(qos, "_write_acks", slow_write)
+    acker = threading.Thread(target=taken.messages[0].ack)
+    acker.start()
+    assert first_out.wait(5)
+    for m in taken.messages[1:8]:
+        m.ack()  # returns at once: the writer out takes it
+    assert index(server) == (10, 10)  # nothing written yet
+    release.set()
+    acker.join(5)
+    assert writes == [1] and index(server) == (2, 2)  # one writer, all eight written
+    assert {r.decode() for r in server.client().hkeys("unacked")} == {m.delivery_tag for m in taken.messages[8:]}
+
+
+def test_an_ack_write_that_failed_is_tried_again_by_the_next_ack(server: RedisServer,
+                                                                  consumer: tuple[Connection, Taken]) -> None:
+    _, channel, taken = first_round(server, consumer, published=4, prefetch=4)
+    qos = channel.qos
+    real = qos.channel.conn_or_acquire
+    qos.channel.conn_or_acquire = lambda *a, **k: (_ for _ in ()).throw(ConnectionError("broker gone"))
+    with pytest.raises(ConnectionError):
+        taken.messages[0].ack()
+    qos.channel.conn_or_acquire = real
+    taken.messages[1].ack()
+    assert index(server) == (2, 2)
