@@ -28,6 +28,28 @@ import httpx
 _Origin = tuple[bytes, str, int]
 
 
+class _OneWrite(http.client.HTTPConnection):
+    """A connection that writes a request's head and body in one system call (http.client writes them apart)."""
+
+    def _send_output(self, message_body: object = None, encode_chunked: bool = False) -> None:
+        if not isinstance(message_body, bytes) or encode_chunked:
+            super()._send_output(message_body, encode_chunked)  # type: ignore[misc]
+            return
+        buffer: list[bytes] = self._buffer  # type: ignore[attr-defined]
+        buffer.extend((b"", message_body))  # the blank line after the headers, then the body
+        request = b"\r\n".join(buffer)
+        del buffer[:]
+        self.send(request)
+
+
+class _Http(_OneWrite):
+    pass
+
+
+class _Https(_OneWrite, http.client.HTTPSConnection):
+    pass
+
+
 class LeanTransport(httpx.BaseTransport):
     """One keep-alive connection at a time, to whichever origin the request names (https with ``tls``)."""
 
@@ -54,9 +76,9 @@ class LeanTransport(httpx.BaseTransport):
             conn = None
         if conn is None:
             if origin[0] == b"https":
-                conn = http.client.HTTPSConnection(origin[1], origin[2], timeout=connect_timeout, context=self._tls())
+                conn = _Https(origin[1], origin[2], timeout=connect_timeout, context=self._tls())
             elif origin[0] == b"http":
-                conn = http.client.HTTPConnection(origin[1], origin[2], timeout=connect_timeout)
+                conn = _Http(origin[1], origin[2], timeout=connect_timeout)
             else:
                 raise httpx.UnsupportedProtocol(f"no transport for {url.scheme!r} URLs")
             try:
@@ -77,7 +99,7 @@ class LeanTransport(httpx.BaseTransport):
                             skip_accept_encoding=True)
             for name, value in request.headers.raw:  # Host, Content-Length and the rest, as httpx built them
                 conn.putheader(name, value)
-            conn.endheaders(request.read() or None)
+            conn.endheaders(request.read())
         except TimeoutError as exc:
             raise httpx.WriteTimeout(str(exc) or "write timed out", request=request) from exc
         except (OSError, http.client.HTTPException) as exc:
