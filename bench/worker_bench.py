@@ -73,6 +73,7 @@ class Rig:
         self.wa = FakeWhatsApp().start()
         self.r = redis.Redis.from_url(self.redis.url)
         self.variants_run: list[str] = []
+        self.starts = 0
         self.env = worker_env(self.redis.url, PARLEY_LLM_PROVIDER="openai", OPENAI_API_KEY="k",
                               OPENAI_BASE_URL=self.llm.base_url, WHATSAPP_API_BASE_URL=self.wa.base_url,
                               WHATSAPP_PHONE_NUMBER_ID="1", WHATSAPP_ACCESS_TOKEN="t", PARLEY_LOG_LEVEL="WARNING",
@@ -94,8 +95,14 @@ class Rig:
         self.app = make_app(self.settings)
         self.client = ConversationClient._from_settings(self.settings)
 
+    def unique(self, name: str) -> str:
+        """A worker name (and so a log file) of its own: a second worker reading the first one's "[tasks]" line as its
+        own would be taken as ready while it is still starting (its start-up then counts as the turns' CPU)."""
+        self.starts += 1
+        return f"{name}-{self.starts}"
+
     def worker(self, name: str, pool: str, concurrency: int, variant: dict[str, str] | None = None) -> WorkerProcess:
-        w = WorkerProcess(name, {**self.env, **(variant or {})}, pool=pool, concurrency=concurrency).start()
+        w = WorkerProcess(self.unique(name), {**self.env, **(variant or {})}, pool=pool, concurrency=concurrency).start()
         # Ready when it has run a task (queued behind whatever is waiting, so wait for an idle moment first).
         wait_until(lambda: "[tasks]" in w.log(), 60)
         return w
@@ -146,7 +153,7 @@ def throughput(rig: Rig, pool: str, concurrency: int, n: int, conversations: int
 def latency(rig: Rig, samples: int, pool: str, variant: dict[str, str] | None = None) -> None:
     peers = Peers(delay=0.0)  # an instant model and a WhatsApp in their own process, off the bench's GIL
     env = {**rig.env, "OPENAI_BASE_URL": peers.llm_url, "WHATSAPP_API_BASE_URL": peers.wa_url, **(variant or {})}
-    w = WorkerProcess(f"latency-{pool}", env, pool=pool, concurrency=16).start()
+    w = WorkerProcess(rig.unique(f"latency-{pool}"), env, pool=pool, concurrency=16).start()
     run = len(rig.variants_run)
     rig.variants_run.append(pool)
     wait_until(lambda: "[tasks]" in w.log(), 60)
@@ -233,7 +240,7 @@ def llm_bound(rig: Rig, turns: int, concurrency: int, processes: int, pool: str 
     env = {**rig.env, "OPENAI_BASE_URL": peers.llm_url, "WHATSAPP_API_BASE_URL": peers.wa_url, **(variant or {})}
     workers = []
     for i in range(processes):
-        w = WorkerProcess(f"llm-bound{i}", env, pool=pool, concurrency=concurrency).start()
+        w = WorkerProcess(rig.unique(f"llm-bound{i}"), env, pool=pool, concurrency=concurrency).start()
         wait_until(lambda: "[tasks]" in w.log(), 60)  # noqa: B023
         workers.append(w)
     pids = [w.proc.pid for w in workers]  # type: ignore[union-attr]
