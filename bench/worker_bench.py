@@ -72,6 +72,8 @@ class Rig:
         self.llm = FakeOpenAI().start()
         self.wa = FakeWhatsApp().start()
         self.r = redis.Redis.from_url(self.redis.url)
+        self.variants_run: list[str] = []
+        self.starts = 0
         self.env = worker_env(self.redis.url, PARLEY_LLM_PROVIDER="openai", OPENAI_API_KEY="k",
                               OPENAI_BASE_URL=self.llm.base_url, WHATSAPP_API_BASE_URL=self.wa.base_url,
                               WHATSAPP_PHONE_NUMBER_ID="1", WHATSAPP_ACCESS_TOKEN="t", PARLEY_LOG_LEVEL="WARNING",
@@ -93,8 +95,14 @@ class Rig:
         self.app = make_app(self.settings)
         self.client = ConversationClient._from_settings(self.settings)
 
-    def worker(self, name: str, pool: str, concurrency: int) -> WorkerProcess:
-        w = WorkerProcess(name, self.env, pool=pool, concurrency=concurrency).start()
+    def unique(self, name: str) -> str:
+        """A worker name (and so a log file) of its own: a second worker reading the first one's "[tasks]" line as its
+        own would be taken as ready while it is still starting (its start-up then counts as the turns' CPU)."""
+        self.starts += 1
+        return f"{name}-{self.starts}"
+
+    def worker(self, name: str, pool: str, concurrency: int, variant: dict[str, str] | None = None) -> WorkerProcess:
+        w = WorkerProcess(self.unique(name), {**self.env, **(variant or {})}, pool=pool, concurrency=concurrency).start()
         # Ready when it has run a task (queued behind whatever is waiting, so wait for an idle moment first).
         wait_until(lambda: "[tasks]" in w.log(), 60)
         return w
@@ -113,11 +121,11 @@ class Rig:
             self.vhost.delete()
 
 
-def noop_rate(rig: Rig, pool: str, concurrency: int, n: int) -> float:
+def noop_rate(rig: Rig, pool: str, concurrency: int, n: int, variant: dict[str, str] | None = None) -> float:
     """No-op Celery tasks per second drained by one worker of this pool and concurrency (the baseline)."""
     for i in range(n):
         rig.app.send_task("parley.noop", args=[i])
-    w = rig.worker(f"noop-{pool}{concurrency}", pool, concurrency)
+    w = rig.worker(f"noop-{pool}{concurrency}", pool, concurrency, variant)
     t = time.perf_counter()
     wait_until(rig.queue_empty, 600, interval=0.005)
     rate = n / (time.perf_counter() - t)
@@ -142,10 +150,12 @@ def throughput(rig: Rig, pool: str, concurrency: int, n: int, conversations: int
     return noop, parley
 
 
-def latency(rig: Rig, samples: int, pool: str) -> None:
+def latency(rig: Rig, samples: int, pool: str, variant: dict[str, str] | None = None) -> None:
     peers = Peers(delay=0.0)  # an instant model and a WhatsApp in their own process, off the bench's GIL
-    env = {**rig.env, "OPENAI_BASE_URL": peers.llm_url, "WHATSAPP_API_BASE_URL": peers.wa_url}
-    w = WorkerProcess(f"latency-{pool}", env, pool=pool, concurrency=16).start()
+    env = {**rig.env, "OPENAI_BASE_URL": peers.llm_url, "WHATSAPP_API_BASE_URL": peers.wa_url, **(variant or {})}
+    w = WorkerProcess(rig.unique(f"latency-{pool}"), env, pool=pool, concurrency=16).start()
+    run = len(rig.variants_run)
+    rig.variants_run.append(pool)
     wait_until(lambda: "[tasks]" in w.log(), 60)
     key = "bench:ping"
     rtt = []
@@ -167,13 +177,13 @@ def latency(rig: Rig, samples: int, pool: str) -> None:
     rig.r.config_set("notify-keyspace-events", "Kl")
     events = rig.r.pubsub(ignore_subscribe_messages=True)
     for i in range(samples):
-        cid = f"4478{len(pool)}000{i % 50:04d}"  # fifty conversations each: short histories, as in a game session
+        cid = f"4478{len(pool)}{run:03d}{i % 50:04d}"  # fifty conversations each: short histories, as in a game session
         channel = f"__keyspace@{rig.r.connection_pool.connection_kwargs.get('db', 0)}__:{store.keys(cid).outbox}"
         events.subscribe(channel)
         events.get_message(timeout=1.0)  # the subscribe confirmation (ignored, but it must be read)
         before = peers.stats()["sends"]
         sent = time.time()
-        rig.client.send_message(cid, f"hi {i}", message_id=f"lat{pool}{i}")
+        rig.client.send_message(cid, f"hi {i}", message_id=f"lat{pool}{run}-{i}")
         deadline = sent + 10
         while time.time() < deadline:
             m = events.get_message(timeout=max(0.0, deadline - time.time()))
@@ -193,7 +203,8 @@ def latency(rig: Rig, samples: int, pool: str) -> None:
         rig.r.ping()
         pings.append(time.perf_counter() - t)
     b50 = statistics.median(rtt)
-    print(f"2) latency, {pool} pool (p50 / p99 ms): no-op Celery round trip {b50 * 1e3:.2f} / {pct(rtt, .99) * 1e3:.2f}; "
+    label = f"{pool} pool{', ' + ' '.join(f'{k}={v}' for k, v in variant.items()) if variant else ''}"
+    print(f"2) latency, {label} (p50 / p99 ms): no-op Celery round trip {b50 * 1e3:.2f} / {pct(rtt, .99) * 1e3:.2f}; "
           f"turn committed {statistics.median(committed) * 1e3:.2f} / {pct(committed, .99) * 1e3:.2f} "
           f"({statistics.median(committed) / b50:.2f}x); delivered {statistics.median(delivered) * 1e3:.2f} / "
           f"{pct(delivered, .99) * 1e3:.2f} ({statistics.median(delivered) / b50:.2f}x)   target: committed p50 <= 1.5x (issue 16)")
@@ -222,19 +233,21 @@ class Peers:
         self.proc.wait(10)
 
 
-def llm_bound(rig: Rig, turns: int, concurrency: int, processes: int, pool: str = "threads") -> None:
-    noop = noop_rate(rig, pool, concurrency, turns)
+def llm_bound(rig: Rig, turns: int, concurrency: int, processes: int, pool: str = "threads",
+              variant: dict[str, str] | None = None) -> None:
+    noop = noop_rate(rig, pool, concurrency, turns, variant)
     peers = Peers(delay=2.0)
-    env = {**rig.env, "OPENAI_BASE_URL": peers.llm_url, "WHATSAPP_API_BASE_URL": peers.wa_url}
+    env = {**rig.env, "OPENAI_BASE_URL": peers.llm_url, "WHATSAPP_API_BASE_URL": peers.wa_url, **(variant or {})}
     workers = []
     for i in range(processes):
-        w = WorkerProcess(f"llm-bound{i}", env, pool=pool, concurrency=concurrency).start()
+        w = WorkerProcess(rig.unique(f"llm-bound{i}"), env, pool=pool, concurrency=concurrency).start()
         wait_until(lambda: "[tasks]" in w.log(), 60)  # noqa: B023
         workers.append(w)
     pids = [w.proc.pid for w in workers]  # type: ignore[union-attr]
     cpu0, t0 = sum(cpu_seconds(p) for p in pids), time.perf_counter()
     peers_cpu0 = cpu_seconds(peers.proc.pid)
-    tag = f"{processes}x{concurrency}{pool[0]}"
+    tag = f"{processes}x{concurrency}{pool[0]}{len(rig.variants_run)}"
+    rig.variants_run.append(tag)
     for i in range(turns):
         rig.client.send_message(f"4479{processes}{i:07d}", f"question {i}", message_id=f"llm{tag}-{i}")
     enq = time.perf_counter() - t0
@@ -258,7 +271,8 @@ def llm_bound(rig: Rig, turns: int, concurrency: int, processes: int, pool: str 
         w.stop()
     peers.stop()
     # The turns all arrive at once, so the first 2 s are a fill-up: the steady rate is what the worker keeps up.
-    print(f"3) LLM-bound ({turns} turns, model answers in 2 s, {pool} pool, {processes} process(es) x{concurrency}): "
+    print(f"3) LLM-bound ({turns} turns, model answers in 2 s, {pool} pool, {processes} process(es) x{concurrency}"
+          f"{', ' + ' '.join(f'{k}={v}' for k, v in variant.items()) if variant else ''}): "
           f"max in flight {stats['max_in_flight']} (target >= 500); {steady:.0f} turns/s steady (target >= 400, issue 16), "
           f"{turns / elapsed:.0f} end to end (enqueue took {enq:.1f} s); workers' CPU {cpu / elapsed:.2f} cores of 2, "
           f"{cpu / turns * 1e3:.2f} ms per turn (target <= 2, issue 16); loopback peers {peers_cpu / elapsed:.2f} cores")
@@ -295,6 +309,11 @@ def main() -> None:
     ap.add_argument("--llm", action="append", metavar="POOL:PROCESSES:CONCURRENCY",
                     help="part 3's worker layouts, e.g. --llm gevent:2:500 (default: gevent:1:1000, threads:1:600)")
     ap.add_argument("--no-typing", action="store_true", help="turn the read mark and typing indicator off")
+    ap.add_argument("--variant", action="append", metavar="NAME=VALUE[,NAME=VALUE]",
+                    help="parts 2 and 3 once per variant, with these settings in the worker's environment, e.g. "
+                         "--variant PARLEY_BROKER_FETCH_BATCH=0 --variant PARLEY_BROKER_FETCH_BATCH=100 "
+                         "(old against new in one run); repeat --rounds times")
+    ap.add_argument("--rounds", type=int, default=1, help="how many times parts 2 and 3 run their layouts and variants")
     ap.add_argument("--broker", choices=["redis", "rabbitmq", "both"], default="redis")
     args = ap.parse_args()
     for broker in (["redis", "rabbitmq"] if args.broker == "both" else [args.broker]):
@@ -310,13 +329,18 @@ def run(args: argparse.Namespace, rig: Rig) -> None:
                 noop, parley = throughput(rig, pool, conc, n, 500)
                 print(f"1) throughput, {pool} x{conc}: no-op {noop:.0f} tasks/s; game events {parley:.0f} inputs/s "
                       f"= {parley / noop:.2f} of no-op (target >= 0.8)")
+        variants = [dict(kv.split("=", 1) for kv in v.split(",")) for v in args.variant or [""] if v] or [{}]
         if "2" in args.only:
-            for pool in ("threads", "gevent"):
-                latency(rig, 100 if args.quick else 300, pool)
+            for _ in range(args.rounds):
+                for pool in ("threads", "gevent"):
+                    for variant in variants:
+                        latency(rig, 100 if args.quick else 300, pool, variant)
         if "3" in args.only:
-            for layout in args.llm or ["gevent:1:1000", "threads:1:600"]:
-                pool, processes, conc = layout.split(":")
-                llm_bound(rig, 1000 if args.quick else 3000, int(conc), int(processes), pool)
+            for _ in range(args.rounds):
+                for layout in args.llm or ["gevent:1:1000", "threads:1:600"]:
+                    pool, processes, conc = layout.split(":")
+                    for variant in variants:
+                        llm_bound(rig, 1000 if args.quick else 3000, int(conc), int(processes), pool, variant)
         if "4" in args.only:
             for pool, conc in (("threads", 16), ("gevent", 1000)):
                 memory(rig, 3000 if args.quick else 10000, pool, conc)

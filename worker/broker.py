@@ -62,6 +62,10 @@ def broker_conf(settings: Settings, *, pool_limit: int | None = None) -> dict[st
             transport_extra: dict[str, Any] = {"master_name": settings.broker.sentinel_master or master}
         else:
             transport_extra = {}
+        if urlsplit(url).scheme == "redis" and settings.broker.fetch_batch:
+            # A batch of wake-ups per round trip when the worker has free slots (worker.redis_transport says how).
+            conf["broker_transport"] = "worker.redis_transport:Transport"
+            transport_extra["fetch_batch"] = settings.broker.fetch_batch
         conf["broker_transport_options"] = {
             **transport_extra,
             # Above the hard time limit (the defaults are): a message whose task outlives it is redelivered while

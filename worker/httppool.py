@@ -18,6 +18,10 @@ under gevent, where a task's greenlet is new for every task and a per-thread cho
 
 All clients of a process share one TLS context, so a new client costs no certificate loading. After a fork the
 pool starts empty: sockets must not be shared between processes.
+
+The requests every turn makes (the model call, the WhatsApp send and read mark) go through :func:`turn_client`:
+an httpx Client over :class:`worker.lean_transport.LeanTransport` (the standard library's ``http.client`` under
+httpx's own API and exceptions; ``PARLEY_HTTP_CLIENT=httpx`` puts httpx's default transport back).
 """
 
 from __future__ import annotations
@@ -29,8 +33,11 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from urllib.request import getproxies
 
 import httpx
+
+from worker.lean_transport import LeanTransport
 
 # Idle clients kept beyond this are closed: a burst should not leave thousands of sockets open for good.
 MAX_IDLE = 2048
@@ -41,6 +48,27 @@ IDLE_SECONDS = 5.0
 
 _ssl: ssl.SSLContext | None = None
 _ssl_lock = threading.Lock()
+
+
+_lean = True
+
+
+def use_lean_transport(on: bool) -> None:
+    """Whether :func:`turn_client` builds clients over the lean transport (the worker sets it from
+    ``PARLEY_HTTP_CLIENT`` when it starts; on by default)."""
+    global _lean
+    _lean = on
+
+
+def turn_client(*, transport: httpx.BaseTransport | None = None, **options: object) -> httpx.Client:
+    """A single-connection client for a turn's own requests: over the lean transport unless ``transport`` is given
+    (tests inject theirs), the lean one is turned off, or the environment names a proxy (``HTTPS_PROXY`` and the
+    like: httpx's own transport goes through it). ``options`` are httpx.Client's (timeout, headers, ...)."""
+    # httpx reads the environment's proxies only for a Client with its own transport: with a proxy set, keep it.
+    if transport is None and _lean and not any(k in ("http", "https", "all") for k in getproxies()):
+        transport = LeanTransport(tls_context)
+    return httpx.Client(limits=single_connection(), verify=tls_context(), transport=transport,
+                        **options)  # type: ignore[arg-type]
 
 
 def single_connection() -> httpx.Limits:

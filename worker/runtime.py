@@ -20,6 +20,7 @@ from worker.conversation.tokens import CalibratingModel, UsageCalibratedCounter
 from worker.conversation.tools import Tool
 from worker.delivery.channel import Channel, ConsoleChannel, WebhookChannel
 from worker.delivery.window import ServiceWindow, Template
+from worker.httppool import use_lean_transport
 from worker.numbers import numbers_from_settings
 from worker.service import ConversationService, MediaPreparer, Pacer, Presence, ServiceConfig, Wake
 from worker.settings import Settings
@@ -251,6 +252,7 @@ def build_service(settings: Settings, wake: Wake, *, model: Model | None = None,
                   tools: Any = None) -> ConversationService:
     """``tools=None`` (the worker's case) loads the deployment's tools from the settings (worker.tools)."""
     source = None
+    use_lean_transport(settings.llm.http_client == "lean")
     channel = channel or build_channel(settings)
     if tools is None:
         from worker.tools import load_tools

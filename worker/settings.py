@@ -114,6 +114,9 @@ class Broker(_Group):
     max_connections: int = Field(default=2000, validation_alias="broker_max_connections", description="Redis connections a "
                                  "worker process may open to the broker (kombu's default of 10 fails publishes and "
                                  "acks under a large threads or gevent concurrency); keep it above the concurrency.")
+    fetch_batch: int = Field(default=100, ge=0, validation_alias="broker_fetch_batch", description="On a redis:// "
+                             "broker, the most wake-ups a worker takes in one round trip when it has that many free "
+                             "slots (one LMPOP after each BRPOP); 0 takes one message per BRPOP, as kombu does.")
     remote_control: bool = Field(default=False, description="Answer `celery inspect` / `celery control` (a pub/sub "
                                  "connection per worker). Off: on a broker restart that connection's reconnect "
                                  "crashed workers (\"Unrecoverable error\", seen in the chaos suite); "
@@ -145,6 +148,11 @@ class Llm(_Group):
                                            description="Base URL for the Anthropic Messages API.")
     timeout: float = Field(default=60.0, validation_alias="llm_timeout",
                            description="Seconds to wait for a model answer (read timeout).")
+    http_client: Literal["lean", "httpx"] = Field(
+        default="lean", validation_alias="http_client", description="The transport under httpx for a turn's own "
+        "requests (the model call, the WhatsApp send and read mark). lean: the standard library's http.client, one "
+        "keep-alive HTTP/1.1 connection per pooled client (about half the CPU a request); httpx: httpx's default "
+        "transport (httpcore). Proxies from the environment apply either way.")
     connect_timeout: float = Field(default=5.0, validation_alias="llm_connect_timeout",
                                    description="Seconds to wait for a connection to the model.")
     max_retries: int = Field(default=2, validation_alias="llm_max_retries", description="Retries of one model call on 429/5xx "

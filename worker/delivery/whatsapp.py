@@ -43,7 +43,7 @@ from worker.errors import (
     SendOutcomeUnknownError,
     WhatsAppTokenError,
 )
-from worker.httppool import ClientPool, single_connection, tls_context
+from worker.httppool import ClientPool, turn_client
 from worker.reply_parts import OutPart, render_all
 from worker.retry_after import parse_retry_after
 
@@ -154,9 +154,8 @@ class WhatsAppSender:
         self._clock = clock
         self.url = f"{base_url.rstrip('/')}/{phone_number_id}/messages"
         headers = {"Authorization": f"Bearer {access_token}", "Content-Type": "application/json"}
-        self._clients = ClientPool(lambda: httpx.Client(
-            timeout=httpx.Timeout(timeout, connect=connect_timeout), headers=headers, limits=single_connection(),
-            verify=tls_context(), transport=transport))
+        self._clients = ClientPool(lambda: turn_client(
+            timeout=httpx.Timeout(timeout, connect=connect_timeout), headers=headers, transport=transport))
 
     def body(self, recipient: str, text: OutPart, reply_to: str | None = None,
              callback_data: str | None = None) -> dict[str, Any]:

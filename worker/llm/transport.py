@@ -30,7 +30,7 @@ from worker.errors import (
     ModelUnavailableError,
     RateLimitedError,
 )
-from worker.httppool import ClientPool, single_connection, tls_context
+from worker.httppool import ClientPool, turn_client
 from worker.retry_after import parse_retry_after
 
 log = logging.getLogger("parley.llm")
@@ -47,9 +47,8 @@ def shared_clients(base_url: str) -> ClientPool:
         with _clients_lock:
             pool = _clients.get(base_url)
             if pool is None:
-                pool = _clients[base_url] = ClientPool(lambda: httpx.Client(
-                    base_url=base_url, limits=single_connection(), verify=tls_context(),
-                    timeout=httpx.Timeout(60.0, connect=5.0)))
+                pool = _clients[base_url] = ClientPool(lambda: turn_client(
+                    base_url=base_url, timeout=httpx.Timeout(60.0, connect=5.0)))
     return pool
 
 
