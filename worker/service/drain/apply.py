@@ -255,7 +255,8 @@ class Applier:
         done = self._store_commit(run, version, env.message_id, new_state=new_state, reply=reply,
                                   trace=msgpack.packb(entry, use_bin_type=True), dead=None,
                                   claim_delivery_ms=self.config.lease_ms if claim_delivery else 0, also=also,
-                                  record=record, tokens=tokens)
+                                  record=record, tokens=tokens,
+                                  appended_to=resident.appended_to(new_state) if resident and new_state else None)
         if new_state is not None:
             self._keep(run, done.tag, resident)
         return done
@@ -267,13 +268,15 @@ class Applier:
 
     def _store_commit(self, run: DrainRun, version: int, input_id: str, *, new_state: bytes | None,
                       reply: bytes | None, trace: bytes, dead: bytes | None, claim_delivery_ms: int = 0,
-                      also: Sequence[str] = (), record: bytes | None = None, tokens: int = 0) -> CommitResult:
+                      also: Sequence[str] = (), record: bytes | None = None, tokens: int = 0,
+                      appended_to: int | None = None) -> CommitResult:
         """The commit, with the heartbeat held off while it runs and stopped when it gave the lease up."""
         with run.beat.committing():
             done = self.store.commit(run.cid, run.token, expected_version=version, input_id=input_id,
                                      new_state=new_state, reply=reply, trace=trace, dead=dead,
                                      lease_ms=self.config.lease_ms, claim_delivery_ms=claim_delivery_ms,
-                                     also=also, peek=self.config.burst.peek, record=record, tokens=tokens)
+                                     also=also, peek=self.config.burst.peek, record=record, tokens=tokens,
+                                     appended_to=appended_to)
             if done.next is None:
                 run.beat.end()
         run.applied += 1 + len(also)
