@@ -15,6 +15,11 @@ from worker.store.redis_store import ConversationStore, StoreLimits
 CID = "447700900333"
 
 
+def _stored(client: redis.Redis, store: ConversationStore) -> bytes:
+    """The blob as its list holds it (a base, then the frames), joined."""
+    return b"".join(client.lrange(store.keys(CID).blob, 0, -1))
+
+
 def _turn(store: ConversationStore, n: int, state: bytes | None, *, appended_to: int | None = None,
           reply: bytes | None = None) -> str:
     store.accept(CID, f"p{n}".encode(), f"id-{n}")
@@ -28,7 +33,8 @@ def test_a_commit_appends_what_the_turn_added(store: ConversationStore, client: 
     first = _turn(store, 0, b"base")
     second = _turn(store, 1, b"base+one", appended_to=4)
     third = _turn(store, 2, b"base+one+two", appended_to=8)
-    assert client.get(store.keys(CID).blob) == b"base+one+two" == store.read_state(CID).blob
+    assert _stored(client, store) == b"base+one+two" == store.read_state(CID).blob
+    assert client.lrange(store.keys(CID).blob, 0, -1) == [b"base", b"+one", b"+two"]  # the base, then each turn's
     assert len({first, second, third}) == 3  # every write, appended or whole, names a new blob
     begin = store.begin(CID, 10_000, have=second)  # a worker holding an older state is sent the whole blob
     assert begin.snapshot is None or begin.snapshot.state is None  # nothing waits: nothing is read
@@ -46,7 +52,7 @@ def test_an_append_onto_another_blob_is_refused_and_changes_nothing(store: Conve
     with pytest.raises(StaleLeaseError):  # encoded from a 3-byte blob: not the stored one
         store.commit(CID, begin.token, expected_version=begin.snapshot.version, input_id="id-1",
                      new_state=b"bas+one", appended_to=3, reply=b"r")
-    assert client.get(store.keys(CID).blob) == b"base" and store.inbox_depth(CID) == 1
+    assert _stored(client, store) == b"base" and store.inbox_depth(CID) == 1
     assert store.outbox_depth(CID) == 0 and store.read_state(CID).version == begin.snapshot.version
     assert StoreKit(store).head(CID).state == b"base" and tag
 
@@ -65,7 +71,7 @@ def test_a_state_where_it_was_before_loads_and_its_next_whole_write_moves_it(sto
     kept = store.commit(CID, begin.token, expected_version=3, input_id="id-0", new_state=None)
     assert kept.next is not None and kept.next.state == b"old"  # a commit that keeps the state hands it back
     store.commit(CID, begin.token, expected_version=4, input_id="id-1", new_state=b"new whole")
-    assert client.get(k.blob) == b"new whole" and not client.hexists(k.state, "blob")
+    assert _stored(client, store) == b"new whole" and not client.hexists(k.state, "blob")
     assert store.read_state(CID).blob == b"new whole"
 
 

@@ -24,11 +24,12 @@ redis.call('SET', KEYS[1], t, 'PX', ARGV[1])
 return t
 """
 
-# KEYS: inbox, state, blob -> {head entry, blob, version}
+# KEYS: inbox, state, blob -> {head entry, blob (joined), version}
 _HEAD = """
 local head = redis.call('LINDEX', KEYS[1], 0)
 local s = redis.call('HMGET', KEYS[2], 'blob', 'version')
-return {head, redis.call('GET', KEYS[3]) or s[1], s[2] or '0'}
+local parts = redis.call('LRANGE', KEYS[3], 0, -1)
+return {head, #parts > 0 and table.concat(parts) or s[1], s[2] or '0'}
 """
 
 # KEYS: fence, attempts   ARGV: token, field -> attempts so far, or -1 when the fence moved
@@ -51,8 +52,11 @@ _PUT_STATE = """
 local v = tonumber(redis.call('HGET', KEYS[1], 'version') or '0')
 if v ~= tonumber(ARGV[1]) then return {-2, v} end
 redis.call('HDEL', KEYS[1], 'blob')
-if ARGV[2] ~= '' then redis.call('SET', KEYS[2], ARGV[2]) redis.call('HSET', KEYS[1], 'tag', ARGV[3])
-else redis.call('DEL', KEYS[2]) redis.call('HDEL', KEYS[1], 'tag') end
+redis.call('DEL', KEYS[2])
+if ARGV[2] ~= '' then
+  redis.call('RPUSH', KEYS[2], ARGV[2])
+  redis.call('HSET', KEYS[1], 'tag', ARGV[3], 'blen', #ARGV[2])
+else redis.call('HDEL', KEYS[1], 'tag', 'blen') end
 redis.call('HSET', KEYS[1], 'version', v + 1)
 return {v + 1, 0}
 """

@@ -32,6 +32,11 @@ class Resident:
     size: int
     clean: CleanPrefix | None = None  # how much of the history the last request found valid (no re-check)
 
+    @property
+    def blob(self) -> bytes:
+        """The blob this resident is, byte for byte."""
+        return self.memo.stored
+
     def appended_to(self, blob: bytes) -> int | None:
         """When ``blob`` is this resident's and was made by appending to the stored blob: that blob's length (the
         store writes only what follows it). ``None``: ``blob`` is to be written whole."""

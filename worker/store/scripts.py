@@ -21,6 +21,16 @@ def _opt(value: Any) -> bytes | None:
     return None if value is None else bytes(value)
 
 
+def _blob(value: Any) -> bytes | None:
+    """A state blob as the scripts send it: its parts (a base and the frames appended to it, see
+    include/stored_blob.lua) joined, a blob of before issue 33 as it is, or None."""
+    if value is None:
+        return None
+    if isinstance(value, list):
+        return b"".join(value)
+    return bytes(value)
+
+
 def _text(value: Any) -> str | None:
     return None if value is None else bytes(value).decode("utf-8", "replace")
 
@@ -402,7 +412,7 @@ class Scripts:
         res = self._begin(keys=BeginKeys(keys.hold, keys.inbox, keys.lease, keys.fence, keys.state, keys.attempts,
                                          keys.journal, keys.blob),
                           args=[lease_ms, peek, held_tag])
-        return BeginReply(int(res[0]), _opt(res[1]), _opt(res[2]), int(res[3] or 0), int(res[4] or 0),
+        return BeginReply(int(res[0]), _opt(res[1]), _blob(res[2]), int(res[3] or 0), int(res[4] or 0),
                           [bytes(e) for e in res[5] or ()], _text(res[6]) or "", int(res[7] or 0) == 1)
 
     def commit(self, *, keys: ConversationKeys, token: int, expected_version: int, input_id: str,
@@ -422,7 +432,7 @@ class Scripts:
                               record.entry, record.max, usage_day if tokens > 0 else "", tokens, append_at),
                   *burst_ids))
         return CommitReply(int(res[0]), int(res[1]), int(res[2]) == 1, _opt(res[3]), int(res[4] or 0),
-                           _opt(res[5]), ClaimReply.parse([*res[6:10], res[12]]), [bytes(e) for e in res[10] or ()],
+                           _blob(res[5]), ClaimReply.parse([*res[6:10], res[12]]), [bytes(e) for e in res[10] or ()],
                            _text(res[11]) or "")
 
     def defer(self, *, keys: ConversationKeys, token: int, input_id: str, hold_ms: int) -> bool:
@@ -455,7 +465,7 @@ class Scripts:
     def read_state(self, *, keys: ConversationKeys) -> tuple[bytes | None, int]:
         """The state blob (None: no state) and version, read together."""
         blob, version, _ = self._read_state(keys=[keys.state, keys.blob], args=[""])
-        return _opt(blob), int(version or 0)
+        return _blob(blob), int(version or 0)
 
     def record_step(self, *, keys: ConversationKeys, token: int, input_id: str, field: str, entry: bytes,
                     max_entries: int, ttl_ms: int) -> RecordReply:

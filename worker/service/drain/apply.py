@@ -79,6 +79,7 @@ class Applier:
     def apply(self, run: DrainRun, snap: Snapshot, outcome: Outcome) -> CommitResult | None:
         """Apply ``outcome`` for the head of ``snap``: the commit, or None when the drain ends here with the
         lease given up (a deferral, a hand-back)."""
+        run.stored = run.stored_blob(snap)
         return self._by_kind[type(outcome)](run, snap, outcome)
 
     def _answer(self, run: DrainRun, snap: Snapshot, a: Answer) -> CommitResult:
@@ -256,7 +257,7 @@ class Applier:
                                   trace=msgpack.packb(entry, use_bin_type=True), dead=None,
                                   claim_delivery_ms=self.config.lease_ms if claim_delivery else 0, also=also,
                                   record=record, tokens=tokens,
-                                  appended_to=resident.appended_to(new_state) if resident and new_state else None)
+                                  appended_to=_appended(resident, new_state, run.stored))
         if new_state is not None:
             self._keep(run, done.tag, resident)
         return done
@@ -281,3 +282,13 @@ class Applier:
                 run.beat.end()
         run.applied += 1 + len(also)
         return done
+
+
+def _appended(resident: Resident | None, new_state: bytes | None, stored: bytes | None) -> int | None:
+    """Where ``new_state``'s new bytes start when it is the stored blob with bytes appended (the commit then sends
+    only those), else None (written whole). The resident says what its blob appended to; that must be the very blob
+    the store holds (a turn retried on a state compacted under the lease appended to the compacted blob instead)."""
+    at = resident.appended_to(new_state) if resident is not None and new_state else None
+    if at is None or stored is None or len(stored) != at or not (new_state or b"").startswith(stored):
+        return None
+    return at

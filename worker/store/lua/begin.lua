@@ -1,17 +1,19 @@
 -- BEGIN: start draining in one round trip.
 -- KEYS: hold, inbox, lease, fence, state, attempts, journal, blob_key
 -- ARGV: lease_ms, peek, have (the caller's state tag, '' none)
--- Returns: {token or HELD | EMPTY | BUSY, head entry, blob, version, attempts at the head, the ``peek`` entries after
+-- Returns: {token or HELD | EMPTY | BUSY, head entry, blob (its parts, see stored_blob), version, attempts at the head, the ``peek`` entries after
 --          the head (what a burst may take in; empty when peek is 0), the state's tag, whether the turn journal
 --          holds entries}
 -- HELD: held for a retry (or a burst's quiet period); EMPTY: nothing waiting; BUSY: another worker holds the lease;
 -- else the lease is taken with a new token.
 -- The state's tag changes with every write of the blob (see COMMIT): when the caller already holds the state with
 -- that tag (decoded, from its last turn on this conversation), the blob is not sent again (nor read). The blob is
--- blob_key's; a state last written whole before issue 33 is still in the state hash's blob field.
+-- blob_key's parts (see stored_blob, the caller joins them); a state last written whole before issue 33 is still
+-- in the state hash's blob field.
 --! include head_id
 --! include next_token
 --! include codes
+--! include stored_blob
 local hold = KEYS[1]
 local inbox = KEYS[2]
 local lease = KEYS[3]
@@ -33,7 +35,7 @@ local t = next_token(fence)
 redis.call('SET', lease, t, 'PX', lease_ms)
 local s = redis.call('HMGET', state, 'blob', 'version', 'tag')
 local blob, tag = false, s[3] or ''
-if tag == '' or tag ~= have then blob = redis.call('GET', blob_key) or s[1] end
+if tag == '' or tag ~= have then blob = stored_blob(blob_key, s[1]) end
 local a = redis.call('HINCRBY', attempts, head_id(head), 1)
 local after = {}
 local n = tonumber(peek or '0')

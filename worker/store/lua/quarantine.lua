@@ -18,7 +18,7 @@ if not holds(fence, token) then return {FENCE_MOVED, 0} end
 local v = tonumber(redis.call('HGET', state, 'version') or '0')
 if v ~= tonumber(expected_version) then return {VERSION_MOVED, v} end
 append_capped(quarantine, record, max_kept)
-redis.call('HDEL', state, 'blob', 'tag')
+redis.call('HDEL', state, 'blob', 'tag', 'blen')
 redis.call('DEL', blob_key)
 redis.call('HSET', state, 'version', v + 1)
 return {v + 1, 0}
