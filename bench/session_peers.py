@@ -28,7 +28,7 @@ a turn's texts the same lengths (about 80 and 200 characters).
 Printed per contender: turns/s, client CPU per turn (this process's CPU time, every thread), the median cost of a
 turn in turns 1-10 against the last ten (growth), the bytes sent to Redis per turn (its ``total_net_input_bytes``)
 and the memory one conversation takes in Redis at the end (``MEMORY USAGE`` of its keys, the median of a sample;
-Parley's with every key: mailbox dedupe, trace, delivered list, not only the history). Ratios are taken against
+Parley's with every key: mailbox dedupe, trace, delivered list; and of that its history, the state alone). Ratios are taken against
 the floor and the peer of the same run. Rounds alternate the contenders so a noisy neighbour hits them alike.
 """
 
@@ -138,6 +138,7 @@ class Run:
     by_turn: dict[int, list[float]] = field(default_factory=dict)
     sent_bytes: int = 0  # to Redis over the whole pass (total_net_input_bytes)
     memory: float = 0.0  # bytes one conversation takes in Redis at the end (median of a sample)
+    history_memory: float = 0.0  # of which its history (Parley: the state; the peers keep only that)
 
     def rate(self) -> float:
         return self.turns / self.seconds
@@ -207,7 +208,7 @@ def floor(url: str, conversations: int, turns: int) -> Run:
 
     try:
         run = drive("floor: WATCH/MULTI msgpack list", conversations, turns, one, r)
-        run.memory = memory_of(r, lambda c: [f"{prefix}{c}"], conversations)
+        run.memory = run.history_memory = memory_of(r, lambda c: [f"{prefix}{c}"], conversations)
         return run
     finally:
         r.close()
@@ -235,6 +236,7 @@ def agents_session(url: str, conversations: int, turns: int) -> Run | None:
     try:
         run = drive("agents: RedisSession", conversations, turns, lambda c, t: loop.run_until_complete(turn(c, t)), r)
         run.memory = memory_of(r, lambda c: [f"{prefix}:s{c}", f"{prefix}:s{c}:*"], conversations)
+        run.history_memory = run.memory
         return run
     finally:
         r.close()
@@ -292,6 +294,8 @@ def parley(url: str, conversations: int, turns: int, name: str = "parley: accept
     try:
         run = drive(name, conversations, turns, one, r)
         run.memory = memory_of(r, lambda c: [f"{prefix}:{{{ids[c]}}}:*"], conversations)
+        run.history_memory = memory_of(r, lambda c: [f"{prefix}:{{{ids[c]}}}:state", f"{prefix}:{{{ids[c]}}}:blob"],
+                                       conversations)
     finally:
         r.close()
     state = svc.store.read_state(ids[0])
@@ -315,11 +319,11 @@ def parley_of_tree(tree: str, url: str, conversations: int, turns: int) -> Run:
 
 def report(runs: list[Run], turns: int) -> None:
     print(f"{'contender':44s} {'turns/s':>8s} {'CPU ms/turn':>11s} {'p50 t1-10':>10s} {'p50 last 10':>11s} "
-          f"{'growth':>7s} {'B to Redis/turn':>15s} {'KB/conversation':>15s}")
+          f"{'growth':>7s} {'B to Redis/turn':>15s} {'KB/conversation':>15s} {'KB of history':>13s}")
     for r in runs:
         print(f"{r.name:44s} {r.rate():8.0f} {r.cpu_ms():11.3f} {r.band(1, 10) * 1e3:8.3f}ms "
               f"{r.band(turns - 9, turns) * 1e3:9.3f}ms {r.growth(turns):6.2f}x {r.sent_bytes / r.turns:15.0f} "
-              f"{r.memory / 1024:15.1f}")
+              f"{r.memory / 1024:15.1f} {r.history_memory / 1024:13.1f}")
 
 
 def main() -> None:
@@ -356,8 +360,8 @@ def main() -> None:
                   + (f"; parley / RedisSession {vs_peer:.2f}x (target >= 2)" if vs_peer else "")
                   + f"; parley growth {ours.growth(args.turns):.2f}x (target <= 1.2); "
                     f"client CPU {ours.cpu_ms():.3f} ms/turn (target <= 1)"
-                  + (f"; memory per conversation {ours.memory / peer.memory:.2f}x RedisSession's (target <= 1)"
-                     if peer else ""))
+                  + (f"; memory per conversation {ours.memory / peer.memory:.2f}x RedisSession's (target <= 1; "
+                     f"its history alone {ours.history_memory / peer.memory:.2f}x)" if peer else ""))
             if old is not None:
                 print(f"before -> now: turns/s {old.rate():.0f} -> {ours.rate():.0f}, growth {old.growth(args.turns):.2f}x"
                       f" -> {ours.growth(args.turns):.2f}x, CPU {old.cpu_ms():.3f} -> {ours.cpu_ms():.3f} ms/turn, "

@@ -121,7 +121,9 @@ def test_round_trip_and_compression() -> None:
         (_v4(msgpack.packb({"p": "openai"}), frames=b"\xc1"), "corrupt"),
         (_v4(msgpack.packb({"p": "openai"}), frames=msgpack.packb([1])), "invalid"),  # a frame that is no map
         (_v4(msgpack.packb({"p": "openai"}), frames=msgpack.packb({"m": [{"r": "user", "s": 5}], "ns": 2,
-                                                                    "meta": ["", 0.0, 0.0, 0, 0, 0]})), "invalid"),
+                                                                    "meta": [0.0, 0, 0, 0]})), "invalid"),
+        (_v4(msgpack.packb({"p": "openai"}), frames=msgpack.packb({"ns": 2, "meta": ["", 0.0, 0.0, 0, 0, 0]})),
+         "invalid"),  # a frame's metadata holds no epoch
         (_v4(msgpack.packb({"p": "openai"}), frames=msgpack.packb({"ns": 2})), "invalid"),  # no meta
         (_v4(b"not zstd", FLAG_ZSTD), "corrupt"),
     ],
@@ -275,7 +277,7 @@ def test_the_base_is_one_packb_of_the_whole_map_and_a_turn_appends_one_frame() -
         added = Message(role="assistant", content="more")
         grown = state.append(added).with_usage(Usage(5, 6), state.next_seq)
         frame = {"m": [_enc_message(added.with_seq(state.next_seq))], "ns": grown.next_seq, "seen": grown.seen_seq,
-                 "u": [5, 6, 0, 0], "meta": whole["meta"]}
+                 "u": [5, 6, 0, 0], "meta": whole["meta"][2:]}  # the epoch and start only change in a whole write
         appended, after = encode_with_memo(grown, memo)
         assert appended == blob + msgpack.packb(frame, use_bin_type=True) and after.written_from == len(blob)
         assert decode_state(appended) == grown
@@ -283,3 +285,5 @@ def test_the_base_is_one_packb_of_the_whole_map_and_a_turn_appends_one_frame() -
         again, _ = encode_with_memo(with_fact, after)
         assert again.startswith(appended) and decode_state(again) == with_fact
         assert msgpack.unpackb(again[len(appended):])["f"] == [[f.key, f.text] for f in with_fact.facts]
+        new_life = replace(with_fact, meta=replace(with_fact.meta, epoch="another"))  # a reset: written whole
+        assert encode_with_memo(new_life, after)[1].written_from == 0

@@ -7,7 +7,8 @@ the conversation's metadata.
 Wire format: ``b"PLY"`` + one format byte + one flags byte + the rest. Since version 4 (issue 33) the rest is a
 four-byte big-endian length, the *base* (a msgpack map of the whole state, zstd-compressed when the flag says so:
 bases over ``COMPRESS_OVER`` bytes), then any number of *frames*: msgpack maps, uncompressed, each what one write
-added (the new messages, the counters, usage and metadata, and the facts when they changed; see :func:`_frame`).
+added (the new messages, the counters, usage, the metadata but the epoch and start, and the facts when they changed;
+see :func:`_frame`).
 A turn that only grows the history appends one frame, so the store writes only the frame (Redis ``APPEND``); a
 compaction, a reset or anything else that rewrites the past writes the state whole, as a new base with no frames.
 Before version 4 the rest was the base alone. The format byte is the schema version; :data:`MIGRATIONS` upgrades
@@ -210,12 +211,15 @@ def _frame(state: ConversationState, memo: Memo) -> bytes | None:
     before = memo.state
     old, new = before.messages, state.messages
     if (memo.stored[3:4] != LOG_VERSION_BYTE or len(new) < len(old) or state.provider != before.provider
+            or state.meta.epoch != before.meta.epoch or state.meta.started_at != before.meta.started_at
             or state.generation != before.generation or state.summary_seq != before.summary_seq
             or state.summary != before.summary or not _same(state.pinned, before.pinned)
             or not _same(new[:len(old)], old)):
         return None
+    meta = state.meta  # what a frame may change of it (a new epoch is a reset: written whole)
     delta: dict[str, Any] = {"m": [_enc_message(m) for m in new[len(old):]], "ns": state.next_seq,
-                             "seen": state.seen_seq, "u": _enc_usage(state.last_usage), "meta": _enc_meta(state.meta)}
+                             "seen": state.seen_seq, "u": _enc_usage(state.last_usage),
+                             "meta": [meta.last_activity, meta.turns, meta.events, meta.compactions]}
     if state.facts is not before.facts and state.facts != before.facts:
         delta["f"] = [[f.key, f.text] for f in state.facts]
     return _pack(delta)
@@ -396,9 +400,11 @@ def _with_frames(state: ConversationState, frames: list[Any]) -> ConversationSta
         messages.extend(_dec_message(m) for m in added)
         ints = _dec_counters(delta, (("ns", state.next_seq), ("seen", state.seen_seq)))
         facts = _dec_facts(delta["f"]) if "f" in delta else state.facts
+        meta = delta.get("meta")
+        _need(isinstance(meta, list) and len(meta) == 4, "bad frame meta")
+        meta = _dec_meta([state.meta.epoch, state.meta.started_at, *meta])
         state = ConversationState(state.provider, (), state.summary, state.summary_seq, state.pinned, ints["ns"],
-                                  ints["seen"], _dec_usage(delta.get("u")), state.generation,
-                                  _dec_meta(delta.get("meta")), facts)
+                                  ints["seen"], _dec_usage(delta.get("u")), state.generation, meta, facts)
     return replace(state, messages=tuple(messages))
 
 
