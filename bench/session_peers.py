@@ -109,6 +109,7 @@ def _varied(rng: random.Random, length: int) -> str:
     return " ".join(out)
 
 
+@functools.cache
 def user_text(cid: int, turn: int) -> str:
     """About 80 characters, different every turn."""
     same = _repetitive_user(cid, turn)
@@ -118,6 +119,7 @@ def user_text(cid: int, turn: int) -> str:
     return head + _varied(random.Random(f"u{cid}:{turn}"), len(same) - len(head) - 1) + "?"
 
 
+@functools.cache
 def assistant_text(turn: int, cid: int = 0) -> str:
     """About 200 characters."""
     same = _repetitive_assistant(turn)
@@ -170,6 +172,9 @@ def memory_of(r: redis.Redis, patterns: Callable[[int], list[str]], conversation
 def drive(name: str, conversations: int, turns: int, one: Callable[[int, int], None], r: redis.Redis) -> Run:
     """Turn 1 of every conversation, then turn 2 of every conversation, ...: histories grow together, as a
     live fleet's do."""
+    for t in range(1, turns + 1):  # the texts are made before the clock starts (the same for every contender)
+        for c in range(conversations):
+            user_text(c, t), assistant_text(t, c)
     run = Run(name)
     sent = _sent(r)
     wall, cpu = time.perf_counter(), time.process_time()
