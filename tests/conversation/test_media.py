@@ -56,15 +56,16 @@ def test_bad_media_is_refused(bad: Message) -> None:
 def test_the_state_keeps_the_reference_and_round_trips() -> None:
     s = ConversationState.fresh("openai").append(msgs.user("look", media=PHOTO), Message(role="assistant", content="ok"))
     blob = encode_state(s)
-    assert blob[3] == 2 and decode_state(blob) == s
+    assert blob[3] == FORMAT_VERSION and decode_state(blob) == s
     assert b"wamedia.1" in blob and JPEG.data not in blob
 
 
-def test_a_state_without_photos_is_still_written_as_version_1() -> None:
-    # So a worker of the previous release, during a rolling deploy, keeps reading every state it can.
+def test_every_state_is_written_in_the_current_format() -> None:
+    # Since frames (issue 33) a state of the previous release's format cannot be appended to: every write is version
+    # 4, which the previous release refuses ("version") rather than reading a state without its appended turns.
     s = ConversationState.fresh("openai").append(msgs.user("hi"), Message(role="assistant", content="ok"))
-    assert encode_state(s)[3] == 1
-    assert FORMAT_VERSION == 3
+    assert encode_state(s)[3] == 4
+    assert FORMAT_VERSION == 4
 
 
 def test_golden_v2_with_photos_decodes() -> None:
@@ -154,18 +155,14 @@ def test_attachments_must_be_attachments() -> None:
         Chat(model=ScriptedModel()).run_turn(None, user="hi", attachments={"x": b"raw"})  # type: ignore[dict-item]
 
 
-def test_the_version_follows_photos_through_the_memo() -> None:
-    """The encoder knows from what it packed whether a photo is held: a photo added after a memoised encoding makes
-    the blob version 2; once compaction drops it (the history repacked), version 1 again; a pinned one counts."""
+def test_photos_ride_in_appended_frames() -> None:
+    """A photo added after a stored state is in the frame the write appends, and survives decoding; a pinned one
+    (a change of the pinned items) makes the write whole."""
     plain = ConversationState.fresh("openai").append(msgs.user("hi"), Message(role="assistant", content="ok"))
     blob, memo = encode_with_memo(plain)
-    assert blob[3] == 1
     with_photo = plain.append(msgs.user("look", media=PHOTO))
-    blob, memo = encode_with_memo(with_photo, memo)
-    assert blob[3] == 2
-    blob, memo = encode_with_memo(with_photo.append(Message(role="assistant", content="nice")), memo)
-    assert blob[3] == 2
-    dropped = replace(with_photo, messages=with_photo.messages[:2])
-    assert encode_with_memo(dropped, memo)[0][3] == 1
-    pinned = replace(dropped, pinned=(msgs.user("keep", media=PHOTO).with_seq(3),))
-    assert encode_with_memo(pinned, memo)[0][3] == 2
+    grown, memo = encode_with_memo(with_photo, memo)
+    assert memo.written_from == len(blob) and decode_state(grown) == with_photo
+    pinned = replace(with_photo, pinned=(msgs.user("keep", media=PHOTO).with_seq(4),), next_seq=5)
+    whole, memo = encode_with_memo(pinned, memo)
+    assert memo.written_from == 0 and decode_state(whole) == pinned

@@ -16,7 +16,12 @@ from worker.conversation import ModelRequest, Reply
 from worker.conversation.history import repair_from, repair_history
 from worker.conversation.messages import Message, ToolCall
 from worker.conversation.resident import Resident
-from worker.conversation.state import ConversationState, decode_state, encode_state, encode_with_memo
+from worker.conversation.state import (
+    ConversationState,
+    decode_state,
+    decode_with_memo,
+    encode_with_memo,
+)
 
 
 def _play(steps, kind, use_residents):  # type: ignore[no-untyped-def]
@@ -95,13 +100,16 @@ def test_repair_from_a_clean_prefix_matches_repairing_it_all(first, then) -> Non
 
 @settings(max_examples=200, deadline=None)
 @given(messages, st.integers(0, 5))
-def test_encoding_with_the_memo_is_the_same_bytes(spec, extra) -> None:  # type: ignore[no-untyped-def]
+def test_encoding_with_the_memo_appends_what_was_added(spec, extra) -> None:  # type: ignore[no-untyped-def]
     base = replace(ConversationState.fresh("p", now=1.0), messages=_history(spec), next_seq=len(spec) + 1)
-    _, memo = encode_with_memo(base)
+    stored, memo = encode_with_memo(base)
     grown = base.append(*(Message("user", f"more {i} " * 300) for i in range(extra)))  # may cross the zstd limit
-    assert encode_with_memo(grown, memo)[0] == encode_state(grown)
-    shrunk = replace(grown, messages=grown.messages[1:])  # a compaction: the prefix is not the same any more
-    assert encode_with_memo(shrunk, memo)[0] == encode_state(shrunk)
+    blob, after = encode_with_memo(grown, memo)
+    assert blob.startswith(stored) and after.written_from == len(stored) and decode_state(blob) == grown
+    assert decode_state(encode_with_memo(grown, decode_with_memo(blob))[0]) == grown  # nothing new: the same blob
+    shrunk = replace(grown, messages=grown.messages[1:]) if grown.messages else replace(grown, summary="s")
+    # A compaction (the prefix is not the same any more) writes the state whole.
+    assert encode_with_memo(shrunk, after) == encode_with_memo(shrunk)
 
 
 def _targets_reference(c: CompressToolExchanges, state: ConversationState) -> list[int]:

@@ -24,6 +24,7 @@ from worker.conversation.state import (
     _enc_message,
     _enc_usage,
     decode_state,
+    decode_with_memo,
     encode_state,
     encode_with_memo,
     load_state,
@@ -31,6 +32,12 @@ from worker.conversation.state import (
 from worker.errors import StateDecodeError
 
 GOLDEN = pathlib.Path(__file__).parent / "golden"
+LEGACY = 3  # the last format before frames: the rest of the blob is the base (tests of bounded decoding use it)
+
+
+def _v4(body: bytes, flags: int = 0, frames: bytes = b"") -> bytes:
+    """A blob of the current container: the base's length, the base, then frames."""
+    return MAGIC + bytes([FORMAT_VERSION, flags]) + len(body).to_bytes(4, "big") + body + frames
 
 
 def test_golden_v1_small_still_decodes() -> None:
@@ -53,6 +60,33 @@ def test_golden_v1_compressed_still_decodes() -> None:
     assert s.provider == "anthropic" and len(s.messages) == 40 and s.meta.turns == 20
 
 
+def test_golden_v4_with_frames_decodes() -> None:
+    """A base (two messages, a summary) and two appended frames: a tool exchange with usage and metadata, then a fact
+    and one more message."""
+    blob = (GOLDEN / "v4_frames.bin").read_bytes()
+    s = decode_state(blob)
+    assert [m.role for m in s.messages] == ["event", "user", "assistant", "tool", "assistant", "user"]
+    assert [m.seq for m in s.messages] == [1, 2, 3, 4, 5, 6] and s.next_seq == 7 and s.seen_seq == 5
+    assert s.messages[2].tool_calls == (ToolCall("call_1", "lookup", '{"place": "Harrogate Theatre"}'),)
+    assert s.messages[0].pinned and s.summary == "The user is playing" and s.last_usage == Usage(120, 8, 64, 0)
+    assert s.facts == (Fact("target", "The current target is Harrogate Theatre"),)
+    assert s.meta == Meta("fedcba9876543210", 1800000000.0, 1800000100.5, 1, 0, 0)
+
+
+@pytest.mark.parametrize("name", ["v1_small.bin", "v1_compressed.bin", "v3_facts.bin"])
+def test_a_state_of_an_older_format_loads_and_its_next_write_migrates_it(name: str) -> None:
+    """A blob of a format before frames cannot take one: the first write after it is whole, in the current format;
+    the write after that appends."""
+    old = (GOLDEN / name).read_bytes()
+    memo = decode_with_memo(old)
+    grown = memo.state.append(Message(role="user", content="and now?"))
+    blob, after = encode_with_memo(grown, memo)
+    assert blob[3] == FORMAT_VERSION and after.written_from == 0 and decode_state(blob) == grown
+    again = grown.append(Message(role="assistant", content="now this"))
+    blob2, after2 = encode_with_memo(again, after)
+    assert after2.written_from == len(blob) and blob2.startswith(blob) and decode_state(blob2) == again
+
+
 def test_every_older_format_has_a_migration() -> None:
     # When FORMAT_VERSION goes up, a migration from each older version must exist and a golden blob of
     # the old version must be kept next to this test.
@@ -65,7 +99,7 @@ def test_round_trip_and_compression() -> None:
         *[Message(role="user", content="word " * 1000), Message(role="assistant", content="ok", raw={"x": 1})]
     )
     blob = encode_state(s)
-    assert blob[:3] == MAGIC and blob[3] == 1  # no photos: the oldest format that holds it (test_media.py)
+    assert blob[:3] == MAGIC and blob[3] == FORMAT_VERSION == 4
     assert blob[4] & FLAG_ZSTD
     assert decode_state(blob) == s
 
@@ -77,11 +111,21 @@ def test_round_trip_and_compression() -> None:
         (b"hello world", "corrupt"),
         (MAGIC + bytes([FORMAT_VERSION + 1, 0]) + msgpack.packb({}), "version"),
         (MAGIC + bytes([0, 0]) + msgpack.packb({}), "version"),
-        (MAGIC + bytes([FORMAT_VERSION, 0x80]) + msgpack.packb({}), "corrupt"),
-        (MAGIC + bytes([FORMAT_VERSION, 0]) + b"\xc1", "corrupt"),
-        (MAGIC + bytes([FORMAT_VERSION, 0]) + msgpack.packb([1, 2]), "invalid"),
-        (MAGIC + bytes([FORMAT_VERSION, 0]) + msgpack.packb({"p": "openai", "m": [{"r": "wizard"}]}), "invalid"),
-        (MAGIC + bytes([FORMAT_VERSION, FLAG_ZSTD]) + b"not zstd", "corrupt"),
+        (MAGIC + bytes([LEGACY, 0x80]) + msgpack.packb({}), "corrupt"),
+        (MAGIC + bytes([LEGACY, 0]) + b"\xc1", "corrupt"),
+        (MAGIC + bytes([LEGACY, 0]) + msgpack.packb([1, 2]), "invalid"),
+        (MAGIC + bytes([LEGACY, 0]) + msgpack.packb({"p": "openai", "m": [{"r": "wizard"}]}), "invalid"),
+        (MAGIC + bytes([LEGACY, FLAG_ZSTD]) + b"not zstd", "corrupt"),
+        (MAGIC + bytes([FORMAT_VERSION, 0]) + b"\x00\x00", "corrupt"),  # no room for the base's length
+        (_v4(msgpack.packb({"p": "openai"}))[:-1], "corrupt"),  # the base runs past the blob
+        (_v4(msgpack.packb({"p": "openai"}), frames=b"\xc1"), "corrupt"),
+        (_v4(msgpack.packb({"p": "openai"}), frames=msgpack.packb([1])), "invalid"),  # a frame that is no map
+        (_v4(msgpack.packb({"p": "openai"}), frames=msgpack.packb({"m": [{"r": "user", "s": 5}], "ns": 2,
+                                                                    "meta": [0.0, 0, 0, 0]})), "invalid"),
+        (_v4(msgpack.packb({"p": "openai"}), frames=msgpack.packb({"ns": 2, "meta": ["", 0.0, 0.0, 0, 0, 0]})),
+         "invalid"),  # a frame's metadata holds no epoch
+        (_v4(msgpack.packb({"p": "openai"}), frames=msgpack.packb({"ns": 2})), "invalid"),  # no meta
+        (_v4(b"not zstd", FLAG_ZSTD), "corrupt"),
     ],
 )
 def test_bad_blobs_have_a_reason(blob: bytes, reason: str) -> None:
@@ -103,7 +147,7 @@ def test_oversize_blob_is_refused_before_decoding() -> None:
 
 def test_zstd_bomb_is_bounded() -> None:
     payload = msgpack.packb({"p": "openai", "m": [], "sum": "a" * (50 << 20)})
-    blob = MAGIC + bytes([FORMAT_VERSION, FLAG_ZSTD]) + zstandard.ZstdCompressor().compress(payload)
+    blob = MAGIC + bytes([LEGACY, FLAG_ZSTD]) + zstandard.ZstdCompressor().compress(payload)
     assert len(blob) < 100_000
     with pytest.raises(StateDecodeError) as info:
         decode_state(blob, max_bytes=1 << 20)
@@ -113,13 +157,13 @@ def test_zstd_bomb_is_bounded() -> None:
 def test_msgpack_bombs_are_refused() -> None:
     deep = b"\x91" * 100_000 + b"\xc0"  # 100k nested one-element arrays
     with pytest.raises(StateDecodeError):
-        decode_state(MAGIC + bytes([FORMAT_VERSION, 0]) + deep)
+        decode_state(MAGIC + bytes([LEGACY, 0]) + deep)
     lying = b"\xdd\xff\xff\xff\xff"  # array32 declaring 4 billion items, then nothing
     with pytest.raises(StateDecodeError):
-        decode_state(MAGIC + bytes([FORMAT_VERSION, 0]) + lying)
+        decode_state(MAGIC + bytes([LEGACY, 0]) + lying)
     lying_str = b"\xdb\x7f\xff\xff\xff" + b"a" * 10
     with pytest.raises(StateDecodeError):
-        decode_state(MAGIC + bytes([FORMAT_VERSION, 0]) + lying_str)
+        decode_state(MAGIC + bytes([LEGACY, 0]) + lying_str)
 
 
 def test_provider_lock() -> None:
@@ -134,8 +178,10 @@ def test_provider_lock() -> None:
 @given(st.binary(max_size=400))
 def test_load_state_never_raises_on_random_bytes(blob: bytes) -> None:
     load_state(blob, provider="openai")
+    load_state(MAGIC + bytes([LEGACY, 0]) + blob, provider="openai")
+    load_state(MAGIC + bytes([LEGACY, FLAG_ZSTD]) + blob, provider="openai")
     load_state(MAGIC + bytes([FORMAT_VERSION, 0]) + blob, provider="openai")
-    load_state(MAGIC + bytes([FORMAT_VERSION, FLAG_ZSTD]) + blob, provider="openai")
+    load_state(_v4(msgpack.packb({"p": "openai"}), frames=blob), provider="openai")
 
 
 json_values = st.recursive(
@@ -148,7 +194,7 @@ json_values = st.recursive(
 @settings(max_examples=300, deadline=None)
 @given(st.dictionaries(st.sampled_from(["p", "m", "sum", "sums", "pin", "ns", "seen", "u", "g", "meta", "zz"]), json_values))
 def test_load_state_never_raises_on_random_payloads(payload: dict[str, object]) -> None:
-    blob = MAGIC + bytes([FORMAT_VERSION, 0]) + msgpack.packb(payload)
+    blob = MAGIC + bytes([LEGACY, 0]) + msgpack.packb(payload)
     load_state(blob, provider="openai")
 
 
@@ -212,9 +258,10 @@ def test_fast_paths_equal_replace() -> None:
     assert s.meta.after_turn(9.5) == replace(s.meta, turns=4, last_activity=9.5)
 
 
-def test_the_encoding_is_one_packb_of_the_whole_map_byte_for_byte() -> None:
-    """The encoder builds the payload from parts (the memoised runs, small maps for the other fields); the bytes must
-    be those of one msgpack.packb of the whole map, in the documented key order, with every field set and not."""
+def test_the_base_is_one_packb_of_the_whole_map_and_a_turn_appends_one_frame() -> None:
+    """A whole write is the base alone: the msgpack map of every field (set and not); a state grown at its end is the
+    stored blob byte for byte plus one frame (the new messages, counters, usage, metadata; the facts only when they
+    changed), and it decodes to the grown state."""
     _, s = _every_field_set()
     for state in (s, ConversationState(provider="anthropic"), replace(s, last_usage=None, pinned=(), facts=())):
         meta = state.meta
@@ -226,8 +273,17 @@ def test_the_encoding_is_one_packb_of_the_whole_map_byte_for_byte() -> None:
         if state.facts:
             whole["f"] = [[f.key, f.text] for f in state.facts]
         blob, memo = encode_with_memo(state)
-        assert blob[4] == 0 and blob[5:] == msgpack.packb(whole, use_bin_type=True)
-        grown = state.append(Message(role="assistant", content="more"))
-        whole["m"] = [_enc_message(x) for x in grown.messages]
-        whole["ns"] = grown.next_seq
-        assert encode_with_memo(grown, memo)[0][5:] == msgpack.packb(whole, use_bin_type=True)
+        assert blob == _v4(msgpack.packb(whole, use_bin_type=True)) and memo.written_from == 0
+        added = Message(role="assistant", content="more")
+        grown = state.append(added).with_usage(Usage(5, 6), state.next_seq)
+        frame = {"m": [_enc_message(added.with_seq(state.next_seq))], "ns": grown.next_seq, "seen": grown.seen_seq,
+                 "u": [5, 6, 0, 0], "meta": whole["meta"][2:]}  # the epoch and start only change in a whole write
+        appended, after = encode_with_memo(grown, memo)
+        assert appended == blob + msgpack.packb(frame, use_bin_type=True) and after.written_from == len(blob)
+        assert decode_state(appended) == grown
+        with_fact = grown.with_fact("target", "The theatre")
+        again, _ = encode_with_memo(with_fact, after)
+        assert again.startswith(appended) and decode_state(again) == with_fact
+        assert msgpack.unpackb(again[len(appended):])["f"] == [[f.key, f.text] for f in with_fact.facts]
+        new_life = replace(with_fact, meta=replace(with_fact.meta, epoch="another"))  # a reset: written whole
+        assert encode_with_memo(new_life, after)[1].written_from == 0

@@ -6,6 +6,7 @@ import pytest
 
 from worker import Chat, ScriptedModel, inspect_state
 from worker.conversation import EstimateCounter, Message, TiktokenCounter, ToolCall
+from worker.conversation.state import decode_state, encode_state
 from worker.conversation.tokens import encoding_for_model
 from worker.errors import ConfigurationError
 
@@ -53,6 +54,9 @@ def test_inspect_state_views() -> None:
     assert view["ok"] and view["turns"] == 1 and view["events"] == 1
     assert [h["role"] for h in view["history"]] == ["event", "user", "assistant"]
     assert view["history"][0]["pinned"]
+    # The library's turn appended to the event's blob: the view shows the whole state and how much was appended.
+    assert 0 < view["appended_bytes"] < view["bytes"]
+    assert inspect_state(encode_state(decode_state(state)))["appended_bytes"] == 0
     json.dumps(view)  # serialisable for the CLI
     assert inspect_state(None) == {"ok": True, "empty": True, "bytes": 0}
     bad = inspect_state(b"junk")

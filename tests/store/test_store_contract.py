@@ -526,6 +526,7 @@ def test_idle_ttl(client: redis.Redis, prefix: str) -> None:
     s.commit(CID, lease.token, expected_version=0, input_id="1", new_state=b"s", reply=b"r", lease_ms=10_000)
     k = s.keys(CID)
     assert 0 < client.pttl(k.state) <= 60_000
+    assert 0 < client.pttl(k.blob) <= 60_000  # the state's parts expire with its hash (an accept refreshes both)
     assert 0 < client.pttl(k.outbox) <= 60_000
     assert 0 < client.pttl(k.lease) <= 10_000  # the lease keeps its own expiry
     s.delete(CID)

@@ -24,11 +24,12 @@ redis.call('SET', KEYS[1], t, 'PX', ARGV[1])
 return t
 """
 
-# KEYS: inbox, state -> {head entry, blob, version}
+# KEYS: inbox, state, blob -> {head entry, blob (joined), version}
 _HEAD = """
 local head = redis.call('LINDEX', KEYS[1], 0)
 local s = redis.call('HMGET', KEYS[2], 'blob', 'version')
-return {head, s[1], s[2] or '0'}
+local parts = redis.call('LRANGE', KEYS[3], 0, -1)
+return {head, #parts > 0 and table.concat(parts) or s[1], s[2] or '0'}
 """
 
 # KEYS: fence, attempts   ARGV: token, field -> attempts so far, or -1 when the fence moved
@@ -46,12 +47,16 @@ if redis.call('GET', KEYS[2]) == ARGV[1] then redis.call('DEL', KEYS[2]) end
 return 0
 """
 
-# KEYS: state   ARGV: expected_version, blob ('' clears), tag -> {new version, 0} or {-2, current version}
+# KEYS: state, blob   ARGV: expected_version, blob ('' clears), tag -> {new version, 0} or {-2, current version}
 _PUT_STATE = """
 local v = tonumber(redis.call('HGET', KEYS[1], 'version') or '0')
 if v ~= tonumber(ARGV[1]) then return {-2, v} end
-if ARGV[2] ~= '' then redis.call('HSET', KEYS[1], 'blob', ARGV[2], 'tag', ARGV[3])
-else redis.call('HDEL', KEYS[1], 'blob', 'tag') end
+redis.call('HDEL', KEYS[1], 'blob')
+redis.call('DEL', KEYS[2])
+if ARGV[2] ~= '' then
+  redis.call('RPUSH', KEYS[2], ARGV[2])
+  redis.call('HSET', KEYS[1], 'tag', ARGV[3], 'blen', #ARGV[2])
+else redis.call('HDEL', KEYS[1], 'tag', 'blen') end
 redis.call('HSET', KEYS[1], 'version', v + 1)
 return {v + 1, 0}
 """
@@ -95,7 +100,7 @@ class StoreKit:
     def head(self, cid: str) -> Snapshot:
         """The next input and the current state."""
         k = self.store.keys(cid)
-        entry, blob, version = self._head(keys=[k.inbox, k.state])
+        entry, blob, version = self._head(keys=[k.inbox, k.state, k.blob])
         if entry is None:
             return Snapshot(None, None, blob, int(version))
         input_id, payload = split_entry(entry)
@@ -119,7 +124,7 @@ class StoreKit:
 
     def put_state(self, cid: str, *, expected_version: int, new_state: bytes | None) -> int:
         """Compare-and-set the state. Raises :class:`StaleLeaseError` on a version mismatch."""
-        code, extra = self._put(keys=[self.store.keys(cid).state],
+        code, extra = self._put(keys=[self.store.keys(cid).state, self.store.keys(cid).blob],
                                 args=[expected_version, new_state or b"", f"kit:{uuid.uuid4().hex}"])
         if int(code) < 0:
             raise StaleLeaseError(f"state of {cid} is at version {int(extra)}, not {expected_version}")

@@ -3,6 +3,8 @@ decodes nothing, and a worker never answers from a state another worker has sinc
 
 from __future__ import annotations
 
+import itertools
+
 import fakeredis
 import pytest
 
@@ -99,11 +101,30 @@ def test_without_room_to_keep_states_every_turn_decodes(monkeypatch: pytest.Monk
 
 def test_the_cache_keeps_the_most_recently_used_within_its_bytes() -> None:
     client, (worker,), _ = _workers(1)
-    worker.residents.max_bytes = 3 * 3200  # about three of these conversations (3,123 bytes each)
+    worker.residents.max_bytes = 3 * 4000  # about three of these conversations (3,917 bytes each)
     for i in range(6):
         cid = f"44770090{i:04d}"
         client.send_message(cid, "a message of some length " * 2, message_id=f"id-{i}")
         worker.drain(cid)
-    assert len(worker.residents) == 3 and worker.residents.bytes <= 3 * 3200
+    assert len(worker.residents) == 3 and worker.residents.bytes <= 3 * 4000
     assert worker.residents.entry("447700900005") is not None  # the newest stays
     assert worker.residents.entry("447700900000") is None  # the oldest went first
+
+
+def test_turns_append_to_the_stored_blob_whichever_worker_runs_them() -> None:
+    """A turn writes what it adds (issue 33): after the first write each turn's stored blob is the one before with
+    bytes appended, whether the worker held the state decoded or was sent it (another worker wrote it), and the
+    blob decodes to the whole history."""
+    from worker.conversation.state import decode_state
+
+    client, (a, b), channel = _workers(2)
+    blobs: list[bytes] = []
+    for i, worker in enumerate((a, a, b, a, b, b)):
+        client.send_message(CID, f"m{i}", message_id=f"id-{i}")
+        worker.drain(CID)
+        blob = a.store.read_state(CID).blob
+        assert blob is not None
+        blobs.append(blob)
+    assert all(later.startswith(earlier) and len(later) > len(earlier) for earlier, later in itertools.pairwise(blobs))
+    assert channel.sent[-1][1] == "m0|m1|m2|m3|m4|m5"
+    assert [m.content for m in decode_state(blobs[-1]).messages if m.role == "user"] == [f"m{i}" for i in range(6)]

@@ -59,10 +59,12 @@ def encode_bounded(state: ConversationState, *, max_bytes: int, max_pinned: int,
     request found valid (kept with the resident for the next turn)."""
     state, dropped = _cap_pinned(state, max_pinned)
     blob, memo = encode_with_memo(state, memo)
+    if len(blob) > max_bytes and memo.written_from:
+        blob, memo = encode_with_memo(state)  # the frames are not compressed: written whole, the state may fit
 
     def encode_state(st: ConversationState) -> bytes:
         nonlocal memo
-        out, memo = encode_with_memo(st, memo)
+        out, memo = encode_with_memo(st)
         return out
 
     while len(blob) > max_bytes and droppable_exchanges(state):
@@ -81,9 +83,9 @@ def encode_bounded(state: ConversationState, *, max_bytes: int, max_pinned: int,
         state = replace(state, pinned=state.pinned[1:]) if state.pinned else replace(state, facts=state.facts[1:])
         dropped += 1
         blob = encode_state(state)
-    # What the resident takes in memory, about: its packed bytes plus the decoded messages (measured with
+    # What the resident takes in memory, about: the stored blob plus the decoded messages (measured with
     # tracemalloc at 2.6 KB for a one-turn conversation and 5x the packed size for longer ones).
-    size = 5 * (len(memo.messages.body) + len(memo.pinned.body) + len(state.summary)) + 2048
+    size = 5 * memo.raw + len(memo.stored) + 2048
     return Encoded(blob, dropped, Resident(state, memo, size, clean))
 
 

@@ -434,7 +434,7 @@ class Chat:
         spent = UsageTally(self.observer)  # the summariser's tokens count towards the player's budget and usage
         done = (StepsOutcome(st) if self.compactor is None
                 else apply_compactor(self.compactor, st, self.counter, observer=spent))
-        new, encoded = done.state, self._encode(done.state)
+        new, encoded = done.state, self._encode(done.state, loaded.memo if done.state is st else None)
         return CompactionReport(state=encoded.blob, changed=new is not st, applied=done.applied,
                                 usage=spent.usage(), model=spent.model,
                                 errors=done.errors, messages_before=len(st.messages),

@@ -7,7 +7,7 @@ from typing import Any
 from worker.conversation.history import exchanges
 from worker.conversation.messages import OPERATOR, Message
 from worker.conversation.prompt import history_tokens
-from worker.conversation.state import FORMAT_VERSION, decode_state
+from worker.conversation.state import FORMAT_VERSION, appended_bytes, decode_state
 from worker.conversation.tokens import EstimateCounter
 from worker.errors import StateDecodeError
 
@@ -53,6 +53,7 @@ def inspect_state(state: bytes | None, *, max_chars: int = 500) -> dict[str, Any
         "current_format": FORMAT_VERSION,
         "compressed": bool(len(state) > 4 and state[4] & 1),
         "bytes": len(state),
+        "appended_bytes": appended_bytes(state),  # what turns appended since the last whole write (a compaction)
         "provider": st.provider,
         "epoch": st.meta.epoch,
         "started_at": st.meta.started_at,

@@ -1,7 +1,8 @@
 """States a worker keeps decoded between turns, so a turn does not decode what did not change.
 
 A :class:`Resident` is what :class:`~worker.conversation.chat.Chat` hands back with every state it writes: the
-decoded state and how it was packed. The worker keeps the latest one per conversation in a :class:`ResidentCache`
+decoded state and the blob it is (and whether that blob only appended to the stored one: then the store writes
+only the appended bytes, :meth:`Resident.appended_to`). The worker keeps the latest one per conversation in a :class:`ResidentCache`
 under a *tag* the store gives each stored state (it changes with every write of the blob), and asks the store for
 the blob only when its tag is not the current one. :meth:`Chat.run_turn` and the other methods take a resident in
 place of the blob. Outside this package a resident is as opaque as a blob: the worker only stores and returns it.
@@ -30,6 +31,17 @@ class Resident:
     memo: Memo
     size: int
     clean: CleanPrefix | None = None  # how much of the history the last request found valid (no re-check)
+
+    @property
+    def blob(self) -> bytes:
+        """The blob this resident is, byte for byte."""
+        return self.memo.stored
+
+    def appended_to(self, blob: bytes) -> int | None:
+        """When ``blob`` is this resident's and was made by appending to the stored blob: that blob's length (the
+        store writes only what follows it). ``None``: ``blob`` is to be written whole."""
+        memo = self.memo
+        return memo.written_from if memo.written_from and blob is memo.stored else None
 
 
 class ResidentCache:

@@ -4,25 +4,30 @@ Outside this package the state is opaque ``bytes``. Inside, it is :class:`Conver
 the rolling summary, pinned items, what the model has already seen, the last provider-reported usage and
 the conversation's metadata.
 
-Wire format: ``b"PLY"`` + one format byte + one flags byte + payload. The payload is a msgpack map,
-zstd-compressed when the flag says so (states over ``COMPRESS_OVER`` bytes). The format byte is the
-schema version; :data:`MIGRATIONS` upgrades every older version step by step. A state is written in the
-oldest version that can hold it (:func:`_version_for`), so a worker of the previous release still reads
-every state that needs nothing new: version 2 added photos (a user message's media reference), and only a
-state holding one is written as version 2 (a version-1 reader would have dropped the photo silently and seen
-an empty user message; it refuses the blob instead); version 3 added keyed facts (``facts``: the game's facts that
-replace, see :class:`Fact`), and only a state holding one is written as version 3. Decoding is bounded
-(size, nesting, lengths, decompressed size) and never trusts a declared length.
+Wire format: ``b"PLY"`` + one format byte + one flags byte + the rest. Since version 4 (issue 33) the rest is a
+four-byte big-endian length, the *base* (a msgpack map of the whole state, zstd-compressed when the flag says so:
+bases over ``COMPRESS_OVER`` bytes), then any number of *frames*: msgpack maps, uncompressed, each what one write
+added (the new messages, the counters, usage, the metadata but the epoch and start, and the facts when they changed;
+see :func:`_frame`).
+A turn that only grows the history appends one frame, so the store writes only the frame (Redis ``APPEND``); a
+compaction, a reset or anything else that rewrites the past writes the state whole, as a new base with no frames.
+Before version 4 the rest was the base alone. The format byte is the schema version; :data:`MIGRATIONS` upgrades
+every older version step by step (each only added optional fields: version 2 photos, a user message's media
+reference; version 3 keyed facts, ``facts``: the game's facts that replace, see :class:`Fact`; version 4 the
+frames), and golden blobs of each version pin that they keep decoding. Every write is version 4: the previous
+release refuses a state of this one (``StateDecodeError("version")``) instead of misreading its frames. Decoding
+is bounded (size, nesting, lengths, decompressed size) and never trusts a declared length.
 """
 
 from __future__ import annotations
 
 import operator
 import queue
+import struct
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import msgpack
@@ -34,9 +39,12 @@ from worker.conversation.model import Usage
 from worker.errors import StateDecodeError
 
 MAGIC = b"PLY"
-FORMAT_VERSION = 3
+FORMAT_VERSION = 4
 MEDIA_VERSION = 2  # the first version with media references
 FACTS_VERSION = 3  # the first version with keyed facts
+LOG_VERSION = 4  # the first version of a base then appended frames
+LOG_VERSION_BYTE = bytes([LOG_VERSION])
+_BASE_LEN = struct.Struct(">I")
 FLAG_ZSTD = 0x01
 COMPRESS_OVER = 4096
 DEFAULT_MAX_STATE_BYTES = 1 << 20  # 1 MiB encoded
@@ -167,105 +175,102 @@ def _enc_message(message: Message) -> dict[str, Any]:
     return fields
 
 
-def _version_for(messages: Packed, pinned: Packed, facts: tuple[Fact, ...]) -> int:
-    """The oldest format that holds a state of these messages, pinned items and facts (see the module docstring)."""
-    if facts:
-        return FACTS_VERSION
-    return MEDIA_VERSION if messages.media or pinned.media else 1
-
-
 def _enc_usage(usage: Usage | None) -> list[int] | None:
     if usage is None:
         return None
     return [usage.prompt_tokens, usage.completion_tokens, usage.cached_tokens, usage.cache_creation_tokens]
 
 
-@dataclass(frozen=True, slots=True)
-class Packed:
-    """The encoding of a run of messages (without its array header), kept with the messages it encodes, and whether
-    any of them holds a photo (which decides the format version: known here, the history is not scanned again)."""
-
-    messages: tuple[Message, ...]
-    body: bytes
-    media: bool
-
-
-@dataclass(frozen=True, slots=True)
-class Memo:
-    """How the last encoding of a conversation packed its history and pinned items. Messages are immutable and a
-    turn only appends, so the next encoding reuses the packed bytes of the longest unchanged prefix (the same
-    objects, compared by identity) and packs only what was added (see :func:`encode_with_memo`)."""
-
-    messages: Packed
-    pinned: Packed
-
-
-_NOTHING = Packed((), b"", False)
-
-
-def _array_header(length: int) -> bytes:
-    if length < 16:
-        return bytes((0x90 | length,))
-    if length < 0x10000:
-        return b"\xdc" + length.to_bytes(2, "big")
-    return b"\xdd" + length.to_bytes(4, "big")
-
-
-def _pack_messages(messages: tuple[Message, ...], before: Packed) -> Packed:
-    reused = len(before.messages)
-    if reused and reused <= len(messages) and all(map(operator.is_, before.messages, messages[:reused])):
-        if reused == len(messages):
-            return before
-        added = messages[reused:]
-        body = before.body + b"".join(msgpack.packb(_enc_message(m), use_bin_type=True) for m in added)
-        return Packed(messages, body, before.media or any(m.media is not None for m in added))
-    body = b"".join(msgpack.packb(_enc_message(m), use_bin_type=True) for m in messages)
-    return Packed(messages, body, any(m.media is not None for m in messages))
+def _enc_meta(meta: Meta) -> list[Any]:
+    return [meta.epoch, meta.started_at, meta.last_activity, meta.turns, meta.events, meta.compactions]
 
 
 def _pack(value: Any) -> bytes:
     return msgpack.packb(value, use_bin_type=True)  # type: ignore[no-any-return]
 
 
-_KEYS = {k: _pack(k) for k in ("p", "m", "sum", "sums", "pin", "ns", "seen", "u", "g", "meta", "f")}
+@dataclass(frozen=True, slots=True)
+class Memo:
+    """What a conversation's stored blob is: the state it holds, the blob itself (``stored``, byte for byte what
+    the store has) and how its last write went. ``written_from`` is where the last write's new bytes start: 0 when
+    the blob was written whole, else the length of the blob it appended a frame to (the store then sends only
+    ``stored[written_from:]``). ``raw`` is about the decoded size (the uncompressed base plus the frames), for
+    the worker's cache of decoded states."""
+
+    state: ConversationState
+    stored: bytes
+    written_from: int = 0
+    raw: int = 0
+
+
+def _frame(state: ConversationState, memo: Memo) -> bytes | None:
+    """The frame that turns ``memo``'s stored state into ``state``, or ``None`` when ``state`` is not that state
+    grown at its end: a compaction, a reset, a drop to fit the size limit, a change of summary or pinned items (then
+    the blob is written whole). What a turn changes besides the history (counters, usage, metadata) rides in
+    every frame, and the facts when they changed: a frame is the new messages plus a fixed few dozen bytes."""
+    before = memo.state
+    old, new = before.messages, state.messages
+    if (memo.stored[3:4] != LOG_VERSION_BYTE or len(new) < len(old) or state.provider != before.provider
+            or state.meta.epoch != before.meta.epoch or state.meta.started_at != before.meta.started_at
+            or state.generation != before.generation or state.summary_seq != before.summary_seq
+            or state.summary != before.summary or not _same(state.pinned, before.pinned)
+            or not _same(new[:len(old)], old)):
+        return None
+    meta = state.meta  # what a frame may change of it (a new epoch is a reset: written whole)
+    delta: dict[str, Any] = {"m": [_enc_message(m) for m in new[len(old):]], "ns": state.next_seq,
+                             "seen": state.seen_seq, "u": _enc_usage(state.last_usage),
+                             "meta": [meta.last_activity, meta.turns, meta.events, meta.compactions]}
+    if state.facts is not before.facts and state.facts != before.facts:
+        delta["f"] = [[f.key, f.text] for f in state.facts]
+    return _pack(delta)
+
+
+def _same(a: tuple[Message, ...], b: tuple[Message, ...]) -> bool:
+    """The same messages, by identity (messages are immutable: a turn keeps the very objects it read)."""
+    return a is b or (len(a) == len(b) and all(map(operator.is_, a, b)))
+
+
+def _payload(state: ConversationState) -> bytes:
+    """The msgpack map of the whole state (a blob's base)."""
+    fields: dict[str, Any] = {
+        "p": state.provider, "m": [_enc_message(m) for m in state.messages], "sum": state.summary,
+        "sums": state.summary_seq, "pin": [_enc_message(m) for m in state.pinned], "ns": state.next_seq,
+        "seen": state.seen_seq, "u": _enc_usage(state.last_usage), "g": state.generation, "meta": _enc_meta(state.meta),
+    }
+    if state.facts:
+        fields["f"] = [[f.key, f.text] for f in state.facts]
+    return _pack(fields)
+
+
+def _encode_whole(state: ConversationState) -> tuple[bytes, Memo]:
+    body = _payload(state)
+    raw, flags = len(body), 0
+    if raw > COMPRESS_OVER:
+        body = _compress(body)
+        flags |= FLAG_ZSTD
+    blob = MAGIC + bytes([FORMAT_VERSION, flags]) + _BASE_LEN.pack(len(body)) + body
+    return blob, Memo(state, blob, 0, raw)
 
 
 def encode_with_memo(state: ConversationState, memo: Memo | None = None) -> tuple[bytes, Memo]:
-    """:func:`encode_state`, reusing what ``memo`` (the previous encoding of this conversation) packed; returns the
-    blob and the memo of this encoding. msgpack concatenates, so the payload is built from its parts byte for byte
-    as one ``packb`` of the whole map would write it: a turn's encoding costs the new messages and a copy, not the
-    history."""
-    meta = state.meta
-    msgs = _pack_messages(state.messages, memo.messages if memo else _NOTHING)
-    pins = _pack_messages(state.pinned, memo.pinned if memo else _NOTHING)
-    key = _KEYS
-    facts = state.facts
-    body = b"".join((
-        b"\x8b" if facts else b"\x8a",  # a map of the 10 fields below, in this order (11 with facts)
-        key["p"], _pack(state.provider),
-        key["m"], _array_header(len(state.messages)), msgs.body,
-        key["sum"], _pack(state.summary),
-        key["sums"], _pack(state.summary_seq),
-        key["pin"], _array_header(len(state.pinned)), pins.body,
-        key["ns"], _pack(state.next_seq),
-        key["seen"], _pack(state.seen_seq),
-        key["u"], _pack(_enc_usage(state.last_usage)),
-        key["g"], _pack(state.generation),
-        key["meta"], _pack([meta.epoch, meta.started_at, meta.last_activity, meta.turns, meta.events,
-                          meta.compactions]),
-        (key["f"] + _pack([[f.key, f.text] for f in facts])) if facts else b"",
-    ))
-    flags = 0
-    if len(body) > COMPRESS_OVER:
-        body = _compress(body)
-        flags |= FLAG_ZSTD
-    return MAGIC + bytes([_version_for(msgs, pins, facts), flags]) + body, Memo(msgs, pins)
+    """:func:`encode_state`, knowing what ``memo`` (the conversation's stored blob) holds: when ``state`` is that
+    state grown at its end (a turn, an event), the blob is the stored one with one frame appended, and the store
+    writes only the frame (see :attr:`Memo.written_from`). Otherwise, and for a blob of a format before frames,
+    the state is written whole. Returns the blob and the memo of it."""
+    if memo is not None:
+        if state is memo.state:  # nothing changed: the same blob, and nothing to append
+            return memo.stored, Memo(state, memo.stored, 0, memo.raw)
+        frame = _frame(state, memo)
+        if frame is not None:
+            stored = memo.stored + frame
+            return stored, Memo(state, stored, len(memo.stored), memo.raw + len(frame))
+    return _encode_whole(state)
 
 
 # A compression context costs more to set up (~10 µs) than compressing a typical state: reuse them. A pool, not a
 # thread-local, since a gevent worker has a greenlet per turn and would keep a context per greenlet. Level 1, not
-# zstd's default 3: a state is compressed again on every turn, and on a 47 KB history of varied text level 1 took
-# 95 µs against 175 µs for a blob 0.5% larger (bench/README.md, issue 16).
+# zstd's default 3: on a 47 KB history of varied text level 1 took 95 µs against 175 µs for a blob 0.5% larger
+# (bench/README.md, issue 16). Only whole writes (compaction, a reset) compress since issue 33.
 _ZSTD_LEVEL = 1
 _COMPRESSORS: queue.SimpleQueue[zstandard.ZstdCompressor] = queue.SimpleQueue()
 
@@ -282,8 +287,8 @@ def _compress(body: bytes) -> bytes:
 
 
 def encode_state(state: ConversationState) -> bytes:
-    """Serialise ``state``. Size limits are the caller's (see :func:`worker.conversation.chat.Chat`)."""
-    return encode_with_memo(state)[0]
+    """Serialise ``state`` whole. Size limits are the caller's (see :func:`worker.conversation.chat.Chat`)."""
+    return _encode_whole(state)[0]
 
 
 # --- decoding -------------------------------------------------------------------------------------
@@ -338,6 +343,28 @@ def _dec_media(md: Any, role: Any) -> MediaRef:
     return MediaRef(id=mid, mime_type=mime, kind=kind)
 
 
+def _dec_usage(raw: Any) -> Usage | None:
+    if raw is None:
+        return None
+    _need(isinstance(raw, list) and len(raw) == 4 and all(isinstance(x, int) for x in raw), "bad usage")
+    return Usage(*raw)
+
+
+def _dec_meta(raw: Any) -> Meta:
+    _need(isinstance(raw, list) and len(raw) == 6, "bad meta")
+    epoch, started, last, turns, events, compactions = raw
+    _need(isinstance(epoch, str), "bad epoch")
+    _need(all(isinstance(x, int | float) for x in (started, last)), "bad times")
+    _need(all(isinstance(x, int) for x in (turns, events, compactions)), "bad counters")
+    return Meta(epoch, float(started), float(last), turns, events, compactions)
+
+
+def _dec_counters(payload: dict[str, Any], names: tuple[tuple[str, int], ...]) -> dict[str, int]:
+    ints = {k: payload.get(k, d) for k, d in names}
+    _need(all(isinstance(v, int) and v >= 0 for v in ints.values()), "bad counters")
+    return ints
+
+
 def _from_payload(payload: Any) -> ConversationState:
     _need(isinstance(payload, dict), "payload is not a map")
     provider = payload.get("p")
@@ -345,38 +372,40 @@ def _from_payload(payload: Any) -> ConversationState:
     msgs = payload.get("m", [])
     pins = payload.get("pin", [])
     _need(isinstance(msgs, list) and isinstance(pins, list), "history is not a list")
-    usage_raw = payload.get("u")
-    usage = None
-    if usage_raw is not None:
-        _need(isinstance(usage_raw, list) and len(usage_raw) == 4 and all(isinstance(x, int) for x in usage_raw),
-              "bad usage")
-        usage = Usage(*usage_raw)
-    meta_raw = payload.get("meta", ["", 0.0, 0.0, 0, 0, 0])
-    _need(isinstance(meta_raw, list) and len(meta_raw) == 6, "bad meta")
-    epoch, started, last, turns, events, compactions = meta_raw
-    _need(isinstance(epoch, str), "bad epoch")
-    _need(all(isinstance(x, int | float) for x in (started, last)), "bad times")
-    _need(all(isinstance(x, int) for x in (turns, events, compactions)), "bad counters")
-    ints = {k: payload.get(k, d) for k, d in (("sums", 0), ("ns", 1), ("seen", 0), ("g", 0))}
-    _need(all(isinstance(v, int) and v >= 0 for v in ints.values()), "bad counters")
+    ints = _dec_counters(payload, (("sums", 0), ("ns", 1), ("seen", 0), ("g", 0)))
     summary = payload.get("sum", "")
     _need(isinstance(summary, str), "bad summary")
-    messages = tuple(_dec_message(m) for m in msgs)
-    _need(all(m.seq < ints["ns"] for m in messages), "seq beyond next_seq")
-    facts = _dec_facts(payload.get("f", ()))
     return ConversationState(
         provider=provider,
-        messages=messages,
+        messages=tuple(_dec_message(m) for m in msgs),
         summary=summary,
         summary_seq=ints["sums"],
         pinned=tuple(_dec_message(m) for m in pins),
         next_seq=ints["ns"],
         seen_seq=ints["seen"],
-        last_usage=usage,
+        last_usage=_dec_usage(payload.get("u")),
         generation=ints["g"],
-        meta=Meta(epoch, float(started), float(last), turns, events, compactions),
-        facts=facts,
+        meta=_dec_meta(payload.get("meta", ["", 0.0, 0.0, 0, 0, 0])),
+        facts=_dec_facts(payload.get("f", ())),
     )
+
+
+def _with_frames(state: ConversationState, frames: list[Any]) -> ConversationState:
+    """``state`` (a blob's base) with its appended frames applied in order (see :func:`_frame`)."""
+    messages = list(state.messages)
+    for delta in frames:
+        _need(isinstance(delta, dict), "frame is not a map")
+        added = delta.get("m", [])
+        _need(isinstance(added, list), "frame's messages are not a list")
+        messages.extend(_dec_message(m) for m in added)
+        ints = _dec_counters(delta, (("ns", state.next_seq), ("seen", state.seen_seq)))
+        facts = _dec_facts(delta["f"]) if "f" in delta else state.facts
+        meta = delta.get("meta")
+        _need(isinstance(meta, list) and len(meta) == 4, "bad frame meta")
+        meta = _dec_meta([state.meta.epoch, state.meta.started_at, *meta])
+        state = ConversationState(state.provider, (), state.summary, state.summary_seq, state.pinned, ints["ns"],
+                                  ints["seen"], _dec_usage(delta.get("u")), state.generation, meta, facts)
+    return replace(state, messages=tuple(messages))
 
 
 def _dec_facts(raw: Any) -> tuple[Fact, ...]:
@@ -399,7 +428,39 @@ MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {
     1: lambda payload: payload,
     # Version 3 only added the optional keyed facts ("f"): a version-2 payload is a version-3 payload without any.
     2: lambda payload: payload,
+    # Version 4 changed the container, not the payload: a version-3 payload is a version-4 base with no frames.
+    3: lambda payload: payload,
 }
+
+
+def _unpack_limits(limit: int) -> dict[str, Any]:
+    return {"raw": False, "strict_map_key": True, "max_str_len": limit, "max_bin_len": limit,
+            "max_array_len": 1_000_000, "max_map_len": 100_000}
+
+
+def _split(blob: bytes, version: int) -> tuple[bytes, bytes]:
+    """A blob's base body and its frames (none before version 4, whose body runs to the end)."""
+    if version < LOG_VERSION:
+        return blob[5:], b""
+    if len(blob) < 5 + _BASE_LEN.size:
+        raise StateDecodeError("corrupt", "truncated base length")
+    end = 5 + _BASE_LEN.size + _BASE_LEN.unpack_from(blob, 5)[0]
+    if end > len(blob):
+        raise StateDecodeError("corrupt", "the base runs past the blob")
+    return blob[5 + _BASE_LEN.size:end], blob[end:]
+
+
+def appended_bytes(blob: bytes) -> int:
+    """How many bytes of a decodable ``blob`` are frames appended after its base (0 for a blob written whole)."""
+    return len(_split(blob, blob[3])[1])
+
+
+def _read_frames(frames: bytes, limit: int) -> list[Any]:
+    if not frames:
+        return []
+    unpacker = msgpack.Unpacker(max_buffer_size=len(frames), **_unpack_limits(limit))
+    unpacker.feed(frames)
+    return list(unpacker)
 
 
 def decode_state(blob: bytes, *, provider: str | None = None, max_bytes: int = DEFAULT_MAX_STATE_BYTES) -> ConversationState:
@@ -407,6 +468,12 @@ def decode_state(blob: bytes, *, provider: str | None = None, max_bytes: int = D
 
     ``provider``, when given, must match the provider the state was written for.
     """
+    return decode_with_memo(blob, provider=provider, max_bytes=max_bytes).state
+
+
+def decode_with_memo(blob: bytes, *, provider: str | None = None,
+                     max_bytes: int = DEFAULT_MAX_STATE_BYTES) -> Memo:
+    """:func:`decode_state`, answering the memo of the blob (so the next write may append to it)."""
     if not isinstance(blob, bytes | bytearray | memoryview):
         raise StateDecodeError("corrupt", f"state must be bytes, got {type(blob).__name__}")
     blob = bytes(blob)
@@ -419,21 +486,14 @@ def decode_state(blob: bytes, *, provider: str | None = None, max_bytes: int = D
         raise StateDecodeError("version", f"format {version} is not readable by format {FORMAT_VERSION}")
     if flags & ~FLAG_ZSTD:
         raise StateDecodeError("corrupt", f"unknown flags {flags:#x}")
-    body = blob[5:]
     # The decoded payload may be several times the blob; bound it so a bomb cannot exhaust memory.
     limit = max_bytes * 8
     try:
+        body, frames = _split(blob, version)
         if flags & FLAG_ZSTD:
             body = _bounded_decompress(body, limit)
-        payload = msgpack.unpackb(
-            body,
-            raw=False,
-            strict_map_key=True,
-            max_str_len=limit,
-            max_bin_len=limit,
-            max_array_len=1_000_000,
-            max_map_len=100_000,
-        )
+        payload = msgpack.unpackb(body, **_unpack_limits(limit))
+        deltas = _read_frames(frames, limit)
     except StateDecodeError:
         raise
     except Exception as exc:  # msgpack and zstd raise many types; all of them mean "corrupt"
@@ -441,14 +501,15 @@ def decode_state(blob: bytes, *, provider: str | None = None, max_bytes: int = D
     try:
         for v in range(version, FORMAT_VERSION):
             payload = MIGRATIONS[v](payload)
-        state = _from_payload(payload)
+        state = _with_frames(_from_payload(payload), deltas) if deltas else _from_payload(payload)
+        _need(all(m.seq < state.next_seq for m in state.messages), "seq beyond next_seq")
     except StateDecodeError:
         raise
     except Exception as exc:
         raise StateDecodeError("invalid", f"{type(exc).__name__}: {exc}") from None
     if provider is not None and state.provider != provider:
         raise StateDecodeError("provider", f"state belongs to {state.provider!r}, not {provider!r}")
-    return state
+    return Memo(state, blob, 0, len(body) + len(frames))
 
 
 def _migratable(version: int) -> bool:
@@ -469,7 +530,7 @@ class LoadResult:
 
     state: ConversationState
     problem: StateDecodeError | None = None
-    memo: Memo | None = None  # how the state was packed, when it came from a resident (nothing was decoded)
+    memo: Memo | None = None  # what the stored blob holds (a write appending to it needs it)
     clean: CleanPrefix | None = None  # the resident's, when it came from one
 
 
@@ -481,6 +542,7 @@ def load_state(
     if not blob:
         return LoadResult(ConversationState.fresh(provider, now=now))
     try:
-        return LoadResult(decode_state(blob, provider=provider, max_bytes=max_bytes))
+        memo = decode_with_memo(blob, provider=provider, max_bytes=max_bytes)
     except StateDecodeError as exc:
         return LoadResult(ConversationState.fresh(provider, now=now), exc)
+    return LoadResult(memo.state, memo=memo)

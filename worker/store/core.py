@@ -16,9 +16,11 @@ from worker.store.scripts import RecordArgs, Scripts
 
 _KEYS_CACHED = 4096
 # The keys of a conversation that expire when it has been idle ``limits.idle_ttl_ms``. ``paused`` among them: a
-# pause outliving the conversation it paused would hold that player's next conversation without an operator.
+# pause outliving the conversation it paused would hold that player's next conversation without an operator; ``blob``
+# (the state's parts) with ``state`` (its version and length), or an accept could keep one alive past the other.
 _TTL_KEYS = ("state", "inbox", "seen", "fence", "attempts", "outbox", "sent", "dfence", "delivered", "trace",
-             "quarantine", "dead", "statuses", "statusorder", "journal", "inbound", "paused", "lastmsg")
+             "quarantine", "dead", "statuses", "statusorder", "journal", "inbound", "paused", "lastmsg",
+             "blob")
 
 
 class StoreCore:

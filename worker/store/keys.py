@@ -7,7 +7,11 @@ part of a key: no id can produce another conversation's key or a glob pattern.
 Per conversation (``{prefix}:{{cid}}:<name>``):
 
 ==============  ==================================================================================
-``state``       hash: ``blob`` (the opaque state), ``version`` (bumped by every commit)
+``state``       hash: ``version`` (bumped by every commit), ``tag`` (names the stored blob, new with every write of
+                it), ``blen`` (the blob's length in bytes); ``blob``: the opaque state of a conversation last written
+                whole before issue 33 (its next write moves it to ``blob`` below)
+``blob``        list: the opaque state in parts, joined when read: a base, then the frames turns appended (a turn
+                pushes what it adds; a whole write replaces the list), see :mod:`worker.conversation.state`
 ``inbox``       list: accepted inputs, oldest first; each entry is ``<input id>\\n<envelope bytes>``
 ``seen``        zset: input ids accepted (score: ms), bounded by count and age — producer dedupe
 ``fence``       counter: the fencing token of the latest lease
@@ -83,7 +87,7 @@ _ID = re.compile(r"[A-Za-z0-9._@+=-]{1,128}")
 
 NAMES = ("state", "inbox", "seen", "fence", "lease", "attempts", "outbox", "sent", "dfence", "dlease",
          "delivered", "trace", "quarantine", "dead", "compacting", "statuses", "statusorder", "hold",
-         "journal", "inbound", "usage", "timers", "timed", "context", "paused", "lastmsg")
+         "journal", "inbound", "usage", "timers", "timed", "context", "paused", "lastmsg", "blob")
 
 
 def validate_conversation_id(cid: object) -> str:
@@ -139,6 +143,7 @@ class ConversationKeys:
     context: str = field(init=False)
     paused: str = field(init=False)
     lastmsg: str = field(init=False)
+    blob: str = field(init=False)
 
     def __post_init__(self) -> None:
         validate_conversation_id(self.cid)

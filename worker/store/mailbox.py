@@ -146,7 +146,8 @@ class MailboxStore(StoreCore):
     def commit(self, cid: str, token: int, *, expected_version: int, input_id: str, new_state: bytes | None,
                reply: bytes | None = None, trace: bytes | None = None, dead: bytes | None = None,
                lease_ms: int = 180_000, claim_delivery_ms: int = 0, also: Sequence[str] = (),
-               peek: int = 0, record: bytes | None = None, tokens: int = 0) -> CommitResult:
+               peek: int = 0, record: bytes | None = None, tokens: int = 0,
+               appended_to: int | None = None) -> CommitResult:
         """Apply one input (or a burst: ``input_id`` and the ids in ``also`` after it, in mailbox order) atomically:
         write the state (``None`` keeps it, ``b""`` clears it), remove the inputs from the mailbox, queue the reply
         (under the input's id), append the trace entry or the dead letter.
@@ -157,23 +158,29 @@ class MailboxStore(StoreCore):
         nobody delivers (``delivery``: what :meth:`begin_delivery` would return, one round trip fewer). ``peek``
         is as for :meth:`begin`, for the next input. ``record``: the durable-record entry of what the commit
         did, appended to the record stream in the same step (ignored while the record is off); ``tokens``: what
-        the turn used, added to the conversation's count for today (see :meth:`tokens_today`).
+        the turn used, added to the conversation's count for today (see :meth:`tokens_today`). ``appended_to``: the
+        new state is the stored blob, ``appended_to`` bytes long, with bytes appended (see
+        :meth:`~worker.conversation.resident.Resident.appended_to`): only those are sent and appended.
 
         Raises :class:`~worker.errors.StaleLeaseError` and changes nothing when another worker took the
         conversation over, the state version moved, or the inputs are no longer at the head of the mailbox.
         """
         keys = self.keys(cid)
         mode = "keep" if new_state is None else ("clear" if new_state == b"" else "set")
+        blob = new_state or b""
+        if appended_to and new_state:
+            mode, blob = "append", new_state[appended_to:]
         if dead:
             # Index first: a crash after the commit must not leave a dead letter ops cannot find. A refused
             # commit leaves an index entry with nothing behind it, which `parley dead` shows as empty.
             self._client.zadd(self.global_keys.dead_index, {cid: self._now_ms()})
         res = self._scripts.commit(
             keys=keys, token=token, expected_version=expected_version, input_id=input_id,
-            mode=mode, blob=new_state or b"", reply_entry=join_entry(input_id, reply) if reply is not None else b"",
+            mode=mode, blob=blob, reply_entry=join_entry(input_id, reply) if reply is not None else b"",
             trace_entry=trace or b"", dead_entry=dead or b"", lease_ms=lease_ms, trace_max=self.limits.trace_max,
             dead_max=self.limits.dead_max, ttl_ms=self.limits.idle_ttl_ms, claim_ms=claim_delivery_ms,
-            record=self._record_args(cid, record), peek=peek, burst_ids=also, usage_day=utc_day(), tokens=tokens)
+            record=self._record_args(cid, record), peek=peek, burst_ids=also, usage_day=utc_day(), tokens=tokens,
+            append_at=appended_to or 0)
         return self._commit_result(cid, input_id, new_state, res)
 
     @store_errors
@@ -224,8 +231,7 @@ class MailboxStore(StoreCore):
     @store_errors
     def read_state(self, cid: str) -> StateRead:
         """The current state, read without a lease (compaction computes off to the side and splices in order)."""
-        blob, version = self._client.hmget(self.keys(cid).state, ["blob", "version"])
-        return StateRead(blob, int(version or 0))
+        return StateRead(*self._scripts.read_state(keys=self.keys(cid)))
 
     @store_errors
     def hold(self, cid: str, ms: int) -> None:

@@ -21,6 +21,16 @@ def _opt(value: Any) -> bytes | None:
     return None if value is None else bytes(value)
 
 
+def _blob(value: Any) -> bytes | None:
+    """A state blob as the scripts send it: its parts (a base and the frames appended to it, see
+    include/stored_blob.lua) joined, a blob of before issue 33 as it is, or None."""
+    if value is None:
+        return None
+    if isinstance(value, list):
+        return b"".join(value)
+    return bytes(value)
+
+
 def _text(value: Any) -> str | None:
     return None if value is None else bytes(value).decode("utf-8", "replace")
 
@@ -51,6 +61,7 @@ class BeginKeys(NamedTuple):
     state: str
     attempts: str
     journal: str
+    blob_key: str
 
 
 class CommitKeys(NamedTuple):
@@ -70,6 +81,7 @@ class CommitKeys(NamedTuple):
     record_dropped: str
     usage: str
     inbound: str
+    blob_key: str
 
 
 class CommitArgs(NamedTuple):
@@ -91,6 +103,7 @@ class CommitArgs(NamedTuple):
     record_max: int
     usage_day: str
     tokens: int
+    append_at: int
 
 
 class SentLastKeys(NamedTuple):
@@ -376,6 +389,7 @@ class Scripts:
         self._schedule, self._cancel_timer = load(lua.SCHEDULE), load(lua.CANCEL_TIMER)
         self._fire_timers, self._set_if_score = load(lua.FIRE_TIMERS), load(lua.SET_IF_SCORE)
         self._keep_context = load(lua.KEEP_CONTEXT)
+        self._read_state = load(lua.READ_STATE)
 
     # --- mailbox -----------------------------------------------------------------------------------
 
@@ -397,27 +411,29 @@ class Scripts:
     def begin(self, *, keys: ConversationKeys, lease_ms: int, peek: int = 0, held_tag: str = "") -> BeginReply:
         """``held_tag``: the tag of the state the caller holds decoded ('' none); that blob is not sent again."""
         res = self._begin(keys=BeginKeys(keys.hold, keys.inbox, keys.lease, keys.fence, keys.state, keys.attempts,
-                                         keys.journal),
+                                         keys.journal, keys.blob),
                           args=[lease_ms, peek, held_tag])
-        return BeginReply(int(res[0]), _opt(res[1]), _opt(res[2]), int(res[3] or 0), int(res[4] or 0),
+        return BeginReply(int(res[0]), _opt(res[1]), _blob(res[2]), int(res[3] or 0), int(res[4] or 0),
                           [bytes(e) for e in res[5] or ()], _text(res[6]) or "", int(res[7] or 0) == 1)
 
     def commit(self, *, keys: ConversationKeys, token: int, expected_version: int, input_id: str,
                mode: str, blob: bytes, reply_entry: bytes, trace_entry: bytes, dead_entry: bytes, lease_ms: int,
                trace_max: int, dead_max: int, ttl_ms: int, claim_ms: int, record: RecordArgs, peek: int = 0,
-               burst_ids: Sequence[str] = (), usage_day: str = "", tokens: int = 0) -> CommitReply:
+               burst_ids: Sequence[str] = (), usage_day: str = "", tokens: int = 0,
+               append_at: int = 0) -> CommitReply:
         """``burst_ids``: the ids of the inputs after the head that the same turn applied (a burst), in mailbox
-        order."""
+        order; ``append_at``: with mode ``append``, the length of the stored blob ``blob`` is appended to."""
         res = self._replication.call(
             self._client, self._commit, what="commit",
             keys=CommitKeys(keys.fence, keys.state, keys.inbox, keys.attempts, keys.outbox, keys.trace, keys.dead,
                             keys.lease, keys.dlease, keys.dfence, keys.sent, keys.journal, record.stream,
-                            record.dropped, keys.usage, keys.inbound),
+                            record.dropped, keys.usage, keys.inbound, keys.blob),
             args=(*CommitArgs(token, expected_version, input_id, mode, blob, reply_entry, trace_entry, dead_entry,
                               lease_ms, trace_max, dead_max, ttl_ms, str(claim_ms) if claim_ms > 0 else "", peek,
-                              record.entry, record.max, usage_day if tokens > 0 else "", tokens), *burst_ids))
+                              record.entry, record.max, usage_day if tokens > 0 else "", tokens, append_at),
+                  *burst_ids))
         return CommitReply(int(res[0]), int(res[1]), int(res[2]) == 1, _opt(res[3]), int(res[4] or 0),
-                           _opt(res[5]), ClaimReply.parse([*res[6:10], res[12]]), [bytes(e) for e in res[10] or ()],
+                           _blob(res[5]), ClaimReply.parse([*res[6:10], res[12]]), [bytes(e) for e in res[10] or ()],
                            _text(res[11]) or "")
 
     def defer(self, *, keys: ConversationKeys, token: int, input_id: str, hold_ms: int) -> bool:
@@ -443,9 +459,14 @@ class Scripts:
 
     def quarantine(self, *, keys: ConversationKeys, token: int, expected_version: int, record: bytes,
                    max_kept: int) -> VersionReply:
-        code, version = self._quarantine(keys=[keys.fence, keys.state, keys.quarantine],
+        code, version = self._quarantine(keys=[keys.fence, keys.state, keys.quarantine, keys.blob],
                                          args=[token, expected_version, record, max_kept])
         return VersionReply(int(code), int(version))
+
+    def read_state(self, *, keys: ConversationKeys) -> tuple[bytes | None, int]:
+        """The state blob (None: no state) and version, read together."""
+        blob, version, _ = self._read_state(keys=[keys.state, keys.blob], args=[""])
+        return _blob(blob), int(version or 0)
 
     def record_step(self, *, keys: ConversationKeys, token: int, input_id: str, field: str, entry: bytes,
                     max_entries: int, ttl_ms: int) -> RecordReply:

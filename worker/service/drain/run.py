@@ -31,6 +31,7 @@ class DrainRun:
     reply: Written | None = None  # the reply the last commit queued, when it queued one (see Drained)
     started: float = 0.0  # time.monotonic() when the drain took the lease
     compact: bool = False  # this drain has asked for a compaction already
+    stored: bytes | None = None  # the blob the store holds for the snapshot being applied (an append goes onto it)
 
     def state_of(self, snap: Snapshot) -> State:
         """The snapshot's state: what this worker holds decoded when it is the stored one (same tag), else the
@@ -39,4 +40,10 @@ class DrainRun:
             return self.kept[1]
         if snap.state is None and snap.tag:
             raise RuntimeError(f"the store withheld state {snap.tag} of {self.cid}, which this worker does not hold")
+        return snap.state
+
+    def stored_blob(self, snap: Snapshot) -> bytes | None:
+        """The blob the store holds for ``snap`` (as :meth:`state_of`, never raising: None when unknown)."""
+        if self.kept is not None and snap.tag and self.kept[0] == snap.tag:
+            return self.kept[1].blob
         return snap.state

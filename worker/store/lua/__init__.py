@@ -93,5 +93,6 @@ CANCEL_TIMER = SCRIPTS["cancel_timer"]
 FIRE_TIMERS = SCRIPTS["fire_timers"]
 SET_IF_SCORE = SCRIPTS["set_if_score"]
 KEEP_CONTEXT = SCRIPTS["keep_context"]
+READ_STATE = SCRIPTS["read_state"]
 
 NEXT_TOKEN = fragment("next_token")  # tests/support/store_kit.py builds its test-only scripts on it

@@ -1,17 +1,22 @@
 -- COMMIT: apply one input (or a burst's inputs) atomically and hand back the next one.
 -- KEYS: fence, state, inbox, attempts, outbox, trace, dead, lease, dlease, dfence, sent, journal, record_stream,
---       record_dropped, usage, inbound
--- ARGV: token, expected_version, input_id, mode (keep|set|clear), blob, reply_entry, trace_entry, dead_entry,
+--       record_dropped, usage, inbound, blob_key
+-- ARGV: token, expected_version, input_id, mode (keep|set|append|clear), blob, reply_entry, trace_entry, dead_entry,
 --       lease_ms, trace_max, dead_max, ttl_ms, claim_ms ('' or the delivery lease), peek, record_entry ('' none),
---       record_max, usage_day ('' none), tokens, then also: the ids of the inputs after the head that the same turn
---       applied (a burst), in mailbox order
+--       record_max, usage_day ('' none), tokens, append_at (mode append: the stored blob's length), then also: the
+--       ids of the inputs after the head that the same turn applied (a burst), in mailbox order
 -- Returns: thirteen fields on every path (see answer below): {version or FENCE_MOVED | VERSION_MOVED | NOT_HEAD,
---          depth or current version, released, next entry, attempts at next, kept blob, delivery token, delivery
+--          depth or current version, released, next entry, attempts at next, kept blob (see stored_blob), delivery token, delivery
 --          head entry, part, crashed, the ``peek`` entries after the next one, the state's tag, the last inbound ms
 --          read by the delivery claim}
 -- ``usage`` counts the conversation's tokens per UTC day (the daily token budget reads it); it keeps three days.
 -- The tag names the blob written: the writer's token and the new version, unique over the conversation's lives
 -- (tokens never repeat, see next_token), so a worker that kept a state decoded knows when it is still the stored one.
+-- The blob is the list blob_key: a base, then the frames turns appended (the state hash's blen counts its bytes).
+-- Mode set writes the blob whole (a state of before issue 33 leaves the hash's blob field then); mode append pushes
+-- the bytes a turn added, refused as VERSION_MOVED unless the stored blob is append_at bytes long (the one the
+-- writer's state was encoded from): a turn writes what it adds, not the history. A list, not a string APPENDed to:
+-- APPEND grows a string's allocation greedily (up to twice its length), a list's nodes stay within a few percent.
 -- The commit hands back the next input (counting an attempt at it), or gives the lease up when there is none:
 -- atomic with the pop, so a producer's push either lands before (and is returned) or finds no lease.
 -- With claim_ms, a commit that empties the mailbox also starts the delivery when nobody delivers: it takes the
@@ -23,6 +28,7 @@
 --! include append_record
 --! include append_capped
 --! include codes
+--! include stored_blob
 local fence = KEYS[1]
 local state = KEYS[2]
 local inbox = KEYS[3]
@@ -39,6 +45,7 @@ local record_stream = KEYS[13]
 local record_dropped = KEYS[14]
 local usage = KEYS[15]
 local inbound = KEYS[16]
+local blob_key = KEYS[17]
 local token = ARGV[1]
 local expected_version = ARGV[2]
 local input_id = ARGV[3]
@@ -57,7 +64,8 @@ local record_entry = ARGV[15]
 local record_max = ARGV[16]
 local usage_day = ARGV[17]
 local tokens = ARGV[18]
-local also = tail(ARGV, 19)
+local append_at = ARGV[19]
+local also = tail(ARGV, 20)
 
 -- The one shape of the answer: every return goes through it, fields left out are padded.
 local function answer(a)
@@ -72,11 +80,22 @@ if head_id(redis.call('LINDEX', inbox, 0)) ~= input_id then return answer({code 
 for i = 1, #also do
   if head_id(redis.call('LINDEX', inbox, i)) ~= also[i] then return answer({code = NOT_HEAD, extra = v}) end
 end
+if mode == 'append' and tonumber(redis.call('HGET', state, 'blen') or '-1') ~= tonumber(append_at) then
+  return answer({code = VERSION_MOVED, extra = v})
+end
 local n = #also + 1
 if mode == 'set' then
-  redis.call('HSET', state, 'blob', blob, 'tag', token .. ':' .. (v + 1))
+  redis.call('DEL', blob_key)
+  redis.call('RPUSH', blob_key, blob)
+  redis.call('HDEL', state, 'blob')
+  redis.call('HSET', state, 'tag', token .. ':' .. (v + 1), 'blen', #blob)
+elseif mode == 'append' then
+  redis.call('RPUSH', blob_key, blob)
+  redis.call('HINCRBY', state, 'blen', #blob)
+  redis.call('HSET', state, 'tag', token .. ':' .. (v + 1))
 elseif mode == 'clear' then
-  redis.call('HDEL', state, 'blob', 'tag')
+  redis.call('DEL', blob_key)
+  redis.call('HDEL', state, 'blob', 'tag', 'blen')
 end
 local tag = redis.call('HGET', state, 'tag') or ''
 redis.call('HSET', state, 'version', v + 1)
@@ -95,7 +114,7 @@ if dead_entry ~= '' then append_capped(dead, dead_entry, dead_max) end
 -- The idle TTL: the keys this script writes (the accept of the input, moments ago, set it on all the others).
 local ttl = tonumber(ttl_ms)
 if ttl > 0 then
-  for _, key in ipairs({fence, state, inbox, attempts, outbox, trace, dead, dfence, sent, journal}) do
+  for _, key in ipairs({fence, state, inbox, attempts, outbox, trace, dead, dfence, sent, journal, blob_key}) do
     redis.call('PEXPIRE', key, ttl)
   end
 end
@@ -116,7 +135,7 @@ local nxt = redis.call('LINDEX', inbox, 0)
 local a = redis.call('HINCRBY', attempts, head_id(nxt), 1)
 -- The blob goes back only when the caller does not already have it (mode keep): states can be large.
 local kept = false
-if mode == 'keep' then kept = redis.call('HGET', state, 'blob') end
+if mode == 'keep' then kept = stored_blob(blob_key, redis.call('HGET', state, 'blob')) end
 local after = {}
 local p = tonumber(peek or '0')
 if p > 0 then after = redis.call('LRANGE', inbox, 1, p) end
