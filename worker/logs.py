@@ -1,7 +1,8 @@
 """Logging: stdlib logging, JSON lines when ``PARLEY_LOG_JSON`` is set.
 
 Fields passed with ``extra=`` (conversation_id, message_id, ...) are part of every JSON line. Message text
-is never logged (the conversation's trace in Redis keeps it).
+is never logged (the conversation's trace in Redis keeps it). With tracing on (docs/operations.md, "Traces"), a
+line logged inside a span carries its ``trace_id`` and ``span_id``, so a log search and a trace backend meet.
 """
 
 from __future__ import annotations
@@ -11,9 +12,19 @@ import logging
 import time
 from typing import Any
 
+from worker import tracing
 from worker.settings import Settings
 
 _STD = set(vars(logging.LogRecord("x", 0, "x", 0, "", None, None))) | {"message", "asctime", "taskName"}
+
+
+def _trace_fields() -> dict[str, str]:
+    """The current span's trace and span ids (W3C hex, as trace backends show them); none when tracing is off."""
+    parent = tracing.current()  # "00-<trace id>-<span id>-<flags>"
+    if parent is None:
+        return {}
+    _, trace_id, span_id, _ = parent.split("-")
+    return {"trace_id": trace_id, "span_id": span_id}
 
 
 class JsonFormatter(logging.Formatter):
@@ -29,6 +40,7 @@ class JsonFormatter(logging.Formatter):
         for key, value in record.__dict__.items():
             if key not in _STD and not key.startswith("_"):
                 out[key] = value
+        out.update(_trace_fields())
         if record.exc_info:
             out["exc"] = self.formatException(record.exc_info)
         return json.dumps(out, default=str, ensure_ascii=False)
@@ -38,6 +50,7 @@ class TextFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
         base = super().format(record)
         extra = {k: v for k, v in record.__dict__.items() if k not in _STD and not k.startswith("_")}
+        extra.update(_trace_fields())
         return f"{base} {json.dumps(extra, default=str)}" if extra else base
 
 

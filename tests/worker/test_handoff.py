@@ -297,3 +297,41 @@ def test_a_responding_keyed_event_during_a_pause_calls_no_model_and_still_replac
     assert {f.key: f.text for f in st.facts} == {"target": "Your target is Harrogate Theatre"}
     assert [(m.role, m.content, m.pinned) for m in st.messages][-1:] == [
         ("event", "Your target is Harrogate Theatre", False)]
+
+
+def test_the_first_turn_of_a_drain_reads_the_pause_with_the_lease_and_later_ones_read_it_again(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The drain's begin reads the pause in its round trip, so a lone turn costs no GET of its own; a turn after it in
+    the same drain (the commit's next input) reads the pause again, since a person may have taken over meanwhile."""
+    h = make_harness()
+    reads: list[str] = []
+    real = h.store.paused
+    monkeypatch.setattr(h.store, "paused", lambda cid: reads.append(cid) or real(cid))
+    h.client.send_message(CID, "hi", message_id="m0")
+    h.run()
+    assert _texts(h) == ["ack:hi"] and reads == []
+    h.client.send_message(CID, "one", message_id="m1")
+    h.client.send_message(CID, "two", message_id="m2")
+    h.woken.append(("drain", CID))
+    h.run()
+    assert _texts(h)[-2:] == ["ack:one", "ack:two"] and reads == [CID]  # the second turn point reads it
+
+
+def test_a_pause_read_by_the_begin_withholds_the_first_turn_and_one_set_mid_drain_the_next() -> None:
+    def answer(req) -> str:  # type: ignore[no-untyped-def]
+        said = req.messages[-1].content
+        if said == "one":
+            h.client.pause(CID)  # a person takes over while the model answers "one"
+        return "ack:" + said
+
+    h = make_harness(ScriptedModel(default=answer))
+    h.client.pause(CID)
+    h.client.send_message(CID, "hi", message_id="m0")
+    h.run()
+    assert not h.model.requests and _texts(h) == []  # the begin saw the pause: withheld
+    h.client.resume(CID)
+    h.client.send_message(CID, "one", message_id="m1")
+    h.client.send_message(CID, "two", message_id="m2")
+    h.woken.append(("drain", CID))
+    h.run()
+    assert len(h.model.requests) == 1 and _texts(h) == ["ack:one"]  # "two" withheld: read at its own turn point

@@ -13,7 +13,7 @@ from worker.store.codes import Accepted, Idle, Refusal, refused
 from worker.store.core import StoreCore
 from worker.store.entry_codec import claimed_head, join_entry, split_all, split_entry
 from worker.store.redis_errors import store_errors
-from worker.store.results import AcceptResult, Begin, CommitResult, Snapshot, StateRead
+from worker.store.results import AcceptResult, Begin, CommitResult, Pause, Snapshot, StateRead
 from worker.store.scripts import AcceptArgs, AcceptReply, CommitReply, accept_call
 
 
@@ -109,7 +109,8 @@ class MailboxStore(StoreCore):
             return Begin(_IDLE[Idle(res.code)])
         input_id, payload = split_entry(res.entry or b"")
         return Begin("ok", res.code, Snapshot(payload, input_id, res.blob, res.version, split_all(res.after),
-                                             res.tag, res.journal), res.attempts)
+                                             res.tag, res.journal, pause_read=True,
+                                             pause=Pause.stored(res.paused, self._now_ms())), res.attempts)
 
     @store_errors
     def peek(self, cid: str, start: int, count: int) -> tuple[tuple[str, bytes], ...]:

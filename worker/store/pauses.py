@@ -48,18 +48,12 @@ class PauseStore(StoreCore):
         raw = self._client.getdel(self.keys(cid).paused)
         self._client.zrem(self.global_keys.paused, cid)
         # The idle TTL may have kept a timed pause's key past its end (it refreshes the key): that one had ended.
-        return raw is not None and _in_force(int(raw or 0), self._now_ms())
+        return Pause.stored(raw, self._now_ms()) is not None
 
     @store_errors
     def paused(self, cid: str) -> Pause | None:
         """``cid``'s pause in force, or None (one GET: what the drain reads at each turn point)."""
-        raw = self._client.get(self.keys(cid).paused)
-        if raw is None:
-            return None
-        until_ms = int(raw or 0)
-        if not _in_force(until_ms, self._now_ms()):  # the key's TTL ends it within a millisecond or so
-            return None
-        return Pause(until_ms / 1000 if until_ms else None)
+        return Pause.stored(self._client.get(self.keys(cid).paused), self._now_ms())
 
     @store_errors
     def paused_count(self) -> int:
@@ -83,8 +77,3 @@ class PauseStore(StoreCore):
         gone = [cid for cid, there in zip(untimed, pipe.execute(), strict=True) if not there]
         if gone:
             self._client.zrem(index, *gone)
-
-
-def _in_force(until_ms: int, now_ms: int) -> bool:
-    """A stored pause end (``0``: until resumed) is in force at ``now_ms``."""
-    return not until_ms or until_ms > now_ms

@@ -39,6 +39,10 @@ class Snapshot:
     # tag is set when the caller said it holds that state already (``begin(have=tag)``): the blob was not sent.
     tag: str = ""
     journal: bool = True  # whether the head's turn journal may hold entries (False: known empty, nothing to read)
+    # The conversation's pause read with the snapshot (``begin`` reads it; a commit's next input does not: then
+    # ``pause_read`` is False and the drain reads the pause at the turn point, see worker.service.drain.hooks).
+    pause_read: bool = False
+    pause: Pause | None = None
 
 
 @dataclass(frozen=True)
@@ -73,6 +77,18 @@ class Pause:
     itself, None when only a resume ends it."""
 
     until: float | None = None
+
+    @classmethod
+    def stored(cls, raw: bytes | None, now_ms: int) -> Pause | None:
+        """The pause a ``paused`` key's value (``raw``: the ms it ends, ``0`` until resumed; None: no key) stands for
+        at ``now_ms``: None when there is none or a timed one has ended (the key's TTL ends it within a millisecond
+        or so)."""
+        if raw is None:
+            return None
+        until_ms = int(raw or 0)
+        if until_ms and until_ms <= now_ms:
+            return None
+        return cls(until_ms / 1000 if until_ms else None)
 
 
 @dataclass(frozen=True)

@@ -62,6 +62,7 @@ class BeginKeys(NamedTuple):
     attempts: str
     journal: str
     blob_key: str
+    paused: str
 
 
 class CommitKeys(NamedTuple):
@@ -253,6 +254,7 @@ class BeginReply(NamedTuple):
     after: list[bytes]
     tag: str  # the stored state's tag ('' none); ``blob`` is None when it is the tag the caller has
     journal: bool  # the turn journal holds entries
+    paused: bytes | None  # the conversation's paused key (see worker.store.pauses), None: not paused
 
 
 class ClaimReply(NamedTuple):
@@ -411,10 +413,11 @@ class Scripts:
     def begin(self, *, keys: ConversationKeys, lease_ms: int, peek: int = 0, held_tag: str = "") -> BeginReply:
         """``held_tag``: the tag of the state the caller holds decoded ('' none); that blob is not sent again."""
         res = self._begin(keys=BeginKeys(keys.hold, keys.inbox, keys.lease, keys.fence, keys.state, keys.attempts,
-                                         keys.journal, keys.blob),
+                                         keys.journal, keys.blob, keys.paused),
                           args=[lease_ms, peek, held_tag])
         return BeginReply(int(res[0]), _opt(res[1]), _blob(res[2]), int(res[3] or 0), int(res[4] or 0),
-                          [bytes(e) for e in res[5] or ()], _text(res[6]) or "", int(res[7] or 0) == 1)
+                          [bytes(e) for e in res[5] or ()], _text(res[6]) or "", int(res[7] or 0) == 1,
+                          _opt(res[8]))
 
     def commit(self, *, keys: ConversationKeys, token: int, expected_version: int, input_id: str,
                mode: str, blob: bytes, reply_entry: bytes, trace_entry: bytes, dead_entry: bytes, lease_ms: int,

@@ -121,6 +121,9 @@ class Drainer:
             with self.heartbeat.holding(lambda: store.renew_lease(cid, token, lease_ms),
                                         lambda: store.release(cid, token), "drain") as beat:
                 run = DrainRun(cid, token, beat, kept, started=time.monotonic())
+                first = begin.snapshot
+                if first.pause_read and first.input_id:
+                    run.pause_seen = (first.input_id, first.pause)
                 while snap is not None:
                     with input_span(cid, snap, attempts) as traced:
                         done = apply(run, snap, decide(run, snap, attempts))

@@ -8,7 +8,7 @@ from worker.conversation.chat import State
 from worker.conversation.resident import Resident
 from worker.envelopes import ReplyRecord
 from worker.service.heartbeat import Beat
-from worker.store.results import OutboxHead, Snapshot
+from worker.store.results import OutboxHead, Pause, Snapshot
 
 Claimed = tuple[int, OutboxHead]
 """A delivery already started: the delivery token and the claimed outbox head."""
@@ -32,6 +32,17 @@ class DrainRun:
     started: float = 0.0  # time.monotonic() when the drain took the lease
     compact: bool = False  # this drain has asked for a compaction already
     stored: bytes | None = None  # the blob the store holds for the snapshot being applied (an append goes onto it)
+    # The pause as the drain's begin read it, with the id of the head input it was read for: the first turn point
+    # uses it instead of a GET of its own (see :meth:`pause_for`).
+    pause_seen: tuple[str, Pause | None] | None = None
+
+    def pause_for(self, head_id: str) -> tuple[bool, Pause | None]:
+        """The pause read with the snapshot of ``head_id`` (``(True, pause)``, once: a later turn point reads the
+        pause again), or ``(False, None)`` when none was."""
+        seen, self.pause_seen = self.pause_seen, None
+        if seen is None or seen[0] != head_id:
+            return False, None
+        return True, seen[1]
 
     def state_of(self, snap: Snapshot) -> State:
         """The snapshot's state: what this worker holds decoded when it is the stored one (same tag), else the

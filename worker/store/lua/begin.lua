@@ -1,9 +1,10 @@
 -- BEGIN: start draining in one round trip.
--- KEYS: hold, inbox, lease, fence, state, attempts, journal, blob_key
+-- KEYS: hold, inbox, lease, fence, state, attempts, journal, blob_key, paused
 -- ARGV: lease_ms, peek, have (the caller's state tag, '' none)
 -- Returns: {token or HELD | EMPTY | BUSY, head entry, blob (its parts, see stored_blob), version, attempts at the head, the ``peek`` entries after
 --          the head (what a burst may take in; empty when peek is 0), the state's tag, whether the turn journal
---          holds entries}
+--          holds entries, the conversation's pause (its paused key's value, false none)}
+-- The pause is read here so that a drain's first turn point needs no GET of its own (see worker/store/pauses.py).
 -- HELD: held for a retry (or a burst's quiet period); EMPTY: nothing waiting; BUSY: another worker holds the lease;
 -- else the lease is taken with a new token.
 -- The state's tag changes with every write of the blob (see COMMIT): when the caller already holds the state with
@@ -22,11 +23,12 @@ local state = KEYS[5]
 local attempts = KEYS[6]
 local journal = KEYS[7]
 local blob_key = KEYS[8]
+local paused = KEYS[9]
 local lease_ms = ARGV[1]
 local peek = ARGV[2]
 local have = ARGV[3]
 
-local function idle(code) return {code, false, false, 0, 0, {}, '', 0} end
+local function idle(code) return {code, false, false, 0, 0, {}, '', 0, false} end
 if redis.call('EXISTS', hold) == 1 then return idle(HELD) end
 local head = redis.call('LINDEX', inbox, 0)
 if not head then return idle(EMPTY) end
@@ -40,4 +42,4 @@ local a = redis.call('HINCRBY', attempts, head_id(head), 1)
 local after = {}
 local n = tonumber(peek or '0')
 if n > 0 then after = redis.call('LRANGE', inbox, 1, n) end
-return {t, head, blob, s[2] or '0', a, after, tag, redis.call('EXISTS', journal)}
+return {t, head, blob, s[2] or '0', a, after, tag, redis.call('EXISTS', journal), redis.call('GET', paused)}

@@ -2,8 +2,9 @@
 notice input (the short answer to a message Parley cannot read, or a producer's) is withheld too.
 
 Always in the list, and first (before the daily budget's or a photo's short answer: while paused no notice goes out
-either). It reads the conversation's pause flag at each turn point: one GET per model turn. The flag takes effect at
-once, so the race with a turn in progress has three cases, each answered once and never lost:
+either). It reads the conversation's pause flag at each turn point: the drain's first one uses the flag as the
+drain's begin read it (the same round trip as the lease and the state), each later one reads it with a GET. The flag
+takes effect at once, so the race with a turn in progress has three cases, each answered once and never lost:
 
 - the pause lands before the turn point: the turn's inputs are withheld (applied to the state, no reply);
 - it lands while the model answers: that answer goes out as usual (the model call has started; throwing the answer
@@ -23,6 +24,7 @@ from worker.service.drain.outcomes import Outcome, Withheld
 from worker.service.drain.run import DrainRun
 from worker.service.journal import StoreJournal
 from worker.store.protocol import DrainStore
+from worker.store.results import Pause
 
 log = logging.getLogger("parley.service")
 
@@ -34,7 +36,7 @@ class Paused(DrainHook):
         self.store = store
 
     def before_turn(self, run: DrainRun, inputs: tuple[Pending, ...], prepare: Prepare) -> Outcome | None:
-        pause = self.store.paused(run.cid)
+        pause = self._pause(run, inputs[0].id)
         if pause is None:
             return None
         head = inputs[0]
@@ -48,5 +50,9 @@ class Paused(DrainHook):
     def notice(self, run: DrainRun, notice: Pending) -> Outcome | None:
         """No short answer either while paused (invariant 13's one exception): the notice is applied with no reply,
         the state as it was (``state`` None keeps it)."""
-        pause = self.store.paused(run.cid)
+        pause = self._pause(run, notice.id)
         return None if pause is None else Withheld((notice,), pause.until)
+
+    def _pause(self, run: DrainRun, head_id: str) -> Pause | None:
+        read, pause = run.pause_for(head_id)
+        return pause if read else self.store.paused(run.cid)

@@ -1,0 +1,37 @@
+"""A log line written inside a span carries its trace and span ids (JSON and text formats); none when tracing is
+off, so a log search and the trace backend meet on the same ids."""
+
+from __future__ import annotations
+
+import json
+import logging
+
+from tests.support.otlp_receiver import OtlpReceiver
+from worker import tracing
+from worker.logs import JsonFormatter, TextFormatter
+
+
+def _record() -> logging.LogRecord:
+    record = logging.LogRecord("parley.service", logging.INFO, __file__, 1, "turn done", None, None)
+    record.conversation_id = "447700900123"
+    return record
+
+
+def test_a_line_inside_a_span_names_its_trace(traced: OtlpReceiver) -> None:
+    with tracing.span("drain"):
+        parent = tracing.current()
+        line = json.loads(JsonFormatter().format(_record()))
+        text = TextFormatter("%(message)s").format(_record())
+    assert parent is not None
+    _, trace_id, span_id, _ = parent.split("-")
+    assert (line["trace_id"], line["span_id"], line["conversation_id"]) == (trace_id, span_id, "447700900123")
+    assert f'"trace_id": "{trace_id}"' in text
+    tracing.flush()
+    assert traced.wait_for(lambda: any(s.trace_id == trace_id for s in traced.named("drain")))
+
+
+def test_off_a_line_has_no_trace_fields() -> None:
+    tracing.reset_for_tests()
+    assert not tracing.enabled()
+    line = json.loads(JsonFormatter().format(_record()))
+    assert "trace_id" not in line and "span_id" not in line
