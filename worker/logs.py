@@ -20,7 +20,8 @@ _STD = set(vars(logging.LogRecord("x", 0, "x", 0, "", None, None))) | {"message"
 
 def _trace_fields() -> dict[str, str]:
     """The current span's trace and span ids (W3C hex, as trace backends show them); none when tracing is off."""
-    parent = tracing.current()  # "00-<trace id>-<span id>-<flags>"
+    # Never the set-up's first call: tracing set-up may itself log, under its lock ("00-<trace>-<span>-<flags>").
+    parent = tracing.current_if_set_up()
     if parent is None:
         return {}
     _, trace_id, span_id, _ = parent.split("-")

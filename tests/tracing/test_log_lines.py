@@ -3,8 +3,12 @@ off, so a log search and the trace backend meet on the same ids."""
 
 from __future__ import annotations
 
+import io
 import json
 import logging
+import threading
+
+import pytest
 
 from tests.support.otlp_receiver import OtlpReceiver
 from worker import tracing
@@ -35,3 +39,30 @@ def test_off_a_line_has_no_trace_fields() -> None:
     assert not tracing.enabled()
     line = json.loads(JsonFormatter().format(_record()))
     assert "trace_id" not in line and "span_id" not in line
+
+
+def test_a_line_logged_while_tracing_sets_up_does_not_wait_for_it(traced: OtlpReceiver,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """The set-up (or a library it calls) may log: the formatter must not start a second set-up under the first's
+    lock (it did: a worker's first log line inside the set-up hung the process)."""
+    from worker.tracing import otel
+
+    handler = logging.StreamHandler(io.StringIO())
+    handler.setFormatter(JsonFormatter())
+    logger = logging.getLogger("parley.test.setup")
+    logger.addHandler(handler)
+    real = otel.Tracing.from_env
+
+    def logging_set_up() -> otel.Tracing:
+        logger.warning("setting up")
+        return real()
+
+    monkeypatch.setattr(otel.Tracing, "from_env", staticmethod(logging_set_up))
+    tracing.reset_for_tests()
+    done = threading.Event()
+    threading.Thread(target=lambda: (tracing.enabled(), done.set()), daemon=True).start()
+    try:
+        assert done.wait(10), "the set-up's own log line waited for the set-up"
+    finally:
+        logger.removeHandler(handler)
+    assert tracing.enabled()

@@ -128,6 +128,13 @@ def current() -> str | None:
     return None if t is None else t.current()
 
 
+def current_if_set_up() -> str | None:
+    """As :func:`current`, but never sets tracing up: for the log formatter, which the set-up itself (or a library
+    it calls) may log through, with the set-up's lock held."""
+    t = _tracing if _decided else None
+    return None if t is None else t.current()
+
+
 def capture_content() -> bool:
     """Whether message content goes on the spans (the GenAI conventions' opt-in; off by default)."""
     return os.environ.get(CAPTURE_CONTENT_ENV, "").strip().lower() == "true"
