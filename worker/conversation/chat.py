@@ -304,8 +304,7 @@ class Chat:
         where in ``system`` it would change the start of every request.
         """
         _check_utf8("the system prompt", system)
-        for text in after_history:
-            _check_utf8("the context after the history", text)
+        _check_after_history(after_history)
         turn_user = _user_message(user, self.max_input_chars)
         files = _check_attachments(attachments or {})
         extra_preamble, added = _split_leading_system(messages, self.max_input_chars)
@@ -339,8 +338,7 @@ class Chat:
         stay (``meta.events`` counts it), and neither the idle gap nor a reset phrase applies. ``tools``: this
         turn's own and ``after_history`` this turn's texts after the history, as in :meth:`run_turn`."""
         _check_utf8("the system prompt", system)
-        for extra in after_history:
-            _check_utf8("the context after the history", extra)
+        _check_after_history(after_history)
         _check_text("event text", text, self.max_input_chars)
         loaded = self.load(state)
         st = loaded.state if key is None else loaded.state.with_fact(check_key(key), text)
@@ -471,6 +469,12 @@ class _Checked:
     each request checks only what was added since, and the turn hands it on with the state it writes."""
 
     clean: CleanPrefix | None
+
+
+def _check_after_history(texts: Sequence[str]) -> None:
+    """A turn's texts after the history are checked as the system prompt is (they reach the provider beside it)."""
+    for text in texts:
+        _check_utf8("the context after the history", text)
 
 
 def _tool_loop(chat: Chat, system: str | None, extra: Sequence[str], journal: TurnJournal,
