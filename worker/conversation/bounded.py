@@ -18,11 +18,12 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, replace
 
-from worker.conversation.compaction import drop_oldest_exchanges, droppable_exchanges
+from worker.conversation.compaction import drop_oldest_exchanges, has_droppable_exchange
 from worker.conversation.history import CleanPrefix, exchanges
 from worker.conversation.messages import Message
 from worker.conversation.resident import Resident
 from worker.conversation.state import ConversationState, Memo, encode_with_memo
+from worker.conversation.tokens import CountedPrefix
 
 log = logging.getLogger(__name__)
 
@@ -53,10 +54,11 @@ def _cap_pinned(state: ConversationState, max_pinned: int) -> tuple[Conversation
 
 
 def encode_bounded(state: ConversationState, *, max_bytes: int, max_pinned: int, memo: Memo | None = None,
-                   clean: CleanPrefix | None = None) -> Encoded:
+                   clean: CleanPrefix | None = None, counted: CountedPrefix | None = None) -> Encoded:
     """Encode ``state`` within ``max_pinned`` pinned items and ``max_bytes`` bytes (see the module); ``memo`` is
     the previous encoding's (only the new messages are packed), ``clean`` how much of the history the turn's last
-    request found valid (kept with the resident for the next turn)."""
+    request found valid and ``counted`` the history's last token count (both kept with the resident for the next
+    turn)."""
     state, dropped = _cap_pinned(state, max_pinned)
     blob, memo = encode_with_memo(state, memo)
     if len(blob) > max_bytes and memo.written_from:
@@ -67,7 +69,7 @@ def encode_bounded(state: ConversationState, *, max_bytes: int, max_pinned: int,
         out, memo = encode_with_memo(st)
         return out
 
-    while len(blob) > max_bytes and droppable_exchanges(state):
+    while len(blob) > max_bytes and has_droppable_exchange(state):
         log.warning("state over its size limit; dropping the oldest exchange",
                     extra={"bytes": len(blob), "limit": max_bytes})
         state, more = _cap_pinned(drop_oldest_exchanges(state, 1), max_pinned)
@@ -86,7 +88,7 @@ def encode_bounded(state: ConversationState, *, max_bytes: int, max_pinned: int,
     # What the resident takes in memory, about: the stored blob plus the decoded messages (measured with
     # tracemalloc at 2.6 KB for a one-turn conversation and 5x the packed size for longer ones).
     size = 5 * memo.raw + len(memo.stored) + 2048
-    return Encoded(blob, dropped, Resident(state, memo, size, clean))
+    return Encoded(blob, dropped, Resident(state, memo, size, clean, counted))
 
 
 def _slim(state: ConversationState) -> ConversationState:

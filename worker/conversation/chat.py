@@ -49,7 +49,7 @@ from worker.conversation.state import (
     encode_state,
     load_state,
 )
-from worker.conversation.tokens import EstimateCounter, TokenCounter
+from worker.conversation.tokens import CountedPrefix, EstimateCounter, PrefixMemoCounter, TokenCounter
 from worker.conversation.tools import Tool, check_tools, without_lone_surrogates
 from worker.conversation.turn_journal import NoJournal, TurnJournal
 from worker.errors import InvalidMessageError, InvalidTextError, OversizeInputError, StateDecodeError
@@ -253,7 +253,7 @@ class Chat:
         """Decode a blob (or take a :class:`~worker.conversation.resident.Resident` as it is: nothing to decode)."""
         if isinstance(state, Resident):
             if state.state.provider == self.provider:
-                return LoadResult(state.state, memo=state.memo, clean=state.clean)
+                return LoadResult(state.state, memo=state.memo, clean=state.clean, counted=state.counted)
             state = encode_state(state.state)  # another provider's: refused by the decoder, as its blob would be
         return load_state(state, provider=self.provider, max_bytes=self.max_state_bytes, now=self.clock())
 
@@ -327,7 +327,8 @@ class Chat:
                           after_history)
         out = loop.run(st.append(*added, turn_user))
         out.state = out.state.with_meta(out.state.meta.after_turn(now))
-        return self._finish_turn(out, loaded.problem, reset, None if reset else loaded.memo, checked.clean)
+        return self._finish_turn(out, loaded.problem, reset, None if reset else loaded.memo, checked.clean,
+                                 None if reset else loaded.counted)
 
     def run_event_turn(self, state: State, text: str, *, system: str | None = None, key: str | None = None,
                        pinned: bool = False, journal: TurnJournal | None = None,
@@ -346,15 +347,15 @@ class Chat:
         st = st.with_meta(replace(st.meta, events=st.meta.events + 1))
         checked = _Checked(loaded.clean)
         out = _tool_loop(self, system, (), journal or NoJournal(), {}, checked, tools, after_history).run(st)
-        return self._finish_turn(out, loaded.problem, None, loaded.memo, checked.clean)
+        return self._finish_turn(out, loaded.problem, None, loaded.memo, checked.clean, loaded.counted)
 
     def _call(self, request: ModelRequest) -> ModelResponse:
         return _encodable(complete_observed(self.model, request, self.observer))
 
     def _finish_turn(self, out: LoopOutcome, problem: StateDecodeError | None, reset: str | None,
-                     memo: Memo | None, clean: CleanPrefix | None) -> TurnResult:
-        st, needs = self._auto_compact_if_due(out.state)
-        encoded = self._encode(st, memo, clean)
+                     memo: Memo | None, clean: CleanPrefix | None, counted: CountedPrefix | None) -> TurnResult:
+        st, needs, counted = self._auto_compact_if_due(out.state, counted)
+        encoded = self._encode(st, memo, clean, counted)
         return TurnResult(reply=out.reply, state=encoded.blob, finish_reason=out.finish_reason,
                           truncated=out.truncated, filtered=out.filtered, tool_limit_hit=out.tool_limit_hit,
                           state_problem=problem, reset=reset, needs_compaction=needs, usage=st.last_usage,
@@ -381,8 +382,8 @@ class Chat:
         meta = (replace(st.meta, events=st.meta.events + 1, last_activity=self.clock()) if from_player
                 else replace(st.meta, events=st.meta.events + 1))
         st = replace(st, meta=meta)
-        st, needs = self._auto_compact_if_due(st)
-        encoded = self._encode(st, loaded.memo)
+        st, needs, counted = self._auto_compact_if_due(st, loaded.counted)
+        encoded = self._encode(st, loaded.memo, counted=counted)
         return EventResult(state=encoded.blob, state_problem=loaded.problem, needs_compaction=needs,
                            pinned_dropped=encoded.pinned_dropped, resident=encoded.resident)
 
@@ -402,8 +403,8 @@ class Chat:
             st = st.append(msgs.validated(m))
         if from_player:
             st = replace(st, meta=replace(st.meta, last_activity=self.clock()))
-        st, needs = self._auto_compact_if_due(st)
-        encoded = self._encode(st, loaded.memo)
+        st, needs, counted = self._auto_compact_if_due(st, loaded.counted)
+        encoded = self._encode(st, loaded.memo, counted=counted)
         return EventResult(state=encoded.blob, state_problem=loaded.problem, needs_compaction=needs,
                            pinned_dropped=encoded.pinned_dropped, resident=encoded.resident)
 
@@ -413,15 +414,21 @@ class Chat:
             return False
         return self.compactor.should_compact(self.load(state).state, self.counter)
 
-    def _auto_compact_if_due(self, st: ConversationState) -> tuple[ConversationState, bool]:
+    def _auto_compact_if_due(self, st: ConversationState, counted: CountedPrefix | None = None
+                             ) -> tuple[ConversationState, bool, CountedPrefix | None]:
         """The turn's own check: compact now when due and ``auto_compact`` is on. The flag says a
-        compaction is (still) due, for the worker to run one as a follow-up task."""
-        if self.compactor is None or not self.compactor.should_compact(st, self.counter):
-            return st, False
+        compaction is (still) due, for the worker to run one as a follow-up task. ``counted``: the history's last
+        token count (the resident's), so the trigger counts only what was added since; the count to keep comes
+        back."""
+        if self.compactor is None:
+            return st, False, None
+        counter = PrefixMemoCounter(self.counter, counted)
+        if not self.compactor.should_compact(st, counter):
+            return st, False, counter.memo
         if not self.auto_compact:
-            return st, True
-        done = apply_compactor(self.compactor, st, self.counter, observer=self.observer)
-        return done.state, bool(not done.applied and self.compactor.should_compact(done.state, self.counter))
+            return st, True, counter.memo
+        done = apply_compactor(self.compactor, st, counter, observer=self.observer)
+        return done.state, bool(not done.applied and self.compactor.should_compact(done.state, counter)), counter.memo
 
     def compact_with_report(self, state: State) -> CompactionReport:
         """Apply the compactor to ``state`` (only the steps whose triggers fire) and report what changed:
@@ -446,8 +453,10 @@ class Chat:
             newest = encode_state(newest.state)
         return splice_blobs(newest, compacted, load=self.load, encode=self._encode)
 
-    def _encode(self, st: ConversationState, memo: Memo | None = None, clean: CleanPrefix | None = None) -> Encoded:
-        return encode_bounded(st, max_bytes=self.max_state_bytes, max_pinned=self.max_pinned, memo=memo, clean=clean)
+    def _encode(self, st: ConversationState, memo: Memo | None = None, clean: CleanPrefix | None = None,
+                counted: CountedPrefix | None = None) -> Encoded:
+        return encode_bounded(st, max_bytes=self.max_state_bytes, max_pinned=self.max_pinned, memo=memo, clean=clean,
+                              counted=counted)
 
 
 def _encodable(response: ModelResponse) -> ModelResponse:

@@ -30,7 +30,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Protocol, runtime_checkable
 
-from worker.conversation.history import Exchange, exchanges, is_successful_tool_exchange
+from worker.conversation.history import MODEL_SIDE, Exchange, exchanges, is_successful_tool_exchange
 from worker.conversation.messages import Message, transcript_text
 from worker.conversation.model import Model, ModelRequest
 from worker.conversation.observe import Observer, complete_observed, observing
@@ -70,6 +70,14 @@ def _first_user_seq(state: ConversationState) -> int | None:
 def droppable_exchanges(state: ConversationState) -> list[Exchange]:
     """Exchanges that may be dropped, oldest first: all but the latest one."""
     return exchanges(state.messages)[:-1]
+
+
+def has_droppable_exchange(state: ConversationState) -> bool:
+    """Whether :func:`droppable_exchanges` is not empty, found from the end: a trigger asks it on every turn, and
+    splitting the whole history into exchanges for it cost a turn time that grew with the conversation."""
+    messages = state.messages
+    return any(messages[i].role not in MODEL_SIDE and messages[i - 1].role in MODEL_SIDE
+               for i in range(len(messages) - 1, 0, -1))
 
 
 def drop_oldest_exchanges(state: ConversationState, count: int) -> ConversationState:
@@ -177,7 +185,7 @@ class TokenBudget:
     def compact(self, state: ConversationState, counter: TokenCounter) -> ConversationState:
         overhead = fixed_overhead(state, counter)
         current = state
-        while overhead + history_tokens(current, counter) > self.target and droppable_exchanges(current):
+        while overhead + history_tokens(current, counter) > self.target and has_droppable_exchange(current):
             current = drop_oldest_exchanges(current, 1)
         return current
 
@@ -370,7 +378,7 @@ class Hysteresis:
         return f"hysteresis({self.high_tokens}):" + "+".join(s.name for s in self.steps)
 
     def should_compact(self, state: ConversationState, counter: TokenCounter) -> bool:
-        if not droppable_exchanges(state):
+        if not has_droppable_exchange(state):
             return False
         if self.max_prompt_tokens is not None and prompt_tokens(state, counter) > self.max_prompt_tokens:
             return True

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 from worker.conversation.history import CleanPrefix
 from worker.conversation.state import ConversationState, Memo
+from worker.conversation.tokens import CountedPrefix
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -31,6 +32,7 @@ class Resident:
     memo: Memo
     size: int
     clean: CleanPrefix | None = None  # how much of the history the last request found valid (no re-check)
+    counted: CountedPrefix | None = None  # the history's last token count (the next turn counts only what it adds)
 
     @property
     def blob(self) -> bytes:

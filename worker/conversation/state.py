@@ -36,6 +36,7 @@ import zstandard
 from worker.conversation.history import CleanPrefix
 from worker.conversation.messages import ROLES, MediaRef, Message, ToolCall
 from worker.conversation.model import Usage
+from worker.conversation.tokens import CountedPrefix
 from worker.errors import StateDecodeError
 
 MAGIC = b"PLY"
@@ -532,6 +533,7 @@ class LoadResult:
     problem: StateDecodeError | None = None
     memo: Memo | None = None  # what the stored blob holds (a write appending to it needs it)
     clean: CleanPrefix | None = None  # the resident's, when it came from one
+    counted: CountedPrefix | None = None  # the resident's too: its history's last token count
 
 
 def load_state(

@@ -14,8 +14,10 @@ import gzip
 import importlib.util
 import json
 import math
+import operator
 import threading
 from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
@@ -45,6 +47,9 @@ class TokenCounter(Protocol):
 
 
 class _CounterBase:
+    #: A text's count never changes (so a count may be remembered between turns, see :class:`PrefixMemoCounter`).
+    stable_counts = True
+
     def count_text(self, text: str) -> int:
         raise NotImplementedError
 
@@ -174,6 +179,55 @@ def request_chars(request: ModelRequest) -> int:
     return total
 
 
+@dataclass(frozen=True, slots=True, eq=False)
+class CountedPrefix:
+    """``messages`` (the very objects) count ``tokens`` tokens by ``counter``. States only append and a message
+    never changes, so a history that starts with these same objects counts this much for them."""
+
+    counter: TokenCounter
+    messages: tuple[Message, ...]
+    tokens: int
+
+    def covers(self, messages: tuple[Message, ...], counter: TokenCounter) -> int:
+        """How many leading messages of ``messages`` this count stands for: all of its own when ``messages``
+        starts with them and the counter is the same one, else 0."""
+        n = len(self.messages)
+        if counter is not self.counter or n > len(messages) or not all(map(operator.is_, self.messages, messages[:n])):
+            return 0
+        return n
+
+
+class PrefixMemoCounter:
+    """A counter that counts a history only from where an earlier count of it ended.
+
+    Why: the compaction trigger counts the whole stored history on every turn. An exact count (tiktoken) costs
+    about 10 us a message, so a 200-message history cost 2 ms a turn, growing with the conversation; the
+    counter's own cache of texts cannot help once a worker serves more conversations than it holds texts (it is
+    read round-robin, so a least-recently-used cache then misses every time). The chat keeps the last count of
+    a conversation's history with its decoded state (:class:`~worker.conversation.resident.Resident`) and
+    counts through this wrapper, which remembers the latest count of a whole history (a tuple of messages) in
+    :attr:`memo`. Counts of a counter whose counts change over time (``stable_counts`` false: the calibrated
+    estimate) are never remembered."""
+
+    def __init__(self, base: TokenCounter, memo: CountedPrefix | None = None) -> None:
+        self.base = base
+        self.memo = memo if getattr(base, "stable_counts", False) else None
+
+    def count_text(self, text: str) -> int:
+        return self.base.count_text(text)
+
+    def count_message(self, message: Message) -> int:
+        return self.base.count_message(message)
+
+    def count_messages(self, messages: Iterable[Message]) -> int:
+        if not isinstance(messages, tuple) or not getattr(self.base, "stable_counts", False):
+            return self.base.count_messages(messages)
+        known = self.memo.covers(messages, self.base) if self.memo is not None else 0
+        total = (self.memo.tokens if known and self.memo is not None else 0) + self.base.count_messages(messages[known:])
+        self.memo = CountedPrefix(self.base, messages, total)
+        return total
+
+
 class UsageCalibratedCounter(EstimateCounter):
     """The character estimate, calibrated by the prompt tokens the provider reports.
 
@@ -187,6 +241,7 @@ class UsageCalibratedCounter(EstimateCounter):
     def __init__(self, chars_per_token: float = 4.0, *, weight: float = 0.2,
                  bounds: tuple[float, float] = (1.0, 12.0), min_chars: int = 200) -> None:
         super().__init__(chars_per_token)
+        self.stable_counts = False  # the ratio moves with every calibration
         self.weight = weight
         self.bounds = bounds
         self.min_chars = min_chars
