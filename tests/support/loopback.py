@@ -30,7 +30,29 @@ class _Server(ThreadingHTTPServer):
     daemon_threads = True
 
 
-class LoopbackServer:
+class ServedInThread:
+    """An ``http.server`` handler class served on ``host`` and a free port, in a daemon thread: the lifecycle every
+    stand-in server here shares (``url``, ``start``, ``stop``)."""
+
+    def __init__(self, handler: type[BaseHTTPRequestHandler], host: str = "127.0.0.1") -> None:
+        self.host = host
+        self.server = _Server((host, 0), handler)
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.server.server_address[1]}"
+
+    def start(self) -> Self:
+        self.thread.start()
+        return self
+
+    def stop(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+class LoopbackServer(ServedInThread):
     """Serves POSTs from ``answer`` on 127.0.0.1 and a free port, in a daemon thread.
 
     ``bind_host`` (a class attribute) moves every server made afterwards to another local address: the partition
@@ -97,27 +119,13 @@ class LoopbackServer:
             def log_message(self, *args: Any) -> None:
                 pass
 
-        self.server = _Server((self.bind_host, 0), Handler)
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-
-    @property
-    def url(self) -> str:
-        host, port = self.server.server_address[:2]
-        return f"http://{host}:{port}"
-
-    def start(self) -> LoopbackServer:
-        self.thread.start()
-        return self
-
-    def stop(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+        super().__init__(Handler, self.bind_host)
 
 
 class LoopbackPeer:
-    """A stand-in peer (game engine, model, WhatsApp) served by a :class:`LoopbackServer` in ``self.http``."""
+    """A stand-in peer (game engine, model, WhatsApp, trace collector) served in ``self.http``."""
 
-    http: LoopbackServer
+    http: ServedInThread
 
     @property
     def url(self) -> str:

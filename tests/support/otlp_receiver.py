@@ -11,7 +11,7 @@ import gzip
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
@@ -20,6 +20,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 )
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue
 
+from tests.support.loopback import LoopbackPeer, ServedInThread
 from tests.support.workers import wait_until
 
 
@@ -48,7 +49,7 @@ class ReceivedSpan:
     resource: dict[str, Any] = field(default_factory=dict)
 
 
-class OtlpReceiver:
+class OtlpReceiver(LoopbackPeer):
     """``receiver.url`` is what ``OTEL_EXPORTER_OTLP_ENDPOINT`` names; ``receiver.spans`` what arrived so far."""
 
     def __init__(self) -> None:
@@ -80,21 +81,7 @@ class OtlpReceiver:
             def log_message(self, *args: Any) -> None:
                 pass
 
-        self.http = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.http.daemon_threads = True
-        self._thread = threading.Thread(target=self.http.serve_forever, daemon=True)
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.http.server_address[1]}"
-
-    def start(self) -> OtlpReceiver:
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        self.http.shutdown()
-        self.http.server_close()
+        self.http = ServedInThread(Handler)
 
     def _take(self, request: ExportTraceServiceRequest) -> None:
         got: list[ReceivedSpan] = []
