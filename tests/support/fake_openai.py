@@ -12,10 +12,10 @@ import time
 from collections import deque
 from typing import Any
 
-from tests.support.loopback import LoopbackServer
+from tests.support.loopback import LoopbackPeer, LoopbackServer
 
 
-class FakeOpenAI:
+class FakeOpenAI(LoopbackPeer):
     def __init__(self, *, delay: float = 0.0) -> None:
         self.delay = delay
         self.errors: deque[tuple[int, dict[str, Any], dict[str, str]]] = deque()
@@ -34,13 +34,6 @@ class FakeOpenAI:
     @property
     def base_url(self) -> str:
         return f"{self.http.url}/v1"
-
-    def start(self) -> FakeOpenAI:
-        self.http.start()
-        return self
-
-    def stop(self) -> None:
-        self.http.stop()
 
     def fail(self, status: int, times: int = 1, *, retry_after: float | None = None) -> None:
         headers = {"Retry-After": str(retry_after)} if retry_after is not None else {}

@@ -22,7 +22,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from tests.support.loopback import LoopbackServer
+from tests.support.loopback import LoopbackPeer, LoopbackServer
 
 #: The settings that let a worker download photos from this stand-in (plain http to 127.0.0.1): an explicit test
 #: configuration, never a default (the default is https to Meta's media host only).
@@ -83,7 +83,7 @@ class FakeMedia:
     token: str | None = None
 
 
-class FakeWhatsApp:
+class FakeWhatsApp(LoopbackPeer):
     def __init__(self, *, access_token: str = "test-token") -> None:
         self.sent: list[dict[str, Any]] = []
         self.received: list[dict[str, Any]] = []  # the body of every send, whatever it was answered
@@ -116,13 +116,6 @@ class FakeWhatsApp:
     @property
     def base_url(self) -> str:
         return f"{self.http.url}/v21.0"
-
-    def start(self) -> FakeWhatsApp:
-        self.http.start()
-        return self
-
-    def stop(self) -> None:
-        self.http.stop()
 
     def fail(self, code: int, status: int = 400, times: int = 1, message: str = "injected") -> None:
         for _ in range(times):
