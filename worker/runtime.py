@@ -95,6 +95,10 @@ def build_model_from_settings(settings: Settings) -> Model:
                            thinking_budget=settings.llm.anthropic_thinking_budget, **options)
     options.pop("breaker_threshold")
     options.pop("breaker_reset")
+    if "max_tokens" not in settings.llm.model_fields_set:
+        # The hosted models' default (1,024) lets the 135M local model run on in a loop for a minute when it does
+        # not stop by itself (the demo's first answer did): it keeps its own, shorter default unless one is set.
+        options.pop("max_tokens")
     return build_model("local", model=settings.llm.model or DEFAULT_MODELS["local"], **options)
 
 

@@ -163,7 +163,8 @@ class Llm(_Group):
                                  description="Seconds the breaker stays open before one probe call.")
     max_tokens: int = Field(default=1024, validation_alias="llm_max_tokens", description="Most tokens the model may write in "
                             "one answer (sent as max_completion_tokens to OpenAI o-series and gpt-5 models, which "
-                            "refuse max_tokens).")
+                            "refuse max_tokens). Unset, the local model keeps its own 160 (a 135M model that does not stop "
+                            "by itself would otherwise write on for a minute).")
     context_window: int | None = Field(default=None, gt=0, description="Tokens the model reads and writes in one call. "
                                        "Default by model family (gpt-4o 128k, gpt-4.1 1M, gpt-5 400k, o-series and "
                                        "Claude 200k, the local model 4k, others 8k). The compaction budget is kept "

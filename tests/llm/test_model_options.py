@@ -191,3 +191,18 @@ def test_a_chat_request_says_where_the_callers_prompt_ends() -> None:
     chat.chat_with_state(state, system="You are a guide.", user="hi")
     request = model.requests[0]
     assert request.system is not None and request.system[: request.system_stable] == "You are a guide."
+
+
+def test_the_local_model_keeps_its_short_answer_bound_unless_one_is_set(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The hosted models' default bound (1,024 tokens) let the 135M local model loop for a minute on the demo's first
+    question; it keeps its own unless PARLEY_LLM_MAX_TOKENS is set."""
+    from worker.llm.local_model import LocalModel
+    from worker.runtime import build_model_from_settings
+    from worker.settings import Settings
+
+    monkeypatch.delenv("PARLEY_LLM_MAX_TOKENS", raising=False)
+    default = build_model_from_settings(Settings(llm_provider="local"))
+    assert isinstance(default, LocalModel) and default.max_tokens == LocalModel().max_tokens < 1024
+    monkeypatch.setenv("PARLEY_LLM_MAX_TOKENS", "500")
+    chosen = build_model_from_settings(Settings(llm_provider="local"))
+    assert isinstance(chosen, LocalModel) and chosen.max_tokens == 500
