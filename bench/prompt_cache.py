@@ -2,7 +2,7 @@
 code (a scripted model, the worker's flow: a turn, then the follow-up compaction spliced onto the state), today's
 policy against the worker's default policy, in one run.
 
-    python bench/prompt_cache.py [--turns 300] [--seed 7] [--live-context]
+    python bench/prompt_cache.py [--turns 300] [--seed 7] [--live-context] [--reply-tools] [--system-words N]
 
 The game: varied player text (words drawn from a vocabulary of ~20,000 words, lengths as players write), silent game
 events, pinned events, keyed facts the game keeps current (the target, the score), events the bot answers, a tool
@@ -20,6 +20,10 @@ Printed per policy:
   with Anthropic's breakpoint caching (a read of a prefix an earlier request wrote at one of its breakpoints, at
   0.1x; what is written at 1.25x; prefixes under 1,024 tokens not cached). The cache is assumed warm between a
   conversation's requests (a game's turns come within the caches' lifetime).
+
+``--reply-tools`` offers the six WhatsApp reply tools too (``send_image``, ``send_location``, ...: about 730 tokens of
+schemas in every request), as the worker does by default on the WhatsApp channel (``PARLEY_WHATSAPP_REPLY_TOOLS``);
+without it the request is that of a deployment on another channel, or with them turned off.
 
 ``--live-context`` adds a live game context that changes every turn (docs/game.md), placed in the system prompt
 (today's place) and after the history (``PARLEY_CONTEXT_PLACEMENT=after_history``), to show what it costs.
@@ -47,6 +51,7 @@ from worker.conversation.model import Model
 from worker.conversation.tokens import TiktokenCounter, _load_encoding
 from worker.llm import anthropic_messages, openai_chat
 from worker.settings import Settings
+from worker.tools.reply_tools import reply_tools
 
 COUNTER = TiktokenCounter(encoding="o200k_base")
 ENCODING: Any = _load_encoding("o200k_base")
@@ -317,12 +322,16 @@ def todays_compactor(model: Model) -> Compactor:
                    TokenBudget(6000))
 
 
+DEFAULTS = Settings(_env_file=None)
+
+
 def default_compactor(model: Model) -> Compactor:
     """The worker's default chain now (settings unset), as ``worker.runtime.build_chat`` builds it for gpt-5."""
-    return build_compactor(Settings(_env_file=None), model, budget=6000)
+    return build_compactor(DEFAULTS, model, budget=6000)
 
 
-def play(policy: Policy, game: Sequence[Turn], seed: int, live_context: bool, system: str = SYSTEM) -> Recorder:
+def play(policy: Policy, game: Sequence[Turn], seed: int, live_context: bool, system: str = SYSTEM,
+         whatsapp_tools: bool = False) -> Recorder:
     recorder = Recorder(one_system_block=policy.one_system_block)
     model = GameModel(recorder, seed)
     def answer(**_: Any) -> dict[str, Any]:
@@ -330,6 +339,7 @@ def play(policy: Policy, game: Sequence[Turn], seed: int, live_context: bool, sy
         return model.turn.tool_answer
 
     tools = [Tool(name=t.name, description=t.description, parameters=t.parameters, handler=answer) for t in TOOLS]
+    tools += reply_tools() if whatsapp_tools else []  # after the game's, as worker.runtime.build_service adds them
     chat = Chat(model=model, compactor=policy.compactor(model), tools=tools, counter=COUNTER, auto_compact=False,
                 **policy.chat_options)
     state: bytes | None = None
@@ -476,6 +486,8 @@ def main() -> None:
     parser.add_argument("--turns", type=int, default=300)
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--live-context", action="store_true")
+    parser.add_argument("--reply-tools", action="store_true", help="offer the WhatsApp reply tools too (the worker's "
+                        "default on the WhatsApp channel)")
     parser.add_argument("--system-words", type=int, default=0, help="words of further rules added to the system "
                         "prompt (a longer prompt, the same for every policy)")
     args = parser.parse_args()
@@ -484,16 +496,18 @@ def main() -> None:
     logging.basicConfig(level=logging.ERROR)
     game = draw_game(args.turns, args.seed)
     policies = [Policy("today", todays_compactor, {"facts_placement": "preamble"}, one_system_block=True),
-                Policy("default", default_compactor),
+                Policy("default", default_compactor, {"facts_placement": DEFAULTS.memory.facts_placement}),
+                Policy("default, facts after history", default_compactor, {"facts_placement": "after_history"}),
                 Policy("default, facts in preamble", default_compactor, {"facts_placement": "preamble"})]
     if args.live_context:
         policies.append(Policy("default, context after history", default_compactor, context_after_history=True))
     system = SYSTEM + (f"\n\nMore rules: {text(random.Random(args.seed + 1), args.system_words, args.system_words)}"
                        if args.system_words else "")
-    played = {p.name: play(p, game, args.seed, args.live_context, system) for p in policies}
+    played = {p.name: play(p, game, args.seed, args.live_context, system, args.reply_tools) for p in policies}
     results = {name: measure(rec) for name, rec in played.items()}
     base = results["today"]
-    print(f"{args.turns}-turn game, seed {args.seed}{', live context every turn' if args.live_context else ''}, "
+    print(f"{args.turns}-turn game, seed {args.seed}{', live context every turn' if args.live_context else ''}"
+          f"{', WhatsApp reply tools' if args.reply_tools else ''}, "
           f"system prompt and tools {len(openai_pieces(played['today'].chat_requests[0])[0]) + COUNTER.count_text(system):,} "
           "tokens; costs relative to today's policy (the summariser's prompts included, at full price)")
     print(f"{'policy':<32} {'requests':>8} {'prefix share':>12} {'prompt tokens':>13} {'largest':>7} "

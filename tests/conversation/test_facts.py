@@ -243,6 +243,24 @@ def test_a_compaction_puts_the_current_facts_in_the_preamble_and_a_change_follow
     assert model.requests[-1].after_history is None
 
 
+def test_the_preambles_facts_read_as_current_beside_an_older_value_the_history_kept() -> None:
+    """An answered keyed event stays in the history as an event; when a newer value came after it and a compaction
+    kept that exchange verbatim, the older value is later in the prompt than the preamble's: the heading says the
+    preamble's facts are the current ones."""
+    model = ScriptedModel()
+    chat = Chat(model=model, auto_compact=False, compactor=Summarize(ScriptedModel(default="S."), keep_last=2, batch=1))
+    state = chat.append_to_state(None, "target A", key="target")
+    for i in range(3):
+        _, state = chat.chat_with_state(state, user=f"m{i}")
+    state = chat.run_event_turn(state, "target B", key="target").state
+    state = chat.append_to_state(state, "target C", key="target")
+    _, state = chat.chat_with_state(chat.compact(state), user="where?")
+    request = model.requests[-1]
+    assert any(m.content == "target B" for m in request.messages)  # kept verbatim
+    assert f"{SETTLED_FACTS_HEADING}\n- [target] target C" in (request.system or "")
+    assert SETTLED_FACTS_HEADING.startswith("Current facts") and request.after_history is None
+
+
 def test_a_compaction_that_only_shortens_tool_outputs_leaves_the_preambles_facts() -> None:
     """It keeps the prompt's start: taking the facts into the preamble would cost the caches all that follows."""
     long = make_tool("lookup", handler=lambda place="": {"about": "x" * 600})

@@ -29,8 +29,11 @@ from worker.conversation.tokens import TokenCounter
 SUMMARY_HEADING = "Summary of the earlier conversation:"
 PINNED_HEADING = "Facts to keep in mind (pinned):"
 FACTS_HEADING = "Current facts (the game keeps these up to date):"
-# Short, as they are sent with every request: the block after the history says which value holds.
-SETTLED_FACTS_HEADING = "Facts the game keeps up to date:"
+# Sent with every request, so short; but both say which value holds. The preamble's facts are current when the
+# request is made unless the block after the history updates one: an older value in an event of the history (an
+# answered keyed event kept verbatim by the compaction that took the newer value into the preamble) must not read
+# as newer than the preamble's.
+SETTLED_FACTS_HEADING = "Current facts (the game keeps these up to date; one updated at the end replaces it):"
 CHANGED_FACTS_HEADING = "Updated facts (each replaces the fact of the same [key] above):"
 
 FactPlacement = Literal["changes_after_history", "after_history", "preamble"]
