@@ -262,6 +262,8 @@ class Recorder:
     must_show: list[tuple[str, ...]] = field(default_factory=list)
     pinned: list[str] = field(default_factory=list)
     facts: dict[str, str] = field(default_factory=dict)
+    # The indexes of the chat requests that came first after a compaction was spliced.
+    after_compaction: set[int] = field(default_factory=set)
 
 
 class GameModel:
@@ -330,6 +332,13 @@ def default_compactor(model: Model) -> Compactor:
     return build_compactor(DEFAULTS, model, budget=6000)
 
 
+def variant_compactor(high_water: int, keep_last: int) -> Callable[[Model], Compactor]:
+    """The default chain with another high-water mark and number of exchanges kept (``PARLEY_COMPACTION_HIGH_WATER``,
+    ``PARLEY_COMPACTION_KEEP_LAST``)."""
+    settings = Settings(_env_file=None, compaction_high_water=high_water, compaction_keep_last=keep_last)
+    return lambda model: build_compactor(settings, model, budget=6000)
+
+
 def play(policy: Policy, game: Sequence[Turn], seed: int, live_context: bool, system: str = SYSTEM,
          whatsapp_tools: bool = False) -> Recorder:
     recorder = Recorder(one_system_block=policy.one_system_block)
@@ -349,7 +358,10 @@ def play(policy: Policy, game: Sequence[Turn], seed: int, live_context: bool, sy
         blob: bytes = result.state
         if result.needs_compaction:
             report = chat.compact_with_report(blob)
-            blob = chat.splice(blob, report.state).state
+            spliced = chat.splice(blob, report.state)
+            if spliced.applied and report.changed:
+                recorder.after_compaction.add(len(recorder.chat_requests))
+            blob = spliced.state
         return blob
 
     for turn in game:
@@ -407,6 +419,16 @@ class Figures:
     anthropic_written: int
     summary_tokens: int
     largest: int
+    lost_compaction: int = 0  # not a prefix, in the first request after a compaction
+    lost_after: int = 0  # not a prefix, in the text after the history of the other requests
+
+    def lost(self) -> str:
+        """Where the prefix share's loss is: the requests right after a compaction, the text after the history of the
+        others (keyed facts, a live context) and the rest (their new messages; with facts in the preamble, a changed
+        fact and what follows it)."""
+        rest = self.tokens - self.prefix - self.lost_compaction - self.lost_after
+        return (f"compactions {self.lost_compaction / self.tokens:.1%}, after the history {self.lost_after / self.tokens:.1%}, "
+                f"the rest {rest / self.tokens:.1%}")
 
     @property
     def share(self) -> float:
@@ -456,19 +478,23 @@ def anthropic_cache(requests: Sequence[ModelRequest]) -> tuple[int, int, int]:
 
 def measure(recorder: Recorder) -> Figures:
     previous: list[list[int]] = []
-    tokens = prefix = cached = largest = new = last_seq = 0
-    for request in recorder.chat_requests:
+    tokens = prefix = cached = largest = new = last_seq = lost_compaction = lost_after = 0
+    for i, request in enumerate(recorder.chat_requests):
         new += COUNTER.count_messages(m for m in request.messages if m.seq > last_seq)
         last_seq = max((m.seq for m in request.messages), default=last_seq)
         pieces = openai_pieces(request)
         size = sum(len(p) for p in pieces)
         shared = common_prefix(previous, pieces)
         tokens, prefix, cached, largest = tokens + size, prefix + shared, cached + openai_cached(shared), max(largest, size)
+        if i in recorder.after_compaction:
+            lost_compaction += size - shared
+        elif request.after_history:
+            lost_after += min(len(pieces[-1]), size - shared)
         previous = pieces
     anthropic, read, write = anthropic_cache([replace(r, system_stable=0) if recorder.one_system_block else r
                                    for r in recorder.chat_requests])
     return Figures(new, len(recorder.chat_requests), tokens, prefix, cached, anthropic, read, write,
-                   recorder.summary_prompt_tokens, largest)
+                   recorder.summary_prompt_tokens, largest, lost_compaction, lost_after)
 
 
 def pinned_everywhere(recorder: Recorder) -> tuple[int, int]:
@@ -488,6 +514,8 @@ def main() -> None:
     parser.add_argument("--live-context", action="store_true")
     parser.add_argument("--reply-tools", action="store_true", help="offer the WhatsApp reply tools too (the worker's "
                         "default on the WhatsApp channel)")
+    parser.add_argument("--variant", action="append", default=[], metavar="HIGH_WATER:KEEP_LAST",
+                        help="also play the default chain with this high-water mark and exchanges kept (repeatable)")
     parser.add_argument("--system-words", type=int, default=0, help="words of further rules added to the system "
                         "prompt (a longer prompt, the same for every policy)")
     args = parser.parse_args()
@@ -499,6 +527,10 @@ def main() -> None:
                 Policy("default", default_compactor, {"facts_placement": DEFAULTS.memory.facts_placement}),
                 Policy("default, facts after history", default_compactor, {"facts_placement": "after_history"}),
                 Policy("default, facts in preamble", default_compactor, {"facts_placement": "preamble"})]
+    for variant in args.variant:
+        high, keep = (int(x) for x in variant.split(":"))
+        policies.append(Policy(f"default, mark {high}, keep {keep}", variant_compactor(high, keep),
+                               {"facts_placement": DEFAULTS.memory.facts_placement}))
     if args.live_context:
         policies.append(Policy("default, context after history", default_compactor, context_after_history=True))
     system = SYSTEM + (f"\n\nMore rules: {text(random.Random(args.seed + 1), args.system_words, args.system_words)}"
@@ -524,7 +556,7 @@ def main() -> None:
         print(f"  {name}: effective prompt cost in full-price tokens (uncached {f.tokens + f.summary_tokens:,}): "
               f"OpenAI at 0.1x {f.openai_cost(0.1):,.0f}, at 0.5x {f.openai_cost(0.5):,.0f}; Anthropic "
               f"{f.anthropic_cost:,.0f} of {f.anthropic_tokens + f.summary_tokens:,} (read {f.anthropic_read:,}, written "
-              f"{f.anthropic_written:,})")
+              f"{f.anthropic_written:,}); not a prefix: {f.lost()}")
 
 
 if __name__ == "__main__":

@@ -226,6 +226,8 @@ def test_a_compaction_puts_the_current_facts_in_the_preamble_and_a_change_follow
                                                 "- [score] The team has 10 points")
     state = chat.compact(state)
     assert decode_state(state).preamble_facts == decode_state(state).facts
+    assert inspect_state(state)["preamble_facts"] == {"target": "Your target is Bettys Cafe",
+                                                      "score": "The team has 10 points"}
     _, state = chat.chat_with_state(state, system="Be brief.", user="and now?")
     settled = model.requests[-1]
     assert settled.system == (f"Be brief.\n\n{SETTLED_FACTS_HEADING}\n- [target] Your target is Bettys Cafe\n"
