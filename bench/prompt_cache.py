@@ -2,7 +2,7 @@
 code (a scripted model, the worker's flow: a turn, then the follow-up compaction spliced onto the state), today's
 policy against the worker's default policy, in one run.
 
-    python bench/prompt_cache.py [--turns 300] [--seed 7] [--live-context]
+    python bench/prompt_cache.py [--turns 300] [--seed 7] [--live-context] [--reply-tools] [--system-words N]
 
 The game: varied player text (words drawn from a vocabulary of ~20,000 words, lengths as players write), silent game
 events, pinned events, keyed facts the game keeps current (the target, the score), events the bot answers, a tool
@@ -20,6 +20,10 @@ Printed per policy:
   with Anthropic's breakpoint caching (a read of a prefix an earlier request wrote at one of its breakpoints, at
   0.1x; what is written at 1.25x; prefixes under 1,024 tokens not cached). The cache is assumed warm between a
   conversation's requests (a game's turns come within the caches' lifetime).
+
+``--reply-tools`` offers the six WhatsApp reply tools too (``send_image``, ``send_location``, ...: about 730 tokens of
+schemas in every request), as the worker does by default on the WhatsApp channel (``PARLEY_WHATSAPP_REPLY_TOOLS``);
+without it the request is that of a deployment on another channel, or with them turned off.
 
 ``--live-context`` adds a live game context that changes every turn (docs/game.md), placed in the system prompt
 (today's place) and after the history (``PARLEY_CONTEXT_PLACEMENT=after_history``), to show what it costs.
@@ -47,6 +51,7 @@ from worker.conversation.model import Model
 from worker.conversation.tokens import TiktokenCounter, _load_encoding
 from worker.llm import anthropic_messages, openai_chat
 from worker.settings import Settings
+from worker.tools.reply_tools import reply_tools
 
 COUNTER = TiktokenCounter(encoding="o200k_base")
 ENCODING: Any = _load_encoding("o200k_base")
@@ -257,6 +262,8 @@ class Recorder:
     must_show: list[tuple[str, ...]] = field(default_factory=list)
     pinned: list[str] = field(default_factory=list)
     facts: dict[str, str] = field(default_factory=dict)
+    # The indexes of the chat requests that came first after a compaction was spliced.
+    after_compaction: set[int] = field(default_factory=set)
 
 
 class GameModel:
@@ -317,12 +324,23 @@ def todays_compactor(model: Model) -> Compactor:
                    TokenBudget(6000))
 
 
+DEFAULTS = Settings(_env_file=None)
+
+
 def default_compactor(model: Model) -> Compactor:
     """The worker's default chain now (settings unset), as ``worker.runtime.build_chat`` builds it for gpt-5."""
-    return build_compactor(Settings(_env_file=None), model, budget=6000)
+    return build_compactor(DEFAULTS, model, budget=6000)
 
 
-def play(policy: Policy, game: Sequence[Turn], seed: int, live_context: bool, system: str = SYSTEM) -> Recorder:
+def variant_compactor(high_water: int, keep_last: int) -> Callable[[Model], Compactor]:
+    """The default chain with another high-water mark and number of exchanges kept (``PARLEY_COMPACTION_HIGH_WATER``,
+    ``PARLEY_COMPACTION_KEEP_LAST``)."""
+    settings = Settings(_env_file=None, compaction_high_water=high_water, compaction_keep_last=keep_last)
+    return lambda model: build_compactor(settings, model, budget=6000)
+
+
+def play(policy: Policy, game: Sequence[Turn], seed: int, live_context: bool, system: str = SYSTEM,
+         whatsapp_tools: bool = False) -> Recorder:
     recorder = Recorder(one_system_block=policy.one_system_block)
     model = GameModel(recorder, seed)
     def answer(**_: Any) -> dict[str, Any]:
@@ -330,6 +348,7 @@ def play(policy: Policy, game: Sequence[Turn], seed: int, live_context: bool, sy
         return model.turn.tool_answer
 
     tools = [Tool(name=t.name, description=t.description, parameters=t.parameters, handler=answer) for t in TOOLS]
+    tools += reply_tools() if whatsapp_tools else []  # after the game's, as worker.runtime.build_service adds them
     chat = Chat(model=model, compactor=policy.compactor(model), tools=tools, counter=COUNTER, auto_compact=False,
                 **policy.chat_options)
     state: bytes | None = None
@@ -339,7 +358,10 @@ def play(policy: Policy, game: Sequence[Turn], seed: int, live_context: bool, sy
         blob: bytes = result.state
         if result.needs_compaction:
             report = chat.compact_with_report(blob)
-            blob = chat.splice(blob, report.state).state
+            spliced = chat.splice(blob, report.state)
+            if spliced.applied and report.changed:
+                recorder.after_compaction.add(len(recorder.chat_requests))
+            blob = spliced.state
         return blob
 
     for turn in game:
@@ -397,6 +419,16 @@ class Figures:
     anthropic_written: int
     summary_tokens: int
     largest: int
+    lost_compaction: int = 0  # not a prefix, in the first request after a compaction
+    lost_after: int = 0  # not a prefix, in the text after the history of the other requests
+
+    def lost(self) -> str:
+        """Where the prefix share's loss is: the requests right after a compaction, the text after the history of the
+        others (keyed facts, a live context) and the rest (their new messages; with facts in the preamble, a changed
+        fact and what follows it)."""
+        rest = self.tokens - self.prefix - self.lost_compaction - self.lost_after
+        return (f"compactions {self.lost_compaction / self.tokens:.1%}, after the history {self.lost_after / self.tokens:.1%}, "
+                f"the rest {rest / self.tokens:.1%}")
 
     @property
     def share(self) -> float:
@@ -446,19 +478,23 @@ def anthropic_cache(requests: Sequence[ModelRequest]) -> tuple[int, int, int]:
 
 def measure(recorder: Recorder) -> Figures:
     previous: list[list[int]] = []
-    tokens = prefix = cached = largest = new = last_seq = 0
-    for request in recorder.chat_requests:
+    tokens = prefix = cached = largest = new = last_seq = lost_compaction = lost_after = 0
+    for i, request in enumerate(recorder.chat_requests):
         new += COUNTER.count_messages(m for m in request.messages if m.seq > last_seq)
         last_seq = max((m.seq for m in request.messages), default=last_seq)
         pieces = openai_pieces(request)
         size = sum(len(p) for p in pieces)
         shared = common_prefix(previous, pieces)
         tokens, prefix, cached, largest = tokens + size, prefix + shared, cached + openai_cached(shared), max(largest, size)
+        if i in recorder.after_compaction:
+            lost_compaction += size - shared
+        elif request.after_history:
+            lost_after += min(len(pieces[-1]), size - shared)
         previous = pieces
     anthropic, read, write = anthropic_cache([replace(r, system_stable=0) if recorder.one_system_block else r
                                    for r in recorder.chat_requests])
     return Figures(new, len(recorder.chat_requests), tokens, prefix, cached, anthropic, read, write,
-                   recorder.summary_prompt_tokens, largest)
+                   recorder.summary_prompt_tokens, largest, lost_compaction, lost_after)
 
 
 def pinned_everywhere(recorder: Recorder) -> tuple[int, int]:
@@ -476,6 +512,10 @@ def main() -> None:
     parser.add_argument("--turns", type=int, default=300)
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--live-context", action="store_true")
+    parser.add_argument("--reply-tools", action="store_true", help="offer the WhatsApp reply tools too (the worker's "
+                        "default on the WhatsApp channel)")
+    parser.add_argument("--variant", action="append", default=[], metavar="HIGH_WATER:KEEP_LAST",
+                        help="also play the default chain with this high-water mark and exchanges kept (repeatable)")
     parser.add_argument("--system-words", type=int, default=0, help="words of further rules added to the system "
                         "prompt (a longer prompt, the same for every policy)")
     args = parser.parse_args()
@@ -484,16 +524,22 @@ def main() -> None:
     logging.basicConfig(level=logging.ERROR)
     game = draw_game(args.turns, args.seed)
     policies = [Policy("today", todays_compactor, {"facts_placement": "preamble"}, one_system_block=True),
-                Policy("default", default_compactor),
+                Policy("default", default_compactor, {"facts_placement": DEFAULTS.memory.facts_placement}),
+                Policy("default, facts after history", default_compactor, {"facts_placement": "after_history"}),
                 Policy("default, facts in preamble", default_compactor, {"facts_placement": "preamble"})]
+    for variant in args.variant:
+        high, keep = (int(x) for x in variant.split(":"))
+        policies.append(Policy(f"default, mark {high}, keep {keep}", variant_compactor(high, keep),
+                               {"facts_placement": DEFAULTS.memory.facts_placement}))
     if args.live_context:
         policies.append(Policy("default, context after history", default_compactor, context_after_history=True))
     system = SYSTEM + (f"\n\nMore rules: {text(random.Random(args.seed + 1), args.system_words, args.system_words)}"
                        if args.system_words else "")
-    played = {p.name: play(p, game, args.seed, args.live_context, system) for p in policies}
+    played = {p.name: play(p, game, args.seed, args.live_context, system, args.reply_tools) for p in policies}
     results = {name: measure(rec) for name, rec in played.items()}
     base = results["today"]
-    print(f"{args.turns}-turn game, seed {args.seed}{', live context every turn' if args.live_context else ''}, "
+    print(f"{args.turns}-turn game, seed {args.seed}{', live context every turn' if args.live_context else ''}"
+          f"{', WhatsApp reply tools' if args.reply_tools else ''}, "
           f"system prompt and tools {len(openai_pieces(played['today'].chat_requests[0])[0]) + COUNTER.count_text(system):,} "
           "tokens; costs relative to today's policy (the summariser's prompts included, at full price)")
     print(f"{'policy':<32} {'requests':>8} {'prefix share':>12} {'prompt tokens':>13} {'largest':>7} "
@@ -510,7 +556,7 @@ def main() -> None:
         print(f"  {name}: effective prompt cost in full-price tokens (uncached {f.tokens + f.summary_tokens:,}): "
               f"OpenAI at 0.1x {f.openai_cost(0.1):,.0f}, at 0.5x {f.openai_cost(0.5):,.0f}; Anthropic "
               f"{f.anthropic_cost:,.0f} of {f.anthropic_tokens + f.summary_tokens:,} (read {f.anthropic_read:,}, written "
-              f"{f.anthropic_written:,})")
+              f"{f.anthropic_written:,}); not a prefix: {f.lost()}")
 
 
 if __name__ == "__main__":

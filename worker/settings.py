@@ -239,10 +239,13 @@ class Memory(_Group):
                                               "reused by the providers' prompt caches. Default: 18% of the compaction "
                                               "budget (1,080 tokens of 6,000).")
     compress_tool_outputs_after: int = Field(default=3, description="Keep this many recent tool outputs whole; compress older.")
-    facts_placement: Literal["after_history", "preamble"] = Field(
-        default="after_history", description="Where the game's keyed facts go in the prompt: after_history (a change "
-        "costs the prompt cache only the facts' own tokens) or preamble (with the pinned items: cheaper when facts "
-        "rarely change, but a change makes the providers' caches miss the whole history after it).")
+    facts_placement: Literal["changes_after_history", "after_history", "preamble"] = Field(
+        default="changes_after_history", description="Where the game's keyed facts go in the prompt: "
+        "changes_after_history (the facts as of the last compaction in the system prompt, those changed since after "
+        "the history, each with its key and marked as replacing the earlier value: sent again only while changed), "
+        "after_history (all of them after the history, with every request: a change costs the prompt cache only the "
+        "facts' own tokens) or preamble (with the pinned items: a change makes the providers' caches miss the whole "
+        "history after it).")
     idle_gap_seconds: float | None = Field(default=None, description="A player's message after this long without one "
                                            "starts a fresh conversation (game events are not the player's "
                                            "activity: those that came meanwhile are kept). Off when unset.")

@@ -6,12 +6,18 @@ import pathlib
 
 import pytest
 
-from tests.conversation.conftest import make_tool
+from tests.conversation.conftest import Clock, make_tool
 from worker import Chat, ScriptedModel, inspect_state
 from worker.conversation import Reply
-from worker.conversation.compaction import Compose, KeepLastExchanges, Summarize
+from worker.conversation.compaction import Compose, CompressToolExchanges, KeepLastExchanges, Summarize
 from worker.conversation.messages import Message
-from worker.conversation.prompt import FACTS_HEADING, PINNED_HEADING
+from worker.conversation.prompt import (
+    CHANGED_FACTS_HEADING,
+    FACTS_HEADING,
+    PINNED_HEADING,
+    SETTLED_FACTS_HEADING,
+    SUMMARY_HEADING,
+)
 from worker.conversation.state import FORMAT_VERSION, ConversationState, Fact, decode_state, encode_state
 from worker.errors import InvalidMessageError
 
@@ -116,11 +122,12 @@ def test_golden_v3_with_facts_decodes_and_older_states_stay_older() -> None:
     assert s.facts == (Fact("score", "The team has 40 points"),
                        Fact("target", "The current target is Harrogate Theatre"))
     assert s.pinned == () and s.messages[0].pinned and [m.role for m in s.messages] == ["event", "user", "assistant"]
-    assert FORMAT_VERSION == 4
-    # Every state is written in the current format since its frames (issue 33), and a migrated one keeps its facts.
+    assert FORMAT_VERSION == 5
+    # Every state is written in the current format (issue 33), and a migrated one keeps its facts; it has no facts as
+    # of a preamble (version 5), so all of them count as changed since: after the history, as that release put them.
     plain = ConversationState.fresh("openai").append(Message(role="user", content="hi"))
-    assert encode_state(plain)[3] == 4
-    assert encode_state(s)[3] == 4 and decode_state(encode_state(s)) == s
+    assert encode_state(plain)[3] == FORMAT_VERSION
+    assert encode_state(s)[3] == FORMAT_VERSION and decode_state(encode_state(s)) == s and s.preamble_facts == ()
 
 
 def test_a_game_tool_sets_a_fact_and_the_model_reads_only_the_rest() -> None:
@@ -196,3 +203,131 @@ def test_an_idle_gap_starts_afresh_but_keeps_the_games_facts(clock) -> None:  # 
     st = decode_state(state)
     assert [m.content for m in st.messages if m.role == "user"] == ["back again"]  # a fresh conversation
     assert [f.key for f in st.facts] == ["target"]
+
+
+# --- the default placement: the facts as of the last compaction in the preamble, the changes after the history ------
+
+
+def _summarising_chat(model: ScriptedModel | None = None, **kw: object) -> Chat:
+    summariser = ScriptedModel(default="They talked about the game.")
+    return Chat(model=model or ScriptedModel(), auto_compact=False,
+                compactor=Compose(Summarize(summariser, keep_last=1, batch=1)), **kw)  # type: ignore[arg-type]
+
+
+def test_a_compaction_puts_the_current_facts_in_the_preamble_and_a_change_follows_the_history_marked() -> None:
+    model = ScriptedModel()
+    chat = _summarising_chat(model)
+    state = chat.append_to_state(None, "Your target is Bettys Cafe", key="target")
+    state = chat.append_to_state(state, "The team has 10 points", key="score")
+    for i in range(3):
+        _, state = chat.chat_with_state(state, system="Be brief.", user=f"message {i}")
+    # Before any compaction every fact is after the history, as current.
+    assert model.requests[-1].after_history == (f"{FACTS_HEADING}\n- [target] Your target is Bettys Cafe\n"
+                                                "- [score] The team has 10 points")
+    state = chat.compact(state)
+    assert decode_state(state).preamble_facts == decode_state(state).facts
+    assert inspect_state(state)["preamble_facts"] == {"target": "Your target is Bettys Cafe",
+                                                      "score": "The team has 10 points"}
+    _, state = chat.chat_with_state(state, system="Be brief.", user="and now?")
+    settled = model.requests[-1]
+    assert settled.system == (f"Be brief.\n\n{SETTLED_FACTS_HEADING}\n- [target] Your target is Bettys Cafe\n"
+                              f"- [score] The team has 10 points\n\n{SUMMARY_HEADING}\nThey talked about the game.")
+    assert settled.after_history is None  # nothing changed since: no fact is sent twice
+    state = chat.append_to_state(state, "Your target is Harrogate Theatre", key="target")
+    _, state = chat.chat_with_state(state, system="Be brief.", user="where now?")
+    changed = model.requests[-1]
+    assert changed.system == settled.system  # the prompt's start as it was: the caches reuse it
+    # The new value, with its key, under a heading that says it replaces the one of that key in the preamble.
+    assert changed.after_history == f"{CHANGED_FACTS_HEADING}\n- [target] Your target is Harrogate Theatre"
+    state = chat.compact(state)  # the next compaction rewrites the preamble anyway: it takes the current facts
+    _, state = chat.chat_with_state(state, system="Be brief.", user="ok")
+    assert "Harrogate Theatre" in (model.requests[-1].system or "") and "Bettys" not in (model.requests[-1].system or "")
+    assert model.requests[-1].after_history is None
+
+
+def test_the_preambles_facts_read_as_current_beside_an_older_value_the_history_kept() -> None:
+    """An answered keyed event stays in the history as an event; when a newer value came after it and a compaction
+    kept that exchange verbatim, the older value is later in the prompt than the preamble's: the heading says the
+    preamble's facts are the current ones."""
+    model = ScriptedModel()
+    chat = Chat(model=model, auto_compact=False, compactor=Summarize(ScriptedModel(default="S."), keep_last=2, batch=1))
+    state = chat.append_to_state(None, "target A", key="target")
+    for i in range(3):
+        _, state = chat.chat_with_state(state, user=f"m{i}")
+    state = chat.run_event_turn(state, "target B", key="target").state
+    state = chat.append_to_state(state, "target C", key="target")
+    _, state = chat.chat_with_state(chat.compact(state), user="where?")
+    request = model.requests[-1]
+    assert any(m.content == "target B" for m in request.messages)  # kept verbatim
+    assert f"{SETTLED_FACTS_HEADING}\n- [target] target C" in (request.system or "")
+    assert SETTLED_FACTS_HEADING.startswith("Current facts") and request.after_history is None
+
+
+def test_a_compaction_that_only_shortens_tool_outputs_leaves_the_preambles_facts() -> None:
+    """It keeps the prompt's start: taking the facts into the preamble would cost the caches all that follows."""
+    long = make_tool("lookup", handler=lambda place="": {"about": "x" * 600})
+    script: list[Reply | str] = []
+    for i in range(3):
+        script += [Reply(tool_calls=(("lookup", {"place": f"p{i}"}),)), f"answer {i}"]
+    chat = Chat(model=ScriptedModel(script), tools=[long], auto_compact=False,
+                compactor=CompressToolExchanges(keep_recent=1))
+    state = chat.append_to_state(None, "Your target is Bettys Cafe", key="target")
+    for i in range(3):
+        _, state = chat.chat_with_state(state, user=f"look {i}")
+    compacted = decode_state(chat.compact(state))
+    assert compacted.generation == 1 and compacted.preamble_facts == ()
+
+
+def test_a_fact_set_while_a_compaction_ran_is_a_change_after_the_history() -> None:
+    model = ScriptedModel()
+    chat = _summarising_chat(model)
+    state = chat.append_to_state(None, "target A", key="target")
+    for i in range(3):
+        _, state = chat.chat_with_state(state, user=f"m{i}")
+    compacted = chat.compact(state)  # computed from the state with target A
+    spliced = chat.splice(chat.append_to_state(state, "target B", key="target"), compacted)
+    assert spliced.applied
+    st = decode_state(spliced.state)
+    assert [(f.key, f.text) for f in st.preamble_facts] == [("target", "target A")]
+    chat.chat_with_state(spliced.state, user="where?")
+    request = model.requests[-1]
+    assert "- [target] target A" in (request.system or "")
+    assert request.after_history == f"{CHANGED_FACTS_HEADING}\n- [target] target B"
+
+
+def test_a_fact_the_cap_dropped_is_not_shown_from_the_preamble() -> None:
+    model = ScriptedModel()
+    chat = _summarising_chat(model, max_pinned=1)
+    state = chat.append_to_state(None, "fact one", key="a")
+    for i in range(3):
+        _, state = chat.chat_with_state(state, user=f"m{i}")
+    state = chat.append_to_state(chat.compact(state), "fact two", key="b")  # the cap drops fact a
+    assert [f.key for f in decode_state(state).facts] == ["b"]
+    chat.chat_with_state(state, user="and?")
+    request = model.requests[-1]
+    assert "fact one" not in (request.system or "") and SETTLED_FACTS_HEADING not in (request.system or "")
+    assert request.after_history == f"{FACTS_HEADING}\n- [b] fact two"
+
+
+def test_an_idle_reset_starts_with_the_facts_in_the_preamble(clock: Clock) -> None:
+    model = ScriptedModel()
+    chat = Chat(model=model, idle_gap_seconds=60, clock=clock)
+    state = chat.append_to_state(None, "Your target is Bettys Cafe", key="target")
+    _, state = chat.chat_with_state(state, user="hi")
+    clock.advance(120)
+    result = chat.run_turn(state, user="back again")
+    assert result.reset == "idle_gap"
+    assert "- [target] Your target is Bettys Cafe" in (model.requests[-1].system or "")
+    assert model.requests[-1].after_history is None
+
+
+def test_every_fact_after_the_history_renders_as_before() -> None:
+    model = ScriptedModel()
+    chat = _summarising_chat(model, facts_placement="after_history")
+    state = chat.append_to_state(None, "Your target is Bettys Cafe", key="target")
+    for i in range(3):
+        _, state = chat.chat_with_state(state, user=f"m{i}")
+    chat.chat_with_state(chat.compact(state), system="Be brief.", user="and?")
+    request = model.requests[-1]
+    assert request.after_history == f"{FACTS_HEADING}\n- Your target is Bettys Cafe"
+    assert "Bettys" not in (request.system or "")

@@ -73,10 +73,21 @@ def test_golden_v4_with_frames_decodes() -> None:
     assert s.meta == Meta("fedcba9876543210", 1800000000.0, 1800000100.5, 1, 0, 0)
 
 
-@pytest.mark.parametrize("name", ["v1_small.bin", "v1_compressed.bin", "v3_facts.bin"])
+def test_golden_v5_with_the_preambles_facts_decodes() -> None:
+    """A base holding the facts as of the preamble's last rewrite (the score then) beside the current facts, and a
+    frame after it that changed the score: the frame carries the current facts, the preamble's stay."""
+    s = decode_state((GOLDEN / "v5_preamble_facts.bin").read_bytes())
+    assert [m.role for m in s.messages] == ["user", "assistant", "event", "user", "assistant"]
+    assert s.summary == "The user is playing" and s.generation == 1 and s.next_seq == 8
+    assert s.preamble_facts == (Fact("target", "The current target is Harrogate Theatre"),
+                                Fact("score", "The team has 40 points"))
+    assert s.facts == (Fact("target", "The current target is Harrogate Theatre"), Fact("score", "The team has 50 points"))
+
+
+@pytest.mark.parametrize("name", ["v1_small.bin", "v1_compressed.bin", "v3_facts.bin", "v4_frames.bin"])
 def test_a_state_of_an_older_format_loads_and_its_next_write_migrates_it(name: str) -> None:
-    """A blob of a format before frames cannot take one: the first write after it is whole, in the current format;
-    the write after that appends."""
+    """A blob of an older format (before frames, or before the preamble's facts) takes no frame: the first write after
+    it is whole, in the current format; the write after that appends."""
     old = (GOLDEN / name).read_bytes()
     memo = decode_with_memo(old)
     grown = memo.state.append(Message(role="user", content="and now?"))
@@ -99,7 +110,7 @@ def test_round_trip_and_compression() -> None:
         *[Message(role="user", content="word " * 1000), Message(role="assistant", content="ok", raw={"x": 1})]
     )
     blob = encode_state(s)
-    assert blob[:3] == MAGIC and blob[3] == FORMAT_VERSION == 4
+    assert blob[:3] == MAGIC and blob[3] == FORMAT_VERSION == 5
     assert blob[4] & FLAG_ZSTD
     assert decode_state(blob) == s
 
@@ -231,7 +242,8 @@ def _every_field_set() -> tuple[Message, ConversationState]:
                 facts=(("target", "Harrogate Theatre"),), reply_parts=({"type": "reaction", "emoji": "x"},))
     s = ConversationState(provider="openai", messages=(m,), summary="s", summary_seq=2, pinned=(m,), next_seq=9,
                           seen_seq=4, last_usage=Usage(5, 6), generation=7,
-                          meta=Meta("e", 1.0, 2.0, 3, 4, 5), facts=(Fact("target", "the theatre"),))
+                          meta=Meta("e", 1.0, 2.0, 3, 4, 5), facts=(Fact("target", "the theatre"),),
+                          preamble_facts=(Fact("target", "the hall"),))
     return m, s
 
 
@@ -242,7 +254,7 @@ def test_fast_paths_know_every_field() -> None:
                                                  "is_error", "pinned", "seq", "raw", "media", "facts", "reply_parts"]
     assert [f.name for f in fields(ConversationState)] == ["provider", "messages", "summary", "summary_seq",
                                                            "pinned", "next_seq", "seen_seq", "last_usage",
-                                                           "generation", "meta", "facts"]
+                                                           "generation", "meta", "facts", "preamble_facts"]
     assert [f.name for f in fields(Meta)] == ["epoch", "started_at", "last_activity", "turns", "events",
                                               "compactions"]
 
@@ -263,7 +275,8 @@ def test_the_base_is_one_packb_of_the_whole_map_and_a_turn_appends_one_frame() -
     stored blob byte for byte plus one frame (the new messages, counters, usage, metadata; the facts only when they
     changed), and it decodes to the grown state."""
     _, s = _every_field_set()
-    for state in (s, ConversationState(provider="anthropic"), replace(s, last_usage=None, pinned=(), facts=())):
+    for state in (s, ConversationState(provider="anthropic"),
+                  replace(s, last_usage=None, pinned=(), facts=(), preamble_facts=())):
         meta = state.meta
         whole = {"p": state.provider, "m": [_enc_message(x) for x in state.messages], "sum": state.summary,
                  "sums": state.summary_seq, "pin": [_enc_message(x) for x in state.pinned], "ns": state.next_seq,
@@ -272,6 +285,8 @@ def test_the_base_is_one_packb_of_the_whole_map_and_a_turn_appends_one_frame() -
                           meta.compactions]}
         if state.facts:
             whole["f"] = [[f.key, f.text] for f in state.facts]
+        if state.preamble_facts:
+            whole["pf"] = [[f.key, f.text] for f in state.preamble_facts]
         blob, memo = encode_with_memo(state)
         assert blob == _v4(msgpack.packb(whole, use_bin_type=True)) and memo.written_from == 0
         added = Message(role="assistant", content="more")
@@ -287,3 +302,7 @@ def test_the_base_is_one_packb_of_the_whole_map_and_a_turn_appends_one_frame() -
         assert msgpack.unpackb(again[len(appended):])["f"] == [[f.key, f.text] for f in with_fact.facts]
         new_life = replace(with_fact, meta=replace(with_fact.meta, epoch="another"))  # a reset: written whole
         assert encode_with_memo(new_life, after)[1].written_from == 0
+        # The preamble takes the facts only when a compaction rewrites it: never in a frame, always a whole write.
+        settled = replace(grown, preamble_facts=with_fact.facts)
+        rewritten, written = encode_with_memo(settled, after)
+        assert written.written_from == 0 and decode_state(rewritten) == settled

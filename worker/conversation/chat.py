@@ -32,6 +32,7 @@ from worker.conversation.messages import Message
 from worker.conversation.model import Attachment, Model, ModelRequest, ModelResponse
 from worker.conversation.observe import RoundTrip, UsageTally, complete_observed
 from worker.conversation.prompt import (
+    DEFAULT_FACT_PLACEMENT,
     FactPlacement,
     prompt_tokens,
     render_after_history,
@@ -83,7 +84,7 @@ def _fresh_after_idle(st: ConversationState, provider: str, now: float) -> Conve
     since = len(st.messages)
     while since > 0 and st.messages[since - 1].role == "event":
         since -= 1
-    fresh = replace(ConversationState.fresh(provider, now=now), facts=st.facts)
+    fresh = replace(ConversationState.fresh(provider, now=now), facts=st.facts, preamble_facts=st.facts)
     return fresh.append(*st.messages[since:]) if since < len(st.messages) else fresh
 
 
@@ -191,9 +192,11 @@ class Chat:
     max_tokens: int | None = None
     temperature: float | None = None
     max_pinned: int = DEFAULT_MAX_PINNED
-    # Where the keyed facts are rendered: after the history (the prompt's start then stays the same between
-    # compactions, for the providers' prompt caches) or in the preamble with the pinned items (the layout before).
-    facts_placement: FactPlacement = "after_history"
+    # Where the keyed facts are rendered (:mod:`worker.conversation.prompt`): those as of the last compaction in the
+    # preamble and the ones changed since after the history (the default: the prompt's start stays the same between
+    # compactions, for the providers' prompt caches, and a fact is re-sent only once it changed), all after the
+    # history, or all in the preamble with the pinned items (the layout before).
+    facts_placement: FactPlacement = DEFAULT_FACT_PLACEMENT
     observer: Callable[[RoundTrip], None] | None = None
     clock: Callable[[], float] = time.time
 

@@ -443,4 +443,14 @@ def apply_compactor(compactor: Compactor, state: ConversationState, counter: Tok
         return done
     new = done.state
     meta = replace(new.meta, compactions=new.meta.compactions + 1)
-    return replace(done, state=replace(new, generation=state.generation + 1, meta=meta))
+    facts = new.facts if rewrites_start(state, new) else new.preamble_facts
+    return replace(done, state=replace(new, generation=state.generation + 1, meta=meta, preamble_facts=facts))
+
+
+def rewrites_start(before: ConversationState, after: ConversationState) -> bool:
+    """Whether a compaction rewrote the prompt from its preamble or the history's start on (a new summary, other
+    pinned items, messages dropped): the providers' caches lose what follows anyway, so the preamble may take the
+    current facts at no further cost (:attr:`~worker.conversation.state.ConversationState.preamble_facts`). A step
+    that only shortened an old tool output keeps the start, and the facts that changed stay after the history."""
+    return (after.summary != before.summary or after.pinned != before.pinned
+            or len(after.messages) < len(before.messages))

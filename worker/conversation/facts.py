@@ -4,9 +4,9 @@ A fact is set by the game only (invariant 12): an event sent with ``key`` (:meth
 apply_event`), or a game tool's answer (a Python tool's return value or an HTTP tool's JSON answer) holding a
 ``"facts"`` object. A player's words never become one. The state keeps one fact per key, the latest; facts live
 outside the history (:attr:`~worker.conversation.state.ConversationState.facts`), so no compaction drops or
-rewrites them, and they are rendered after the history, last in the prompt (or, with
-``Chat.facts_placement="preamble"``, in the preamble with the pinned items; :mod:`worker.conversation.prompt` says
-why). ``Chat.max_pinned`` caps pinned items and facts together, the oldest pinned items going first
+rewrites them. By default those as of the last compaction are rendered in the preamble and those changed since after
+the history, last in the prompt, marked as replacing the preamble's (``Chat.facts_placement``: all after the history,
+or all in the preamble, are the other layouts; :mod:`worker.conversation.prompt` says why). ``Chat.max_pinned`` caps pinned items and facts together, the oldest pinned items going first
 (:mod:`worker.conversation.bounded`).
 
 A game tool's answer may carry keys Parley acts on beside the result the model reads: :data:`RESULT_KEYS` names

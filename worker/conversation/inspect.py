@@ -75,5 +75,7 @@ def inspect_state(state: bytes | None, *, max_chars: int = 500) -> dict[str, Any
         "summary_seq": st.summary_seq,
         "pinned": [_view(m, max_chars) for m in st.pinned],
         "facts": {f.key: f.text for f in st.facts},
+        # The facts as of the last compaction (the system prompt shows these; changed ones follow the history).
+        "preamble_facts": {f.key: f.text for f in st.preamble_facts},
         "history": [_view(m, max_chars) for m in st.messages],
     }

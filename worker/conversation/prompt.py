@@ -7,6 +7,14 @@ items, which leave the history only then, and the rolling summary), so between c
 the previous one. The game's keyed facts change at any time: they go after the history (:func:`render_after_history`),
 where a change costs only their own few tokens instead of the whole history after them. ``facts="preamble"`` keeps
 the earlier layout (the summary, then the pinned items and the facts, all in the preamble).
+
+``facts="changes_after_history"`` (the worker's default) splits them: the facts as they were when the preamble was
+last rewritten anyway (:attr:`~worker.conversation.state.ConversationState.preamble_facts`, taken at each compaction
+that changes the summary, the pinned items or the history's start) are in the preamble, and only the facts that
+changed since go after the history. A fact sent again with every request costs its tokens every time (about 3% of a
+game's prompt tokens); this way only a changed one does, until the next compaction. The model must never be left
+with two values of a fact and no way to tell which holds: each fact is shown with its key, and the block after the
+history says that its facts replace those of the same key in the preamble.
 """
 
 from __future__ import annotations
@@ -15,25 +23,47 @@ from collections.abc import Sequence
 from typing import Literal
 
 from worker.conversation.messages import Message, transcript_text
-from worker.conversation.state import ConversationState
+from worker.conversation.state import ConversationState, Fact
 from worker.conversation.tokens import TokenCounter
 
 SUMMARY_HEADING = "Summary of the earlier conversation:"
 PINNED_HEADING = "Facts to keep in mind (pinned):"
 FACTS_HEADING = "Current facts (the game keeps these up to date):"
+# Sent with every request, so short; but both say which value holds. The preamble's facts are current when the
+# request is made unless the block after the history updates one: an older value in an event of the history (an
+# answered keyed event kept verbatim by the compaction that took the newer value into the preamble) must not read
+# as newer than the preamble's.
+SETTLED_FACTS_HEADING = "Current facts (the game keeps these up to date; one updated at the end replaces it):"
+CHANGED_FACTS_HEADING = "Updated facts (each replaces the fact of the same [key] above):"
 
-FactPlacement = Literal["after_history", "preamble"]
+FactPlacement = Literal["changes_after_history", "after_history", "preamble"]
+DEFAULT_FACT_PLACEMENT: FactPlacement = "changes_after_history"
 
 
 def _lines(items: Sequence[str]) -> str:
     return "\n".join(f"- {text}" for text in items)
 
 
+def _keyed(items: Sequence[Fact]) -> str:
+    return "\n".join(f"- [{f.key}] {f.text}" for f in items)
+
+
+def settled_facts(state: ConversationState) -> tuple[list[Fact], list[Fact]]:
+    """The facts the preamble shows (those of :attr:`~ConversationState.preamble_facts` whose key the game still
+    keeps: the cap may have dropped one) and those that changed since (a new key or a new text), in the order of
+    ``state.facts``."""
+    current = {f.key for f in state.facts}
+    settled = [f for f in state.preamble_facts if f.key in current]
+    kept = set(settled)
+    return settled, [f for f in state.facts if f not in kept]
+
+
 def render_preamble(system: str | None, state: ConversationState, extra: Sequence[str] = (),
-                    facts: FactPlacement = "after_history") -> str | None:
+                    facts: FactPlacement = DEFAULT_FACT_PLACEMENT) -> str | None:
     """The system prompt given for this turn, then leading system messages, then the pinned items and the rolling
-    summary (with ``facts="preamble"``: the summary, then the pinned items and the keyed facts). ``None`` when there
-    is nothing to say."""
+    summary (with ``facts="preamble"``: the summary, then the pinned items and the keyed facts; with
+    ``facts="changes_after_history"``: the facts as of the preamble's last rewrite, keyed, between the pinned items
+    and the summary). ``None`` when there is nothing to say."""
     parts: list[str] = []
     if system and system.strip():
         parts.append(system.strip())
@@ -45,6 +75,8 @@ def render_preamble(system: str | None, state: ConversationState, extra: Sequenc
         parts += [summary] if summary else []
     if pinned:
         parts.append(f"{PINNED_HEADING}\n{_lines(pinned)}")
+    if facts == "changes_after_history" and (settled := settled_facts(state)[0]):
+        parts.append(f"{SETTLED_FACTS_HEADING}\n{_keyed(settled)}")
     if facts != "preamble" and summary:
         parts.append(summary)
     return "\n\n".join(parts) or None
@@ -57,12 +89,18 @@ def stable_chars(system: str | None, extra: Sequence[str] = ()) -> int:
 
 
 def render_after_history(state: ConversationState, after: Sequence[str] = (),
-                         facts: FactPlacement = "after_history") -> str | None:
-    """What goes after the history for this request: the keyed facts (unless they are in the preamble), then the
-    ``after`` texts (a live game context placed there). ``None`` when there is nothing."""
+                         facts: FactPlacement = DEFAULT_FACT_PLACEMENT) -> str | None:
+    """What goes after the history for this request: the keyed facts (with ``facts="changes_after_history"`` those
+    changed since the preamble's facts, keyed; none with ``facts="preamble"``), then the ``after`` texts (a live game
+    context placed there). ``None`` when there is nothing."""
     parts: list[str] = []
     if facts == "after_history" and state.facts:
         parts.append(f"{FACTS_HEADING}\n{_lines([f.text for f in state.facts])}")
+    elif facts == "changes_after_history" and state.facts:
+        settled, changed = settled_facts(state)
+        if changed:
+            heading = CHANGED_FACTS_HEADING if settled else FACTS_HEADING
+            parts.append(f"{heading}\n{_keyed(changed)}")
     parts.extend(s.strip() for s in after if s.strip())
     return "\n\n".join(parts) or None
 

@@ -14,8 +14,9 @@ compaction, a reset or anything else that rewrites the past writes the state who
 Before version 4 the rest was the base alone. The format byte is the schema version; :data:`MIGRATIONS` upgrades
 every older version step by step (each only added optional fields: version 2 photos, a user message's media
 reference; version 3 keyed facts, ``facts``: the game's facts that replace, see :class:`Fact`; version 4 the
-frames), and golden blobs of each version pin that they keep decoding. Every write is version 4: the previous
-release refuses a state of this one (``StateDecodeError("version")``) instead of misreading its frames. Decoding
+frames; version 5 ``preamble_facts``, the facts as the preamble shows them), and golden blobs of each version pin
+that they keep decoding. Every write is the current version: the previous release refuses a state of this one
+(``StateDecodeError("version")``) instead of misreading it. Decoding
 is bounded (size, nesting, lengths, decompressed size) and never trusts a declared length.
 """
 
@@ -40,11 +41,12 @@ from worker.conversation.tokens import CountedPrefix
 from worker.errors import StateDecodeError
 
 MAGIC = b"PLY"
-FORMAT_VERSION = 4
+FORMAT_VERSION = 5
 MEDIA_VERSION = 2  # the first version with media references
 FACTS_VERSION = 3  # the first version with keyed facts
 LOG_VERSION = 4  # the first version of a base then appended frames
-LOG_VERSION_BYTE = bytes([LOG_VERSION])
+PREAMBLE_FACTS_VERSION = 5  # the first version with the facts as of the preamble's last rewrite
+FORMAT_VERSION_BYTE = bytes([FORMAT_VERSION])
 _BASE_LEN = struct.Struct(">I")
 FLAG_ZSTD = 0x01
 COMPRESS_OVER = 4096
@@ -88,8 +90,12 @@ class ConversationState:
     - ``next_seq``: the ``seq`` the next message gets. ``seen_seq``: the highest ``seq`` the model saw.
     - ``last_usage``: what the provider reported for the last round trip.
     - ``generation``: bumped by every compaction, so a stale compaction result is never spliced.
-    - ``facts``: the keyed facts, oldest set first; outside the history, so no compaction touches them, and
-      rendered into the preamble after the pinned items.
+    - ``facts``: the keyed facts, oldest set first; outside the history, so no compaction touches them. Where the
+      prompt shows them is ``Chat.facts_placement``'s choice (:mod:`worker.conversation.prompt`).
+    - ``preamble_facts``: the facts as they were when the start of the prompt was last rewritten anyway (a
+      compaction that changed the summary, the pinned items or the history's start; a fresh conversation): with
+      the default placement the preamble shows these, and only the facts that changed since go after the history.
+      Empty in a state from before version 5: every fact then counts as changed (all after the history).
     """
 
     provider: str
@@ -103,6 +109,7 @@ class ConversationState:
     generation: int = 0
     meta: Meta = field(default_factory=Meta)
     facts: tuple[Fact, ...] = ()
+    preamble_facts: tuple[Fact, ...] = ()
 
     @classmethod
     def fresh(cls, provider: str, *, now: float | None = None) -> ConversationState:
@@ -132,7 +139,7 @@ class ConversationState:
         kept = tuple(f for f in self.facts if f.key != key)
         return ConversationState(self.provider, self.messages, self.summary, self.summary_seq, self.pinned,
                                  self.next_seq, self.seen_seq, self.last_usage, self.generation, self.meta,
-                                 (*kept, Fact(key, text)))
+                                 (*kept, Fact(key, text)), self.preamble_facts)
 
     @property
     def last_seq(self) -> int:
@@ -145,7 +152,7 @@ def _changed(state: ConversationState, messages: tuple[Message, ...], next_seq: 
     makes several new states and ``replace`` walks the fields' metadata each time (about twice the cost). Every
     field is passed, in order: tests/conversation/test_state_codec.py fails when a field is added and not here."""
     return ConversationState(state.provider, messages, state.summary, state.summary_seq, state.pinned, next_seq,
-                             seen_seq, last_usage, state.generation, meta, state.facts)
+                             seen_seq, last_usage, state.generation, meta, state.facts, state.preamble_facts)
 
 
 # --- encoding -------------------------------------------------------------------------------------
@@ -211,11 +218,11 @@ def _frame(state: ConversationState, memo: Memo) -> bytes | None:
     every frame, and the facts when they changed: a frame is the new messages plus a fixed few dozen bytes."""
     before = memo.state
     old, new = before.messages, state.messages
-    if (memo.stored[3:4] != LOG_VERSION_BYTE or len(new) < len(old) or state.provider != before.provider
+    if (memo.stored[3:4] != FORMAT_VERSION_BYTE or len(new) < len(old) or state.provider != before.provider
             or state.meta.epoch != before.meta.epoch or state.meta.started_at != before.meta.started_at
             or state.generation != before.generation or state.summary_seq != before.summary_seq
             or state.summary != before.summary or not _same(state.pinned, before.pinned)
-            or not _same(new[:len(old)], old)):
+            or state.preamble_facts != before.preamble_facts or not _same(new[:len(old)], old)):
         return None
     meta = state.meta  # what a frame may change of it (a new epoch is a reset: written whole)
     delta: dict[str, Any] = {"m": [_enc_message(m) for m in new[len(old):]], "ns": state.next_seq,
@@ -240,6 +247,8 @@ def _payload(state: ConversationState) -> bytes:
     }
     if state.facts:
         fields["f"] = [[f.key, f.text] for f in state.facts]
+    if state.preamble_facts:
+        fields["pf"] = [[f.key, f.text] for f in state.preamble_facts]
     return _pack(fields)
 
 
@@ -388,6 +397,7 @@ def _from_payload(payload: Any) -> ConversationState:
         generation=ints["g"],
         meta=_dec_meta(payload.get("meta", ["", 0.0, 0.0, 0, 0, 0])),
         facts=_dec_facts(payload.get("f", ())),
+        preamble_facts=_dec_facts(payload.get("pf", ())),
     )
 
 
@@ -405,7 +415,8 @@ def _with_frames(state: ConversationState, frames: list[Any]) -> ConversationSta
         _need(isinstance(meta, list) and len(meta) == 4, "bad frame meta")
         meta = _dec_meta([state.meta.epoch, state.meta.started_at, *meta])
         state = ConversationState(state.provider, (), state.summary, state.summary_seq, state.pinned, ints["ns"],
-                                  ints["seen"], _dec_usage(delta.get("u")), state.generation, meta, facts)
+                                  ints["seen"], _dec_usage(delta.get("u")), state.generation, meta, facts,
+                                  state.preamble_facts)
     return replace(state, messages=tuple(messages))
 
 
@@ -431,6 +442,9 @@ MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {
     2: lambda payload: payload,
     # Version 4 changed the container, not the payload: a version-3 payload is a version-4 base with no frames.
     3: lambda payload: payload,
+    # Version 5 only added the optional facts as of the preamble's last rewrite ("pf"): a version-4 state has none,
+    # so every fact counts as changed since and is rendered after the history, as the release of version 4 did.
+    4: lambda payload: payload,
 }
 
 
