@@ -116,11 +116,11 @@ def test_golden_v3_with_facts_decodes_and_older_states_stay_older() -> None:
     assert s.facts == (Fact("score", "The team has 40 points"),
                        Fact("target", "The current target is Harrogate Theatre"))
     assert s.pinned == () and s.messages[0].pinned and [m.role for m in s.messages] == ["event", "user", "assistant"]
-    assert FORMAT_VERSION == 4
+    assert FORMAT_VERSION == 5
     # Every state is written in the current format since its frames (issue 33), and a migrated one keeps its facts.
     plain = ConversationState.fresh("openai").append(Message(role="user", content="hi"))
-    assert encode_state(plain)[3] == 4
-    assert encode_state(s)[3] == 4 and decode_state(encode_state(s)) == s
+    assert encode_state(plain)[3] == 5
+    assert encode_state(s)[3] == 5 and decode_state(encode_state(s)) == s
 
 
 def test_a_game_tool_sets_a_fact_and_the_model_reads_only_the_rest() -> None:

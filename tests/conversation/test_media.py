@@ -62,10 +62,10 @@ def test_the_state_keeps_the_reference_and_round_trips() -> None:
 
 def test_every_state_is_written_in_the_current_format() -> None:
     # Since frames (issue 33) a state of the previous release's format cannot be appended to: every write is version
-    # 4, which the previous release refuses ("version") rather than reading a state without its appended turns.
+    # 5 (runs), which the previous release refuses ("version") rather than misreading a run as a frame.
     s = ConversationState.fresh("openai").append(msgs.user("hi"), Message(role="assistant", content="ok"))
-    assert encode_state(s)[3] == 4
-    assert FORMAT_VERSION == 4
+    assert encode_state(s)[3] == 5
+    assert FORMAT_VERSION == 5
 
 
 def test_golden_v2_with_photos_decodes() -> None:
