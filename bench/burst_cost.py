@@ -137,7 +137,7 @@ class Mode:
         for cid in players:
             for raw in self.store.trace(cid, 10_000):
                 t = msgpack.unpackb(raw, raw=False)
-                if "reply" not in t:
+                if "reply" not in t and "in_state" not in t:
                     continue
                 last = (t.get("burst") or [t["id"]])[-1]
                 out.append(t["at"] - self.sent_at[last])

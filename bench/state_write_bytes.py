@@ -14,7 +14,9 @@ delivery) against a real redis-server with the append-only file on, three times 
 
 Printed at turns 1, 10, 100 and ``--turns``: the state bytes the commit sent (its blob argument), the bytes the turn
 added to the append-only file (what replicas and the disk receive: ``aof_current_size``), the bytes the client sent
-(``total_net_input_bytes``) and the turn's new messages as the state encodes them. Target: a turn's writes within 2x
+(``total_net_input_bytes``) and the turn's new messages as the state encodes them; then the mean and the
+largest over every turn (since format 5 a turn now and then folds the loose frames into a compressed run: its write
+is one run, at most about 4 KB whatever the history's length, and the mean is what the flat cost is). Target: a turn's writes within 2x
 of its new messages plus a fixed overhead, the overhead being what turn 1 wrote beyond twice its messages.
 Compaction is off (its trigger set too high to fire), so every write after the first is a turn's own.
 """
@@ -168,6 +170,13 @@ def report(passes: list[Pass], marks: list[int]) -> None:
             bound = 2 * x.new + fixed
             print(f"{p.name:36s} {t:5d} {x.state:8d} {x.aof:8d} {x.sent:8d} {x.new:10d} "
                   f"{x.aof / bound:21.2f}x{'' if x.aof <= bound else '  over'}")
+        every = list(p.turns.values())
+        mean = Turn(*(round(sum(getattr(x, f) for x in every) / len(every)) for f in ("state", "aof", "sent", "new")))
+        bound = 2 * mean.new + fixed
+        print(f"{p.name:36s} {'mean':>5s} {mean.state:8d} {mean.aof:8d} {mean.sent:8d} {mean.new:10d} "
+              f"{mean.aof / bound:21.2f}x{'' if mean.aof <= bound else '  over'}")
+        print(f"{p.name:36s} {'max':>5s} {max(x.state for x in every):8d} {max(x.aof for x in every):8d} "
+              f"{max(x.sent for x in every):8d} {max(x.new for x in every):10d}")
 
 
 def main() -> None:

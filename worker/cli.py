@@ -92,8 +92,12 @@ def _cmd_show(args: argparse.Namespace) -> int:
 
 
 def _cmd_trace(args: argparse.Namespace) -> int:
-    for entry in _store().trace(args.conversation_id, args.n):
-        _print(msgpack.unpackb(entry, raw=False))
+    from worker.show import with_texts
+
+    store = _store()
+    entries = [msgpack.unpackb(entry, raw=False) for entry in store.trace(args.conversation_id, args.n)]
+    for entry in with_texts(entries, store.read_state(args.conversation_id).blob):
+        _print(entry)
     return 0
 
 

@@ -6,7 +6,7 @@ from typing import Any
 
 import msgpack
 
-from worker.conversation.inspect import inspect_state
+from worker.conversation.inspect import inspect_state, marked_texts
 from worker.store.redis_store import ConversationStore
 
 
@@ -21,11 +21,35 @@ def plain(o: Any) -> Any:
     return str(o)
 
 
+GONE = "no longer in the state (compacted away, or the conversation was reset)"
+#: What a turn's trace entry leaves out since issue 33 when it is so (a turn's entry is the one with
+#: ``prompt_tokens``): the readers put it back, so an entry reads as it did.
+TURN_USUAL: dict[str, Any] = {"finish": "stop", "model_calls": 1, "tool_calls": 0, "replayed": [0, 0],
+                              "cached_tokens": 0, "cache_write_tokens": 0, "reset": None, "parts": 1}
+
+
+def with_texts(entries: list[Any], state: bytes | None) -> list[Any]:
+    """Trace entries as they read before issue 33: a turn's with the fields at their usual value put back
+    (:data:`TURN_USUAL`) and its texts from ``state`` (the entry references them, ``in_state``, rather than
+    repeating them; see :func:`worker.conversation.inspect.marked_texts`): ``user`` or ``event`` and ``reply``, or
+    ``texts`` saying they are gone."""
+    marks = marked_texts(state) if any(isinstance(e, dict) and "in_state" in e for e in entries) else {}
+    out = []
+    for e in entries:
+        if isinstance(e, dict) and "prompt_tokens" in e:
+            e = {**TURN_USUAL, **e}
+        if isinstance(e, dict) and "in_state" in e:
+            found = marks.get(str(e["in_state"]))
+            e = {**e, **found} if found is not None else {**e, "texts": GONE}
+        out.append(e)
+    return out
+
+
 def summary(store: ConversationStore, cid: str) -> dict[str, Any]:
     """The decoded state, mailbox and outbox depth, the last replies and the latest delivery status of each recent
     message."""
     snap = store.read_state(cid)
-    trace = [msgpack.unpackb(t, raw=False) for t in store.trace(cid, 50)]
+    trace = with_texts([msgpack.unpackb(t, raw=False) for t in store.trace(cid, 50)], snap.blob)
     statuses = store.statuses(cid, 50)
     latest = {s.provider_id: s.status for s in statuses}
     pause = store.paused(cid)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import pathlib
 from dataclasses import fields, replace
 
@@ -15,11 +16,13 @@ from worker.conversation.messages import MediaRef, Message, ToolCall
 from worker.conversation.model import Usage
 from worker.conversation.state import (
     FLAG_ZSTD,
+    FOLD_AT,
     FORMAT_VERSION,
     MAGIC,
     MIGRATIONS,
     ConversationState,
     Fact,
+    Memo,
     Meta,
     _enc_message,
     _enc_usage,
@@ -82,12 +85,70 @@ def test_golden_v5_with_the_preambles_facts_decodes() -> None:
     assert s.preamble_facts == (Fact("target", "The current target is Harrogate Theatre"),
                                 Fact("score", "The team has 40 points"))
     assert s.facts == (Fact("target", "The current target is Harrogate Theatre"), Fact("score", "The team has 50 points"))
+def test_golden_v5_with_a_run_decodes_and_its_next_fold_takes_only_the_loose_frames() -> None:
+    """The v4 golden blob with its first frame folded into a run (format 5): the same state; the frame after the run
+    is the only loose one, so a fold made on the decoded blob replaces that frame alone and keeps the run."""
+    v5 = (GOLDEN / "v5_runs.bin").read_bytes()
+    assert v5[3] == 5 and decode_state(v5) == decode_state((GOLDEN / "v4_frames.bin").read_bytes())
+    memo = decode_with_memo(v5)
+    assert 9 < memo.loose < len(v5) and msgpack.unpackb(v5[memo.loose:])["m"][0]["r"] == "user"
+    grown = memo.state.append(Message(role="assistant", content="x" * FOLD_AT))
+    blob, after = encode_with_memo(grown, memo)
+    assert after.written_from == memo.loose and after.replaced == v5[memo.loose:] and after.basis == len(v5)
+    assert blob.startswith(v5[:memo.loose]) and after.loose == len(blob) and decode_state(blob) == grown
+
+
+def _turns(n: int) -> list[tuple[bytes, Memo]]:
+    """``n`` turns of about 300 bytes of varied text each, encoded one after the other: (blob, memo) of each."""
+    state = ConversationState.fresh("openai")
+    blob, memo = encode_with_memo(state)
+    out = []
+    for t in range(n):
+        state = state.append(Message(role="user", content=f"turn {t} " + " ".join(f"w{t * 7 + i}" for i in range(12))),
+                             Message(role="assistant", content=f"answer {t} " + "the theatre opens at seven " * 7))
+        blob, memo = encode_with_memo(state, memo)
+        out.append((blob, memo))
+    return out
+
+
+def test_loose_frames_are_folded_into_a_compressed_run_and_a_write_stays_bounded() -> None:
+    """Past FOLD_AT bytes of loose frames, the write that would add one more folds them all into one compressed run:
+    it replaces bytes from where the loose frames start (``replaced``: the stored bytes it drops) and sends at most
+    a run's worth; every blob decodes to its state; the history in the blob ends well under its frames' size."""
+    turns = _turns(200)
+    folds = 0
+    for (before, _), (blob, memo) in itertools.pairwise(turns):
+        assert memo.basis == len(before) and blob[:memo.written_from] == before[:memo.written_from]
+        assert before[memo.written_from:] == memo.replaced
+        assert len(blob) - memo.written_from < FOLD_AT  # what the store is sent: a frame, or one run
+        folds += bool(memo.replaced)
+    last_blob, last = turns[-1]
+    assert folds >= 10 and decode_state(last_blob) == last.state
+    frames = sum(len(b) - m.written_from for b, m in turns if not m.replaced and m.written_from)
+    assert len(last_blob) < 0.6 * frames
+    again = decode_with_memo(last_blob)
+    assert again.loose == last.loose  # a decoded blob folds where its writer would
+
+
+def test_a_run_in_a_blob_of_format_4_is_refused_and_a_run_bomb_is_bounded() -> None:
+    v5 = (GOLDEN / "v5_runs.bin").read_bytes()
+    with pytest.raises(StateDecodeError) as e:
+        decode_state(v5[:3] + bytes([4]) + v5[4:])
+    assert e.value.reason == "invalid"
+    base = _v4(msgpack.packb({"p": "openai", "m": []}))
+    bomb = msgpack.packb(zstandard.ZstdCompressor().compress(b"\x90" * (2 << 20)), use_bin_type=True)
+    with pytest.raises(StateDecodeError) as e:
+        decode_state(base + bomb, max_bytes=64 << 10)
+    assert e.value.reason == "oversize"
+    junk = msgpack.packb(zstandard.ZstdCompressor().compress(msgpack.packb([1, 2])), use_bin_type=True)
+    with pytest.raises(StateDecodeError):
+        decode_state(base + junk)
 
 
 @pytest.mark.parametrize("name", ["v1_small.bin", "v1_compressed.bin", "v3_facts.bin", "v4_frames.bin"])
 def test_a_state_of_an_older_format_loads_and_its_next_write_migrates_it(name: str) -> None:
-    """A blob of an older format (before frames, or before the preamble's facts) takes no frame: the first write after
-    it is whole, in the current format; the write after that appends."""
+    """A blob of an older format (before frames, or before runs and the preamble's facts: version 4) takes no frame:
+    the first write after it is whole, in the current format; the write after that appends."""
     old = (GOLDEN / name).read_bytes()
     memo = decode_with_memo(old)
     grown = memo.state.append(Message(role="user", content="and now?"))

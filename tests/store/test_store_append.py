@@ -1,5 +1,5 @@
 """A turn writes what it adds (issue 33), on every backend: a commit may append the bytes a turn added to the stored
-blob instead of writing it whole, refused when the stored blob is not the one the writer encoded from; a state kept
+blob instead of writing it whole (or replace its loose frames with a compressed run, format 5), refused when the stored blob is not the one the writer encoded from; a state kept
 where it was before (the state hash's ``blob`` field) still loads and its next whole write moves it; every way a state
 goes (clear, quarantine, delete) takes the blob key with it, and the idle TTL covers it."""
 
@@ -21,12 +21,12 @@ def _stored(client: redis.Redis, store: ConversationStore) -> bytes:
 
 
 def _turn(store: ConversationStore, n: int, state: bytes | None, *, appended_to: int | None = None,
-          reply: bytes | None = None) -> str:
+          reply: bytes | None = None, folded_from: int | None = None) -> str:
     store.accept(CID, f"p{n}".encode(), f"id-{n}")
     begin = store.begin(CID, 10_000)
     assert begin.snapshot is not None
     return store.commit(CID, begin.token, expected_version=begin.snapshot.version, input_id=f"id-{n}",
-                        new_state=state, appended_to=appended_to, reply=reply).tag
+                        new_state=state, appended_to=appended_to, reply=reply, folded_from=folded_from).tag
 
 
 def test_a_commit_appends_what_the_turn_added(store: ConversationStore, client: redis.Redis) -> None:
@@ -41,6 +41,37 @@ def test_a_commit_appends_what_the_turn_added(store: ConversationStore, client: 
     store.accept(CID, b"p3", "id-3")
     begin = store.begin(CID, 10_000, have=second)
     assert begin.snapshot is not None and begin.snapshot.state == b"base+one+two" and begin.snapshot.tag == third
+
+
+def test_a_fold_replaces_the_stored_bytes_after_its_cut_and_keeps_those_before(store: ConversationStore,
+                                                                              client: redis.Redis) -> None:
+    """A fold (format 5: the loose frames compressed into one run) sends the new bytes from where the loose frames
+    start; the store drops what it held after that point, whole entries, and the head of an entry that straddles it,
+    whatever entries the list was written in."""
+    _turn(store, 0, b"base")
+    _turn(store, 1, b"base+one", appended_to=4)
+    _turn(store, 2, b"base+one+two", appended_to=8)
+    _turn(store, 3, b"base+RUN", appended_to=12, folded_from=4)  # +one+two folded
+    assert client.lrange(store.keys(CID).blob, 0, -1) == [b"base", b"+RUN"] and store.read_state(CID).blob == b"base+RUN"
+    _turn(store, 4, b"base+RUN+three", appended_to=8)
+    _turn(store, 5, b"base+RUX", appended_to=14, folded_from=7)  # the cut falls inside an entry
+    assert _stored(client, store) == b"base+RUX" == store.read_state(CID).blob
+    _turn(store, 6, b"base+RUX!", appended_to=8)  # the stored length followed the fold: appends go on
+    assert store.read_state(CID).blob == b"base+RUX!"
+
+
+def test_a_fold_onto_another_blob_is_refused_and_changes_nothing(store: ConversationStore,
+                                                                client: redis.Redis) -> None:
+    _turn(store, 0, b"base")
+    _turn(store, 1, b"base+one", appended_to=4)
+    store.accept(CID, b"p2", "id-2")
+    begin = store.begin(CID, 10_000)
+    assert begin.snapshot is not None
+    for at, cut in ((12, 4), (8, 9)):  # made on a longer blob; a cut past the stored blob's end
+        with pytest.raises(StaleLeaseError):
+            store.commit(CID, begin.token, expected_version=begin.snapshot.version, input_id="id-2",
+                         new_state=b"base+RUN+two", appended_to=at, folded_from=cut)
+    assert _stored(client, store) == b"base+one" and store.inbox_depth(CID) == 1
 
 
 def test_an_append_onto_another_blob_is_refused_and_changes_nothing(store: ConversationStore,

@@ -20,6 +20,7 @@ from worker.delivery.window import ServiceWindow, Template
 from worker.durable_record import entries
 from worker.envelopes import decode_dead_letter
 from worker.errors import InputError
+from worker.show import with_texts
 from worker.store.redis_store import StoreLimits
 
 CID = "447700900777"
@@ -48,7 +49,9 @@ def test_an_event_the_model_answers_is_replied_to_and_read_as_the_games() -> Non
     assert count("parley_inputs_total", kind="event", outcome="answered") == before + 1
     assert count("parley_inputs_total", kind="message", outcome="applied") == messages  # apart from the player's
     trace = msgpack.unpackb(h.store.trace(CID)[-1])
-    assert trace["event"] == TAGGED and "user" not in trace
+    assert "event" not in trace and "reply" not in trace  # the state holds the texts: the entry references them
+    [shown] = with_texts([trace], h.store.read_state(CID).blob)
+    assert shown["event"] == TAGGED and "user" not in shown and shown["reply"] == f"event:{TAGGED}"
 
 
 def test_a_silent_event_still_gets_no_reply() -> None:

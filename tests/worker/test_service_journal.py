@@ -11,6 +11,7 @@ from tests.worker.conftest import make_harness
 from worker.conversation.model import ModelRequest
 from worker.conversation.scripted import Reply, ScriptedModel
 from worker.conversation.tools import Tool
+from worker.show import with_texts
 
 CID = "447700900777"
 
@@ -46,7 +47,7 @@ def test_a_retried_turn_reuses_the_recorded_round_and_result() -> None:
     assert len(model.requests) == 3  # round 0 was not asked again: one live call after the kill
     assert [t for _, t, _ in h.channel.sent] == ['final: {"gold": 105}']
     assert h.store._client.exists(h.store.keys(CID).journal) == 0  # the commit deleted the journal
-    trace = msgpack.unpackb(h.store.trace(CID)[-1])
+    [trace] = with_texts([msgpack.unpackb(h.store.trace(CID)[-1])], h.store.read_state(CID).blob)
     assert trace["replayed"] == [1, 1] and trace["tool_calls"] == 0 and trace["model_calls"] == 1
 
 

@@ -128,3 +128,37 @@ def test_turns_append_to_the_stored_blob_whichever_worker_runs_them() -> None:
     assert all(later.startswith(earlier) and len(later) > len(earlier) for earlier, later in itertools.pairwise(blobs))
     assert channel.sent[-1][1] == "m0|m1|m2|m3|m4|m5"
     assert [m.content for m in decode_state(blobs[-1]).messages if m.role == "user"] == [f"m{i}" for i in range(6)]
+
+
+def test_loose_frames_fold_into_runs_whichever_worker_runs_the_turn() -> None:
+    """Format 5: once the loose frames reach FOLD_AT bytes, a turn replaces them with one compressed run; the store
+    keeps the bytes before the cut and takes the run, whether the worker held the state decoded (its resident says
+    what it folded) or was sent the blob; every turn still writes less than a run, and the blob decodes to the whole
+    history."""
+    from worker.conversation.state import FOLD_AT, decode_state, decode_with_memo
+
+    client, (a, b), channel = _workers(2)
+    sent: list[int] = []
+    real = a.store._scripts.commit  # type: ignore[attr-defined]
+
+    def commit(**kw: object) -> object:
+        sent.append(len(kw["blob"]))  # type: ignore[arg-type]
+        return real(**kw)
+
+    a.store._scripts.commit = commit  # type: ignore[attr-defined]  # one store: both workers' commits
+    said = [f"message {i}: " + " ".join(f"w{i * 13 + j}" for j in range(40)) for i in range(60)]
+    folds = 0
+    for i, worker in enumerate(itertools.islice(itertools.cycle((a, a, b, a, b, b, b)), 60)):
+        before = decode_with_memo(a.store.read_state(CID).blob) if i else None
+        client.send_message(CID, said[i], message_id=f"id-{i}")
+        worker.drain(CID)
+        blob = a.store.read_state(CID).blob
+        assert blob is not None
+        if before is not None and not blob.startswith(before.stored):  # a fold: the bytes before the loose ones stay
+            folds += 1
+            assert blob[:before.loose] == before.stored[:before.loose]
+    assert folds >= 3 and max(sent[1:]) < FOLD_AT
+    history = decode_state(blob).messages
+    assert [m.content for m in history if m.role == "user"] == said
+    assert history[-1].content == "|".join(said)  # the last turn's model was shown every message
+    assert channel.sent and sum(len(m.content) for m in history) > 1.5 * len(blob)  # less than its texts, in Redis

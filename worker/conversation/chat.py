@@ -27,6 +27,7 @@ from worker.conversation.bounded import Encoded, encode_bounded
 from worker.conversation.compaction import Compactor, StepsOutcome, apply_compactor
 from worker.conversation.facts import check_key
 from worker.conversation.history import CleanPrefix, repair_from, repair_history
+from worker.conversation.inspect import reply_mark
 from worker.conversation.loop import LoopOutcome, ToolChoice, ToolLoop
 from worker.conversation.messages import Message
 from worker.conversation.model import Attachment, Model, ModelRequest, ModelResponse
@@ -364,7 +365,9 @@ class Chat:
                           state_problem=problem, reset=reset, needs_compaction=needs, usage=st.last_usage,
                           model_calls=out.model_calls, tool_calls=out.tool_calls,
                           replayed_rounds=out.replayed_rounds, replayed_results=out.replayed_results,
-                          pinned_dropped=encoded.pinned_dropped, resident=encoded.resident, parts=tuple(out.parts))
+                          pinned_dropped=encoded.pinned_dropped, resident=encoded.resident, parts=tuple(out.parts),
+                          reply_at=reply_mark(encoded.resident.state)
+                          if out.reply and encoded.resident is not None else None)
 
     # --- events, compaction, splicing --------------------------------------------------------------
 

@@ -7,7 +7,7 @@ from typing import Any
 from worker.conversation.history import exchanges
 from worker.conversation.messages import OPERATOR, Message
 from worker.conversation.prompt import history_tokens
-from worker.conversation.state import FORMAT_VERSION, appended_bytes, decode_state
+from worker.conversation.state import FORMAT_VERSION, ConversationState, appended_bytes, decode_state
 from worker.conversation.tokens import EstimateCounter
 from worker.errors import StateDecodeError
 
@@ -79,3 +79,41 @@ def inspect_state(state: bytes | None, *, max_chars: int = 500) -> dict[str, Any
         "preamble_facts": {f.key: f.text for f in st.preamble_facts},
         "history": [_view(m, max_chars) for m in st.messages],
     }
+
+
+def reply_mark(state: ConversationState) -> str | None:
+    """Where a turn's reply is in ``state`` (the state the turn wrote, its reply the last message): an opaque
+    reference (``<epoch prefix>:<seq>``) that a trace entry keeps instead of repeating the turn's texts, which
+    :func:`marked_texts` finds again while the history still holds them. ``None`` when the reply is not there (a
+    reset phrase's answer)."""
+    if not state.messages:
+        return None
+    last = state.messages[-1]
+    if last.role != "assistant" or last.seq != state.last_seq:
+        return None
+    return f"{state.meta.epoch[:8]}:{last.seq}"
+
+
+def marked_texts(state: bytes | None) -> dict[str, dict[str, str]]:
+    """For each reply of ``state``'s history: its :func:`reply_mark` -> the texts a trace entry once repeated (the
+    input's, under ``user`` or ``event``, and the ``reply``). An exchange compacted away, or a state of another epoch
+    (a reset since), has none: the trace then shows only its counts. Never raises (an unusable blob has none)."""
+    if not state:
+        return {}
+    try:
+        st = decode_state(state)
+    except StateDecodeError:
+        return {}
+    epoch = st.meta.epoch[:8]
+    out: dict[str, dict[str, str]] = {}
+    said: Message | None = None
+    for m in st.messages:
+        if m.role in ("user", "event"):
+            said = m
+        elif m.role == "assistant" and not m.tool_calls:
+            texts = {"reply": m.content}
+            if said is not None:
+                texts[said.role] = said.content
+            out[f"{epoch}:{m.seq}"] = texts
+            said = None
+    return out

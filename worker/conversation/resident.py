@@ -41,9 +41,15 @@ class Resident:
 
     def appended_to(self, blob: bytes) -> int | None:
         """When ``blob`` is this resident's and was made by appending to the stored blob: that blob's length (the
-        store writes only what follows it). ``None``: ``blob`` is to be written whole."""
+        store writes only what follows :meth:`written_from`). ``None``: ``blob`` is to be written whole."""
         memo = self.memo
-        return memo.written_from if memo.written_from and blob is memo.stored else None
+        return memo.basis if memo.written_from and blob is memo.stored else None
+
+    def written_from(self, blob: bytes) -> tuple[int, bytes] | None:
+        """With :meth:`appended_to`: where ``blob``'s new bytes start, and the stored blob's bytes from there that
+        they replace (none for a plain append; the loose frames a fold compressed, format 5)."""
+        memo = self.memo
+        return (memo.written_from, memo.replaced) if memo.written_from and blob is memo.stored else None
 
 
 class ResidentCache:

@@ -56,6 +56,9 @@ class TurnResult:
     # Sent before ``reply``, in order: what reply tools and game tools added (texts, and parts in their JSON form);
     # ``reply`` may then be empty (the parts were the answer).
     parts: tuple[str | dict[str, Any], ...] = ()
+    # Where ``reply`` is in ``state`` (:func:`worker.conversation.inspect.reply_mark`): what the trace keeps in place of
+    # the texts; None when the state does not hold the reply.
+    reply_at: str | None = None
 
     @property
     def text(self) -> str:

@@ -93,5 +93,7 @@ def usage_trace(usage: Usage | None) -> dict[str, int | None]:
     tokens, of which read from the provider's cache and written to it, and the answer's tokens."""
     if usage is None:
         return {"prompt_tokens": None}
-    return {"prompt_tokens": usage.prompt_tokens, "completion_tokens": usage.completion_tokens,
-            "cached_tokens": usage.cached_tokens, "cache_write_tokens": usage.cache_creation_tokens}
+    out: dict[str, int | None] = {"prompt_tokens": usage.prompt_tokens, "completion_tokens": usage.completion_tokens}
+    if usage.cached_tokens or usage.cache_creation_tokens:  # a provider without a prompt cache: left out
+        out |= {"cached_tokens": usage.cached_tokens, "cache_write_tokens": usage.cache_creation_tokens}
+    return out

@@ -148,7 +148,7 @@ class MailboxStore(StoreCore):
                reply: bytes | None = None, trace: bytes | None = None, dead: bytes | None = None,
                lease_ms: int = 180_000, claim_delivery_ms: int = 0, also: Sequence[str] = (),
                peek: int = 0, record: bytes | None = None, tokens: int = 0,
-               appended_to: int | None = None) -> CommitResult:
+               appended_to: int | None = None, folded_from: int | None = None) -> CommitResult:
         """Apply one input (or a burst: ``input_id`` and the ids in ``also`` after it, in mailbox order) atomically:
         write the state (``None`` keeps it, ``b""`` clears it), remove the inputs from the mailbox, queue the reply
         (under the input's id), append the trace entry or the dead letter.
@@ -161,7 +161,9 @@ class MailboxStore(StoreCore):
         did, appended to the record stream in the same step (ignored while the record is off); ``tokens``: what
         the turn used, added to the conversation's count for today (see :meth:`tokens_today`). ``appended_to``: the
         new state is the stored blob, ``appended_to`` bytes long, with bytes appended (see
-        :meth:`~worker.conversation.resident.Resident.appended_to`): only those are sent and appended.
+        :meth:`~worker.conversation.resident.Resident.appended_to`): only those are sent and appended. With
+        ``folded_from`` (less than ``appended_to``), the stored bytes from there on are replaced by the new state's
+        (a fold of its loose frames into a compressed run): only the new state's bytes from there are sent.
 
         Raises :class:`~worker.errors.StaleLeaseError` and changes nothing when another worker took the
         conversation over, the state version moved, or the inputs are no longer at the head of the mailbox.
@@ -169,8 +171,9 @@ class MailboxStore(StoreCore):
         keys = self.keys(cid)
         mode = "keep" if new_state is None else ("clear" if new_state == b"" else "set")
         blob = new_state or b""
-        if appended_to and new_state:
-            mode, blob = "append", new_state[appended_to:]
+        cut = appended_to if folded_from is None else folded_from
+        if appended_to and cut and new_state:
+            mode, blob = "append", new_state[cut:]
         if dead:
             # Index first: a crash after the commit must not leave a dead letter ops cannot find. A refused
             # commit leaves an index entry with nothing behind it, which `parley dead` shows as empty.
@@ -181,7 +184,7 @@ class MailboxStore(StoreCore):
             trace_entry=trace or b"", dead_entry=dead or b"", lease_ms=lease_ms, trace_max=self.limits.trace_max,
             dead_max=self.limits.dead_max, ttl_ms=self.limits.idle_ttl_ms, claim_ms=claim_delivery_ms,
             record=self._record_args(cid, record), peek=peek, burst_ids=also, usage_day=utc_day(), tokens=tokens,
-            append_at=appended_to or 0)
+            append_at=appended_to or 0, cut_at=cut or 0)
         return self._commit_result(cid, input_id, new_state, res)
 
     @store_errors

@@ -258,7 +258,7 @@ class Applier:
                                   trace=msgpack.packb(entry, use_bin_type=True), dead=None,
                                   claim_delivery_ms=self.config.lease_ms if claim_delivery else 0, also=also,
                                   record=record, tokens=tokens,
-                                  appended_to=_appended(resident, new_state, run.stored))
+                                  appended=_appended(resident, new_state, run.stored))
         if new_state is not None:
             self._keep(run, done.tag, resident)
         return done
@@ -271,25 +271,32 @@ class Applier:
     def _store_commit(self, run: DrainRun, version: int, input_id: str, *, new_state: bytes | None,
                       reply: bytes | None, trace: bytes, dead: bytes | None, claim_delivery_ms: int = 0,
                       also: Sequence[str] = (), record: bytes | None = None, tokens: int = 0,
-                      appended_to: int | None = None) -> CommitResult:
+                      appended: tuple[int, int] | None = None) -> CommitResult:
         """The commit, with the heartbeat held off while it runs and stopped when it gave the lease up."""
         with run.beat.committing(), tracing.span("commit", attributes={"parley.input.id": input_id}):
             done = self.store.commit(run.cid, run.token, expected_version=version, input_id=input_id,
                                      new_state=new_state, reply=reply, trace=trace, dead=dead,
                                      lease_ms=self.config.lease_ms, claim_delivery_ms=claim_delivery_ms,
                                      also=also, peek=self.config.burst.peek, record=record, tokens=tokens,
-                                     appended_to=appended_to)
+                                     appended_to=appended[0] if appended else None,
+                                     folded_from=appended[1] if appended else None)
             if done.next is None:
                 run.beat.end()
         run.applied += 1 + len(also)
         return done
 
 
-def _appended(resident: Resident | None, new_state: bytes | None, stored: bytes | None) -> int | None:
-    """Where ``new_state``'s new bytes start when it is the stored blob with bytes appended (the commit then sends
-    only those), else None (written whole). The resident says what its blob appended to; that must be the very blob
-    the store holds (a turn retried on a state compacted under the lease appended to the compacted blob instead)."""
-    at = resident.appended_to(new_state) if resident is not None and new_state else None
-    if at is None or stored is None or len(stored) != at or not (new_state or b"").startswith(stored):
+def _appended(resident: Resident | None, new_state: bytes | None, stored: bytes | None) -> tuple[int, int] | None:
+    """When ``new_state`` is the stored blob with bytes appended, or with its loose frames folded (format 5): the
+    stored blob's length and where the new bytes start (the commit then sends only those), else None (written
+    whole). The resident says what its blob was made on; that must be the very blob the store holds (a turn retried
+    on a state compacted under the lease appended to the compacted blob instead)."""
+    if resident is None or not new_state or stored is None:
         return None
-    return at
+    at, written = resident.appended_to(new_state), resident.written_from(new_state)
+    if at is None or written is None or len(stored) != at:
+        return None
+    cut, replaced = written
+    if memoryview(stored)[:cut] != memoryview(new_state)[:cut] or stored[cut:] != replaced:
+        return None
+    return at, cut

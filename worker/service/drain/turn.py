@@ -69,10 +69,7 @@ class TurnRunner:
                              parts=reply_parts(result), reply_to=last.env.reply_to, accepted_at=head.env.accepted_at,
                              traceparent=tracing.current())
         said = "event" if answers_event(inputs) else "user"  # an answered game event is not the player's words
-        trace: dict[str, Any] = {said: last.env.text, "reply": result.reply[: self.config.trace_reply_chars],
-                 "finish": result.finish_reason, "model_calls": result.model_calls, "tool_calls": result.tool_calls,
-                 "replayed": [result.replayed_rounds, result.replayed_results], **usage_trace(result.usage),
-                 "reset": result.reset, "parts": len(record.parts)}
+        trace = turn_trace(result, said, last.env.text, self.config.trace_reply_chars, len(record.parts))
         if len(inputs) > 1:
             trace["burst"] = [p.id for p in inputs]
         if merges:
@@ -134,3 +131,28 @@ class TurnRunner:
         if p.id not in self._prepared:
             self._prepared[p.id] = self.media.prepare(p.env, self._photos)
         return self._prepared[p.id]
+
+
+def turn_trace(result: TurnResult, said: str, text: str | None, reply_chars: int, parts: int) -> dict[str, Any]:
+    """A turn's trace entry. The texts stay in the state, which the entry references (``in_state``, found again by
+    ``parley trace`` and ``parley show``): repeating them took more of Redis than the history itself (issue 33). Only
+    a reply the state does not hold (a reset phrase's) is written out. Fields at their usual value
+    (:data:`worker.show.TURN_USUAL`) are left out; the readers put them back."""
+    trace: dict[str, Any] = usage_trace(result.usage)
+    if result.finish_reason != "stop":
+        trace["finish"] = result.finish_reason
+    if result.model_calls != 1:
+        trace["model_calls"] = result.model_calls
+    if parts != 1:
+        trace["parts"] = parts
+    if result.reply_at is not None:
+        trace["in_state"] = result.reply_at
+    else:
+        trace[said], trace["reply"] = text, result.reply[:reply_chars]
+    if result.tool_calls:
+        trace["tool_calls"] = result.tool_calls
+    if result.replayed_rounds or result.replayed_results:
+        trace["replayed"] = [result.replayed_rounds, result.replayed_results]
+    if result.reset:
+        trace["reset"] = result.reset
+    return trace

@@ -3,7 +3,8 @@
 --       record_dropped, usage, inbound, blob_key
 -- ARGV: token, expected_version, input_id, mode (keep|set|append|clear), blob, reply_entry, trace_entry, dead_entry,
 --       lease_ms, trace_max, dead_max, ttl_ms, claim_ms ('' or the delivery lease), peek, record_entry ('' none),
---       record_max, usage_day ('' none), tokens, append_at (mode append: the stored blob's length), then also: the
+--       record_max, usage_day ('' none), tokens, append_at (mode append: the stored blob's length), cut_at (mode
+--       append: where the blob goes, the stored bytes after it dropped: append_at, or less for a fold), then also: the
 --       ids of the inputs after the head that the same turn applied (a burst), in mailbox order
 -- Returns: thirteen fields on every path (see answer below): {version or FENCE_MOVED | VERSION_MOVED | NOT_HEAD,
 --          depth or current version, released, next entry, attempts at next, kept blob (see stored_blob), delivery token, delivery
@@ -65,7 +66,8 @@ local record_max = ARGV[16]
 local usage_day = ARGV[17]
 local tokens = ARGV[18]
 local append_at = ARGV[19]
-local also = tail(ARGV, 20)
+local cut_at = ARGV[20]
+local also = tail(ARGV, 21)
 
 -- The one shape of the answer: every return goes through it, fields left out are padded.
 local function answer(a)
@@ -80,7 +82,8 @@ if head_id(redis.call('LINDEX', inbox, 0)) ~= input_id then return answer({code 
 for i = 1, #also do
   if head_id(redis.call('LINDEX', inbox, i)) ~= also[i] then return answer({code = NOT_HEAD, extra = v}) end
 end
-if mode == 'append' and tonumber(redis.call('HGET', state, 'blen') or '-1') ~= tonumber(append_at) then
+if mode == 'append' and (tonumber(redis.call('HGET', state, 'blen') or '-1') ~= tonumber(append_at)
+                         or tonumber(cut_at) > tonumber(append_at)) then
   return answer({code = VERSION_MOVED, extra = v})
 end
 local n = #also + 1
@@ -90,9 +93,19 @@ if mode == 'set' then
   redis.call('HDEL', state, 'blob')
   redis.call('HSET', state, 'tag', token .. ':' .. (v + 1), 'blen', #blob)
 elseif mode == 'append' then
+  -- A fold (format 5) replaces the loose frames after cut_at with one compressed run: the last entries go, the
+  -- head of one that straddles cut_at stays (the list's entries need not be the codec's frames).
+  local len, cut = tonumber(append_at), tonumber(cut_at)
+  while len > cut do
+    local e = redis.call('RPOP', blob_key)
+    len = len - #e
+    if len < cut then
+      redis.call('RPUSH', blob_key, string.sub(e, 1, cut - len))
+      len = cut
+    end
+  end
   redis.call('RPUSH', blob_key, blob)
-  redis.call('HINCRBY', state, 'blen', #blob)
-  redis.call('HSET', state, 'tag', token .. ':' .. (v + 1))
+  redis.call('HSET', state, 'blen', cut + #blob, 'tag', token .. ':' .. (v + 1))
 elseif mode == 'clear' then
   redis.call('DEL', blob_key)
   redis.call('HDEL', state, 'blob', 'tag', 'blen')
