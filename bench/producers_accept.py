@@ -7,8 +7,10 @@ number of threads; the API is the webhook process as the Procfile runs it (uvico
 environment), sent to by httpx and by a lean client (http.client): on a small machine the sender's own CPU is
 part of what is measured, and httpx's is about as much as the server's; with Go on the PATH, also by a producer
 written in Go (bench/go_sender, as a game engine's backend might be). Old against new in the same run: the API
-with every accept in a worker thread (bench/threaded_api.py, as before issue 29's async accept) and with the accept
-on the event loop; uvicorn with its access log (the Procfile turns it off) and without. The inlet is one
+with every accept in a worker thread (bench/threaded_api.py, as before issue 29's async accept), with the accept
+on the event loop answered by the Starlette routes (bench/routed_api.py, as before the fast path for messages and
+events) and through the fast path (worker/ingress/fast_inputs.py, the app as it is); uvicorn with its access log
+(the Procfile turns it off) and without. The inlet is one
 in-process consumer draining a stream filled beforehand (publishing is the engine's cost, not Parley's), with one
 round trip per entry (as before) and with a batch's accepts pipelined.
 
@@ -45,6 +47,8 @@ CONVERSATIONS = 200
 NEW_APP = "worker.ingress.app:app"
 #: The API as it was before the async accept (every input in a worker thread): the old side of old against new.
 THREADED_APP = "bench.threaded_api:app"
+#: The API with the accept on the loop but every request through Starlette's router: the old side of the fast path.
+ROUTED_APP = "bench.routed_api:app"
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 
@@ -242,6 +246,8 @@ def main() -> None:
             go = _go_sender(workdir)
             with Webhook(a.url, prefix, a.workers, workdir, THREADED_APP) as hook:
                 old_api, old_lean, _, old_us = http_api(hook, a.inputs, a.threads, None)
+            with Webhook(a.url, prefix, a.workers, workdir, ROUTED_APP) as hook:
+                routed_api, routed_lean, _, routed_us = http_api(hook, a.inputs, a.threads, None)
             with Webhook(a.url, prefix, a.workers, workdir) as hook:
                 api, lean, from_go, new_us = http_api(hook, a.inputs, a.threads, go)
             with Webhook(a.url, prefix, a.workers, workdir, access_log=True) as hook:
@@ -257,13 +263,16 @@ def main() -> None:
     print(f"python client, {a.threads} threads: {base:8.0f} inputs/s")
     print(f"HTTP API: {a.threads} sender threads, {a.workers} uvicorn workers")
     _ratio("HTTP API, lean client (http.client), accept in a thread", old_lean, base)
-    _ratio("HTTP API, lean client (http.client), accept on the loop", lean, base)
+    _ratio("HTTP API, lean client (http.client), accept on the loop, routed", routed_lean, base)
+    _ratio("HTTP API, lean client (http.client), fast path", lean, base, " (aim 0.5x)")
     _ratio("HTTP API, httpx, accept in a thread", old_api, base)
-    _ratio("HTTP API, httpx, accept on the loop", api, base, " (aim 0.5x)")
-    _ratio("HTTP API, a Go producer, accept on the loop", from_go, base)
-    _ratio("HTTP API, lean client, accept on the loop, access log on", logged, base)
-    print(f"webhook CPU per request (lean client): accept in a thread {old_us:.0f} µs, on the loop {new_us:.0f} µs, "
-          f"on the loop with the access log {logged_us:.0f} µs; one access-log line (in-process) {line_us:.0f} µs")
+    _ratio("HTTP API, httpx, accept on the loop, routed", routed_api, base)
+    _ratio("HTTP API, httpx, fast path", api, base, " (aim 0.5x)")
+    _ratio("HTTP API, a Go producer, fast path", from_go, base)
+    _ratio("HTTP API, lean client, fast path, access log on", logged, base)
+    print(f"webhook CPU per request (lean client): accept in a thread {old_us:.0f} µs, on the loop and routed "
+          f"{routed_us:.0f} µs, fast path {new_us:.0f} µs, fast path with the access log {logged_us:.0f} µs; "
+          f"one access-log line (in-process) {line_us:.0f} µs")
     print(f"python client, 1 thread:  {base_single:8.0f} inputs/s")
     print(f"inlet, 1 consumer, an accept a round trip: {streamed_old:8.0f} inputs/s  = "
           f"{streamed_old / base_single:.2f}x the client on one thread")
