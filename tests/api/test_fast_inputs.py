@@ -20,12 +20,15 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 from starlette.applications import Starlette
+from starlette.responses import JSONResponse
 
 from tests.support.redis_server import RedisServer, free_port, redis_of_its_own
-from worker.client import ConversationClient
+from worker.client import ConversationClient, Submitted
+from worker.ingress import api as api_module
 from worker.ingress import metrics as ingress_metrics
 from worker.ingress.api import MAX_BODY_OBJECTS, SMALL_BODY_BYTES
 from worker.ingress.app import create_app
+from worker.producer_bodies import Accepted
 from worker.store.limits import StoreLimits
 from worker.store.redis_store import ConversationStore
 
@@ -221,3 +224,11 @@ def test_the_fast_path_answers_without_the_router() -> None:
     assert status == 202 and b"input_id" in body
     [(status, _, _)], _ = _answers(app, [post("/v1/conversations/447700900123/reset", {})])
     assert status == 404
+
+
+@pytest.mark.parametrize("message_id", ["m1", "ünïcode ✓", 'quote " and \\ backslash', "x" * 200])
+@pytest.mark.parametrize("duplicate", [False, True])
+def test_the_202_is_what_the_model_in_a_json_response_writes(message_id: str, duplicate: bool) -> None:
+    made = api_module._accepted(Submitted("c", message_id, duplicate, 1))
+    model = JSONResponse(Accepted(input_id=message_id, duplicate=duplicate).model_dump(), status_code=202)
+    assert (made.status_code, made.body, made.raw_headers) == (model.status_code, model.body, model.raw_headers)

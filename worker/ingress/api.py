@@ -40,7 +40,6 @@ from worker.producer_bodies import (
     CLIENT_METHODS,
     OPERATIONS,
     PAUSE_KINDS,
-    Accepted,
     Cancelled,
     Operation,
     PauseState,
@@ -124,8 +123,15 @@ def _input_error(exc: InputError) -> JSONResponse:
     return problem(422, str(exc), exc.field)
 
 
+#: JSON as Starlette's JSONResponse renders it.
+_JSON = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+
+
 def _accepted(done: Submitted) -> Response:
-    return JSONResponse(Accepted(input_id=done.message_id, duplicate=done.duplicate).model_dump(), status_code=202)
+    """202 :class:`Accepted`, byte for byte what ``JSONResponse(Accepted(...).model_dump(), 202)`` writes, without the
+    model: nearly every request of a busy producer ends here (about 2 µs of the ~4 µs it took)."""
+    body = _JSON.encode({"input_id": done.message_id, "duplicate": done.duplicate})
+    return Response(body.encode(), status_code=202, media_type=JSONResponse.media_type)
 
 
 @dataclass(frozen=True)
