@@ -226,7 +226,8 @@ def test_the_fast_path_answers_without_the_router() -> None:
     assert status == 404
 
 
-@pytest.mark.parametrize("message_id", ["m1", "ünïcode ✓", 'quote " and \\ backslash', "x" * 200])
+@pytest.mark.parametrize("message_id", ["m1", "ünïcode ✓ 😀", 'quote " and \\ backslash', "tab\t \x01 \u2028 /",
+                                        "x" * 200])
 @pytest.mark.parametrize("duplicate", [False, True])
 def test_the_202_is_what_the_model_in_a_json_response_writes(message_id: str, duplicate: bool) -> None:
     made = api_module._accepted(Submitted("c", message_id, duplicate, 1))

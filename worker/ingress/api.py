@@ -19,9 +19,11 @@ import logging
 import re
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from functools import partial
+from functools import cache, partial
+from json.encoder import encode_basestring
 from typing import Any
 
+from prometheus_client import Counter
 from pydantic import ValidationError
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import ClientDisconnect, Request
@@ -123,15 +125,13 @@ def _input_error(exc: InputError) -> JSONResponse:
     return problem(422, str(exc), exc.field)
 
 
-#: JSON as Starlette's JSONResponse renders it.
-_JSON = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":"))
-
-
 def _accepted(done: Submitted) -> Response:
-    """202 :class:`Accepted`, byte for byte what ``JSONResponse(Accepted(...).model_dump(), 202)`` writes, without the
-    model: nearly every request of a busy producer ends here (about 2 µs of the ~4 µs it took)."""
-    body = _JSON.encode({"input_id": done.message_id, "duplicate": done.duplicate})
-    return Response(body.encode(), status_code=202, media_type=JSONResponse.media_type)
+    """202 :class:`Accepted`, byte for byte what ``JSONResponse(Accepted(...).model_dump(), 202)`` writes (a test holds
+    them equal: the string as JSONResponse's encoder writes it, ``ensure_ascii`` off), without the model and the
+    encoder: nearly every request of a busy producer ends here (under 1 µs of the ~4 µs it took)."""
+    body = b'{"input_id":%s,"duplicate":%s}' % (encode_basestring(done.message_id).encode(),
+                                                  b"true" if done.duplicate else b"false")
+    return Response(body, status_code=202, media_type=JSONResponse.media_type)
 
 
 @dataclass(frozen=True)
@@ -260,8 +260,14 @@ async def serve(api: ProducerApi, op: Operation, run: Run, call: Call) -> Respon
                       attributes={"http.request.method": call.method}) as span:
         response = await _answer(api, op, run, call)
         span.set("http.response.status_code", response.status_code)
-    ingress_metrics.API_REQUESTS.labels(op.operation_id, str(response.status_code)).inc()
+    _counted(op.operation_id, response.status_code).inc()
     return response
+
+
+@cache
+def _counted(operation: str, status: int) -> Counter:
+    """The metric's child for an operation and a status (``labels()`` takes a lock and checks the labels each time)."""
+    return ingress_metrics.API_REQUESTS.labels(operation, str(status))
 
 
 async def _answer(api: ProducerApi, op: Operation, run: Run, call: Call) -> Response:
