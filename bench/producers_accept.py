@@ -135,6 +135,7 @@ class Webhook:
     def __init__(self, url: str, prefix: str, workers: int, workdir: str, app: str = NEW_APP,
                  access_log: bool = False) -> None:
         self.port = _free_port()
+        self.last_spread = ""  # the lean client's connections over the workers (see spread), at its last run
         self.base = f"http://127.0.0.1:{self.port}"
         env = {**os.environ, "REDIS_URL": url, "PARLEY_KEY_PREFIX": prefix, "PARLEY_API_TOKENS": "bench",
                "PARLEY_LOG_LEVEL": "WARNING", "PYTHONPATH": str(ROOT)}
@@ -152,6 +153,16 @@ class Webhook:
             except httpx.HTTPError:
                 time.sleep(0.1)
         return self
+
+    def spread(self) -> str:
+        """The open connections each uvicorn worker holds, e.g. ``4+0``: the workers share one listening socket and
+        the kernel gives a keep-alive connection to whichever accepts first, often the same one (a worker on one
+        core then serves every request)."""
+        supervisor = psutil.Process(self._proc.pid)
+        workers = [p for p in supervisor.children() if "spawn_main" in " ".join(p.cmdline())] or [supervisor]
+        held = [sum(c.laddr.port == self.port and c.status == "ESTABLISHED" for c in p.net_connections("tcp"))
+                for p in workers]
+        return "+".join(str(n) for n in sorted(held, reverse=True))
 
     def cpu_seconds(self) -> float:
         """CPU (user and system) the webhook's processes have used so far: the supervisor and its workers."""
@@ -182,7 +193,9 @@ def http_api(hook: Webhook, n: int, threads: int, go_sender: str | None, *,
     by the machine's other load than a rate)."""
     run = uuid.uuid4().hex[:8]
     cpu = hook.cpu_seconds()
-    lean = _threads(n, threads, _stdlib_sender(hook.port, threads, run))
+    sender = _stdlib_sender(hook.port, threads, run)
+    hook.last_spread = hook.spread()
+    lean = _threads(n, threads, sender)
     server_us = (hook.cpu_seconds() - cpu) / n * 1e6
     if lean_only:
         return None, lean, None, server_us
@@ -254,7 +267,8 @@ def rounds_of_routed_and_fast(url: str, prefix: str, a: argparse.Namespace, work
             _, new, _, new_us = http_api(fast, a.inputs, a.threads, None, lean_only=True)
             old_app, new_app = (in_process_us(url, prefix, a.inputs, fast=fast) for fast in (False, True))
             print(f"round {k + 1}: python client {base:.0f}/s; lean client, routed {old:.0f}/s = {old / base:.2f}x "
-                  f"({old_us:.0f} µs a request), fast path {new:.0f}/s = {new / base:.2f}x ({new_us:.0f} µs); "
+                  f"({old_us:.0f} µs a request, connections {routed.last_spread}), fast path {new:.0f}/s = "
+                  f"{new / base:.2f}x ({new_us:.0f} µs, connections {fast.last_spread}); "
                   f"the app in-process, routed {old_app:.0f} µs, fast path {new_app:.0f} µs")
             for key, value in zip(seen, (base, old / base, new / base, old_us, new_us, old_app, new_app), strict=True):
                 seen[key].append(value)
