@@ -114,8 +114,10 @@ def _requests(cid: str) -> list[Call]:
     ]
 
 
-async def _asgi(app: Starlette, call: Call) -> tuple[int, list[tuple[bytes, bytes]], Any]:
-    """The answer to one request, as uvicorn would hand it to the app (``path`` percent-decoded)."""
+async def _asgi(app: Starlette, call: Call,
+                sent: list[dict[str, Any]] | None = None) -> tuple[int, list[tuple[bytes, bytes]], Any]:
+    """The answer to one request, as uvicorn would hand it to the app (``path`` percent-decoded); what the app sent
+    goes to ``sent`` too, when given (kept when the app raises)."""
     method, raw_path, headers, messages = call
     path, _, query = raw_path.partition("?")
     scope = {"type": "http", "asgi": {"version": "3.0", "spec_version": "2.4"}, "http_version": "1.1",
@@ -123,7 +125,7 @@ async def _asgi(app: Starlette, call: Call) -> tuple[int, list[tuple[bytes, byte
              "query_string": query.encode(), "root_path": "", "client": ("127.0.0.1", 50000),
              "server": ("testserver", 80), "headers": [(b"host", b"testserver"), *headers]}
     pending = list(messages)
-    sent: list[dict[str, Any]] = []
+    sent = [] if sent is None else sent
 
     async def receive() -> dict[str, Any]:
         return pending.pop(0) if pending else {"type": "http.disconnect"}
@@ -233,3 +235,18 @@ def test_the_202_is_what_the_model_in_a_json_response_writes(message_id: str, du
     made = api_module._accepted(Submitted("c", message_id, duplicate, 1))
     model = JSONResponse(Accepted(input_id=message_id, duplicate=duplicate).model_dump(), status_code=202)
     assert (made.status_code, made.body, made.raw_headers) == (model.status_code, model.body, model.raw_headers)
+
+
+def test_an_unexpected_error_is_the_same_500(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The fast path runs inside Starlette's ServerErrorMiddleware: a bug answers the route's 500, then raises."""
+    async def broken(*args: Any) -> None:
+        raise RuntimeError("a bug")
+
+    monkeypatch.setattr(api_module, "_in_thread", lambda fn: broken)  # fakeredis: every input runs in a thread
+    answers: list[list[dict[str, Any]]] = []
+    for fast in (True, False):
+        answers.append([])
+        with pytest.raises(RuntimeError, match="a bug"):
+            asyncio.run(_asgi(_app(_fake("bug"), fast=fast), post("/v1/conversations/447700900123/events",
+                                                                  {"text": "hi"}), answers[-1]))
+    assert answers[0] == answers[1] and answers[0][0]["status"] == 500
