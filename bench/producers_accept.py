@@ -7,17 +7,24 @@ number of threads; the API is the webhook process as the Procfile runs it (uvico
 environment), sent to by httpx and by a lean client (http.client): on a small machine the sender's own CPU is
 part of what is measured, and httpx's is about as much as the server's; with Go on the PATH, also by a producer
 written in Go (bench/go_sender, as a game engine's backend might be). Old against new in the same run: the API
-with every accept in a worker thread (bench/threaded_api.py, as before issue 29's async accept) and with the accept
-on the event loop; uvicorn with its access log (the Procfile turns it off) and without. The inlet is one
+with every accept in a worker thread (bench/threaded_api.py, as before issue 29's async accept), with the accept
+on the event loop answered by the Starlette routes (bench/routed_api.py, as before the fast path for messages and
+events) and through the fast path (worker/ingress/fast_inputs.py, the app as it is); uvicorn with its access log
+(the Procfile turns it off) and without. The inlet is one
 in-process consumer draining a stream filled beforehand (publishing is the engine's cost, not Parley's), with one
 round trip per entry (as before) and with a batch's accepts pipelined.
 
-    python bench/producers_accept.py [--url redis://127.0.0.1:6379/15] [--inputs 4000] [--threads 4]
+The routed API and the fast path are both up while the lean client sends to one, then the other, with the Python
+client measured again before each pair (``--rounds``, default 3): the machine's load drifts less within a round
+than between one server's run and the next, so each round's ratios are compared, and their median is printed.
+
+    python bench/producers_accept.py [--url redis://127.0.0.1:6379/15] [--inputs 4000] [--threads 4] [--rounds 3]
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import http.client
 import json
 import os
@@ -25,6 +32,7 @@ import pathlib
 import shlex
 import shutil
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -38,6 +46,7 @@ import psutil
 import redis
 
 from worker.client import ConversationClient
+from worker.ingress.app import create_app
 from worker.inlet.stream import Inlet
 from worker.store.redis_store import ConversationStore
 
@@ -45,6 +54,8 @@ CONVERSATIONS = 200
 NEW_APP = "worker.ingress.app:app"
 #: The API as it was before the async accept (every input in a worker thread): the old side of old against new.
 THREADED_APP = "bench.threaded_api:app"
+#: The API with the accept on the loop but every request through Starlette's router: the old side of the fast path.
+ROUTED_APP = "bench.routed_api:app"
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 
@@ -124,6 +135,7 @@ class Webhook:
     def __init__(self, url: str, prefix: str, workers: int, workdir: str, app: str = NEW_APP,
                  access_log: bool = False) -> None:
         self.port = _free_port()
+        self.last_spread = ""  # the lean client's connections over the workers (see spread), at its last run
         self.base = f"http://127.0.0.1:{self.port}"
         env = {**os.environ, "REDIS_URL": url, "PARLEY_KEY_PREFIX": prefix, "PARLEY_API_TOKENS": "bench",
                "PARLEY_LOG_LEVEL": "WARNING", "PYTHONPATH": str(ROOT)}
@@ -141,6 +153,16 @@ class Webhook:
             except httpx.HTTPError:
                 time.sleep(0.1)
         return self
+
+    def spread(self) -> str:
+        """The open connections each uvicorn worker holds, e.g. ``4+0``: the workers share one listening socket and
+        the kernel gives a keep-alive connection to whichever accepts first, often the same one (a worker on one
+        core then serves every request)."""
+        supervisor = psutil.Process(self._proc.pid)
+        workers = [p for p in supervisor.children() if "spawn_main" in " ".join(p.cmdline())] or [supervisor]
+        held = [sum(c.laddr.port == self.port and c.status == "ESTABLISHED" for c in p.net_connections("tcp"))
+                for p in workers]
+        return "+".join(str(n) for n in sorted(held, reverse=True))
 
     def cpu_seconds(self) -> float:
         """CPU (user and system) the webhook's processes have used so far: the supervisor and its workers."""
@@ -171,7 +193,9 @@ def http_api(hook: Webhook, n: int, threads: int, go_sender: str | None, *,
     by the machine's other load than a rate)."""
     run = uuid.uuid4().hex[:8]
     cpu = hook.cpu_seconds()
-    lean = _threads(n, threads, _stdlib_sender(hook.port, threads, run))
+    sender = _stdlib_sender(hook.port, threads, run)
+    hook.last_spread = hook.spread()
+    lean = _threads(n, threads, sender)
     server_us = (hook.cpu_seconds() - cpu) / n * 1e6
     if lean_only:
         return None, lean, None, server_us
@@ -181,6 +205,77 @@ def http_api(hook: Webhook, n: int, threads: int, go_sender: str | None, *,
                              capture_output=True, text=True)
         from_go = float(out.stdout)
     return _threads(n, threads, _httpx_sender(hook.base, threads, run)), lean, from_go, server_us
+
+
+def in_process_us(url: str, prefix: str, n: int, *, fast: bool, in_flight: int = 2) -> float:
+    """CPU (µs) one request takes in the app itself, called in-process on uvloop (no uvicorn, no sender) with
+    ``in_flight`` requests at a time, as a uvicorn worker here has, against the real Redis: the machine's load moves
+    it far less than the webhook process's CPU. ``fast``: with the fast path (else the routes only)."""
+    import uvloop
+
+    store = ConversationStore(redis.Redis.from_url(url), prefix=prefix)
+    app = create_app(ConversationClient(store, wake=lambda cid: None), store, app_secret="s", verify_token="v",
+                     api_tokens="bench", fast_inputs=fast)
+    run = uuid.uuid4().hex[:8]
+
+    async def one(i: int) -> None:
+        body = json.dumps({"text": f"event {i}", "message_id": f"inproc-{run}-{i}"}).encode()
+        path = f"/v1/conversations/p{i % CONVERSATIONS}/events"
+        headers = [(b"host", b"127.0.0.1"), (b"authorization", b"Bearer bench"),
+                   (b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+        scope = {"type": "http", "asgi": {"version": "3.0", "spec_version": "2.4"}, "http_version": "1.1",
+                 "method": "POST", "scheme": "http", "path": path, "raw_path": path.encode(), "query_string": b"",
+                 "root_path": "", "headers": headers, "client": ("127.0.0.1", 50000), "server": ("127.0.0.1", 80)}
+        sent: list[dict[str, object]] = []
+
+        async def receive() -> dict[str, object]:
+            return {"type": "http.request", "body": body, "more_body": False}
+
+        async def send(message: dict[str, object]) -> None:
+            sent.append(message)
+
+        await app(scope, receive, send)
+        assert sent[0]["status"] == 202, sent
+
+    async def requests(first: int, count: int) -> None:
+        async def lane(k: int) -> None:
+            for i in range(first + k, first + count, in_flight):
+                await one(i)
+
+        await asyncio.gather(*(lane(k) for k in range(in_flight)))
+
+    async def measured() -> float:
+        await requests(0, 500)  # the connection, the script, the first-use imports
+        start = time.process_time()
+        await requests(500, n)
+        return (time.process_time() - start) / n * 1e6
+
+    return float(uvloop.run(measured()))
+
+
+def rounds_of_routed_and_fast(url: str, prefix: str, a: argparse.Namespace, workdir: str,
+                              go: str | None) -> dict[str, float | None]:
+    """The routed API against the fast path, lean client, in ``a.rounds`` rounds (see the module's docstring); the
+    medians of each round's figures, and httpx (and Go) once against each."""
+    seen: dict[str, list[float]] = {"base": [], "routed": [], "fast": [], "routed_us": [], "fast_us": [],
+                                    "routed_app_us": [], "fast_app_us": []}
+    with Webhook(url, prefix, a.workers, workdir, ROUTED_APP) as routed, Webhook(url, prefix, a.workers,
+                                                                               workdir) as fast:
+        for k in range(a.rounds):
+            base = python_client(url, prefix, a.inputs, a.threads)
+            _, old, _, old_us = http_api(routed, a.inputs, a.threads, None, lean_only=True)
+            _, new, _, new_us = http_api(fast, a.inputs, a.threads, None, lean_only=True)
+            old_app, new_app = (in_process_us(url, prefix, a.inputs, fast=fast) for fast in (False, True))
+            print(f"round {k + 1}: python client {base:.0f}/s; lean client, routed {old:.0f}/s = {old / base:.2f}x "
+                  f"({old_us:.0f} µs a request, connections {routed.last_spread}), fast path {new:.0f}/s = "
+                  f"{new / base:.2f}x ({new_us:.0f} µs, connections {fast.last_spread}); "
+                  f"the app in-process, routed {old_app:.0f} µs, fast path {new_app:.0f} µs")
+            for key, value in zip(seen, (base, old / base, new / base, old_us, new_us, old_app, new_app), strict=True):
+                seen[key].append(value)
+        routed_httpx = http_api(routed, a.inputs, a.threads, None)[0]
+        fast_httpx, _, from_go, _ = http_api(fast, a.inputs, a.threads, go)
+    out: dict[str, float | None] = {key: statistics.median(values) for key, values in seen.items()}
+    return {**out, "routed_httpx": routed_httpx, "fast_httpx": fast_httpx, "go": from_go}
 
 
 def inlet(url: str, prefix: str, n: int, *, one_by_one: bool = False) -> float:
@@ -234,6 +329,7 @@ def main() -> None:
     p.add_argument("--inputs", type=int, default=4000)
     p.add_argument("--threads", type=int, default=4)
     p.add_argument("--workers", type=int, default=2, help="uvicorn workers (the Procfile's default)")
+    p.add_argument("--rounds", type=int, default=3, help="rounds of the routed API against the fast path")
     a = p.parse_args()
     prefix = f"bench-{uuid.uuid4().hex[:6]}"
     try:
@@ -242,8 +338,7 @@ def main() -> None:
             go = _go_sender(workdir)
             with Webhook(a.url, prefix, a.workers, workdir, THREADED_APP) as hook:
                 old_api, old_lean, _, old_us = http_api(hook, a.inputs, a.threads, None)
-            with Webhook(a.url, prefix, a.workers, workdir) as hook:
-                api, lean, from_go, new_us = http_api(hook, a.inputs, a.threads, go)
+            m = rounds_of_routed_and_fast(a.url, prefix, a, workdir, go)
             with Webhook(a.url, prefix, a.workers, workdir, access_log=True) as hook:
                 _, logged, _, logged_us = http_api(hook, a.inputs, a.threads, None, lean_only=True)
             line_us = access_log_line_us(workdir)
@@ -257,13 +352,17 @@ def main() -> None:
     print(f"python client, {a.threads} threads: {base:8.0f} inputs/s")
     print(f"HTTP API: {a.threads} sender threads, {a.workers} uvicorn workers")
     _ratio("HTTP API, lean client (http.client), accept in a thread", old_lean, base)
-    _ratio("HTTP API, lean client (http.client), accept on the loop", lean, base)
     _ratio("HTTP API, httpx, accept in a thread", old_api, base)
-    _ratio("HTTP API, httpx, accept on the loop", api, base, " (aim 0.5x)")
-    _ratio("HTTP API, a Go producer, accept on the loop", from_go, base)
-    _ratio("HTTP API, lean client, accept on the loop, access log on", logged, base)
-    print(f"webhook CPU per request (lean client): accept in a thread {old_us:.0f} µs, on the loop {new_us:.0f} µs, "
-          f"on the loop with the access log {logged_us:.0f} µs; one access-log line (in-process) {line_us:.0f} µs")
+    _ratio("HTTP API, httpx, accept on the loop, routed", m["routed_httpx"], base)
+    _ratio("HTTP API, httpx, fast path", m["fast_httpx"], base, " (aim 0.5x)")
+    _ratio("HTTP API, a Go producer, fast path", m["go"], base)
+    _ratio("HTTP API, lean client, fast path, access log on", logged, base)
+    print(f"median of {a.rounds} rounds, lean client: routed {m['routed']:.2f}x the client, fast path "
+          f"{m['fast']:.2f}x (aim 0.5x); webhook CPU a request, routed {m['routed_us']:.0f} µs, fast path "
+          f"{m['fast_us']:.0f} µs; the app alone in-process, routed {m['routed_app_us']:.0f} µs, fast path "
+          f"{m['fast_app_us']:.0f} µs")
+    print(f"webhook CPU per request (lean client): accept in a thread {old_us:.0f} µs, fast path with the access log "
+          f"{logged_us:.0f} µs; one access-log line (in-process) {line_us:.0f} µs")
     print(f"python client, 1 thread:  {base_single:8.0f} inputs/s")
     print(f"inlet, 1 consumer, an accept a round trip: {streamed_old:8.0f} inputs/s  = "
           f"{streamed_old / base_single:.2f}x the client on one thread")

@@ -35,6 +35,7 @@ import anyio.to_thread
 from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
+from starlette.middleware import Middleware
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
@@ -43,8 +44,9 @@ from worker import tracing
 from worker.client import ConversationClient, Submitted
 from worker.errors import InboxFullError, InputError, StoreError, WebhookTooLargeError
 from worker.ingress import metrics as ingress_metrics
-from worker.ingress.api import api_routes, parse_tokens
+from worker.ingress.api import endpoints, parse_tokens
 from worker.ingress.body import TooLarge, read_body
+from worker.ingress.fast_inputs import FastInputs
 from worker.ingress.numbers import UNKNOWN_NUMBER
 from worker.ingress.parse import (
     InboundEvent,
@@ -285,13 +287,15 @@ def create_app(client: ConversationClient, store: IngressStore, *, app_secret: s
                max_body_bytes: int | None = None, location_as: LocationAs | None = None,
                unsupported_reply: str | None = None, refused_reply: str | None = None,
                max_age_seconds: float | None = None, api_tokens: str = "",
-               numbers: Numbers | None = None) -> Starlette:
+               numbers: Numbers | None = None, fast_inputs: bool = True) -> Starlette:
     """An ingress bound to a producer client and a store (tests pass fakeredis-backed ones). ``location_as``,
     ``unsupported_reply``, ``refused_reply``, ``max_age_seconds`` and ``max_body_bytes`` are ``PARLEY_LOCATION_AS``,
     ``PARLEY_UNSUPPORTED_REPLY``, ``PARLEY_REFUSED_REPLY``, ``PARLEY_WEBHOOK_MAX_AGE_SECONDS`` and
     ``PARLEY_WEBHOOK_MAX_BODY_BYTES`` (default: the settings' defaults; a max age of 0 turns the age check off).
     ``api_tokens`` (``PARLEY_API_TOKENS``) turns the producers' API under ``/v1/`` on (:mod:`worker.ingress.api`).
-    ``numbers`` (``PARLEY_WHATSAPP_NUMBERS_FILE``) routes each change to its business number's conversations."""
+    ``numbers`` (``PARLEY_WHATSAPP_NUMBERS_FILE``) routes each change to its business number's conversations.
+    ``fast_inputs``: the API's messages and events answered ahead of the router (:mod:`worker.ingress.fast_inputs`;
+    off only to compare the answers and the cost with the routes')."""
     body_limit = int(_default("max_body_bytes", max_body_bytes))
     replies = _Replies(_default("unsupported_reply", unsupported_reply), _default("refused_reply", refused_reply),
                        numbers)
@@ -334,13 +338,14 @@ def create_app(client: ConversationClient, store: IngressStore, *, app_secret: s
     async def metrics(request: Request) -> Response:
         return Response(await run_in_threadpool(ingress_metrics.exposition), media_type=CONTENT_TYPE_LATEST)
 
+    api = endpoints(client, parse_tokens(api_tokens), body_limit)
     return Starlette(routes=[
         Route("/webhook", handshake, methods=["GET"]),
         Route("/webhook", receive, methods=["POST"]),
         Route("/healthz", healthz, methods=["GET"]),
         Route("/metrics", metrics, methods=["GET"]),
-        *api_routes(client, parse_tokens(api_tokens), body_limit),
-    ])
+        *(api.routes if api is not None else []),
+    ], middleware=[Middleware(FastInputs, endpoints=api)] if api is not None and fast_inputs else None)
 
 
 def _signature_health() -> dict[str, Any]:
