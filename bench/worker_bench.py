@@ -1,6 +1,6 @@
 """Parley's worker measured where users feel it, each figure next to a baseline from the same run.
 
-    python bench/worker_bench.py [--quick] [--broker redis|rabbitmq|both]
+    python bench/worker_bench.py [--quick] [--broker redis|rabbitmq|both] [--only 12345] [--paced 400:20]
 
 ``--broker rabbitmq`` runs the same parts with RabbitMQ as the broker (a fresh vhost on the machine's RabbitMQ,
 127.0.0.1:5672, made with rabbitmqctl; state stays on Redis); ``both`` runs them on each, one after the other, each
@@ -15,6 +15,9 @@ against its own no-op baseline.
    Target: >= 500 in flight; issue 16: >= 400 turns/s steady with 1,000 turns in flight, at most 2 ms of worker
    CPU per turn (it was 200 turns/s).
 4. Memory: worker RSS after 1,000 and after 10,000 conversations. Target: flat.
+5. LLM-bound, paced: part 3 with the turns arriving at a steady rate (300, 400 and 500 a second for 20 s) instead of
+   all at once: whether one worker keeps up (every turn delivered about the model's 2 s after it arrived) at the
+   issue's 400 turns/s, with about 800 of them in flight.
 """
 
 from __future__ import annotations
@@ -281,6 +284,47 @@ def llm_bound(rig: Rig, turns: int, concurrency: int, processes: int, pool: str 
           f"(200 turns/s on the reference machines = 0.10-0.14)")
 
 
+def llm_paced(rig: Rig, rate: float, seconds: float, concurrency: int, pool: str = "gevent") -> None:
+    """Part 3 with turns arriving at ``rate`` a second (an open loop, as players write) instead of all at once.
+
+    Why: part 3 enqueues every turn at once, so the first 1,000 model calls go out together and come back together
+    2 s later; one process then spends its CPU on 1,000 commits and sends in a burst while new turns wait, and the
+    "steady" rate measures that synchronised wave as much as the worker (seen: 0.43 of a core used on average, the
+    model's in-flight count swinging 0-1,000). Here the question is the issue's: does one worker keep up with
+    ``rate`` turns a second while about ``rate`` x 2 s of them are in flight? It keeps up when the sends keep pace
+    with the arrivals: the backlog (enqueued, not yet delivered) stays near the model's 2 s worth."""
+    peers = Peers(delay=2.0)
+    env = {**rig.env, "OPENAI_BASE_URL": peers.llm_url, "WHATSAPP_API_BASE_URL": peers.wa_url}
+    w = WorkerProcess(rig.unique(f"llm-paced-{pool}"), env, pool=pool, concurrency=concurrency).start()
+    wait_until(lambda: "[tasks]" in w.log(), 60)
+    pid = w.proc.pid  # type: ignore[union-attr]
+    total = int(rate * seconds)
+    tag = f"paced{len(rig.variants_run)}"
+    rig.variants_run.append(tag)
+    cpu0, t0 = cpu_seconds(pid), time.perf_counter()
+    backlog: list[float] = []
+    for i in range(total):
+        due = t0 + i / rate
+        if (pause := due - time.perf_counter()) > 0:
+            time.sleep(pause)
+        rig.client.send_message(f"4478{i:08d}", f"question {i}", message_id=f"{tag}-{i}")
+        if i % max(1, int(rate / 4)) == 0 and time.perf_counter() - t0 > 4:  # past the first two model waits
+            backlog.append(i + 1 - peers.stats()["sends"])
+    sending = time.perf_counter() - t0
+    wait_until(lambda: peers.stats()["sends"] >= total, 300, interval=0.05)
+    elapsed = time.perf_counter() - t0
+    cpu = cpu_seconds(pid) - cpu0
+    stats = peers.stats()
+    w.stop()
+    peers.stop()
+    steady = statistics.median(backlog) if backlog else float("nan")
+    print(f"5) LLM-bound, paced: {total} turns arriving at {rate:.0f}/s for {sending:.1f} s (asked {seconds:.0f} s), "
+          f"model answers in 2 s, {pool} x{concurrency}: all delivered {elapsed - sending:.1f} s after the last "
+          f"arrived; backlog (enqueued, not delivered) median {steady:.0f}, max {max(backlog, default=0):.0f} "
+          f"(the model's 2 s alone: {2 * rate:.0f}); max in flight {stats['max_in_flight']:.0f}; worker CPU "
+          f"{cpu / elapsed:.2f} cores, {cpu / total * 1e3:.2f} ms per turn (targets: keeps up with 400/s, <= 2 ms)")
+
+
 def memory(rig: Rig, conversations: int, pool: str, concurrency: int) -> None:
     w = rig.worker(f"memory-{pool}", pool, concurrency)
     pid = w.proc.pid  # type: ignore[union-attr]
@@ -305,7 +349,7 @@ def memory(rig: Rig, conversations: int, pool: str, concurrency: int) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true")
-    ap.add_argument("--only", default="1234", help="which parts to run, e.g. --only 23")
+    ap.add_argument("--only", default="12345", help="which parts to run, e.g. --only 23")
     ap.add_argument("--llm", action="append", metavar="POOL:PROCESSES:CONCURRENCY",
                     help="part 3's worker layouts, e.g. --llm gevent:2:500 (default: gevent:1:1000, threads:1:600)")
     ap.add_argument("--no-typing", action="store_true", help="turn the read mark and typing indicator off")
@@ -315,6 +359,8 @@ def main() -> None:
                          "(old against new in one run); repeat --rounds times")
     ap.add_argument("--rounds", type=int, default=1, help="how many times parts 2 and 3 run their layouts and variants")
     ap.add_argument("--broker", choices=["redis", "rabbitmq", "both"], default="redis")
+    ap.add_argument("--paced", action="append", metavar="RATE:SECONDS",
+                    help="part 5's arrival rates, e.g. --paced 400:20 (default: 300:20, 400:20, 500:20)")
     args = ap.parse_args()
     for broker in (["redis", "rabbitmq"] if args.broker == "both" else [args.broker]):
         print(f"== broker: {broker}")
@@ -344,6 +390,10 @@ def run(args: argparse.Namespace, rig: Rig) -> None:
         if "4" in args.only:
             for pool, conc in (("threads", 16), ("gevent", 1000)):
                 memory(rig, 3000 if args.quick else 10000, pool, conc)
+        if "5" in args.only:
+            for paced in args.paced or ["300:20", "400:20", "500:20"]:
+                rate, seconds = paced.split(":")
+                llm_paced(rig, float(rate), float(seconds), 1000)
     finally:
         rig.stop()
 
