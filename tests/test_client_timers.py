@@ -123,6 +123,34 @@ def test_parley_scheduled_lists_the_pending_timers_and_cancel_drops_one(setup, m
     assert [t.message_id for t in store.scheduled(CID)] == ["r"]
 
 
+def test_parley_send_event_and_reset_take_at_and_hold_the_input(setup, monkeypatch, capsys) -> None:  # type: ignore[no-untyped-def]
+    from worker import cli
+
+    client, store, woken = setup
+    monkeypatch.setattr("worker.client.ConversationClient.from_env", classmethod(lambda cls: client))
+    assert cli.main(["send", CID, "Any hint?", "--id", "m", "--at", "+5m"]) == 0
+    assert cli.main(["event", CID, "Round ends", "--id", "e", "--respond", "--at", "+2h"]) == 0
+    assert cli.main(["reset", CID, "--at", (datetime.now(UTC) + timedelta(days=1)).isoformat()]) == 0
+    held = store.scheduled(CID)
+    assert [decode_envelope(t.envelope).kind for t in held] == ["message", "event", "reset"] and woken == []
+    now_ms = datetime.now(UTC).timestamp() * 1000
+    assert 290_000 < held[0].due_ms - now_ms <= 300_000 and 7_190_000 < held[1].due_ms - now_ms <= 7_200_000
+    assert decode_envelope(held[1].envelope).respond is True
+    assert cli.main(["send", CID, "now"]) == 0 and woken == [CID]  # without --at: at once, as before
+
+
+@pytest.mark.parametrize("when", ["2026-11-25T19:30:00", "tomorrow", "+", "+5d", "+99999999"])
+def test_parley_at_refuses_a_naive_or_unreadable_time_and_holds_nothing(setup, monkeypatch, capsys, when) -> None:  # type: ignore[no-untyped-def]
+    from worker import cli
+
+    client, store, woken = setup
+    monkeypatch.setattr("worker.client.ConversationClient.from_env", classmethod(lambda cls: client))
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(["send", CID, "Any hint?", "--at", when])
+    assert exit_.value.code == 2 and "--at" in capsys.readouterr().err
+    assert store.scheduled(CID) == [] and woken == []
+
+
 def test_the_inlet_takes_at_as_the_http_api_does() -> None:
     from worker.inlet.messages import Unacceptable, parse_message
 

@@ -1,9 +1,9 @@
 """``parley``: the command line for people.
 
     parley demo [--interactive]            run a worker and a game session you can watch (zero setup)
-    parley send CID TEXT [--id ID]         queue a chat turn
-    parley event CID TEXT [--pinned] [--key K] [--respond]  queue a game event
-    parley reset CID | parley delete CID
+    parley send CID TEXT [--id ID] [--at WHEN]   queue a chat turn (--at: held until then, a timer)
+    parley event CID TEXT [--pinned] [--key K] [--respond] [--at WHEN]   queue a game event
+    parley reset CID [--at WHEN] | parley delete CID
     parley show CID                        decoded state, mailbox and outbox depth, last replies, the latest
                                            delivery status of each recent message
     parley trace CID [-n N]                the conversation's trace
@@ -57,20 +57,21 @@ def _print(obj: Any) -> None:
 
 
 def _cmd_send(args: argparse.Namespace) -> int:
-    accepted = _client().send_message(args.conversation_id, args.text, message_id=args.id, system=args.system)
+    accepted = _client().send_message(args.conversation_id, args.text, message_id=args.id, system=args.system,
+                                      at=args.at)
     _print(accepted.__dict__)
     return 0
 
 
 def _cmd_event(args: argparse.Namespace) -> int:
     accepted = _client().send_event(args.conversation_id, args.text, message_id=args.id, pinned=args.pinned,
-                                    key=args.key, respond=args.respond)
+                                    key=args.key, respond=args.respond, at=args.at)
     _print(accepted.__dict__)
     return 0
 
 
 def _cmd_reset(args: argparse.Namespace) -> int:
-    _print(_client().reset(args.conversation_id).__dict__)
+    _print(_client().reset(args.conversation_id, at=args.at).__dict__)
     return 0
 
 
@@ -201,31 +202,40 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 
 
 def _build_parser() -> argparse.ArgumentParser:
+    from worker import timer_commands
+
     parser = argparse.ArgumentParser(prog="parley", description="Parley: a worker for stateful LLM conversations.")
     sub = parser.add_subparsers(dest="command", required=True)
     demo = sub.add_parser("demo", help="run a worker and a scripted game session (or --interactive chat)")
     demo.add_argument("--interactive", action="store_true")
     demo.add_argument("--turns", type=int, default=None, help="stop the scripted session after N inputs")
     demo.set_defaults(fn=_cmd_demo)
-    send = sub.add_parser("send", help="queue a chat turn")
+    send = sub.add_parser("send", help="queue a chat turn, as if the player wrote it")
     send.add_argument("conversation_id")
     send.add_argument("text")
-    send.add_argument("--id")
-    send.add_argument("--system")
+    send.add_argument("--id", help="the message id (a resubmitted id is ignored); default: a fresh one")
+    send.add_argument("--system", help="this turn's system prompt instead of the configured one")
+    timer_commands.add_at_option(send)
     send.set_defaults(fn=_cmd_send)
     event = sub.add_parser("event", help="queue a game event")
     event.add_argument("conversation_id")
     event.add_argument("text")
-    event.add_argument("--id")
-    event.add_argument("--pinned", action="store_true")
+    event.add_argument("--id", help="the message id (a resubmitted id is ignored); default: a fresh one")
+    event.add_argument("--pinned", action="store_true", help="the event survives every compaction")
     event.add_argument("--key", help="the text is the conversation's fact of this key (replaces the one before)")
     event.add_argument("--respond", action="store_true", help="the model answers the event")
+    timer_commands.add_at_option(event)
     event.set_defaults(fn=_cmd_event)
-    for name, fn in (("reset", _cmd_reset), ("delete", _cmd_delete), ("show", _cmd_show)):
-        command = sub.add_parser(name)
+    reset = sub.add_parser("reset", help="queue a reset: the conversation starts fresh after the inputs before it")
+    reset.add_argument("conversation_id")
+    timer_commands.add_at_option(reset)
+    reset.set_defaults(fn=_cmd_reset)
+    for name, fn, text in (("delete", _cmd_delete, "delete the conversation now, everywhere (its record too)"),
+                           ("show", _cmd_show, "the decoded state, mailbox and outbox, the last replies")):
+        command = sub.add_parser(name, help=text)
         command.add_argument("conversation_id")
         command.set_defaults(fn=fn)
-    trace = sub.add_parser("trace")
+    trace = sub.add_parser("trace", help="the conversation's trace: each input, turn and reply")
     trace.add_argument("conversation_id")
     trace.add_argument("-n", type=int, default=50)
     trace.set_defaults(fn=_cmd_trace)
@@ -236,7 +246,7 @@ def _build_parser() -> argparse.ArgumentParser:
     replay.add_argument("conversation_id")
     replay.add_argument("index", type=int)
     replay.set_defaults(fn=_cmd_replay)
-    sub.add_parser("health").set_defaults(fn=_cmd_health)
+    sub.add_parser("health", help="exit 0 when Redis and the broker answer (a container probe)").set_defaults(fn=_cmd_health)
     inlet = sub.add_parser("inlet", help="queue the messages of PARLEY_INLET_STREAM (the Procfile's inlet process)")
     inlet.add_argument("--once", action="store_true", help="one round of the stream, then exit")
     inlet.set_defaults(fn=_cmd_inlet)
@@ -247,8 +257,6 @@ def _build_parser() -> argparse.ArgumentParser:
     from worker.durable_record.commands import add_parsers
 
     add_parsers(sub)
-    from worker import timer_commands
-
     timer_commands.add_parsers(sub)
     from worker import handoff_cli
 

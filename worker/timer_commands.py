@@ -4,11 +4,43 @@
 from __future__ import annotations
 
 import argparse
+import re
 import time
 from datetime import UTC, datetime
 from typing import Any
 
 from worker.terminal import for_terminal, json_for_terminal
+
+
+def parse_when(value: str, *, now: float | None = None) -> datetime:
+    """``--at``'s value: an RFC 3339 timestamp with an offset (as the HTTP API takes it), or ``+N`` seconds from
+    now (``+300``; ``+5m`` and ``+2h`` too), which is what a person at a shell means by "in five minutes"."""
+    from worker.due_time import parse_rfc3339
+    from worker.errors import InvalidScheduleError
+
+    match = re.fullmatch(r"\+(\d+(?:\.\d+)?)([smh]?)", value.strip())
+    if match is None:
+        return parse_rfc3339(value)
+    seconds = float(match.group(1)) * {"": 1, "s": 1, "m": 60, "h": 3600}[match.group(2)]
+    if seconds > 366 * 86400:
+        raise InvalidScheduleError(f"at is more than a year away: {value[:32]!r}")
+    return datetime.fromtimestamp((time.time() if now is None else now) + seconds, UTC)
+
+
+def add_at_option(parser: argparse.ArgumentParser) -> None:
+    """The ``--at`` of ``parley send``, ``event`` and ``reset``: hold the input until then (a timer)."""
+    parser.add_argument("--at", type=_when, metavar="WHEN",
+                        help="hold it until WHEN: an RFC 3339 time with an offset (2026-11-25T19:30:00Z) or "
+                             "+SECONDS from now (+300, +5m, +2h); list with `parley scheduled`")
+
+
+def _when(value: str) -> datetime:
+    from worker.errors import InvalidScheduleError
+
+    try:
+        return parse_when(value)
+    except InvalidScheduleError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def pending_timers(store: Any, cid: str, *, now: float | None = None) -> list[dict[str, Any]]:
