@@ -30,7 +30,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Protocol, runtime_checkable
 
-from worker.conversation.history import MODEL_SIDE, Exchange, exchanges, is_successful_tool_exchange
+from worker.conversation.history import Exchange, exchanges, is_successful_tool_exchange, starts_exchange
 from worker.conversation.messages import Message, transcript_text
 from worker.conversation.model import Model, ModelRequest
 from worker.conversation.observe import Observer, complete_observed, observing
@@ -76,8 +76,7 @@ def has_droppable_exchange(state: ConversationState) -> bool:
     """Whether :func:`droppable_exchanges` is not empty, found from the end: a trigger asks it on every turn, and
     splitting the whole history into exchanges for it cost a turn time that grew with the conversation."""
     messages = state.messages
-    return any(messages[i].role not in MODEL_SIDE and messages[i - 1].role in MODEL_SIDE
-               for i in range(len(messages) - 1, 0, -1))
+    return any(starts_exchange(messages, i) for i in range(len(messages) - 1, 0, -1))
 
 
 def drop_oldest_exchanges(state: ConversationState, count: int) -> ConversationState:

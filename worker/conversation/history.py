@@ -31,13 +31,18 @@ class Exchange:
         return messages[self.start : self.end]
 
 
+def starts_exchange(messages: Sequence[Message], i: int) -> bool:
+    """Whether ``messages[i]`` (``i >= 1``) opens a new exchange: a user-side message after a model-side one."""
+    return messages[i].role not in MODEL_SIDE and messages[i - 1].role in MODEL_SIDE
+
+
 def exchanges(messages: Sequence[Message]) -> list[Exchange]:
     """Split a history into exchanges. A new exchange starts at a user-side message that follows a
     model-side one (or at the very start)."""
     out: list[Exchange] = []
     start = 0
     for i in range(1, len(messages)):
-        if messages[i].role not in MODEL_SIDE and messages[i - 1].role in MODEL_SIDE:
+        if starts_exchange(messages, i):
             out.append(Exchange(start, i))
             start = i
     if messages:

@@ -2,7 +2,7 @@
 
 A :class:`Resident` is what :class:`~worker.conversation.chat.Chat` hands back with every state it writes: the
 decoded state and the blob it is (and whether that blob only appended to the stored one: then the store writes
-only the appended bytes, :meth:`Resident.appended_to`). The worker keeps the latest one per conversation in a :class:`ResidentCache`
+only the appended bytes, :meth:`Resident.append_of`). The worker keeps the latest one per conversation in a :class:`ResidentCache`
 under a *tag* the store gives each stored state (it changes with every write of the blob), and asks the store for
 the blob only when its tag is not the current one. :meth:`Chat.run_turn` and the other methods take a resident in
 place of the blob. Outside this package a resident is as opaque as a blob: the worker only stores and returns it.
@@ -17,10 +17,21 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from worker.conversation.history import CleanPrefix
 from worker.conversation.state import ConversationState, Memo
 from worker.conversation.tokens import CountedPrefix
+
+
+class Append(NamedTuple):
+    """How a blob was made from the stored one: ``basis``, the stored blob's length it was made on; ``cut``, where
+    its new bytes start; ``replaced``, the stored bytes from ``cut`` that they replace (none for a plain append; the
+    loose frames a fold compressed)."""
+
+    basis: int
+    cut: int
+    replaced: bytes
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -39,17 +50,13 @@ class Resident:
         """The blob this resident is, byte for byte."""
         return self.memo.stored
 
-    def appended_to(self, blob: bytes) -> int | None:
-        """When ``blob`` is this resident's and was made by appending to the stored blob: that blob's length (the
-        store writes only what follows :meth:`written_from`). ``None``: ``blob`` is to be written whole."""
+    def append_of(self, blob: bytes) -> Append | None:
+        """When ``blob`` is this resident's and was made by appending to the stored blob (or folding its loose
+        frames, format 5): what the store writes of it (see :class:`Append`). ``None``: ``blob`` is written whole."""
         memo = self.memo
-        return memo.basis if memo.written_from and blob is memo.stored else None
-
-    def written_from(self, blob: bytes) -> tuple[int, bytes] | None:
-        """With :meth:`appended_to`: where ``blob``'s new bytes start, and the stored blob's bytes from there that
-        they replace (none for a plain append; the loose frames a fold compressed, format 5)."""
-        memo = self.memo
-        return (memo.written_from, memo.replaced) if memo.written_from and blob is memo.stored else None
+        if not memo.written_from or blob is not memo.stored:
+            return None
+        return Append(basis=memo.basis, cut=memo.written_from, replaced=memo.replaced)
 
 
 class ResidentCache:

@@ -211,7 +211,8 @@ class PrefixMemoCounter:
 
     def __init__(self, base: TokenCounter, memo: CountedPrefix | None = None) -> None:
         self.base = base
-        self.memo = memo if getattr(base, "stable_counts", False) else None
+        self._stable = bool(getattr(base, "stable_counts", False))  # a counter's kind does not change
+        self.memo = memo if self._stable else None
 
     def count_text(self, text: str) -> int:
         return self.base.count_text(text)
@@ -220,7 +221,7 @@ class PrefixMemoCounter:
         return self.base.count_message(message)
 
     def count_messages(self, messages: Iterable[Message]) -> int:
-        if not isinstance(messages, tuple) or not getattr(self.base, "stable_counts", False):
+        if not self._stable or not isinstance(messages, tuple):
             return self.base.count_messages(messages)
         known = self.memo.covers(messages, self.base) if self.memo is not None else 0
         total = (self.memo.tokens if known and self.memo is not None else 0) + self.base.count_messages(messages[known:])

@@ -161,7 +161,7 @@ class MailboxStore(StoreCore):
         did, appended to the record stream in the same step (ignored while the record is off); ``tokens``: what
         the turn used, added to the conversation's count for today (see :meth:`tokens_today`). ``appended_to``: the
         new state is the stored blob, ``appended_to`` bytes long, with bytes appended (see
-        :meth:`~worker.conversation.resident.Resident.appended_to`): only those are sent and appended. With
+        :meth:`~worker.conversation.resident.Resident.append_of`): only those are sent and appended. With
         ``folded_from`` (less than ``appended_to``), the stored bytes from there on are replaced by the new state's
         (a fold of its loose frames into a compressed run): only the new state's bytes from there are sent.
 

@@ -293,10 +293,10 @@ def _appended(resident: Resident | None, new_state: bytes | None, stored: bytes 
     on a state compacted under the lease appended to the compacted blob instead)."""
     if resident is None or not new_state or stored is None:
         return None
-    at, written = resident.appended_to(new_state), resident.written_from(new_state)
-    if at is None or written is None or len(stored) != at:
+    append = resident.append_of(new_state)
+    if append is None or len(stored) != append.basis:
         return None
-    cut, replaced = written
-    if memoryview(stored)[:cut] != memoryview(new_state)[:cut] or stored[cut:] != replaced:
+    cut = append.cut
+    if memoryview(stored)[:cut] != memoryview(new_state)[:cut] or stored[cut:] != append.replaced:
         return None
-    return at, cut
+    return append.basis, cut
