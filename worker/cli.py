@@ -201,15 +201,10 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     return run_demo(interactive=args.interactive, turns=args.turns)
 
 
-def _build_parser() -> argparse.ArgumentParser:
+def _add_input_parsers(sub: Any) -> None:
+    """``parley send``, ``event`` and ``reset``: what producers do, by hand."""
     from worker import timer_commands
 
-    parser = argparse.ArgumentParser(prog="parley", description="Parley: a worker for stateful LLM conversations.")
-    sub = parser.add_subparsers(dest="command", required=True)
-    demo = sub.add_parser("demo", help="run a worker and a scripted game session (or --interactive chat)")
-    demo.add_argument("--interactive", action="store_true")
-    demo.add_argument("--turns", type=int, default=None, help="stop the scripted session after N inputs")
-    demo.set_defaults(fn=_cmd_demo)
     send = sub.add_parser("send", help="queue a chat turn, as if the player wrote it")
     send.add_argument("conversation_id")
     send.add_argument("text")
@@ -230,6 +225,18 @@ def _build_parser() -> argparse.ArgumentParser:
     reset.add_argument("conversation_id")
     timer_commands.add_at_option(reset)
     reset.set_defaults(fn=_cmd_reset)
+
+
+def _build_parser() -> argparse.ArgumentParser:
+    from worker import timer_commands
+
+    parser = argparse.ArgumentParser(prog="parley", description="Parley: a worker for stateful LLM conversations.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    demo = sub.add_parser("demo", help="run a worker and a scripted game session (or --interactive chat)")
+    demo.add_argument("--interactive", action="store_true")
+    demo.add_argument("--turns", type=int, default=None, help="stop the scripted session after N inputs")
+    demo.set_defaults(fn=_cmd_demo)
+    _add_input_parsers(sub)
     for name, fn, text in (("delete", _cmd_delete, "delete the conversation now, everywhere (its record too)"),
                            ("show", _cmd_show, "the decoded state, mailbox and outbox, the last replies")):
         command = sub.add_parser(name, help=text)
