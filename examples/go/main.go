@@ -1,5 +1,7 @@
 // A game engine's producer for Parley over its HTTP API: it sends a game event and a chat turn to one
-// conversation, then reads the conversation's summary. Standard library only.
+// conversation, then what a game drives (docs/game.md): a fact that replaces the one of its key, an event the
+// bot answers, and a nudge held as a timer and cancelled when the player moves; last it reads the conversation's
+// summary. Standard library only.
 //
 //	go build -o parley-producer . && ./parley-producer -url http://localhost:8080 -token "$TOKEN" -conversation 447700900123
 package main
@@ -34,31 +36,51 @@ type Accepted struct {
 
 // Problem is every error answer: what is wrong and, for a 400/422, the field at fault.
 type Problem struct {
-	Status int
-	Error  string  `json:"error"`
+	Method string  `json:"-"`
+	Path   string  `json:"-"`
+	Status int     `json:"-"`
+	Detail string  `json:"error"`
 	Field  *string `json:"field"`
+}
+
+// Error makes a Problem the error do returns (with the method and path it answered).
+func (p *Problem) Error() string {
+	return p.String()
 }
 
 func (p *Problem) String() string {
 	if p.Field != nil {
-		return fmt.Sprintf("%d: %s (field %s)", p.Status, p.Error, *p.Field)
+		return fmt.Sprintf("%s %s: %d: %s (field %s)", p.Method, p.Path, p.Status, p.Detail, *p.Field)
 	}
-	return fmt.Sprintf("%d: %s", p.Status, p.Error)
+	return fmt.Sprintf("%s %s: %d: %s", p.Method, p.Path, p.Status, p.Detail)
 }
 
-// Message is the body of POST .../messages; Event of POST .../events. Only Text is required.
+// Message is the body of POST .../messages; Event of POST .../events. Only Text is required. At holds the input
+// until then (a timer: RFC 3339 with an offset, as time.Time's JSON is); nil sends it now.
 type Message struct {
-	Text      string `json:"text"`
-	MessageID string `json:"message_id,omitempty"`
-	ReplyTo   string `json:"reply_to,omitempty"`
-	Recipient string `json:"recipient,omitempty"`
-	System    string `json:"system,omitempty"`
+	Text      string     `json:"text"`
+	MessageID string     `json:"message_id,omitempty"`
+	ReplyTo   string     `json:"reply_to,omitempty"`
+	Recipient string     `json:"recipient,omitempty"`
+	System    string     `json:"system,omitempty"`
+	At        *time.Time `json:"at,omitempty"`
 }
 
+// Event: Key makes the text the conversation's fact of that key (it replaces the one before); Respond has the
+// model answer the event itself, with no player message.
 type Event struct {
-	Text      string `json:"text"`
-	MessageID string `json:"message_id,omitempty"`
-	Pinned    bool   `json:"pinned,omitempty"`
+	Text      string     `json:"text"`
+	MessageID string     `json:"message_id,omitempty"`
+	Pinned    bool       `json:"pinned,omitempty"`
+	Key       string     `json:"key,omitempty"`
+	Respond   bool       `json:"respond,omitempty"`
+	At        *time.Time `json:"at,omitempty"`
+}
+
+// Cancelled is the answer of DELETE .../scheduled/{message_id}.
+type Cancelled struct {
+	MessageID string `json:"message_id"`
+	Cancelled bool   `json:"cancelled"`
 }
 
 // do sends one request; a 429 or 503 is sent again (the same body, so the same message id: never queued twice).
@@ -99,11 +121,11 @@ func (c *Client) do(method, path string, body any, out any) error {
 			time.Sleep(time.Duration(wait) * time.Second)
 			continue
 		}
-		p := &Problem{Status: resp.StatusCode}
+		p := &Problem{Method: method, Path: path, Status: resp.StatusCode}
 		if json.Unmarshal(data, p) != nil {
-			p.Error = string(data)
+			p.Detail = string(data)
 		}
-		return fmt.Errorf("%s %s: %s", method, path, p)
+		return p
 	}
 }
 
@@ -117,6 +139,18 @@ func (c *Client) SendEvent(conversationID string, e Event) (Accepted, error) {
 	var a Accepted
 	err := c.do("POST", "/v1/conversations/"+url.PathEscape(conversationID)+"/events", e, &a)
 	return a, err
+}
+
+// CancelScheduled drops a held input that is not yet due: false when none is held under that id (never
+// scheduled, cancelled before, or already due: the API answers 404).
+func (c *Client) CancelScheduled(conversationID, messageID string) (bool, error) {
+	var answer Cancelled
+	path := "/v1/conversations/" + url.PathEscape(conversationID) + "/scheduled/" + url.PathEscape(messageID)
+	err := c.do("DELETE", path, nil, &answer)
+	if p, ok := err.(*Problem); ok && p.Status == 404 {
+		return false, nil
+	}
+	return answer.Cancelled, err
 }
 
 // Summary is what `parley show` prints (state, mailbox and outbox depth, last replies, ...).
@@ -145,6 +179,28 @@ func main() {
 		os.Exit(1)
 	}
 	fmt.Printf("message %s duplicate=%t\n", msg.InputID, msg.Duplicate)
+	for _, e := range []Event{
+		{Text: "The player's current target is Bettys Cafe", MessageID: "target-1", Key: "target"},
+		{Text: "The player's current target is the Royal Pump Room", MessageID: "target-2", Key: "target"},
+		{Text: "The player has just tagged Harrogate Theatre (+10 points)", MessageID: "tag-8813", Respond: true},
+	} {
+		if _, err := c.SendEvent(*cid, e); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+	}
+	in5 := time.Now().Add(5 * time.Minute)
+	nudge, err := c.SendMessage(*cid, Message{Text: "I haven't moved for five minutes. Any hint?", MessageID: "nudge-1", At: &in5})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	cancelled, err := c.CancelScheduled(*cid, nudge.InputID) // the player moved: no nudge
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	fmt.Printf("nudge %s cancelled=%t\n", nudge.InputID, cancelled)
 	summary, err := c.Summary(*cid)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)

@@ -51,11 +51,19 @@ def test_the_go_producer_sends_an_event_and_a_message_and_reads_the_summary(
         api.stop()
     assert first.returncode == 0, first.stderr
     assert first.stdout.splitlines() == ["event tag-8812 duplicate=false", "message msg-0001 duplicate=false",
-                                         "summary mailbox_depth=2 outbox_depth=0 version=0"]
-    # Run again: the same message ids are duplicates, nothing new is queued.
-    assert again.stdout.splitlines()[:2] == ["event tag-8812 duplicate=true", "message msg-0001 duplicate=true"]
-    assert refused.returncode == 1 and "401" in refused.stderr
+                                         "nudge nudge-1 cancelled=true",
+                                         "summary mailbox_depth=5 outbox_depth=0 version=0"]
+    # Run again: the same message ids are duplicates, nothing new is queued (a cancelled timer's id may be held
+    # again, and is cancelled again).
+    assert again.returncode == 0, again.stderr
+    assert again.stdout.splitlines() == ["event tag-8812 duplicate=true", "message msg-0001 duplicate=true",
+                                         "nudge nudge-1 cancelled=true",
+                                         "summary mailbox_depth=5 outbox_depth=0 version=0"]
+    assert refused.returncode == 1 and "401" in refused.stderr and "POST /v1/conversations/" in refused.stderr
     store = ConversationStore(redis_server.client())
     queued = [decode_envelope(p) for _, p in store.inbox(CID)]
-    assert [(e.kind, e.message_id, e.pinned) for e in queued] == [("event", "tag-8812", True),
-                                                                  ("message", "msg-0001", False)]
+    assert [(e.kind, e.message_id, e.pinned, e.key, e.respond) for e in queued] == [
+        ("event", "tag-8812", True, None, None), ("message", "msg-0001", False, None, None),
+        ("event", "target-1", False, "target", None), ("event", "target-2", False, "target", None),
+        ("event", "tag-8813", False, None, True)]
+    assert store.scheduled(CID) == []  # the nudge was held, then cancelled
