@@ -120,8 +120,9 @@ class ConversationClient:
             held = self.store.schedule(env.conversation_id, env.to_bytes(), env.message_id, due,
                                        reset=env.kind == "reset", ends_burst=_ends_burst(env))
             return Submitted(env.conversation_id, env.message_id, held.duplicate, 0, scheduled=True)
-        if env.kind == "reset":  # a reset joins the order with no timers held behind it (docs/producers.md)
-            self.store.drop_timers(env.conversation_id)
+        if env.kind == "reset":  # a reset joins the order with no timers held behind it (docs/producers.md); its
+            # retry (a duplicate) leaves the timers held since the first one alone
+            self.store.drop_timers(env.conversation_id, env.message_id)
         result = self.store.accept(env.conversation_id, env.to_bytes(), env.message_id, inbound=inbound,
                                    ends_burst=_ends_burst(env))
         if self._needs_wake(result):

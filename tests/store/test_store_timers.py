@@ -111,7 +111,7 @@ def test_delete_and_drop_forget_the_timers(store: ConversationStore) -> None:
     hold(store, 2, T0, cid="447700900778")
     store.delete(CID)
     assert store.scheduled(CID) == [] and [c for c, _ in store.due_conversations(T0)] == ["447700900778"]
-    assert store.drop_timers("447700900778") == 1 and fire(store, T0, "447700900778") == []
+    assert store.drop_timers("447700900778", "reset-1") == 1 and fire(store, T0, "447700900778") == []
     assert store.timer_conversations() == 0  # the early index entry was corrected by the pass
 
 

@@ -79,13 +79,10 @@ class TimerStore(StoreCore):
         return self._scripts.cancel_timer(keys=self.keys(cid), input_id=input_id)
 
     @store_errors
-    def drop_timers(self, cid: str) -> int:
-        """Drop every timer the conversation holds (a reset sent at once); returns how many."""
-        keys = self.keys(cid)
-        pipe = self._client.pipeline(transaction=True)
-        pipe.zcard(keys.timers)
-        pipe.delete(keys.timers, keys.timed)
-        return int(pipe.execute()[0])
+    def drop_timers(self, cid: str, reset_id: str) -> int | None:
+        """Drop every timer the conversation holds, for the reset ``reset_id`` sent at once; returns how many, or
+        None when that reset was accepted before (a producer's retry of it: the timers held since then stay)."""
+        return self._scripts.drop_timers(keys=self.keys(cid), input_id=reset_id)
 
     @store_errors
     def scheduled(self, cid: str) -> list[Timer]:
