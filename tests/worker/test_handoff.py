@@ -151,6 +151,28 @@ def test_a_pause_that_lands_while_the_model_answers_lets_that_answer_go_once() -
     assert len(h.model.requests) == 1
 
 
+def test_a_double_text_sent_after_the_pause_is_not_merged_into_a_new_model_call() -> None:
+    """PARLEY_DOUBLE_TEXT=merge: the pause lands while the model answers, then the player writes again. The answer
+    already made goes out (its model call had started); the new message is withheld, not merged into a second model
+    call that would answer it behind the person's back."""
+    h = make_harness(config=bare_config(burst=bare_burst(quiet=0.0, merge=True, max_merges=2)))
+
+    def answer(req):  # type: ignore[no-untyped-def]
+        if len(h.model.requests) == 1:
+            h.client.pause(CID)
+            h.client.send_message(CID, "hello?? anyone", message_id="m2")
+        return "answer to " + req.messages[-1].content
+
+    h.model.default = answer
+    h.client.send_message(CID, "where is the clue?", message_id="m1")
+    h.run()
+    assert len(h.model.requests) == 1 and _texts(h) == ["answer to where is the clue?"]
+    st = decode_state(h.store.read_state(CID).blob)
+    assert [(m.role, m.content) for m in st.messages] == [
+        ("user", "where is the clue?"), ("assistant", "answer to where is the clue?"), ("user", "hello?? anyone")]
+    assert h.store.inbox_depth(CID) == 0
+
+
 def test_a_turn_that_had_called_tools_before_the_pause_finishes_on_its_retry() -> None:
     calls: list[str] = []
     tool = Tool(name="open_door", description="Open the door.", parameters={"type": "object", "properties": {}},
