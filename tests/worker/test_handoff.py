@@ -16,7 +16,7 @@ from worker.conversation.inspect import inspect_state
 from worker.conversation.messages import OPERATOR
 from worker.conversation.state import decode_state
 from worker.conversation.tools import Tool
-from worker.errors import InvalidMessageError
+from worker.errors import InputError, InvalidMessageError
 from worker.testing import check_history
 
 CID = "447700900123"
@@ -229,6 +229,13 @@ def test_unknown_or_malformed_parts_are_refused_naming_the_field_and_nothing_is_
         h.client.send_operator_message(CID, "hello", parts=parts)
     assert err.value.field == field
     assert h.store.inbox_depth(CID) == 0
+
+
+def test_an_empty_operator_message_is_refused_in_plain_words() -> None:
+    h = make_harness()
+    with pytest.raises(InputError, match=r"^an operator message needs non-empty text$") as err:
+        h.client.send_operator_message(CID, " ")
+    assert err.value.field == "text" and h.store.inbox_depth(CID) == 0
 
 
 @pytest.mark.parametrize("seconds", [0, -1, float("inf"), float("nan"), True, "10", 8 * 86_400])
