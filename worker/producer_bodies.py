@@ -175,6 +175,8 @@ class Summary(BaseModel):
     conversation_id: str
     version: int = Field(description="The state's version: how many times a worker committed it.")
     mailbox_depth: int = Field(description="Inputs waiting.")
+    scheduled: int = Field(0, description="Inputs held until their `at` (cancel one with DELETE "
+                                          ".../scheduled/{message_id}).")
     outbox_depth: int = Field(description="Replies waiting to be sent.")
     dead_letters: int
     quarantined_states: int

@@ -99,6 +99,11 @@ class TimerStore(StoreCore):
         return out
 
     @store_errors
+    def scheduled_count(self, cid: str) -> int:
+        """How many inputs the conversation holds until they are due (one ZCARD: what a summary shows)."""
+        return int(self._client.zcard(self.keys(cid).timers))
+
+    @store_errors
     def due_conversations(self, now_ms: int, limit: int = 500) -> list[tuple[str, float]]:
         """Conversations with a timer that may be due by ``now_ms``, with the index score read (earliest first)."""
         rows = self._client.zrangebyscore(self.global_keys.timers_due, "-inf", now_ms, start=0, num=limit,
