@@ -217,7 +217,9 @@ OPERATIONS: tuple[Operation, ...] = (
     Operation("send_message", "POST", _CONVERSATION + "/messages", "producer",
               "Queue a chat turn; the model answers it.", "message"),
     Operation("send_event", "POST", _CONVERSATION + "/events", "producer",
-              "Queue a game event; no model call, the model reads it on the next turn.", "event"),
+              "Queue a game event: applied with no reply, the model reads it on the next turn; with `respond` the "
+              "model answers it now, with `key` it replaces the fact of that key, with `at` it is held until then.",
+              "event"),
     Operation("reset", "POST", _CONVERSATION + "/reset", "producer",
               "Queue a reset: the inputs before it are applied first, then the conversation starts fresh.", "reset"),
     Operation("delete", "DELETE", _CONVERSATION, "operator",
