@@ -81,6 +81,8 @@ class EventBody(ProducerBody):
                                              "is sent like a reply (outside WhatsApp's 24-hour window: the "
                                              "configured template).")
     at: At | None = None
+    recipient: str | None = Field(None, min_length=1, max_length=MAX_ID_CHARS,
+                                  description="Where the answer goes (with `respond`). Default: the conversation id.")
 
 
 class ResetBody(ProducerBody):
@@ -100,6 +102,8 @@ class OperatorMessageBody(ProducerBody):
     parts: list[Part] | None = Field(None, max_length=MAX_PARTS, description=(
         "More messages after `text`, in order: `{\"type\": \"text\", \"text\": ...}` or a rich part (image, "
         "location, location_request, buttons, list, reaction), each checked against WhatsApp's limits."))
+    recipient: str | None = Field(None, min_length=1, max_length=MAX_ID_CHARS,
+                                  description="Where it goes. Default: the conversation id.")
 
 
 class PauseBody(ProducerBody):
