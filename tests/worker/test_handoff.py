@@ -81,6 +81,23 @@ def test_after_resume_the_model_sees_what_was_said_meanwhile_and_answers_again()
     assert check_history(request.messages) == []
 
 
+@pytest.mark.parametrize("first", ["new", "after a reset"])
+def test_a_person_who_writes_first_is_read_by_the_model_later(first: str) -> None:
+    """A person writes to a player before anyone else said a word (or first after a reset): the model's next
+    request holds those words (a history may not start with an assistant message: it was dropped)."""
+    h = make_harness()
+    if first == "after a reset":
+        h.client.send_message(CID, "hi", message_id="m0")
+        h.client.reset(CID, message_id="r1")
+    h.client.send_operator_message(CID, "Sam here: your team won the bonus round!", message_id="op1")
+    h.client.send_message(CID, "thanks! what did we win?", message_id="m1")
+    h.run()
+    request = h.model.requests[-1]
+    assert [m.content for m in request.messages][-2:] == [
+        "Sam here: your team won the bonus round!", "thanks! what did we win?"]
+    assert check_history(request.messages) == []
+
+
 def test_operator_message_without_a_pause_goes_out_in_the_conversations_order() -> None:
     h = make_harness()
     h.client.send_message(CID, "one", message_id="m1")

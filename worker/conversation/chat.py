@@ -406,6 +406,8 @@ class Chat:
             st = st.with_fact(check_key(key), text)
         for m in messages:
             _check_text(f"{m.role} text", m.content, self.max_input_chars)
+            if m.role == "assistant" and not st.messages:  # a person writes first: see msgs.OPERATOR_FIRST
+                st = st.append(msgs.event(msgs.OPERATOR_FIRST))
             st = st.append(msgs.validated(m))
         if from_player:
             st = replace(st, meta=replace(st.meta, last_activity=self.clock()))
