@@ -146,7 +146,7 @@ class CallableContext:
                 return fn(conversation_id, input_id) if how == "positional" else fn(conversation_id)
             except Exception:
                 raise
-            except BaseException as exc:  # sys.exit() (argparse, click) in the game's code: a failure, not the turn's end
+            except BaseException as exc:  # sys.exit() in the game's code (argparse, click): a failed fetch
                 raise GameContextError("error", f"the context callable raised {type(exc).__name__}: {exc}") from exc
 
         future = _THREADS.submit(call)
