@@ -98,6 +98,17 @@ def test_a_reset_sent_at_once_drops_the_pending_timers(setup) -> None:  # type: 
     assert [t.message_id for t in store.scheduled(CID)] == ["nudge-2"]
 
 
+def test_a_retried_reset_leaves_the_timers_held_since_the_first(setup) -> None:  # type: ignore[no-untyped-def]
+    """A producer's retry of a reset (the same message id, e.g. after an HTTP timeout) is a duplicate: nothing is
+    queued, and the timers the game held after the first reset joined the order stay held."""
+    client, store, _ = setup
+    client.send_event(CID, "old game's nudge", message_id="nudge", at=soon())
+    assert client.reset(CID, message_id="r1").duplicate is False
+    client.send_event(CID, "new game's nudge", message_id="nudge-2", at=soon())
+    assert client.reset(CID, message_id="r1").duplicate is True
+    assert [t.message_id for t in store.scheduled(CID)] == ["nudge-2"]
+
+
 def test_delete_drops_the_pending_timers(setup) -> None:  # type: ignore[no-untyped-def]
     client, store, _ = setup
     client.send_event(CID, "x", message_id="nudge", at=soon())

@@ -120,8 +120,9 @@ class ConversationClient:
             held = self.store.schedule(env.conversation_id, env.to_bytes(), env.message_id, due,
                                        reset=env.kind == "reset", ends_burst=_ends_burst(env))
             return Submitted(env.conversation_id, env.message_id, held.duplicate, 0, scheduled=True)
-        if env.kind == "reset":  # a reset joins the order with no timers held behind it (docs/producers.md)
-            self.store.drop_timers(env.conversation_id)
+        if env.kind == "reset":  # a reset joins the order with no timers held behind it (docs/producers.md); its
+            # retry (a duplicate) leaves the timers held since the first one alone
+            self.store.drop_timers(env.conversation_id, env.message_id)
         result = self.store.accept(env.conversation_id, env.to_bytes(), env.message_id, inbound=inbound,
                                    ends_burst=_ends_burst(env))
         if self._needs_wake(result):
@@ -171,7 +172,7 @@ class ConversationClient:
 
     def send_event(self, conversation_id: str, text: str, *, message_id: str | None = None,
                    pinned: bool = False, from_player: bool = False, key: str | None = None,
-                   respond: bool = False, at: datetime | None = None) -> Submitted:
+                   respond: bool = False, at: datetime | None = None, recipient: str | None = None) -> Submitted:
         """Queue a game event ("User has just tagged Harrogate Theatre"); no model call, no reply. The model
         reads it as context on the next turn; ``pinned`` events survive compaction. ``from_player``: the text is
         something the player sent on WhatsApp (a location pin, a reaction): it reaches the model as the player's
@@ -183,10 +184,12 @@ class ConversationClient:
         that key (latest wins); facts survive every compaction. ``respond``: the model answers the event itself
         (no player message) and the answer goes out like any reply: inside WhatsApp's 24-hour window as it is,
         outside it as the configured template (or dead-lettered with the reason when none is configured). Both
-        may be given together. Neither goes with ``from_player``: a player's words never set a fact."""
+        may be given together. Neither goes with ``from_player``: a player's words never set a fact. ``recipient``:
+        where the answer goes (default: the conversation id), as for :meth:`send_message`, for a game whose
+        conversation ids are its own."""
         return self._submit(self._envelope(kind="event", conversation_id=conversation_id, text=text,
                                            message_id=message_id, pinned=pinned, from_player=from_player or None,
-                                           key=key, respond=respond or None),
+                                           key=key, respond=respond or None, recipient=recipient),
                             from_player=from_player, at=at)
 
     def reset(self, conversation_id: str, *, message_id: str | None = None, at: datetime | None = None) -> Submitted:
@@ -213,14 +216,16 @@ class ConversationClient:
         return self.store.resume(validate_conversation_id(conversation_id))
 
     def send_operator_message(self, conversation_id: str, text: str, *, message_id: str | None = None,
-                              parts: Sequence[dict[str, Any]] | None = None) -> Submitted:
+                              parts: Sequence[dict[str, Any]] | None = None,
+                              recipient: str | None = None) -> Submitted:
         """Queue a person's message to the player: sent in order with the replies, through the outbox (once,
         paced, inside the 24-hour window or as its template, like a reply), and added to the state as the
         assistant's side, marked as a person's. ``parts``: more messages after ``text``, each
-        ``{"type": "text", "text": ...}`` or a rich part of any kind (:mod:`worker.reply_parts`). Paused or not."""
+        ``{"type": "text", "text": ...}`` or a rich part of any kind (:mod:`worker.reply_parts`). Paused or not.
+        ``recipient``: where it goes (default: the conversation id), as for :meth:`send_message`."""
         texts = operator_input.operator_parts(parts, self.max_text_chars)
         return self._submit(self._envelope(kind="operator", conversation_id=conversation_id, text=text,
-                                           message_id=message_id, parts=texts))
+                                           message_id=message_id, parts=texts, recipient=recipient))
 
     def delete(self, conversation_id: str) -> None:
         """Delete everything of the conversation now: state, trace, inbox, outbox, quarantine, dead letters, timers.

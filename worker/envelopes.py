@@ -148,7 +148,8 @@ class Envelope(_Wire):
         if self.kind == "message" and self.media is not None:
             pass  # a picture without a caption
         elif self.kind in ("message", "event", "notice", "operator") and not (self.text and self.text.strip()):
-            err = EnvelopeError(f"a {self.kind} needs non-empty text")
+            err = EnvelopeError(f"{'an operator message' if self.kind == 'operator' else 'a ' + self.kind} needs "
+                                f"non-empty text")
             err.field = "text"
             raise err
         if self.media is not None and self.kind != "message":

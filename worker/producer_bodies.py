@@ -81,6 +81,8 @@ class EventBody(ProducerBody):
                                              "is sent like a reply (outside WhatsApp's 24-hour window: the "
                                              "configured template).")
     at: At | None = None
+    recipient: str | None = Field(None, min_length=1, max_length=MAX_ID_CHARS,
+                                  description="Where the answer goes (with `respond`). Default: the conversation id.")
 
 
 class ResetBody(ProducerBody):
@@ -100,6 +102,8 @@ class OperatorMessageBody(ProducerBody):
     parts: list[Part] | None = Field(None, max_length=MAX_PARTS, description=(
         "More messages after `text`, in order: `{\"type\": \"text\", \"text\": ...}` or a rich part (image, "
         "location, location_request, buttons, list, reaction), each checked against WhatsApp's limits."))
+    recipient: str | None = Field(None, min_length=1, max_length=MAX_ID_CHARS,
+                                  description="Where it goes. Default: the conversation id.")
 
 
 class PauseBody(ProducerBody):
@@ -175,6 +179,8 @@ class Summary(BaseModel):
     conversation_id: str
     version: int = Field(description="The state's version: how many times a worker committed it.")
     mailbox_depth: int = Field(description="Inputs waiting.")
+    scheduled: int = Field(0, description="Inputs held until their `at` (cancel one with DELETE "
+                                          ".../scheduled/{message_id}).")
     outbox_depth: int = Field(description="Replies waiting to be sent.")
     dead_letters: int
     quarantined_states: int
@@ -215,7 +221,9 @@ OPERATIONS: tuple[Operation, ...] = (
     Operation("send_message", "POST", _CONVERSATION + "/messages", "producer",
               "Queue a chat turn; the model answers it.", "message"),
     Operation("send_event", "POST", _CONVERSATION + "/events", "producer",
-              "Queue a game event; no model call, the model reads it on the next turn.", "event"),
+              "Queue a game event: applied with no reply, the model reads it on the next turn; with `respond` the "
+              "model answers it now, with `key` it replaces the fact of that key, with `at` it is held until then.",
+              "event"),
     Operation("reset", "POST", _CONVERSATION + "/reset", "producer",
               "Queue a reset: the inputs before it are applied first, then the conversation starts fresh.", "reset"),
     Operation("delete", "DELETE", _CONVERSATION, "operator",

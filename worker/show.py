@@ -57,6 +57,7 @@ def summary(store: ConversationStore, cid: str) -> dict[str, Any]:
             # A person has taken it over (no model call, no reply): until when, None for "until resumed".
             "paused": pause is not None, "paused_until": pause.until if pause is not None else None,
             "mailbox_depth": store.inbox_depth(cid),
+            "scheduled": store.scheduled_count(cid),  # inputs held until due (at=): `parley scheduled` lists them
             "outbox_depth": store.outbox_depth(cid),
             "dead_letters": len(store.dead_letters(cid)),
             "quarantined_states": len(store.quarantined(cid)),
@@ -72,7 +73,7 @@ def summary(store: ConversationStore, cid: str) -> dict[str, Any]:
 
 
 def known(view: dict[str, Any]) -> bool:
-    """Whether a summary shows anything of the conversation (a state, an input, a reply, a dead letter): the API
-    answers 404 otherwise."""
+    """Whether a summary shows anything of the conversation (a state, an input, a held one, a reply, a dead letter):
+    the API answers 404 otherwise."""
     return bool(view["version"] or view["paused"] or view["mailbox_depth"] or view["outbox_depth"] or view["dead_letters"]
-                or view["quarantined_states"] or view["last_replies"] or view["statuses"])
+                or view["quarantined_states"] or view["last_replies"] or view["statuses"] or view["scheduled"])

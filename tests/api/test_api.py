@@ -170,6 +170,16 @@ def test_the_summary_is_what_parley_show_prints_and_404_when_unknown(api: Api) -
     assert r.json() == summary(api.store, CID) and r.json()["mailbox_depth"] == 1
 
 
+def test_a_conversation_holding_only_a_timer_is_known_and_its_summary_counts_it(api: Api) -> None:
+    """A game that scheduled the first nudge of a new player can see it is held (over HTTP there is no other way)."""
+    body = {"text": "Still there?", "message_id": "nudge", "at": "2099-01-01T00:00:00Z"}
+    assert api.http.post(f"/v1/conversations/{CID}/events", headers=PRODUCER, json=body).status_code == 202
+    r = api.http.get(f"/v1/conversations/{CID}", headers=PRODUCER)
+    assert r.status_code == 200 and r.json()["scheduled"] == 1 and r.json()["mailbox_depth"] == 0
+    api.http.delete(f"/v1/conversations/{CID}/scheduled/nudge", headers=PRODUCER)
+    assert api.http.get(f"/v1/conversations/{CID}", headers=PRODUCER).status_code == 404
+
+
 def test_token_syntax() -> None:
     assert parse_tokens(" a , operator:b,producer:c,,X1:y:z") == [
         (b"a", "producer"), (b"b", "operator"), (b"c", "producer"), (b"X1:y:z", "producer")]

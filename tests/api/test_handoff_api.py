@@ -51,6 +51,14 @@ def test_an_operator_message_is_an_input_accepted_once(api: Api) -> None:
     assert (env["kind"], env["text"], env["parts"]) == ("operator", "Sam here.", ["Try the side door."])
 
 
+def test_an_operator_message_and_an_answered_event_may_name_their_recipient(api: Api) -> None:
+    body = {"text": "Sam here.", "message_id": "op1", "recipient": "447700900999"}
+    assert api.http.post(f"{BASE}/operator-messages", headers=OPERATOR, json=body).status_code == 202
+    event = {"text": "Round over", "message_id": "e1", "respond": True, "recipient": "447700900999"}
+    assert api.http.post(f"{BASE}/events", headers=OPERATOR, json=event).status_code == 202
+    assert [env["recipient"] for env in api.inputs()] == ["447700900999", "447700900999"]
+
+
 @pytest.mark.parametrize("path, body, field", [
     ("operator-messages", {"text": "hi", "parts": [{"type": "video", "link": "https://x/a.mp4"}]}, "parts.0"),
     ("operator-messages", {"text": "hi", "parts": [{"type": "buttons", "text": "Go?", "buttons": [

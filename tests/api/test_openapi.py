@@ -88,3 +88,10 @@ def test_the_error_answers_carry_the_documented_headers() -> None:
             assert "WWW-Authenticate" in op["responses"]["401"]["headers"]
             assert "Retry-After" in op["responses"]["429"]["headers"]
             assert "Retry-After" in op["responses"]["503"]["headers"]
+
+
+def test_each_operation_summary_names_the_fields_that_change_what_it_does() -> None:
+    """A reader of the document alone learns that an event can be answered, set a fact or wait (not "no model
+    call", which ``respond`` contradicts)."""
+    summary = next(op.summary for op in OPERATIONS if op.operation_id == "send_event")
+    assert all(f"`{field}`" in summary for field in ("respond", "key", "at")) and "no model call" not in summary

@@ -60,6 +60,7 @@ from tests.support.fake_whatsapp import SentPart
 from tests.support.store_kit import raw as raw_client
 from tests.support.workers import WorkerProcess, wait_until
 from worker import inspect_state
+from worker.conversation.messages import OPERATOR_FIRST
 from worker.envelopes import DeadLetter, decode_dead_letter, decode_reply
 from worker.service.inflight import RESEND_LOG
 
@@ -420,7 +421,8 @@ def _check_state(cid: str, seen: Observed, dead_inputs: set[str], out: Outcome) 
     msgs = sorted([*({**m, "pinned": True} for m in view.get("pinned", [])), *view.get("history", [])],
                   key=lambda m: int(m["seq"]))
     held = [(by_text.get(m.get("content", "")), bool(m.get("pinned")), m.get("content", ""))
-            for m in msgs if m["role"] in ("user", "event") or m.get("by") == "operator"]  # a person's words too
+            for m in msgs if (m["role"] in ("user", "event") or m.get("by") == "operator")  # a person's words too
+            and m.get("content") != OPERATOR_FIRST]  # the game's note before a person's words that open a history
     for mid, _, text in held:
         if mid is None or mid in dead_inputs:
             out.state_unknown += 1

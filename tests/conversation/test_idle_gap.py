@@ -56,3 +56,30 @@ def test_a_pin_or_reaction_the_player_sent_refreshes_the_clock(clock: Clock) -> 
         state = chat.apply_event(state, f"shared a pin {i}", from_player=True).state
     clock.advance(3000)
     assert chat.run_turn(state, user="still here").reset is None
+
+
+def test_what_the_player_comes_back_to_survives_the_idle_reset(clock: Clock) -> None:
+    """During the silence the model answered a game event and a person wrote; the player who comes back is answering
+    them: both are kept (the answer to the player's own last message is not), and the history is valid as it is."""
+    from worker.conversation.messages import OPERATOR_FIRST, operator
+    from worker.testing import check_history
+
+    model = ScriptedModel(default=lambda req: "reply to " + req.messages[-1].content)
+    chat = Chat(model=model, idle_gap_seconds=3600, clock=clock)
+    _, state = chat.chat_with_state(None, user="my secret plan")
+    clock.advance(5000)
+    state = chat.run_event_turn(state, "Round 2 starts at the Pump Room").state
+    state = chat.apply_messages(state, [operator("Sam here: need a hint?")]).state
+    result = chat.run_turn(state, user="yes please")
+    assert result.reset == "idle_gap"
+    sent = [m.content for m in model.requests[-1].messages if m.role != "system"]
+    assert sent == ["Round 2 starts at the Pump Room", "reply to Round 2 starts at the Pump Room",
+                    "Sam here: need a hint?", "yes please"]
+    assert check_history(model.requests[-1].messages) == []
+    # A person's message alone after the silence gets the game's note before it.
+    _, state = chat.chat_with_state(None, user="hello")
+    clock.advance(5000)
+    state = chat.apply_messages(state, [operator("Sam here.")]).state
+    chat.run_turn(state, user="hi Sam")
+    assert [m.content for m in model.requests[-1].messages if m.role != "system"] == [
+        OPERATOR_FIRST, "Sam here.", "hi Sam"]

@@ -107,6 +107,13 @@ def test_a_callable_that_raises_hangs_or_returns_no_text_is_a_failure() -> None:
     assert _reason(lambda: CallableContext(lambda cid: {"system": "x"}, timeout=1).fetch("p1", "i")) == "bad_system"
 
 
+def test_a_callable_that_calls_sys_exit_is_a_failure_not_the_turns_end() -> None:
+    def exits(cid: str) -> str:
+        raise SystemExit(2)  # what argparse or click do in the game's code on a bad argument
+
+    assert _reason(lambda: CallableContext(exits, timeout=1).fetch("p1", "i")) == "error"
+
+
 def _manifest(tmp_path: Path, context: dict[str, Any]) -> str:
     path = tmp_path / "tools.json"
     path.write_text(json.dumps({"tools": [], "context": context}))
@@ -134,6 +141,7 @@ def test_the_settings_name_the_source(tmp_path: Path, monkeypatch: pytest.Monkey
 @pytest.mark.parametrize(("settings", "named"), [
     ({"context": f"{__name__}:nothing_here"}, "PARLEY_CONTEXT"),
     ({"context": f"{__name__}:CONSTANT"}, "expected a callable"),
+    ({"context": f"{__name__}:async_context"}, "an async function"),
     ({"context": f"{__name__}:game_context", "context_timeout": 10.0}, "PARLEY_LEASE_SECONDS"),
 ])
 def test_a_bad_setting_fails_the_start_naming_it(settings: dict[str, Any], named: str) -> None:
@@ -142,6 +150,11 @@ def test_a_bad_setting_fails_the_start_naming_it(settings: dict[str, Any], named
 
 
 CONSTANT = "not callable"
+
+
+async def async_context(cid: str) -> str:
+    """An async PARLEY_CONTEXT: refused at the start (on a thread it would hand back a coroutine each turn)."""
+    return cid
 
 
 def test_a_manifest_context_and_parley_context_together_are_refused(tmp_path: Path) -> None:

@@ -64,6 +64,19 @@ def test_an_idle_conversation_takes_its_pause_with_it(client: redis.Redis, prefi
     assert store.paused(A) is None and store.paused_count() == 0
 
 
+def test_a_pause_nobody_writes_to_after_expires_with_the_idle_conversation(client: redis.Redis, prefix: str) -> None:
+    """With the idle TTL on, a pause until resumed of a conversation that gets no input after it (the player left,
+    or the conversation never started: a typo in the id) expires like an idle conversation, and leaves the count."""
+    store = ConversationStore(client, prefix=prefix, limits=StoreLimits(idle_ttl_ms=400))
+    store.accept(A, b"x", "x-1")
+    store.pause(A)
+    store.pause(B)  # no input ever
+    assert 0 < client.pttl(store.keys(A).paused) <= 400 and 0 < client.pttl(store.keys(B).paused) <= 400
+    assert store.paused_count() == 2
+    time.sleep(0.6)
+    assert store.paused(A) is None and store.paused(B) is None and store.paused_count() == 0
+
+
 def test_resume_after_a_timed_pause_ended_says_it_was_not_paused(client: redis.Redis, prefix: str) -> None:
     store = ConversationStore(client, prefix=prefix, limits=StoreLimits(idle_ttl_ms=60_000))
     store.pause(A, 0.2)

@@ -111,8 +111,25 @@ def test_delete_and_drop_forget_the_timers(store: ConversationStore) -> None:
     hold(store, 2, T0, cid="447700900778")
     store.delete(CID)
     assert store.scheduled(CID) == [] and [c for c, _ in store.due_conversations(T0)] == ["447700900778"]
-    assert store.drop_timers("447700900778") == 1 and fire(store, T0, "447700900778") == []
+    assert store.drop_timers("447700900778", "reset-1") == 1 and fire(store, T0, "447700900778") == []
     assert store.timer_conversations() == 0  # the early index entry was corrected by the pass
+
+
+def test_a_timer_held_while_a_delete_runs_keeps_its_index_entry_and_fires(store: ConversationStore) -> None:
+    """A game schedules a nudge for a conversation an operator is deleting: whichever lands first, a timer held
+    after the delete's script is still in the due index (else it would be held for ever, never fired)."""
+    hold(store, 1, T0)
+    real = store._scripts.delete
+
+    def delete_then_hold(**kw):  # type: ignore[no-untyped-def]
+        out = real(**kw)
+        hold(store, 2, T0 + 5)  # lands between the delete's script and what the delete does after it
+        return out
+
+    store._scripts.delete = delete_then_hold  # type: ignore[method-assign]
+    store.delete(CID)
+    assert [t.message_id for t in store.scheduled(CID)] == ["id-2"]
+    assert fire(store, T0 + 5) == ["id-2"]
 
 
 def test_the_timers_of_a_conversation_are_bounded(client: redis.Redis, prefix: str) -> None:

@@ -16,7 +16,7 @@ from worker.conversation.inspect import inspect_state
 from worker.conversation.messages import OPERATOR
 from worker.conversation.state import decode_state
 from worker.conversation.tools import Tool
-from worker.errors import InvalidMessageError
+from worker.errors import InputError, InvalidMessageError
 from worker.testing import check_history
 
 CID = "447700900123"
@@ -78,6 +78,23 @@ def test_after_resume_the_model_sees_what_was_said_meanwhile_and_answers_again()
     seen = [(m.role, m.content) for m in request.messages]
     assert seen[-4:] == [("assistant", "ack:hi"), ("user", "I am stuck"), ("assistant", "Look behind the fountain."),
                          ("user", "found it!")]
+    assert check_history(request.messages) == []
+
+
+@pytest.mark.parametrize("first", ["new", "after a reset"])
+def test_a_person_who_writes_first_is_read_by_the_model_later(first: str) -> None:
+    """A person writes to a player before anyone else said a word (or first after a reset): the model's next
+    request holds those words (a history may not start with an assistant message: it was dropped)."""
+    h = make_harness()
+    if first == "after a reset":
+        h.client.send_message(CID, "hi", message_id="m0")
+        h.client.reset(CID, message_id="r1")
+    h.client.send_operator_message(CID, "Sam here: your team won the bonus round!", message_id="op1")
+    h.client.send_message(CID, "thanks! what did we win?", message_id="m1")
+    h.run()
+    request = h.model.requests[-1]
+    assert [m.content for m in request.messages][-2:] == [
+        "Sam here: your team won the bonus round!", "thanks! what did we win?"]
     assert check_history(request.messages) == []
 
 
@@ -151,6 +168,28 @@ def test_a_pause_that_lands_while_the_model_answers_lets_that_answer_go_once() -
     assert len(h.model.requests) == 1
 
 
+def test_a_double_text_sent_after_the_pause_is_not_merged_into_a_new_model_call() -> None:
+    """PARLEY_DOUBLE_TEXT=merge: the pause lands while the model answers, then the player writes again. The answer
+    already made goes out (its model call had started); the new message is withheld, not merged into a second model
+    call that would answer it behind the person's back."""
+    h = make_harness(config=bare_config(burst=bare_burst(quiet=0.0, merge=True, max_merges=2)))
+
+    def answer(req):  # type: ignore[no-untyped-def]
+        if len(h.model.requests) == 1:
+            h.client.pause(CID)
+            h.client.send_message(CID, "hello?? anyone", message_id="m2")
+        return "answer to " + req.messages[-1].content
+
+    h.model.default = answer
+    h.client.send_message(CID, "where is the clue?", message_id="m1")
+    h.run()
+    assert len(h.model.requests) == 1 and _texts(h) == ["answer to where is the clue?"]
+    st = decode_state(h.store.read_state(CID).blob)
+    assert [(m.role, m.content) for m in st.messages] == [
+        ("user", "where is the clue?"), ("assistant", "answer to where is the clue?"), ("user", "hello?? anyone")]
+    assert h.store.inbox_depth(CID) == 0
+
+
 def test_a_turn_that_had_called_tools_before_the_pause_finishes_on_its_retry() -> None:
     calls: list[str] = []
     tool = Tool(name="open_door", description="Open the door.", parameters={"type": "object", "properties": {}},
@@ -207,6 +246,13 @@ def test_unknown_or_malformed_parts_are_refused_naming_the_field_and_nothing_is_
         h.client.send_operator_message(CID, "hello", parts=parts)
     assert err.value.field == field
     assert h.store.inbox_depth(CID) == 0
+
+
+def test_an_empty_operator_message_is_refused_in_plain_words() -> None:
+    h = make_harness()
+    with pytest.raises(InputError, match=r"^an operator message needs non-empty text$") as err:
+        h.client.send_operator_message(CID, " ")
+    assert err.value.field == "text" and h.store.inbox_depth(CID) == 0
 
 
 @pytest.mark.parametrize("seconds", [0, -1, float("inf"), float("nan"), True, "10", 8 * 86_400])

@@ -54,6 +54,18 @@ def test_an_event_the_model_answers_is_replied_to_and_read_as_the_games() -> Non
     assert shown["event"] == TAGGED and "user" not in shown and shown["reply"] == f"event:{TAGGED}"
 
 
+def test_an_answered_event_and_an_operator_message_go_to_the_recipient_the_game_names() -> None:
+    """A game that keys conversations by its own ids names the player's number as ``recipient`` on its messages; it
+    can on the inputs that reply without a player's message too (else the answer went to its own id: refused)."""
+    h = make_harness(ScriptedModel(default=echo_all))
+    game_cid, phone = "game42.player7", "447700900999"
+    h.client.send_message(game_cid, "hi", message_id="m1", recipient=phone)
+    h.client.send_event(game_cid, TAGGED, message_id="evt-1", respond=True, recipient=phone)
+    h.client.send_operator_message(game_cid, "Sam here.", message_id="op1", recipient=phone)
+    h.run()
+    assert [r for r, _, _ in h.channel.sent] == [phone, phone, phone]
+
+
 def test_a_silent_event_still_gets_no_reply() -> None:
     h = make_harness(ScriptedModel(default=echo_all))
     h.client.send_event(CID, TAGGED, message_id="evt-1")

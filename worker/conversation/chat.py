@@ -78,15 +78,29 @@ def _idle(st: ConversationState, now: float, gap: float | None) -> bool:
     return gap is not None and st.meta.turns > 0 and bool(last) and now - last > gap
 
 
+def _silence(messages: Sequence[Message]) -> list[Message]:
+    """What was said after the player's last exchange (their last message and the model's answer to it): the game's
+    events, the model's answers to the events it answered, a person's messages. A slice that starts with a
+    person's words gets the game's note before it (a history starts on the player's side)."""
+    last = max((i for i, m in enumerate(messages) if m.role == "user"), default=-1)
+    since = last + 1
+    while since < len(messages) and messages[since].role in ("assistant", "tool") and \
+            messages[since].name != msgs.OPERATOR:
+        since += 1  # the model's answer to the player's last message: part of the old conversation
+    kept = list(messages[since:])
+    if kept and kept[0].role == "assistant":
+        kept.insert(0, msgs.event(msgs.OPERATOR_FIRST))
+    return kept
+
+
 def _fresh_after_idle(st: ConversationState, provider: str, now: float) -> ConversationState:
-    """A new conversation that keeps the game events that came after the player's last turn and the keyed facts:
-    what the game told the model during the silence, and the game's current facts (the target), are the context
-    the player comes back to."""
-    since = len(st.messages)
-    while since > 0 and st.messages[since - 1].role == "event":
-        since -= 1
+    """A new conversation that keeps what was said after the player's last exchange and the keyed facts: what the
+    game told the model during the silence (its events, the answers to the events the model answered, a person's
+    messages: what the player may be answering), and the game's current facts (the target), are the context the
+    player comes back to."""
     fresh = replace(ConversationState.fresh(provider, now=now), facts=st.facts, preamble_facts=st.facts)
-    return fresh.append(*st.messages[since:]) if since < len(st.messages) else fresh
+    kept = _silence(st.messages)
+    return fresh.append(*kept) if kept else fresh
 
 
 def _check_utf8(what: str, text: str | None) -> None:
@@ -406,6 +420,8 @@ class Chat:
             st = st.with_fact(check_key(key), text)
         for m in messages:
             _check_text(f"{m.role} text", m.content, self.max_input_chars)
+            if m.role == "assistant" and not st.messages:  # a person writes first: see msgs.OPERATOR_FIRST
+                st = st.append(msgs.event(msgs.OPERATOR_FIRST))
             st = st.append(msgs.validated(m))
         if from_player:
             st = replace(st, meta=replace(st.meta, last_activity=self.clock()))

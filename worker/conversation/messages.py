@@ -170,6 +170,12 @@ def event(text: str, *, pinned: bool = False, from_player: bool = False) -> Mess
 OPERATOR = "operator"
 
 
+#: The game's note before a person's message that opens a history (the first thing said, or the first after a
+#: reset): a history starts on the user's side for every provider, and a leading assistant message is dropped from
+#: the request, so without it the model would never read what the person wrote.
+OPERATOR_FIRST = "A person from the game team wrote to the player first; what they wrote follows."
+
+
 def operator(text: str) -> Message:
     """A validated assistant message written by a person (see :data:`OPERATOR`)."""
     return validated(Message(role="assistant", content=text, name=OPERATOR))

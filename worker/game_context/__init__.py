@@ -7,6 +7,7 @@ the configuration fails there as a :class:`~worker.errors.ConfigurationError`.
 
 from __future__ import annotations
 
+import inspect
 from typing import Any
 
 from worker.errors import ConfigurationError
@@ -40,4 +41,8 @@ def load_context_source(settings: Any) -> HttpContext | CallableContext | None:
     if not callable(fn):
         raise ConfigurationError(f"PARLEY_CONTEXT={knobs.source}: expected a callable taking the conversation id, "
                                  f"got {type(fn).__name__}")
+    if inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(type(fn).__call__):
+        # Called on a thread, it would return a coroutine on every turn: each turn without its context.
+        raise ConfigurationError(f"PARLEY_CONTEXT={knobs.source}: an async function; give a plain function "
+                                 f"(run the coroutine inside it, e.g. with asyncio.run)")
     return CallableContext(fn, timeout=timeout)

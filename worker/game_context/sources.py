@@ -140,9 +140,14 @@ class CallableContext:
         fn, how = self.fn, self._input_id
 
         def call() -> Any:
-            if how == "keyword":
-                return fn(conversation_id, input_id=input_id)
-            return fn(conversation_id, input_id) if how == "positional" else fn(conversation_id)
+            try:
+                if how == "keyword":
+                    return fn(conversation_id, input_id=input_id)
+                return fn(conversation_id, input_id) if how == "positional" else fn(conversation_id)
+            except Exception:
+                raise
+            except BaseException as exc:  # sys.exit() in the game's code (argparse, click): a failed fetch
+                raise GameContextError("error", f"the context callable raised {type(exc).__name__}: {exc}") from exc
 
         future = _THREADS.submit(call)
         try:

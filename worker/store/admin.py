@@ -152,6 +152,10 @@ class AdminStore(StoreCore):
         PostgreSQL: a game engine or the webhook, which need no database of their own, delete there as well."""
         keys = self.keys(cid)
         cap = self.deployment_record_cap()
+        # The timer and pause indexes first: a timer held (or a pause set) while the delete runs then keeps its entry
+        # (an index may be early, never late); dropped after the script, a timer held in between would never fire.
+        self._client.zrem(self.global_keys.timers_due, cid)
+        self._client.zrem(self.global_keys.paused, cid)
         _, recorded = self._scripts.delete(keys=keys, now_ms=self._now_ms(), tomb_ms=self.limits.tombstone_ms,
                                            tomb_max=self.limits.dedupe_max_ids,
                                            record=self._record_args(cid, entries.deleted(cid) if cap else None, cap))
@@ -159,5 +163,3 @@ class AdminStore(StoreCore):
             self._client.zadd(self.global_keys.record_deletes, {cid: position_score(recorded)})
         self._client.zrem(self.global_keys.pending, cid)
         self._client.zrem(self.global_keys.dead_index, cid)
-        self._client.zrem(self.global_keys.timers_due, cid)  # its timers went with its keys
-        self._client.zrem(self.global_keys.paused, cid)  # the delete script dropped the pause itself

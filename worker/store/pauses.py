@@ -33,7 +33,10 @@ class PauseStore(StoreCore):
         replaces the first. Returns the pause now in force."""
         key = self.keys(cid).paused
         if seconds is None:
-            self._client.set(key, b"0")
+            # With the idle TTL on, an untimed pause expires like the rest of an idle conversation (each input
+            # refreshes it): a player who never writes again must not find their next conversation, months later,
+            # held for an operator nobody assigned (nor a pause of a conversation that never started count for good).
+            self._client.set(key, b"0", px=self.limits.idle_ttl_ms or None)
             self._client.zadd(self.global_keys.paused, {cid: math.inf})
             return Pause(None)
         ms = max(1, int(seconds * 1000))

@@ -390,6 +390,7 @@ class Scripts:
         self._inflight_outcome = load(lua.INFLIGHT_OUTCOME)
         self._pace = load(lua.PACE)
         self._schedule, self._cancel_timer = load(lua.SCHEDULE), load(lua.CANCEL_TIMER)
+        self._drop_timers = load(lua.DROP_TIMERS)
         self._fire_timers, self._set_if_score = load(lua.FIRE_TIMERS), load(lua.SET_IF_SCORE)
         self._keep_context = load(lua.KEEP_CONTEXT)
         self._read_state = load(lua.READ_STATE)
@@ -557,6 +558,11 @@ class Scripts:
 
     def cancel_timer(self, *, keys: ConversationKeys, input_id: str) -> bool:
         return int(self._cancel_timer(keys=[keys.timers, keys.timed], args=[input_id])) == 1
+
+    def drop_timers(self, *, keys: ConversationKeys, input_id: str) -> int | None:
+        """How many timers went, or None when ``input_id`` (the reset's) was accepted before and none did."""
+        dropped, duplicate = self._drop_timers(keys=[keys.timers, keys.timed, keys.seen, keys.tomb], args=[input_id])
+        return None if int(duplicate) else int(dropped)
 
     def fire_timers(self, *, keys: ConversationKeys, globals_: tuple[str, str] | None, ttl_keys: list[str],
                     args: FireArgs) -> FireReply:

@@ -79,13 +79,10 @@ class TimerStore(StoreCore):
         return self._scripts.cancel_timer(keys=self.keys(cid), input_id=input_id)
 
     @store_errors
-    def drop_timers(self, cid: str) -> int:
-        """Drop every timer the conversation holds (a reset sent at once); returns how many."""
-        keys = self.keys(cid)
-        pipe = self._client.pipeline(transaction=True)
-        pipe.zcard(keys.timers)
-        pipe.delete(keys.timers, keys.timed)
-        return int(pipe.execute()[0])
+    def drop_timers(self, cid: str, reset_id: str) -> int | None:
+        """Drop every timer the conversation holds, for the reset ``reset_id`` sent at once; returns how many, or
+        None when that reset was accepted before (a producer's retry of it: the timers held since then stay)."""
+        return self._scripts.drop_timers(keys=self.keys(cid), input_id=reset_id)
 
     @store_errors
     def scheduled(self, cid: str) -> list[Timer]:
@@ -100,6 +97,11 @@ class TimerStore(StoreCore):
             if held is not None:
                 out.append(Timer(member.decode("utf-8", "replace"), int(score), split_entry(bytes(held)[2:])[1]))
         return out
+
+    @store_errors
+    def scheduled_count(self, cid: str) -> int:
+        """How many inputs the conversation holds until they are due (one ZCARD: what a summary shows)."""
+        return int(self._client.zcard(self.keys(cid).timers))
 
     @store_errors
     def due_conversations(self, now_ms: int, limit: int = 500) -> list[tuple[str, float]]:

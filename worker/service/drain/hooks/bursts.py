@@ -6,9 +6,10 @@ A retried turn takes in the inputs its crashed run recorded in the journal.
 
 :class:`Merge` (``PARLEY_DOUBLE_TEXT=merge``): when chat messages arrived behind the turn while the model answered,
 the answer is stale. It is thrown away (counted) and the turn runs again over the same state with them included,
-at most ``max_merges`` times. Only an answer whose run called no tools is thrown away: a tool may have acted on
-the game, and the model must see what it did, so such an answer goes out and the new messages are answered next
-(as with ``queue``). Since such a run recorded nothing in the journal, a crash after a merge replays nothing stale:
+at most ``max_merges`` times, and never once a person has paused the conversation (the answer goes out, the new
+messages are withheld next). Only an answer whose run called no tools is thrown away: a tool may have acted on the
+game, and the model must see what it did, so such an answer goes out and the new messages are answered next (as
+with ``queue``). Since such a run recorded nothing in the journal, a crash after a merge replays nothing stale:
 the journal holds the merged burst's inputs, recorded before the new run.
 """
 
@@ -70,6 +71,10 @@ class Merge(DrainHook):
         newer = self.store.peek(run.cid, len(inputs), policy.max_messages - len(inputs))
         grown = burst.extend(inputs, burst.decode_after(newer, run.cid), policy)
         if len(grown) == len(inputs):
+            return None
+        if self.store.paused(run.cid) is not None:
+            # A person took over while the model answered: that answer goes out (its call had started, as the pause
+            # hook says), and the new messages are withheld next, not answered by a second call behind their back.
             return None
         metrics.DOUBLE_TEXT_MERGES.inc()
         metrics.DISCARDED_MODEL_CALLS.inc(result.model_calls)
