@@ -28,7 +28,7 @@ from worker.errors import OversizeInputError
 from worker.settings import Settings, get_settings
 from worker.store.keys import validate_conversation_id
 from worker.store.redis_store import AcceptResult, ConversationStore
-from worker.store.results import Pause
+from worker.store.results import Pause, WakePush
 from worker.wakeup import AcceptWake, Waker, accept_wake, celery_waker
 
 
@@ -128,10 +128,8 @@ class ConversationClient:
             return Submitted(env.conversation_id, env.message_id, held.duplicate, 0, scheduled=True)
         if env.kind == "reset":  # a reset joins the order with no timers held behind it (docs/producers.md)
             self.store.drop_timers(env.conversation_id)
-        pushed = self._accept_wake.push(env.conversation_id, every=not self.coalesce_wakeups) if self._accept_wake \
-            else None
         result = self.store.accept(env.conversation_id, env.to_bytes(), env.message_id, inbound=inbound,
-                                   ends_burst=_ends_burst(env), wake=pushed)
+                                   ends_burst=_ends_burst(env), wake=self._wake_push(env.conversation_id))
         if self._needs_wake(result) and not result.woken:  # the accept pushed it (when it may: issue 33)
             self._wake(env.conversation_id)
         return Submitted(env.conversation_id, env.message_id, result.duplicate, result.depth)
@@ -145,6 +143,12 @@ class ConversationClient:
             err.field = "text"
             raise err
         return from_player or _from_player(env)
+
+    def _wake_push(self, conversation_id: str) -> WakePush | None:
+        """The wake-up the accept pushes itself when the input needs one (None: the waker publishes it)."""
+        if self._accept_wake is None:
+            return None
+        return self._accept_wake.push(conversation_id, every=not self.coalesce_wakeups)
 
     def _needs_wake(self, result: AcceptResult) -> bool:
         # Only the first input of a burst needs a wake-up: with more waiting, a wake-up is already queued, or a
