@@ -128,3 +128,27 @@ def test_the_accept_pushes_the_wake_up_only_on_the_stores_own_plain_redis(values
                                                                            pushed: bool) -> None:
     s = Settings(_env_file=None, redis_url="redis://127.0.0.1:7001/0", **values)  # type: ignore[call-arg]
     assert (accept_wake(s) is not None) is pushed
+
+
+def test_a_message_that_cannot_be_captured_leaves_the_wake_up_to_kombu(monkeypatch: pytest.MonkeyPatch,
+                                                                      caplog: pytest.LogCaptureFixture) -> None:
+    import fakeredis
+
+    import worker.wakeup as wakeup
+    from worker.client import ConversationClient
+    from worker.store.redis_store import ConversationStore
+
+    def changed(conf: dict[str, object], task: str = DRAIN) -> tuple[str, bytes]:
+        return QUEUE, b'{"body": "", "properties": {"body_encoding": "utf-8"}}'  # a shape this does not fill in
+
+    monkeypatch.setattr(wakeup, "capture", changed)
+    wake = accept_wake(Settings(_env_file=None, redis_url="redis://127.0.0.1:7001/0"))  # type: ignore[call-arg]
+    assert wake is not None
+    published: list[str] = []
+    client = ConversationClient(ConversationStore(fakeredis.FakeRedis(), prefix="p"), published.append,
+                                accept_wake=wake)
+    client.send_message(CID, "hi", message_id="m1")
+    client.send_message(OTHER, "hi", message_id="m2")
+    assert published == [CID, OTHER]
+    assert wake.push(CID) is None
+    assert sum("publishing it through kombu" in r.getMessage() for r in caplog.records) == 1  # logged once

@@ -157,41 +157,54 @@ class AcceptWake:
     """The wake-up the accept script pushes itself (see the module): ``push(cid)`` is the :class:`WakePush` for one
     input, a message of its own (a new task id and delivery tag, as kombu and Celery make them: ``uuid4``).
 
-    The template is captured from kombu once per process (after a fork, again: the message names its origin's pid).
-    Raises :class:`RuntimeError` when the captured message is not of the shape this substitutes into (a kombu or
-    Celery that changed it): :func:`accept_wake` then keeps the kombu publish.
+    The template is captured from kombu on first use, once per process (after a fork, again: the message names its
+    origin's pid), so a producer that never accepts (``parley pause``) never pays for it. When the captured message
+    is not of the shape this substitutes into (a kombu or Celery that changed it), the failure is logged once and
+    ``push`` answers None from then on: the producer's waker publishes through kombu as before.
     """
 
     def __init__(self, conf: dict[str, Any], *, task: str = DRAIN) -> None:
         self.conf, self.task = conf, task
         self._pid = -1
-        self._template()
+        self._failed = False
+        self._queue, self._pieces, self._head, self._tail = "", [""], b"", b""
 
-    def _template(self) -> tuple[str, list[str], bytes, bytes]:
-        if self._pid != os.getpid():
-            queue, message = capture(self.conf, self.task)
-            text, self._head, self._tail = _placeholders(message)
+    def _template(self) -> bool:
+        if self._pid != os.getpid() and not self._failed:
+            try:
+                queue, message = capture(self.conf, self.task)
+                text, self._head, self._tail = _placeholders(message)
+            except Exception:
+                self._failed = True
+                log.warning("the accept cannot push the wake-up itself; publishing it through kombu", exc_info=True)
+                return False
             self._queue, self._pieces = queue, _SLOTS.split(text)
             self._pid = os.getpid()
-        return self._queue, self._pieces, self._head, self._tail
+        return not self._failed
 
     def message(self, conversation_id: str) -> bytes:
         """The message for ``conversation_id`` (validated: it goes into the message unescaped, as JSON and repr
-        would leave it)."""
-        _, pieces, head, tail = self._template()
+        would leave it). Raises :class:`RuntimeError` when no template could be captured."""
+        if not self._template():
+            raise RuntimeError("no wake-up template: kombu's message could not be captured (see the log)")
         cid = validate_conversation_id(conversation_id)
-        values = {_BODY: base64.b64encode(head + msgpack.packb(cid) + tail).decode(), _CID: cid,
+        values = {_BODY: base64.b64encode(self._head + msgpack.packb(cid) + self._tail).decode(), _CID: cid,
                   _TASK_ID: str(uuid.uuid4()), _DELIVERY_TAG: str(uuid.uuid4())}
-        return "".join([values.get(piece, piece) for piece in pieces]).encode()
+        return "".join([values.get(piece, piece) for piece in self._pieces]).encode()
 
     @property
     def queue(self) -> str:
-        """The broker's list the workers consume (the priority step kombu puts this message on)."""
-        return self._template()[0]
+        """The broker's list the workers consume (the priority step kombu puts this message on); '' when no
+        template could be captured."""
+        self._template()
+        return self._queue
 
-    def push(self, conversation_id: str, *, every: bool = False) -> WakePush:
-        """What the accept of an input of ``conversation_id`` is handed (``every``: wake-ups are not coalesced)."""
-        return WakePush(self.queue, self.message(conversation_id), every)
+    def push(self, conversation_id: str, *, every: bool = False) -> WakePush | None:
+        """What the accept of an input of ``conversation_id`` is handed (``every``: wake-ups are not coalesced), or
+        None when no template could be captured (the caller's waker publishes then)."""
+        if not self._template():
+            return None
+        return WakePush(self._queue, self.message(conversation_id), every)
 
 
 def _placeholders(message: bytes) -> tuple[str, bytes, bytes]:
@@ -239,15 +252,12 @@ def same_redis(store_url: str, broker_url: str) -> bool:
 def accept_wake(settings: Settings, task: str = DRAIN) -> AcceptWake | None:
     """The accept's own wake-up for a producer of ``settings``, or None where the wake-up is published through kombu:
     ``PARLEY_BROKER_WAKE_IN_ACCEPT`` off, a Redis Cluster store (the queue is in another slot), a broker that is not
-    the store's Redis server and database over plain ``redis://``, or a kombu whose message could not be captured."""
+    the store's Redis server and database over plain ``redis://`` (and, at its first use, a kombu whose message could
+    not be captured: :class:`AcceptWake`)."""
     from worker.broker import broker_conf
 
     if not settings.broker.wake_in_accept or settings.redis.cluster:
         return None
     if not same_redis(settings.redis.effective_url(), settings.effective_broker_url()):
         return None
-    try:
-        return AcceptWake(broker_conf(settings), task=task)
-    except Exception:
-        log.warning("the accept cannot push the wake-up itself; publishing it through kombu", exc_info=True)
-        return None
+    return AcceptWake(broker_conf(settings), task=task)
