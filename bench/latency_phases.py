@@ -1,6 +1,6 @@
 """Where a chat turn's latency goes inside a real Celery worker, against a no-op Celery round trip in the same run.
 
-    python bench/latency_phases.py [--samples 300] [--pool threads|gevent] [--no-typing]
+    python bench/latency_phases.py [--samples 300] [--pool threads|gevent] [--no-typing] [--variant ...] [--rounds N]
 
 ``worker_bench.py`` part 2 gives the committed latency as one figure; this script splits it. The worker process is
 started with a probe (a ``sitecustomize`` on its ``PYTHONPATH``, written to a temporary folder) that notes the wall
@@ -104,29 +104,52 @@ def main() -> None:
     ap.add_argument("--samples", type=int, default=300)
     ap.add_argument("--pool", default="threads", choices=["threads", "gevent"])
     ap.add_argument("--no-typing", action="store_true", help="turn the read mark and typing indicator off")
+    ap.add_argument("--variant", action="append", metavar="NAME=VALUE[,NAME=VALUE]",
+                    help="measure once per variant (these settings for the worker and the producer), one after the "
+                         "other in this run, e.g. --variant PARLEY_BROKER_WAKE_IN_ACCEPT=false "
+                         "--variant PARLEY_BROKER_WAKE_IN_ACCEPT=true (old against new)")
+    ap.add_argument("--rounds", type=int, default=1, help="how many times the variants are measured, in turn")
     args = ap.parse_args()
+    variants = [dict(kv.split("=", 1) for kv in v.split(",")) for v in args.variant or [""] if v] or [{}]
     rig = Rig(no_typing=args.no_typing)
     peers = Peers(delay=0.0)
+    try:
+        for r in range(args.rounds):
+            for variant in variants:
+                bench, lines, rtt = measure(rig, peers, args.pool, args.samples, variant, f"{r}")
+                label = ", ".join(f"{k}={v}" for k, v in variant.items()) or "as configured"
+                print(f"== {args.pool} pool, {label}")
+                report(bench, lines, rtt)
+    finally:
+        peers.stop()
+        rig.stop()
+
+
+def measure(rig: Rig, peers: Peers, pool: str, samples: int, variant: dict[str, str],
+            run: str) -> tuple[dict[str, dict[str, float]], list[str], list[float]]:
+    """One worker with ``variant`` in its environment, its no-op round trips, then ``samples`` turns from a producer
+    with the variant's settings; the bench's marks and the worker's probe notes."""
     probe_dir = tempfile.mkdtemp(prefix="parley-probe-")
     Path(probe_dir, "sitecustomize.py").write_text(PROBE)
     notes = Path(probe_dir, "notes.txt")
     root = str(Path(__file__).resolve().parents[1])
     env = {**rig.env, "OPENAI_BASE_URL": peers.llm_url, "WHATSAPP_API_BASE_URL": peers.wa_url,
-           "PYTHONPATH": os.pathsep.join([probe_dir, root]), "PARLEY_LATENCY_PROBE": str(notes)}
-    w = WorkerProcess(f"latency-phases-{args.pool}", env, pool=args.pool, concurrency=16).start()
+           "PYTHONPATH": os.pathsep.join([probe_dir, root]), "PARLEY_LATENCY_PROBE": str(notes), **variant}
+    client = rig.client_for(variant)
+    w = WorkerProcess(rig.unique(f"latency-phases-{pool}"), env, pool=pool, concurrency=16).start()
     try:
         wait_until(lambda: "[tasks]" in w.log(), 60)
-        rtt = noop_round_trips(rig, args.samples)
+        rtt = noop_round_trips(rig, samples)
         rig.r.config_set("notify-keyspace-events", "Kl")
         events = rig.r.pubsub(ignore_subscribe_messages=True)
         bench: dict[str, dict[str, float]] = {}
-        for i in range(args.samples):
-            cid = f"4479000{i % 50:05d}"
-            events.subscribe(f"__keyspace@0__:{rig.client.store.keys(cid).outbox}")
+        for i in range(samples):
+            cid = f"4479{run}{len(rig.variants_run)}{i % 50:05d}"
+            events.subscribe(f"__keyspace@0__:{client.store.keys(cid).outbox}")
             events.get_message(timeout=1.0)
             mine = bench.setdefault(f"{cid}#{i}", {"cid": 0.0})
             mine["send"] = time.time()
-            rig.client.send_message(cid, f"hi {i}", message_id=f"lp{i}")
+            client.send_message(cid, f"hi {i}", message_id=f"lp{run}-{len(rig.variants_run)}-{i}")
             mine["accepted"] = time.time()
             deadline = mine["send"] + 10
             while time.time() < deadline:
@@ -139,9 +162,8 @@ def main() -> None:
         events.close()
     finally:
         w.stop()
-        peers.stop()
-        rig.stop()
-    report(bench, notes.read_text().splitlines(), rtt)
+        rig.variants_run.append(pool)
+    return bench, notes.read_text().splitlines(), rtt
 
 
 def report(bench: dict[str, dict[str, float]], lines: list[str], rtt: list[float]) -> None:

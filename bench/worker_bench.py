@@ -39,6 +39,7 @@ from tests.support.fake_openai import FakeOpenAI
 from tests.support.fake_whatsapp import FakeWhatsApp
 from tests.support.redis_server import start_redis
 from tests.support.workers import WorkerProcess, wait_until, worker_env
+from worker.client import ConversationClient
 from worker.settings import Settings
 
 QUEUE = "parley"
@@ -93,10 +94,21 @@ class Rig:
         self.settings = Settings(redis_url=self.redis.url, key_prefix=self.env["PARLEY_KEY_PREFIX"],
                                  broker_url=self.env.get("PARLEY_BROKER_URL"))
         from tasks.app import make_app
-        from worker.client import ConversationClient
 
         self.app = make_app(self.settings)
         self.client = ConversationClient._from_settings(self.settings)
+        self._clients: dict[tuple[tuple[str, str], ...], ConversationClient] = {(): self.client}
+
+    def client_for(self, variant: dict[str, str] | None) -> ConversationClient:
+        """A producer with the variant's settings too (a ``PARLEY_`` setting such as PARLEY_BROKER_WAKE_IN_ACCEPT
+        changes what the producer does, not only the worker), one per variant."""
+        key = tuple(sorted((variant or {}).items()))
+        if key not in self._clients:
+            flat = {k.removeprefix("PARLEY_").lower(): v for k, v in key if k.startswith("PARLEY_")}
+            settings = Settings(redis_url=self.redis.url, key_prefix=self.env["PARLEY_KEY_PREFIX"],
+                                broker_url=self.env.get("PARLEY_BROKER_URL"), **flat)
+            self._clients[key] = ConversationClient._from_settings(settings)
+        return self._clients[key]
 
     def unique(self, name: str) -> str:
         """A worker name (and so a log file) of its own: a second worker reading the first one's "[tasks]" line as its
@@ -173,7 +185,8 @@ def latency(rig: Rig, samples: int, pool: str, variant: dict[str, str] | None = 
         rtt.append(float(b) - float(a))
         time.sleep(0.01)
     committed, delivered = [], []
-    store = rig.client.store
+    client = rig.client_for(variant)
+    store = client.store
     # "Committed" is when the commit script wrote the reply, as Redis tells it: a keyspace notification for the
     # outbox's RPUSH reaches the bench, which sleeps in a socket read meanwhile (no polling). The receipt adds
     # the pub/sub hop to Parley's figure, never removes anything from it.
@@ -186,7 +199,7 @@ def latency(rig: Rig, samples: int, pool: str, variant: dict[str, str] | None = 
         events.get_message(timeout=1.0)  # the subscribe confirmation (ignored, but it must be read)
         before = peers.stats()["sends"]
         sent = time.time()
-        rig.client.send_message(cid, f"hi {i}", message_id=f"lat{pool}{run}-{i}")
+        client.send_message(cid, f"hi {i}", message_id=f"lat{pool}{run}-{i}")
         deadline = sent + 10
         while time.time() < deadline:
             m = events.get_message(timeout=max(0.0, deadline - time.time()))
@@ -354,7 +367,8 @@ def main() -> None:
                     help="part 3's worker layouts, e.g. --llm gevent:2:500 (default: gevent:1:1000, threads:1:600)")
     ap.add_argument("--no-typing", action="store_true", help="turn the read mark and typing indicator off")
     ap.add_argument("--variant", action="append", metavar="NAME=VALUE[,NAME=VALUE]",
-                    help="parts 2 and 3 once per variant, with these settings in the worker's environment, e.g. "
+                    help="parts 2 and 3 once per variant, with these settings in the worker's environment (and part "
+                         "2's producer's), e.g. "
                          "--variant PARLEY_BROKER_FETCH_BATCH=0 --variant PARLEY_BROKER_FETCH_BATCH=100 "
                          "(old against new in one run); repeat --rounds times")
     ap.add_argument("--rounds", type=int, default=1, help="how many times parts 2 and 3 run their layouts and variants")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import uuid
@@ -11,7 +12,7 @@ import msgpack
 import pytest
 
 from worker.settings import Settings
-from worker.wakeup import DELIVER, DRAIN, QUEUE, CeleryWaker, celery_waker
+from worker.wakeup import DELIVER, DRAIN, QUEUE, CeleryWaker, accept_wake, celery_waker
 
 
 def test_the_waker_matches_the_task_apps_queue_serialiser_and_transport() -> None:
@@ -51,3 +52,103 @@ def test_importing_the_client_and_waking_does_not_import_the_task_app() -> None:
             "CeleryWaker(f'memory://{uuid.uuid4().hex}')('c1')\n"
             "assert not [m for m in sys.modules if m == 'tasks' or m.startswith('tasks.')], sorted(sys.modules)\n")
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+
+
+# --- the accept's own wake-up (issue 33) ----------------------------------------------------------------------------
+
+CID = "447700900123"
+OTHER = "US.13491208655302741918"  # a business-scoped id: the other characters a cid may hold
+
+
+def _ids(message: bytes) -> list[str]:
+    """The values each wake-up has of its own: the task id (also the root id and the correlation id), the delivery
+    tag, and the reply_to of the publishing app's thread (Celery's oid; unused, results are ignored)."""
+    payload = json.loads(message)
+    return [payload["headers"]["id"], payload["properties"]["delivery_tag"], payload["properties"]["reply_to"]]
+
+
+def _modulo_ids(message: bytes, like: bytes) -> bytes:
+    """``message`` with its own ids replaced by ``like``'s: equal bytes then mean equal messages but for the ids."""
+    text = message.decode()
+    for mine, theirs in zip(_ids(message), _ids(like), strict=True):
+        text = text.replace(mine, theirs)
+    return text.encode()
+
+
+def test_the_accepts_wake_up_is_byte_for_byte_what_kombu_pushes_for_the_workers_app() -> None:
+    import redis
+
+    from tasks.app import make_app
+    from tests.support.redis_server import start_redis
+    from worker.client import ConversationClient
+
+    server = start_redis()
+    try:
+        s = Settings(_env_file=None, redis_url=server.url)  # type: ignore[call-arg]
+        r = redis.Redis.from_url(server.url)
+        # What kombu's Redis transport LPUSHes for the workers' own task app (their transport and its options).
+        app = make_app(s)
+        for cid in (CID, OTHER):
+            app.send_task(DRAIN, args=[cid], queue=QUEUE, serializer="msgpack")
+        kombu_first, kombu_other = reversed(r.lrange(QUEUE, 0, -1))
+        r.delete(QUEUE)
+        client = ConversationClient._from_settings(s)
+        published: list[str] = []
+        client._wake = published.append  # the kombu publish, were it called
+        client.send_message(CID, "hi", message_id="m1")
+        client.send_message(CID, "again", message_id="m2")  # waiting behind the first: no wake-up
+        client.send_message(OTHER, "hi", message_id="m3")
+        first, other = reversed(r.lrange(QUEUE, 0, -1))
+        assert published == []
+        assert first != kombu_first and _modulo_ids(first, kombu_first) == kombu_first
+        assert _modulo_ids(other, kombu_other) == kombu_other
+        # Each wake-up has ids of its own (the task's id; the delivery tag, which keys kombu's unacked index).
+        assert len({*_ids(first)[:2], *_ids(other)[:2], *_ids(kombu_first)[:2]}) == 6
+        with kombu.Connection(server.url) as conn:  # kombu's consumer reads it as its own
+            message = conn.SimpleQueue(QUEUE, accept=["msgpack"]).get(timeout=2)
+            assert (message.headers["task"], message.headers["argsrepr"]) == (DRAIN, f"['{CID}']")
+            assert msgpack.unpackb(message.body, raw=False)[:2] == [[CID], {}]
+            message.ack()
+    finally:
+        server.stop()
+
+
+@pytest.mark.parametrize(("values", "pushed"), [
+    ({}, True),
+    ({"broker_url": "redis://127.0.0.1:7001"}, True),  # the same server and database, written differently
+    ({"broker_wake_in_accept": False}, False),
+    ({"redis_cluster": True}, False),
+    ({"broker_url": "redis://127.0.0.1:7001/1"}, False),  # another database
+    ({"broker_url": "redis://127.0.0.1:7002/0"}, False),  # another server
+    ({"broker_url": "rediss://127.0.0.1:7001/0"}, False),
+    ({"broker_url": "redis+sentinel://h1:26379/mymaster/0"}, False),
+    ({"broker_url": "amqp://guest:guest@127.0.0.1:5672//"}, False),
+])
+def test_the_accept_pushes_the_wake_up_only_on_the_stores_own_plain_redis(values: dict[str, object],
+                                                                           pushed: bool) -> None:
+    s = Settings(_env_file=None, redis_url="redis://127.0.0.1:7001/0", **values)  # type: ignore[call-arg]
+    assert (accept_wake(s) is not None) is pushed
+
+
+def test_a_message_that_cannot_be_captured_leaves_the_wake_up_to_kombu(monkeypatch: pytest.MonkeyPatch,
+                                                                      caplog: pytest.LogCaptureFixture) -> None:
+    import fakeredis
+
+    import worker.wakeup as wakeup
+    from worker.client import ConversationClient
+    from worker.store.redis_store import ConversationStore
+
+    def changed(conf: dict[str, object], task: str = DRAIN) -> tuple[str, bytes]:
+        return QUEUE, b'{"body": "", "properties": {"body_encoding": "utf-8"}}'  # a shape this does not fill in
+
+    monkeypatch.setattr(wakeup, "capture", changed)
+    wake = accept_wake(Settings(_env_file=None, redis_url="redis://127.0.0.1:7001/0"))  # type: ignore[call-arg]
+    assert wake is not None
+    published: list[str] = []
+    client = ConversationClient(ConversationStore(fakeredis.FakeRedis(), prefix="p"), published.append,
+                                accept_wake=wake)
+    client.send_message(CID, "hi", message_id="m1")
+    client.send_message(OTHER, "hi", message_id="m2")
+    assert published == [CID, OTHER]
+    assert wake.push(CID) is None
+    assert sum("publishing it through kombu" in r.getMessage() for r in caplog.records) == 1  # logged once

@@ -4,8 +4,9 @@ hop per request.
 It is :class:`~worker.client.ConversationClient`, not a second one: the input is validated and its envelope built by
 the client's own methods (``send_message``, ``send_event``, ``reset``, with the client's checks and defaults:
 :mod:`worker.prepared`), then accepted by the store's ACCEPT script through :mod:`worker.store.async_mailbox` (the
-same keys, deduplication and backpressure), and the worker woken exactly when the client would wake it. Only the
-wake-up (a Celery publish, a blocking call) goes to a worker thread, and only for an input that needs one (the first
+same keys, deduplication and backpressure), and the worker woken exactly when the client would wake it: by the
+accept script itself when the client's broker is the store's Redis (:class:`worker.wakeup.AcceptWake`), else by the
+client's waker (a Celery publish, a blocking call) in a worker thread, and only for an input that needs one (the first
 of a burst).
 """
 
@@ -41,7 +42,8 @@ class AsyncClient:
         prepared = self._preparer.prepare(method, conversation_id, arguments)
         env = prepared.envelope
         result = await self._accept.accept(env.conversation_id, env.to_bytes(), env.message_id,
-                                           inbound=prepared.inbound)
+                                           inbound=prepared.inbound,
+                                           wake=self._preparer.client._wake_push(env.conversation_id))
         if self._preparer.needs_wake(result):
             await anyio.to_thread.run_sync(self._preparer.client._wake, env.conversation_id)
         return Submitted(env.conversation_id, env.message_id, result.duplicate, result.depth)

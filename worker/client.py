@@ -28,8 +28,8 @@ from worker.errors import OversizeInputError
 from worker.settings import Settings, get_settings
 from worker.store.keys import validate_conversation_id
 from worker.store.redis_store import AcceptResult, ConversationStore
-from worker.store.results import Pause
-from worker.wakeup import Waker, celery_waker
+from worker.store.results import Pause, WakePush
+from worker.wakeup import AcceptWake, Waker, accept_wake, celery_waker
 
 
 @dataclass(frozen=True)
@@ -75,12 +75,16 @@ class ConversationClient:
 
     ``wake`` is called with the conversation id when a worker should look at it; ``from_url`` and ``from_env``
     send the workers' ``parley.drain`` task (see :mod:`worker.wakeup`), tests and other brokers pass their own.
+    ``accept_wake``: the broker is the store's Redis, and the accept script pushes the wake-up itself, in the same
+    round trip (``from_url`` and ``from_env`` set it up when they may: :func:`worker.wakeup.accept_wake`); ``wake``
+    then serves only where the script did not (a Cluster store).
     """
 
     def __init__(self, store: ConversationStore, wake: Waker, *, max_text_chars: int = 16_000,
-                 coalesce_wakeups: bool = True) -> None:
+                 coalesce_wakeups: bool = True, accept_wake: AcceptWake | None = None) -> None:
         self.store = store
         self._wake = wake
+        self._accept_wake = accept_wake
         self.max_text_chars = max_text_chars
         self.coalesce_wakeups = coalesce_wakeups
 
@@ -100,7 +104,9 @@ class ConversationClient:
     def _from_settings(cls, settings: Settings, wake: Waker | None = None) -> ConversationClient:
         from worker.runtime import build_store
 
-        return cls(build_store(settings), wake or celery_waker(settings), max_text_chars=settings.memory.max_input_chars)
+        # A waker of the caller's own is theirs to call: the accept pushes no wake-up of its own then.
+        return cls(build_store(settings), wake or celery_waker(settings), max_text_chars=settings.memory.max_input_chars,
+                   accept_wake=None if wake else accept_wake(settings))
 
     def _submit(self, env: Envelope, *, from_player: bool = False, at: datetime | None = None) -> Submitted:
         if not tracing.enabled():
@@ -124,8 +130,8 @@ class ConversationClient:
             # retry (a duplicate) leaves the timers held since the first one alone
             self.store.drop_timers(env.conversation_id, env.message_id)
         result = self.store.accept(env.conversation_id, env.to_bytes(), env.message_id, inbound=inbound,
-                                   ends_burst=_ends_burst(env))
-        if self._needs_wake(result):
+                                   ends_burst=_ends_burst(env), wake=self._wake_push(env.conversation_id))
+        if self._needs_wake(result) and not result.woken:  # the accept pushed it (when it may: issue 33)
             self._wake(env.conversation_id)
         return Submitted(env.conversation_id, env.message_id, result.duplicate, result.depth)
 
@@ -138,6 +144,12 @@ class ConversationClient:
             err.field = "text"
             raise err
         return from_player or _from_player(env)
+
+    def _wake_push(self, conversation_id: str) -> WakePush | None:
+        """The wake-up the accept pushes itself when the input needs one (None: the waker publishes it)."""
+        if self._accept_wake is None:
+            return None
+        return self._accept_wake.push(conversation_id, every=not self.coalesce_wakeups)
 
     def _needs_wake(self, result: AcceptResult) -> bool:
         # Only the first input of a burst needs a wake-up: with more waiting, a wake-up is already queued, or a

@@ -63,8 +63,9 @@ class Preparer:
             return replace(prepared, envelope=traced(prepared.envelope))
 
     def needs_wake(self, result: AcceptResult) -> bool:
-        """Whether the client would wake a worker after this accept (the first input of a burst)."""
-        return self.client._needs_wake(result)
+        """Whether the client would wake a worker after this accept (the first input of a burst), and the accept
+        did not push that wake-up itself."""
+        return self.client._needs_wake(result) and not result.woken
 
     def accepted(self, prepared: Prepared, result: AcceptResult) -> Submitted:
         """What the client's method would have answered, the worker woken as it would have been (blocking)."""

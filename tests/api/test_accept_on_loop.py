@@ -6,6 +6,7 @@ connection survives cancelled callers, a lost connection, a forgotten script and
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Iterator
 from typing import Any
 
@@ -84,6 +85,32 @@ def test_the_loop_writes_what_the_blocking_client_writes(server: RedisServer) ->
     assert _dump(r, "loop") == _dump(r, "sync") != {}
     assert r.exists(looped.store.keys(CID).inbound)  # the player's message opened the window
     assert woken_loop == [CID]  # the first input of the burst woke a worker, the others did not
+
+
+def test_on_the_stores_own_redis_the_loops_accept_pushes_the_wake_up_itself(server: RedisServer) -> None:
+    """Issue 33: the accept script pushes the workers' wake-up (the first input waiting only); no kombu publish, no
+    thread hop."""
+    from worker.settings import Settings
+    from worker.wakeup import QUEUE, accept_wake
+
+    r = server.client()
+    wake = accept_wake(Settings(_env_file=None, redis_url=f"redis://127.0.0.1:{server.port}/0"))  # type: ignore[call-arg]
+    assert wake is not None
+    published: list[str] = []
+    store = ConversationStore(r, prefix="pushed", limits=StoreLimits())
+    client = ConversationClient(store, wake=published.append, accept_wake=wake)
+    on_loop = AsyncClient.for_client(client)
+    assert on_loop is not None
+
+    async def scenario() -> None:
+        for i in range(3):
+            await on_loop.send("send_message", CID, {"text": f"hi {i}", "message_id": f"m{i}"})
+        await on_loop.send("send_event", "447700900124", {"text": "tagged", "message_id": "e1"})
+
+    asyncio.run(scenario())
+    assert published == []
+    woken = [json.loads(m)["headers"]["argsrepr"] for m in reversed(r.lrange(QUEUE, 0, -1))]
+    assert woken == [f"['{CID}']", "['447700900124']"]
 
 
 def test_a_small_body_takes_no_thread_hop_a_large_one_and_a_reset_do(

@@ -58,6 +58,24 @@ def test_many_conversations_in_order_once_each(cluster: Cluster, pool: str) -> N
     assert all(w.alive() for w in cluster.workers)
 
 
+def test_a_wake_up_the_accept_pushed_itself_runs_the_drain(cluster: Cluster) -> None:
+    """Issue 33: the broker is the store's Redis, so the accept script pushes the wake-up (no kombu publish); a real
+    Celery worker takes it as its own message and drains each conversation."""
+    cluster.start_worker("w1")
+    client = cluster.client()
+    assert client._accept_wake is not None
+    published: list[str] = []
+    client._wake = published.append  # the kombu publish, were it called
+    cids = [f"4477008{i:05d}" for i in range(5)]
+    for n in range(2):
+        for cid in cids:
+            client.send_message(cid, f"{cid} q{n}", message_id=f"{cid}-q{n}")
+    assert wait_until(lambda: len(cluster.whatsapp.sent) >= 2 * len(cids), 30), [w.log() for w in cluster.workers]
+    assert published == []
+    for cid in cids:
+        assert cluster.whatsapp.texts_for(cid) == [f"ack:{cid} q0", f"ack:{cid} q1"]
+
+
 def test_duplicate_submissions_apply_once(cluster: Cluster) -> None:
     cluster.start_worker("w1")
     client = cluster.client()

@@ -23,7 +23,7 @@ from worker.store import lua
 from worker.store.async_scripts import AsyncScript, AsyncWire, WireSettings
 from worker.store.mailbox import MailboxStore
 from worker.store.redis_errors import async_store_errors
-from worker.store.results import AcceptResult
+from worker.store.results import AcceptResult, WakePush
 from worker.store.scripts import AcceptReply
 
 
@@ -46,10 +46,11 @@ class AsyncAccept:
 
     @async_store_errors
     async def accept(self, cid: str, envelope: bytes, input_id: str, *, max_inbox: int | None = None,
-                     inbound: bool = False) -> AcceptResult:
-        """As :meth:`MailboxStore.accept <worker.store.mailbox.MailboxStore.accept>`, awaited on the loop."""
+                     inbound: bool = False, wake: WakePush | None = None) -> AcceptResult:
+        """As :meth:`MailboxStore.accept <worker.store.mailbox.MailboxStore.accept>`, awaited on the loop (never on a
+        Cluster: :func:`for_store`)."""
         limit = max_inbox or self.store.limits.max_inbox
-        script_keys, args = self.store._accept_call(cid, envelope, input_id, limit, inbound)
+        script_keys, args = self.store._accept_call(cid, envelope, input_id, limit, inbound, wake=wake)
         reply = await self._script_for_loop()(script_keys, args, what="accept")
         return self.store._accepted(cid, AcceptReply.parse(reply), limit)
 

@@ -13,7 +13,7 @@ from worker.store.codes import Accepted, Idle, Refusal, refused
 from worker.store.core import StoreCore
 from worker.store.entry_codec import claimed_head, join_entry, split_all, split_entry
 from worker.store.redis_errors import store_errors
-from worker.store.results import AcceptResult, Begin, CommitResult, Pause, Snapshot, StateRead
+from worker.store.results import AcceptResult, Begin, CommitResult, Pause, Snapshot, StateRead, WakePush
 from worker.store.scripts import AcceptArgs, AcceptReply, CommitReply, accept_call
 
 
@@ -27,16 +27,20 @@ class MailboxStore(StoreCore):
 
     @store_errors
     def accept(self, cid: str, envelope: bytes, input_id: str, *, max_inbox: int | None = None,
-               inbound: bool = False, ends_burst: bool = False) -> AcceptResult:
+               inbound: bool = False, ends_burst: bool = False, wake: WakePush | None = None) -> AcceptResult:
         """Append an input to the mailbox unless its id was accepted before. ``inbound``: the input is a message
         the player sent; the time of its first acceptance is kept as the conversation's last inbound message (see
         :meth:`~worker.store.outbox.OutboxStore.last_inbound`). ``ends_burst``: a game event the model answers;
         accepted, it ends the hold of a burst's quiet period in the same step (``ended_hold``: wake a worker).
+        ``wake``: the broker is this Redis, and the script pushes this wake-up itself when the input needs one
+        (``woken`` says it did; the caller publishes none then). Ignored on a Cluster (the broker's queue is in
+        another slot): ``woken`` stays False and the caller wakes as before.
 
         Raises :class:`~worker.errors.InboxFullError` when the mailbox holds ``max_inbox`` inputs.
         """
         limit = max_inbox or self.limits.max_inbox
-        script_keys, args = self._accept_call(cid, envelope, input_id, limit, inbound, ends_burst)  # id checked first
+        script_keys, args = self._accept_call(cid, envelope, input_id, limit, inbound, ends_burst,  # id checked first
+                                              None if self._cluster else wake)
         # The sweeper must know of any conversation that might have work, so the pending mark comes first: in
         # the same script on a standalone Redis (one round trip), before it on a Cluster (another slot). Its score
         # is when work appeared (see accept.lua): on a Cluster it is stamped after the script that found the mailbox
@@ -78,8 +82,8 @@ class MailboxStore(StoreCore):
         except InboxFullError as exc:
             return exc
 
-    def _accept_call(self, cid: str, envelope: bytes, input_id: str, limit: int,
-                     inbound: bool, ends_burst: bool = False) -> tuple[list[str], AcceptArgs]:
+    def _accept_call(self, cid: str, envelope: bytes, input_id: str, limit: int, inbound: bool,
+                     ends_burst: bool = False, wake: WakePush | None = None) -> tuple[list[str], AcceptArgs]:
         """ACCEPT's KEYS and ARGV for one input: what the blocking accept above and the event loop's
         (:class:`~worker.store.async_mailbox.AsyncAccept`) both send."""
         keys = self.keys(cid)
@@ -87,7 +91,7 @@ class MailboxStore(StoreCore):
             keys=keys, pending=None if self._cluster else self.global_keys.pending, ttl_keys=self._ttl_keys(keys),
             input_id=input_id, entry=join_entry(input_id, envelope), now_ms=self._now_ms(), max_inbox=limit,
             dedupe_max=self.limits.dedupe_max_ids, dedupe_ms=self.limits.dedupe_ms, ttl_ms=self.limits.idle_ttl_ms,
-            inbound=inbound, ends_burst=ends_burst)
+            inbound=inbound, ends_burst=ends_burst, wake=wake)
 
     @staticmethod
     def _accepted(cid: str, res: AcceptReply, limit: int) -> AcceptResult:
@@ -95,7 +99,7 @@ class MailboxStore(StoreCore):
         if res.code == Accepted.FULL:
             raise InboxFullError(f"conversation {cid} has {res.depth} inputs waiting; the limit is {limit}")
         return AcceptResult(accepted=res.code == Accepted.ACCEPTED, duplicate=res.code == Accepted.DUPLICATE,
-                            depth=res.depth, ended_hold=res.ended_hold)
+                            depth=res.depth, ended_hold=res.ended_hold, woken=res.woken)
 
     @store_errors
     def begin(self, cid: str, lease_ms: int, *, peek: int = 0, have: str = "") -> Begin:

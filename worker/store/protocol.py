@@ -23,6 +23,7 @@ from worker.store.results import (
     Pace,
     Pause,
     StateRead,
+    WakePush,
 )
 from worker.store.scripts import FireReply
 
@@ -35,7 +36,7 @@ class DrainStore(Protocol):
     (:class:`~worker.store.pauses.PauseStore`)."""
 
     def accept(self, cid: str, envelope: bytes, input_id: str, *, max_inbox: int | None = None,
-               inbound: bool = False, ends_burst: bool = False) -> AcceptResult: ...
+               inbound: bool = False, ends_burst: bool = False, wake: WakePush | None = None) -> AcceptResult: ...
     def begin(self, cid: str, lease_ms: int, *, peek: int = 0, have: str = "") -> Begin: ...
     def defer(self, cid: str, token: int, input_id: str, hold_ms: int) -> None: ...
     def peek(self, cid: str, start: int, count: int) -> tuple[tuple[str, bytes], ...]: ...

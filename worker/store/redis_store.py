@@ -54,6 +54,7 @@ from worker.store.results import (
     Snapshot,
     StateRead,
     StreamEntry,
+    WakePush,
 )
 from worker.store.shared_pace import SharedPaceStore
 from worker.store.timers import TimerStore
@@ -61,7 +62,8 @@ from worker.store.turn_journal import TurnJournalStore
 
 __all__ = ["AcceptResult", "Backlog", "Begin", "CommitResult", "ConversationStore", "DeliveryStore", "DrainStore",
            "JournalRead", "OutboxHead", "Pace", "PaceLimits", "PaceStore", "RecordBacklog", "Snapshot", "StateRead",
-           "Store", "StoreLimits", "StreamEntry", "SweeperStore", "from_url", "join_entry", "split_entry"]
+           "Store", "StoreLimits", "StreamEntry", "SweeperStore", "WakePush", "from_url", "join_entry",
+           "split_entry"]
 
 
 class ConversationStore(MailboxStore, TurnJournalStore, OutboxStore, DeliveryStatusStore, SharedPaceStore, AdminStore,

@@ -7,6 +7,7 @@ protocols of :mod:`worker.store.protocol` and the callers.
   webhooks: :class:`StatusRecorded`, :class:`MessageStatus`; the shared pace: :class:`Pace`.
 - Operations: :class:`Backlog` (autoscaling), :class:`StreamEntry` and :class:`RecordBacklog` (the durable record's
   exporter).
+- And one value the producers hand in: :class:`WakePush`, the wake-up the accept pushes itself.
 """
 
 from __future__ import annotations
@@ -24,6 +25,19 @@ class AcceptResult:
     duplicate: bool
     depth: int
     ended_hold: bool = False
+    woken: bool = False  # the accept pushed the caller's WakePush: a worker is woken already
+
+
+@dataclass(frozen=True)
+class WakePush:
+    """A wake-up the accept script pushes itself onto the broker's queue (``queue``, a list on the same Redis), in
+    the same step, when the input needs one (see :meth:`~worker.store.mailbox.MailboxStore.accept`): ``message`` is
+    the Celery message, built by :class:`worker.wakeup.AcceptWake`; ``every``: every accepted input pushes it, not
+    only the one that needs a wake-up (the producer does not coalesce wake-ups)."""
+
+    queue: str
+    message: bytes
+    every: bool = False
 
 
 @dataclass(frozen=True)

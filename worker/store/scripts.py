@@ -15,6 +15,7 @@ from worker.store import lua
 from worker.store.fast_scripts import register
 from worker.store.keys import ConversationKeys, PaceKeys
 from worker.store.replication import Replication
+from worker.store.results import WakePush
 
 
 def _opt(value: Any) -> bytes | None:
@@ -51,6 +52,8 @@ class AcceptArgs(NamedTuple):
     pending_member: str
     inbound_flag: str
     ends_burst_flag: str
+    wake_message: bytes
+    wake_every_flag: str
 
 
 class BeginKeys(NamedTuple):
@@ -231,15 +234,16 @@ class RecordArgs:
 
 class AcceptReply(NamedTuple):
     """ACCEPT: ``code`` 1 accepted, 0 a duplicate id, -1 the mailbox is full; ``depth`` after it; ``ended_hold``:
-    it ended a burst's hold (a game event the model answers)."""
+    it ended a burst's hold (a game event the model answers); ``woken``: it pushed the wake-up it was given."""
 
     code: int
     depth: int
     ended_hold: bool = False
+    woken: bool = False
 
     @classmethod
     def parse(cls, res: Sequence[Any]) -> AcceptReply:
-        return cls(int(res[0]), int(res[1]), int(res[2]) == 1)
+        return cls(int(res[0]), int(res[1]), int(res[2]) == 1, int(res[3]) == 1)
 
 
 class BeginReply(NamedTuple):
@@ -350,18 +354,22 @@ class FireReply(NamedTuple):
 
 def accept_call(*, keys: ConversationKeys, pending: str | None, ttl_keys: list[str], input_id: str, entry: bytes,
                 now_ms: int, max_inbox: int, dedupe_max: int, dedupe_ms: int, ttl_ms: int,
-                inbound: bool, ends_burst: bool = False) -> tuple[list[str], AcceptArgs]:
+                inbound: bool, ends_burst: bool = False, wake: WakePush | None = None) -> tuple[list[str], AcceptArgs]:
     """ACCEPT's KEYS and ARGV, shared by the blocking store and the event loop's accept
     (:mod:`worker.store.async_mailbox`). ``pending`` is the sweeper's zset when it may be touched in the same script
     (not on a Cluster); ``inbound``: the input is a message the player sent (its time opens the customer-service
-    window); ``ends_burst``: a game event the model answers (accepted, it ends a burst's hold). The script answers
-    :class:`AcceptReply`."""
+    window); ``ends_burst``: a game event the model answers (accepted, it ends a burst's hold); ``wake``: the wake-up
+    the script pushes itself when the input needs one (the broker is this Redis; never on a Cluster, where the queue
+    is in another slot). The script answers :class:`AcceptReply`."""
     script_keys = [keys.inbox, keys.seen, keys.tomb, keys.inbound, keys.hold, keys.lastmsg,
                    *([pending] if pending else []),
+                   *([wake.queue] if wake else []),
                    *ttl_keys]
     return script_keys, AcceptArgs(input_id, entry, now_ms, max_inbox, dedupe_max, dedupe_ms, ttl_ms,
                                    pending_member=keys.cid if pending else "", inbound_flag="1" if inbound else "",
-                                   ends_burst_flag="1" if ends_burst else "")
+                                   ends_burst_flag="1" if ends_burst else "",
+                                   wake_message=wake.message if wake else b"",
+                                   wake_every_flag="1" if wake and wake.every else "")
 
 
 class Scripts:
