@@ -145,3 +145,28 @@ def test_clients_idle_past_the_keep_alive_are_closed(server: _Server) -> None:
         pass
     assert pool.idle() == 1  # the request's client (the most recent) stayed; the nine shells were closed
     assert sum(c.is_closed for c in burst) == 9
+
+
+@pytest.mark.parametrize("lean", [True, False])
+def test_a_turn_clients_answer_is_freed_without_the_cycle_collector(server: _Server, lean: bool) -> None:
+    """httpx binds a response and its body stream to each other: three requests a turn left ~100 objects to the
+    cyclic collector, whose passes were a large part of a busy worker's CPU (bench/README.md)."""
+    import gc
+    import weakref
+
+    from worker.httppool import turn_client, use_lean_transport
+
+    use_lean_transport(lean)
+    client = turn_client(base_url=f"http://127.0.0.1:{server.server_address[1]}", timeout=10)
+    gc.disable()
+    try:
+        response = client.post("/x", json={})
+        assert response.json() == {"ok": True} and response.read() == b'{"ok": true}'
+        assert list(response.iter_bytes()) == [b'{"ok": true}']  # the body can still be read as a stream
+        gone = weakref.ref(response)
+        del response
+        assert gone() is None  # freed by its reference count alone
+    finally:
+        gc.enable()
+        client.close()
+        use_lean_transport(True)

@@ -33,6 +33,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import Any
 from urllib.request import getproxies
 
 import httpx
@@ -67,8 +68,25 @@ def turn_client(*, transport: httpx.BaseTransport | None = None, **options: obje
     # httpx reads the environment's proxies only for a Client with its own transport: with a proxy set, keep it.
     if transport is None and _lean and not any(k in ("http", "https", "all") for k in getproxies()):
         transport = LeanTransport(tls_context)
-    return httpx.Client(limits=single_connection(), verify=tls_context(), transport=transport,
-                        **options)  # type: ignore[arg-type]
+    return TurnClient(limits=single_connection(), verify=tls_context(), transport=transport,
+                      **options)  # type: ignore[arg-type]
+
+
+class TurnClient(httpx.Client):
+    """httpx's Client, whose answers (read whole, as a turn's requests are) are freed as soon as their last user
+    lets go of them.
+
+    httpx binds a response's body stream to the response (the stream holds the response, the response the stream),
+    a reference cycle that only the cyclic garbage collector frees, with the request, URL and headers hanging off
+    it: about 35 objects a request, three requests a turn, and every one pushed the worker towards its next
+    collection. Once the body is read the stream is spent, so it is replaced by the body itself, as httpx does for a
+    request it has read (``Request.read``)."""
+
+    def send(self, request: httpx.Request, *, stream: bool = False, **kwargs: Any) -> httpx.Response:
+        response = super().send(request, stream=stream, **kwargs)
+        if not stream:
+            response.stream = httpx.ByteStream(response.content)
+        return response
 
 
 def single_connection() -> httpx.Limits:
