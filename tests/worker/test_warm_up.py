@@ -30,3 +30,27 @@ def test_warm_up_survives_a_redis_that_is_down(monkeypatch: pytest.MonkeyPatch) 
         conversation._warm_up()  # logged; the first task builds the service instead
     finally:
         gc.unfreeze()
+
+
+def test_warm_up_sets_the_collector_to_collect_the_young_generation_rarely(monkeypatch: pytest.MonkeyPatch) -> None:
+    """At Python's 700 a worker's turns in flight were all promoted to the oldest generation, and the full passes
+    that set off cost more CPU than the turns' Redis calls."""
+    monkeypatch.setattr(conversation, "service", lambda: None)
+    before = gc.get_threshold()
+    try:
+        conversation._warm_up()
+        assert gc.get_threshold() == conversation.GC_THRESHOLDS
+        assert gc.get_threshold()[0] >= 10_000
+    finally:
+        gc.set_threshold(*before)
+        gc.unfreeze()
+
+
+def test_a_gevent_worker_spawns_its_greenlets_without_their_spawning_tree() -> None:
+    gevent = pytest.importorskip("gevent")
+    before = gevent.config.track_greenlet_tree
+    try:
+        conversation._lighter_greenlets()
+        assert gevent.Greenlet(lambda: None).spawning_stack is None
+    finally:
+        gevent.config.track_greenlet_tree = before
