@@ -54,3 +54,21 @@ def test_a_gevent_worker_spawns_its_greenlets_without_their_spawning_tree() -> N
         assert gevent.Greenlet(lambda: None).spawning_stack is None
     finally:
         gevent.config.track_greenlet_tree = before
+
+
+
+def test_parleys_tasks_share_one_result_backend_across_threads_and_greenlets() -> None:
+    """Celery builds a (disabled) backend per thread unless told it is thread-safe: per greenlet under gevent, so
+    one per task."""
+    import threading
+
+    from celery.backends.base import DisabledBackend
+
+    from tasks.app import make_app
+
+    app = make_app()
+    seen: list[object] = []
+    thread = threading.Thread(target=lambda: seen.append(app.backend))
+    thread.start()
+    thread.join(5)
+    assert isinstance(app.backend, DisabledBackend) and seen == [app.backend]
