@@ -92,7 +92,8 @@ class Beat:
 
 
 class _Holding:
-    """:meth:`Heartbeat.holding` (a class for the same reason as :class:`_Committing`: twice a turn)."""
+    """:meth:`Heartbeat.holding` (a class, not a generator: a generator-based context manager costs several times
+    the lock it takes, and a turn holds two leases)."""
 
     __slots__ = ("beat", "heartbeat", "release", "renew", "what")
 
