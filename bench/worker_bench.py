@@ -238,12 +238,13 @@ class Peers:
 
 def llm_bound(rig: Rig, turns: int, concurrency: int, processes: int, pool: str = "threads",
               variant: dict[str, str] | None = None) -> None:
-    noop = noop_rate(rig, pool, concurrency, turns, variant)
+    extra, tree = tree_of(variant or {})  # PARLEY_BENCH_TREE: the turns' worker runs another checkout's code
+    noop = noop_rate(rig, pool, concurrency, turns, extra)
     peers = Peers(delay=2.0)
-    env = {**rig.env, "OPENAI_BASE_URL": peers.llm_url, "WHATSAPP_API_BASE_URL": peers.wa_url, **(variant or {})}
+    env = {**rig.env, "OPENAI_BASE_URL": peers.llm_url, "WHATSAPP_API_BASE_URL": peers.wa_url, **extra}
     workers = []
     for i in range(processes):
-        w = WorkerProcess(rig.unique(f"llm-bound{i}"), env, pool=pool, concurrency=concurrency).start()
+        w = WorkerProcess(rig.unique(f"llm-bound{i}"), env, pool=pool, concurrency=concurrency, cwd=tree).start()
         wait_until(lambda: "[tasks]" in w.log(), 60)  # noqa: B023
         workers.append(w)
     pids = [w.proc.pid for w in workers]  # type: ignore[union-attr]
@@ -391,8 +392,8 @@ def main() -> None:
     ap.add_argument("--variant", action="append", metavar="NAME=VALUE[,NAME=VALUE]",
                     help="parts 2, 3 and 5 once per variant, with these settings in the worker's environment, e.g. "
                          "--variant PARLEY_BROKER_FETCH_BATCH=0 --variant PARLEY_BROKER_FETCH_BATCH=100 "
-                         "(old against new in one run); repeat --rounds times. In part 5, PARLEY_BENCH_TREE=DIR runs "
-                         "the worker from another checkout (e.g. git archive main | tar -x -C DIR)")
+                         "(old against new in one run); repeat --rounds times. In parts 3 and 5, PARLEY_BENCH_TREE=DIR "
+                         "runs the worker from another checkout (e.g. git archive main | tar -x -C DIR)")
     ap.add_argument("--rounds", type=int, default=1, help="how many times parts 2, 3 and 5 run their layouts and variants")
     ap.add_argument("--broker", choices=["redis", "rabbitmq", "both"], default="redis")
     ap.add_argument("--paced", action="append", metavar="RATE:SECONDS",
