@@ -38,7 +38,7 @@ import redis
 from tests.support.fake_openai import FakeOpenAI
 from tests.support.fake_whatsapp import FakeWhatsApp
 from tests.support.redis_server import start_redis
-from tests.support.workers import WorkerProcess, wait_until, worker_env
+from tests.support.workers import ROOT, WorkerProcess, wait_until, worker_env
 from worker.client import ConversationClient
 from worker.settings import Settings
 
@@ -251,12 +251,13 @@ class Peers:
 
 def llm_bound(rig: Rig, turns: int, concurrency: int, processes: int, pool: str = "threads",
               variant: dict[str, str] | None = None) -> None:
-    noop = noop_rate(rig, pool, concurrency, turns, variant)
+    extra, tree = tree_of(variant or {})  # PARLEY_BENCH_TREE: the turns' worker runs another checkout's code
+    noop = noop_rate(rig, pool, concurrency, turns, extra)
     peers = Peers(delay=2.0)
-    env = {**rig.env, "OPENAI_BASE_URL": peers.llm_url, "WHATSAPP_API_BASE_URL": peers.wa_url, **(variant or {})}
+    env = {**rig.env, "OPENAI_BASE_URL": peers.llm_url, "WHATSAPP_API_BASE_URL": peers.wa_url, **extra}
     workers = []
     for i in range(processes):
-        w = WorkerProcess(rig.unique(f"llm-bound{i}"), env, pool=pool, concurrency=concurrency).start()
+        w = WorkerProcess(rig.unique(f"llm-bound{i}"), env, pool=pool, concurrency=concurrency, cwd=tree).start()
         wait_until(lambda: "[tasks]" in w.log(), 60)  # noqa: B023
         workers.append(w)
     pids = [w.proc.pid for w in workers]  # type: ignore[union-attr]
@@ -297,7 +298,27 @@ def llm_bound(rig: Rig, turns: int, concurrency: int, processes: int, pool: str 
           f"(200 turns/s on the reference machines = 0.10-0.14)")
 
 
-def llm_paced(rig: Rig, rate: float, seconds: float, concurrency: int, pool: str = "gevent") -> None:
+def tree_of(variant: dict[str, str]) -> tuple[dict[str, str], str]:
+    """A variant's worker environment and the checkout it runs: ``PARLEY_BENCH_TREE=DIR`` runs the worker from DIR
+    (e.g. an export of main: ``git archive main | tar -x -C DIR``), old against new in one run."""
+    env = dict(variant)
+    tree = env.pop("PARLEY_BENCH_TREE", "") or ROOT
+    if tree != ROOT:
+        env.setdefault("PYTHONPATH", tree)
+    return env, tree
+
+
+def idle_cpu(pid: int, seconds: float) -> float:
+    """The worker's CPU a second with no turns: its fixed background work (timer polls, the sweeper, Celery's
+    own loop), which part 5 divides among the turns with the rest."""
+    time.sleep(2.0)  # past the warm-up's collection
+    cpu0, t0 = cpu_seconds(pid), time.perf_counter()
+    time.sleep(seconds)
+    return (cpu_seconds(pid) - cpu0) / (time.perf_counter() - t0)
+
+
+def llm_paced(rig: Rig, rate: float, seconds: float, concurrency: int, pool: str = "gevent",
+              variant: dict[str, str] | None = None, idle: float = 0.0, profile: str = "") -> None:
     """Part 3 with turns arriving at ``rate`` a second (an open loop, as players write) instead of all at once.
 
     Why: part 3 enqueues every turn at once, so the first 1,000 model calls go out together and come back together
@@ -305,15 +326,21 @@ def llm_paced(rig: Rig, rate: float, seconds: float, concurrency: int, pool: str
     "steady" rate measures that synchronised wave as much as the worker (seen: 0.43 of a core used on average, the
     model's in-flight count swinging 0-1,000). Here the question is the issue's: does one worker keep up with
     ``rate`` turns a second while about ``rate`` x 2 s of them are in flight? It keeps up when the sends keep pace
-    with the arrivals: the backlog (enqueued, not yet delivered) stays near the model's 2 s worth."""
+    with the arrivals: the backlog (enqueued, not yet delivered) stays near the model's 2 s worth.
+
+    ``idle`` seconds of the idle worker's CPU are measured first; ``profile`` names a py-spy output file (raw
+    folded stacks) sampled over the middle of the arrivals."""
     peers = Peers(delay=2.0)
-    env = {**rig.env, "OPENAI_BASE_URL": peers.llm_url, "WHATSAPP_API_BASE_URL": peers.wa_url}
-    w = WorkerProcess(rig.unique(f"llm-paced-{pool}"), env, pool=pool, concurrency=concurrency).start()
+    extra, tree = tree_of(variant or {})
+    env = {**rig.env, "OPENAI_BASE_URL": peers.llm_url, "WHATSAPP_API_BASE_URL": peers.wa_url, **extra}
+    w = WorkerProcess(rig.unique(f"llm-paced-{pool}"), env, pool=pool, concurrency=concurrency, cwd=tree).start()
     wait_until(lambda: "[tasks]" in w.log(), 60)
     pid = w.proc.pid  # type: ignore[union-attr]
+    idle_rate = idle_cpu(pid, idle) if idle else float("nan")
     total = int(rate * seconds)
     tag = f"paced{len(rig.variants_run)}"
     rig.variants_run.append(tag)
+    spy = None
     cpu0, t0 = cpu_seconds(pid), time.perf_counter()
     backlog: list[float] = []
     for i in range(total):
@@ -323,19 +350,28 @@ def llm_paced(rig: Rig, rate: float, seconds: float, concurrency: int, pool: str
         rig.client.send_message(f"4478{i:08d}", f"question {i}", message_id=f"{tag}-{i}")
         if i % max(1, int(rate / 4)) == 0 and time.perf_counter() - t0 > 4:  # past the first two model waits
             backlog.append(i + 1 - peers.stats()["sends"])
+        if profile and spy is None and time.perf_counter() - t0 > 5:
+            spy = subprocess.Popen([str(Path(sys.executable).with_name("py-spy")), "record", "--pid", str(pid),
+                                    "--rate", "100", "--duration", str(max(1, int(seconds - 8))), "--nonblocking",
+                                    "--format", "raw", "-o", f"{profile}.{rate:.0f}.{tag}"], stdout=subprocess.DEVNULL)
     sending = time.perf_counter() - t0
     wait_until(lambda: peers.stats()["sends"] >= total, 300, interval=0.05)
     elapsed = time.perf_counter() - t0
     cpu = cpu_seconds(pid) - cpu0
     stats = peers.stats()
+    if spy is not None:
+        spy.wait(60)
     w.stop()
     peers.stop()
     steady = statistics.median(backlog) if backlog else float("nan")
-    print(f"5) LLM-bound, paced: {total} turns arriving at {rate:.0f}/s for {sending:.1f} s (asked {seconds:.0f} s), "
+    label = " ".join(f"{k}={v}" for k, v in (variant or {}).items())
+    print(f"5) LLM-bound, paced{' [' + label + ']' if label else ''}: {total} turns arriving at {rate:.0f}/s for "
+          f"{sending:.1f} s (asked {seconds:.0f} s), "
           f"model answers in 2 s, {pool} x{concurrency}: all delivered {elapsed - sending:.1f} s after the last "
           f"arrived; backlog (enqueued, not delivered) median {steady:.0f}, max {max(backlog, default=0):.0f} "
           f"(the model's 2 s alone: {2 * rate:.0f}); max in flight {stats['max_in_flight']:.0f}; worker CPU "
-          f"{cpu / elapsed:.2f} cores, {cpu / total * 1e3:.2f} ms per turn (targets: keeps up with 400/s, <= 2 ms)")
+          f"{cpu / elapsed:.2f} cores, {cpu / total * 1e3:.2f} ms per turn (targets: keeps up with 400/s, <= 2 ms)"
+          + (f"; idle worker {idle_rate * 1e3:.1f} ms of CPU a second" if idle else ""), flush=True)
 
 
 def memory(rig: Rig, conversations: int, pool: str, concurrency: int) -> None:
@@ -367,14 +403,19 @@ def main() -> None:
                     help="part 3's worker layouts, e.g. --llm gevent:2:500 (default: gevent:1:1000, threads:1:600)")
     ap.add_argument("--no-typing", action="store_true", help="turn the read mark and typing indicator off")
     ap.add_argument("--variant", action="append", metavar="NAME=VALUE[,NAME=VALUE]",
-                    help="parts 2 and 3 once per variant, with these settings in the worker's environment (and part "
-                         "2's producer's), e.g. "
+                    help="parts 2, 3 and 5 once per variant, with these settings in the worker's environment (and "
+                         "part 2's producer's), e.g. "
                          "--variant PARLEY_BROKER_FETCH_BATCH=0 --variant PARLEY_BROKER_FETCH_BATCH=100 "
-                         "(old against new in one run); repeat --rounds times")
-    ap.add_argument("--rounds", type=int, default=1, help="how many times parts 2 and 3 run their layouts and variants")
+                         "(old against new in one run); repeat --rounds times. In parts 3 and 5, PARLEY_BENCH_TREE=DIR "
+                         "runs the worker from another checkout (e.g. git archive main | tar -x -C DIR)")
+    ap.add_argument("--rounds", type=int, default=1, help="how many times parts 2, 3 and 5 run their layouts and variants")
     ap.add_argument("--broker", choices=["redis", "rabbitmq", "both"], default="redis")
     ap.add_argument("--paced", action="append", metavar="RATE:SECONDS",
                     help="part 5's arrival rates, e.g. --paced 400:20 (default: 300:20, 400:20, 500:20)")
+    ap.add_argument("--idle", type=float, default=0.0, metavar="SECONDS",
+                    help="part 5 measures the idle worker's CPU a second over SECONDS before the turns arrive")
+    ap.add_argument("--profile", default="", metavar="FILE",
+                    help="part 5 samples the worker with py-spy (raw folded stacks to FILE.RATE.TAG) during the arrivals")
     args = ap.parse_args()
     for broker in (["redis", "rabbitmq"] if args.broker == "both" else [args.broker]):
         print(f"== broker: {broker}")
@@ -405,9 +446,13 @@ def run(args: argparse.Namespace, rig: Rig) -> None:
             for pool, conc in (("threads", 16), ("gevent", 1000)):
                 memory(rig, 3000 if args.quick else 10000, pool, conc)
         if "5" in args.only:
-            for paced in args.paced or ["300:20", "400:20", "500:20"]:
-                rate, seconds = paced.split(":")
-                llm_paced(rig, float(rate), float(seconds), 1000)
+            for r in range(args.rounds):
+                for paced in args.paced or ["300:20", "400:20", "500:20"]:
+                    rate, seconds = paced.split(":")
+                    # The variants' order flips every round, so the machine's load falls on each alike.
+                    for variant in variants if r % 2 == 0 else variants[::-1]:
+                        llm_paced(rig, float(rate), float(seconds), 1000, variant=variant, idle=args.idle,
+                                  profile=args.profile)
     finally:
         rig.stop()
 

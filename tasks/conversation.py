@@ -10,6 +10,7 @@ from __future__ import annotations
 import gc
 import logging
 import random
+import sys
 import threading
 from typing import Any
 
@@ -47,18 +48,29 @@ def service() -> ConversationService:
     return _service
 
 
+# The cyclic collector's thresholds for a worker process (Python's default: 700, 10, 10). A turn lives about as long
+# as its model call (seconds) and allocates thousands of objects meanwhile; at the defaults the youngest generation
+# is collected every few hundred net allocations, so every turn in flight is promoted to the oldest generation, and
+# the full collections that promotion sets off walk the whole heap (the decoded states kept between turns included):
+# at 400 turns/s they took more of a worker's CPU than all its Redis calls. With these, a turn's objects are
+# mostly freed before a collection looks at them; the garbage they leave in cycles waits for at most one pass of
+# the youngest generation (bench/README.md, "Issue 33: worker CPU a turn under steady arrivals").
+GC_THRESHOLDS = (50_000, 20, 10)
+
+
 def _warm_up() -> None:
     """Build the service before the first task and move everything alive now out of the collector's sight.
 
     Otherwise the first turn of a process pays for the imports and set-up, and every full collection walks
     the many long-lived objects that Celery, pydantic and the providers leave behind, stalling every turn in
-    flight (bench/README.md has the figures)."""
+    flight (bench/README.md has the figures). Then the collector is set to :data:`GC_THRESHOLDS`."""
     try:
         service()
     except Exception:  # Redis may be down at start-up: the first task builds it instead
         log.exception("could not build the service at start-up; the first task will")
     gc.collect()
     gc.freeze()
+    gc.set_threshold(*GC_THRESHOLDS)
 
 
 def _backoff(retries: int, cap: float = 60.0) -> float:
@@ -160,6 +172,16 @@ def _timer_loop(stop: threading.Event) -> None:
 
 
 _stop = threading.Event()
+
+
+@signals.worker_init.connect
+def _lighter_greenlets(**_: Any) -> None:
+    """Under the gevent pool, a greenlet per task no longer records who spawned it: gevent's default keeps the
+    spawning greenlet, its locals and the spawning stack (ten frames) of every greenlet, for debugging tools
+    Parley does not use; that is CPU at every task's spawn and objects the cyclic collector has to free."""
+    gevent = sys.modules.get("gevent")
+    if gevent is not None:
+        gevent.config.track_greenlet_tree = False
 
 
 @signals.worker_init.connect

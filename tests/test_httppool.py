@@ -19,6 +19,7 @@ class _Server(ThreadingHTTPServer):
     def __init__(self) -> None:
         super().__init__(("127.0.0.1", 0), _Handler)
         self.peers: list[tuple[str, int]] = []  # one entry per request: the client's address (= its connection)
+        self.cookies: list[str | None] = []  # one entry per request: the Cookie header it carried
         self.gate = threading.Event()
         self.gate.set()
         self.lock = threading.Lock()
@@ -33,10 +34,12 @@ class _Handler(BaseHTTPRequestHandler):
         self.rfile.read(int(self.headers.get("Content-Length", "0")))
         with server.lock:
             server.peers.append(self.client_address)
+            server.cookies.append(self.headers.get("Cookie"))
         server.gate.wait(10)
         body = b'{"ok": true}'
         self.send_response(200)
         self.send_header("Content-Length", str(len(body)))
+        self.send_header("Set-Cookie", "__cf_bm=abc; Path=/")
         self.end_headers()
         self.wfile.write(body)
 
@@ -145,3 +148,48 @@ def test_clients_idle_past_the_keep_alive_are_closed(server: _Server) -> None:
         pass
     assert pool.idle() == 1  # the request's client (the most recent) stayed; the nine shells were closed
     assert sum(c.is_closed for c in burst) == 9
+
+
+@pytest.mark.parametrize("lean", [True, False])
+def test_a_turn_clients_answer_is_freed_without_the_cycle_collector(server: _Server, lean: bool) -> None:
+    """httpx binds a response and its body stream to each other: three requests a turn left ~100 objects to the
+    cyclic collector, whose passes were a large part of a busy worker's CPU (bench/README.md)."""
+    import gc
+    import weakref
+
+    from worker.httppool import turn_client, use_lean_transport
+
+    use_lean_transport(lean)
+    client = turn_client(base_url=f"http://127.0.0.1:{server.server_address[1]}", timeout=10)
+    gc.disable()
+    try:
+        response = client.post("/x", json={})
+        assert response.json() == {"ok": True} and response.read() == b'{"ok": true}'
+        assert list(response.iter_bytes()) == [b'{"ok": true}']  # the body can still be read as a stream
+        gone = weakref.ref(response)
+        del response
+        assert gone() is None  # freed by its reference count alone
+    finally:
+        gc.enable()
+        client.close()
+        use_lean_transport(True)
+
+
+@pytest.mark.parametrize("lean", [True, False])
+def test_a_turn_client_sends_back_no_cookie_an_answer_set(server: _Server, lean: bool) -> None:
+    """A cookie would come back only on the requests that lease the same pooled client; reading every answer's
+    cookies cost about 3% of a busy worker's CPU (bench/README.md)."""
+    from worker.httppool import turn_client, use_lean_transport
+
+    use_lean_transport(lean)
+    client = turn_client(base_url=f"http://127.0.0.1:{server.server_address[1]}", timeout=10)
+    try:
+        first = client.post("/x", json={})
+        assert first.headers["set-cookie"].startswith("__cf_bm=")  # the answer still shows it
+        client.post("/x", json={})
+        client.cookies = {"a": "b"}  # type: ignore[assignment]  # ignored too
+        client.post("/x", json={})
+        assert server.cookies == [None, None, None] and not client.cookies
+    finally:
+        client.close()
+        use_lean_transport(True)

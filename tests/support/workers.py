@@ -24,6 +24,7 @@ class WorkerProcess:
     proc: subprocess.Popen[bytes] | None = field(default=None, repr=False)
     log_path: str = ""
     wrap: tuple[str, ...] = ()  # a command prefix, e.g. ("ip", "netns", "exec", "host1"): it must exec the worker
+    cwd: str = ROOT  # the checkout the worker runs (benchmarks run another revision's tree against this one)
     # A chaos loop and the harness's supervisor may both restart a killed worker: without the lock both started
     # one, and the process the second overwrote ran on as an orphan nobody killed.
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
@@ -44,7 +45,7 @@ class WorkerProcess:
         cmd = [*self.wrap, sys.executable, "-m", "celery", "-A", "tasks", "worker", "--pool", self.pool,
                "--concurrency", str(self.concurrency), "-Q", "parley", "--loglevel", "INFO",
                "--without-gossip", "--without-mingle", "--without-heartbeat", "-n", f"{self.name}@%h"]
-        self.proc = subprocess.Popen(cmd, env=self.env, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
+        self.proc = subprocess.Popen(cmd, env=self.env, cwd=self.cwd, stdout=log, stderr=subprocess.STDOUT,
                                      start_new_session=True)
         log.close()
 

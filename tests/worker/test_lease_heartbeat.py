@@ -220,3 +220,23 @@ def test_committing_restarts_the_stuck_turn_clock_only_when_the_commit_returned(
     done = threading.Event()
     threading.Thread(target=lambda: (beat.end(), done.set()), daemon=True).start()  # the lock was released
     assert done.wait(5) and not beat.active
+
+
+def test_a_beat_held_and_committed_is_freed_without_the_cycle_collector() -> None:
+    """Two beats a turn: left in a reference cycle, each took its lock and renew closures to the cyclic collector,
+    whose full passes over a busy worker's heap cost more CPU than the turns' own Redis calls (bench/README.md)."""
+    import gc
+    import weakref
+
+    hb = Heartbeat(0.0, 60.0, autostart=False)
+    gc.disable()
+    try:
+        with hb.holding(lambda: True, lambda: None, "drain") as beat:
+            with beat.committing():
+                pass
+            hb.stop(beat)
+        gone = weakref.ref(beat)
+        del beat
+        assert gone() is None  # freed by its reference count alone
+    finally:
+        gc.enable()
