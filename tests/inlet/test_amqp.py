@@ -5,6 +5,7 @@ accepted in queue order and acknowledged, a redelivered body a duplicate, what c
 from __future__ import annotations
 
 import json
+import logging
 import threading
 import time
 from collections.abc import Iterator
@@ -34,7 +35,9 @@ def vhost() -> Iterator[Vhost]:
 
 
 def _publish(url: str, *bodies: Any) -> None:
-    with Connection(url) as conn:  # type: ignore[no-untyped-call]
+    # Publisher confirms, as a game engine's producer should use: each publish returns once RabbitMQ has the message
+    # in the quorum queue, so the test starts the inlet on a queue that holds all of them.
+    with Connection(url, transport_options={"confirm_publish": True}) as conn:  # type: ignore[no-untyped-call]
         channel = conn.channel()  # type: ignore[no-untyped-call]
         inlet_queue(QUEUE)(channel).declare()  # type: ignore[no-untyped-call]
         producer = Producer(channel)  # type: ignore[no-untyped-call]
@@ -55,10 +58,17 @@ def _dead(url: str) -> list[tuple[bytes, str]]:
     return out
 
 
+def _ready(url: str) -> int:
+    """How many messages the inlet queue holds that no consumer has been given (for a failure's message)."""
+    with Connection(url) as conn:  # type: ignore[no-untyped-call]
+        channel = conn.channel()  # type: ignore[no-untyped-call]
+        return int(channel.queue_declare(QUEUE, passive=True).message_count)
+
+
 class Running:
-    def __init__(self, url: str, client: ConversationClient) -> None:
+    def __init__(self, url: str, client: ConversationClient, retry_seconds: float = 0.05) -> None:
         self.stop = False
-        self.thread = threading.Thread(target=AmqpInlet(url, client, QUEUE, retry_seconds=0.05).run,
+        self.thread = threading.Thread(target=AmqpInlet(url, client, QUEUE, retry_seconds=retry_seconds).run,
                                        args=(lambda: self.stop,))
         self.thread.start()
 
@@ -67,12 +77,15 @@ class Running:
         while not done() and time.monotonic() < deadline:
             time.sleep(0.05)
 
-    def close(self) -> None:
+    def close(self, within: float = 10) -> None:
         self.stop = True
-        self.thread.join(10)
+        self.thread.join(within)
+        assert not self.thread.is_alive(), f"the inlet did not stop within {within} s of being asked"
 
 
-def test_queue_messages_are_accepted_in_order_and_bad_ones_moved_aside(vhost: Vhost, server: RedisServer) -> None:
+def test_queue_messages_are_accepted_in_order_and_bad_ones_moved_aside(vhost: Vhost, server: RedisServer,
+                                                                       caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="parley.inlet")
     store = ConversationStore(server.client(), prefix="q")
     client = ConversationClient(store, wake=lambda cid: None)
     event = {"kind": "event", "conversation_id": "c1", "text": "tagged"}  # no message id: a digest of the body
@@ -86,7 +99,9 @@ def test_queue_messages_are_accepted_in_order_and_bad_ones_moved_aside(vhost: Vh
     finally:
         running.close()
     inbox = [(decode_envelope(p).kind, decode_envelope(p).text) for _, p in store.inbox("c1")]
-    assert inbox == [("event", "tagged"), ("message", "where?"), ("reset", None)]  # the second "tagged": a duplicate
+    # the second "tagged": a duplicate
+    assert inbox == [("event", "tagged"), ("message", "where?"), ("reset", None)], (
+        f"still in the queue: {_ready(vhost.url)}; the inlet said: {[r.getMessage() for r in caplog.records]}")
     dead = _dead(vhost.url)
     assert [(body, reason.split(":")[0]) for body, reason in dead] == [
         (b"{not json", "not JSON"), (json.dumps({"kind": "event", "conversation_id": "c1", "text": "x",
@@ -108,6 +123,28 @@ def test_a_full_mailbox_holds_the_queue_until_there_is_room(vhost: Vhost, server
     finally:
         running.close()
     assert _dead(vhost.url) == []
+
+
+def test_a_held_queue_stops_when_asked_without_waiting_out_its_backoff(vhost: Vhost, server: RedisServer) -> None:
+    r = server.client()
+    store = ConversationStore(r, prefix="q", limits=StoreLimits(max_inbox=1))
+    client = ConversationClient(store, wake=lambda cid: None)
+    client.send_event("c1", "already waiting", message_id="e0")
+    _publish(vhost.url, {"kind": "event", "conversation_id": "c1", "text": "e1", "message_id": "e1"})
+    running = Running(vhost.url, client, retry_seconds=30)  # the mailbox is full: the queue waits 30 s, then 60...
+    try:
+        running.until(lambda: _ready(vhost.url) == 0)  # the inlet holds the message
+        time.sleep(0.5)
+    finally:
+        running.close(within=5)  # a SIGTERM's stop, not the backoff's end
+    assert [m for m, _ in store.inbox("c1")] == ["e0"]
+    r.delete(store.keys("c1").inbox)
+    running = Running(vhost.url, client)  # not acknowledged: delivered again to the next consumer
+    try:
+        running.until(lambda: [m for m, _ in store.inbox("c1")] == ["e1"])
+    finally:
+        running.close()
+    assert [m for m, _ in store.inbox("c1")] == ["e1"]
 
 
 def test_parley_inlet_consumes_the_queue_when_the_broker_is_rabbitmq(vhost: Vhost, server: RedisServer) -> None:

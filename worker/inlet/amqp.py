@@ -52,6 +52,18 @@ def message_id_of(queue: str, body: bytes, properties: dict[str, Any]) -> str:
     return f"{queue}/sha256:{hashlib.sha256(body).hexdigest()[:32]}"
 
 
+def _pause(seconds: float, stopping: Callable[[], bool]) -> bool:
+    """Wait ``seconds`` unless asked to stop first (True then): a held queue's backoff grows to half a minute, and a
+    SIGTERM should not wait that long."""
+    deadline = time.monotonic() + seconds
+    while not stopping():
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return False
+        time.sleep(min(left, 0.2))
+    return True
+
+
 class AmqpInlet:
     """Consumes the queue until ``stopping()`` says so."""
 
@@ -110,9 +122,8 @@ class AmqpInlet:
                 ENTRIES.labels("duplicate" if duplicate else "accepted").inc()
                 return
             ENTRIES.labels("held").inc()
-            if stopping():
+            if _pause(wait, stopping):
                 return  # not acknowledged: RabbitMQ delivers it again, first, to the next consumer
-            time.sleep(wait)
             wait = min(wait * 2, self.max_retry_seconds)
 
     def _accept(self, msg: QueueMessage, body: bytes, properties: dict[str, Any]) -> bool:
