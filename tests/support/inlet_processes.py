@@ -27,4 +27,4 @@ def assert_each_once_in_order(store: ConversationStore, conversations: int, per_
     """Conversation ``c<n>``'s mailbox holds the texts ``0`` ... ``per_conversation - 1``, each once, in order."""
     for c in range(conversations):
         texts = [decode_envelope(payload).text for _, payload in store.inbox(f"c{c}")]
-        assert texts == [str(i) for i in range(per_conversation)], f"c{c}"
+        assert texts == [str(i) for i in range(per_conversation)], f"c{c} holds {texts}"

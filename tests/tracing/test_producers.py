@@ -86,7 +86,7 @@ def test_the_stream_inlet_continues_the_trace_a_queue_message_carries(traced: Ot
 def test_the_amqp_inlet_continues_the_trace_a_message_header_carries(traced: OtlpReceiver, server: RedisServer,
                                                                      vhost: Vhost) -> None:
     store = ConversationStore(server.client(), prefix="q")
-    with Connection(vhost.url) as conn:  # type: ignore[no-untyped-call]
+    with Connection(vhost.url, transport_options={"confirm_publish": True}) as conn:  # type: ignore[no-untyped-call]
         channel = conn.channel()  # type: ignore[no-untyped-call]
         inlet_queue(QUEUE)(channel).declare()  # type: ignore[no-untyped-call]
         Producer(channel).publish(  # type: ignore[no-untyped-call]
