@@ -36,9 +36,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import bisect
 import functools
-import itertools
 import json
 import os
 import random
@@ -58,6 +56,7 @@ sys.path.insert(0, os.environ.get("PARLEY_BENCH_TREE") or str(Path(__file__).res
 
 import msgpack
 import redis
+from player_texts import varied
 
 from tests.support.redis_server import start_redis
 from worker.client import ConversationClient
@@ -67,7 +66,6 @@ from worker.runtime import build_service
 from worker.settings import Settings
 
 WORDS = ["the", "theatre", "opens", "at", "seven", "and", "the", "gallery", "is", "round", "the", "corner", "from", "the", "gardens", "where", "the", "band", "plays", "on", "sundays", "so", "you", "could", "walk", "there", "after", "tea", "at", "the", "cafe"]
-VOCABULARY = 20_000
 TEXT = "varied"  # set by --text
 
 
@@ -80,43 +78,13 @@ def _repetitive_assistant(turn: int) -> str:
 
 
 @functools.cache
-def _vocabulary() -> tuple[tuple[str, ...], list[float]]:
-    """20,000 distinct made-up words (syllables; the most frequent the shortest, as in English) and the cumulative
-    Zipf weights (s = 1) to draw them by."""
-    rng = random.Random(33)
-    onsets, vowels = [*"bcdfghjklmnprstvwyz", "br", "ch", "cl", "dr", "fl", "gr", "pl", "sh", "st", "th", "tr"], "aeiou"
-    words: list[str] = []
-    seen: set[str] = set()
-    while len(words) < VOCABULARY:
-        syllables = 1 + min(4, int(rng.expovariate(1.0) + len(words) / 6000))
-        word = "".join(rng.choice(onsets) + rng.choice(vowels) for _ in range(syllables))
-        word += rng.choice(("", "", "n", "s", "t", "r", "ng"))
-        if word not in seen:
-            seen.add(word)
-            words.append(word)
-    return tuple(words), list(itertools.accumulate(1 / (rank + 1) for rank in range(VOCABULARY)))
-
-
-def _varied(rng: random.Random, length: int) -> str:
-    """Words drawn from the vocabulary until the text is ``length`` characters long."""
-    words, cumulative = _vocabulary()
-    out: list[str] = []
-    size = 0
-    while size < length:
-        word = words[min(VOCABULARY - 1, bisect.bisect(cumulative, rng.random() * cumulative[-1]))]
-        out.append(word)
-        size += len(word) + 1
-    return " ".join(out)
-
-
-@functools.cache
 def user_text(cid: int, turn: int) -> str:
     """About 80 characters, different every turn."""
     same = _repetitive_user(cid, turn)
     if TEXT == "repetitive":
         return same
     head = f"Turn {turn} of player {cid}: "
-    return head + _varied(random.Random(f"u{cid}:{turn}"), len(same) - len(head) - 1) + "?"
+    return head + varied(random.Random(f"u{cid}:{turn}"), len(same) - len(head) - 1) + "?"
 
 
 @functools.cache
@@ -126,7 +94,7 @@ def assistant_text(turn: int, cid: int = 0) -> str:
     if TEXT == "repetitive":
         return same
     head = f"Answer {turn}: "
-    return head + _varied(random.Random(f"a{cid}:{turn}"), len(same) - len(head) - 1) + "."
+    return head + varied(random.Random(f"a{cid}:{turn}"), len(same) - len(head) - 1) + "."
 
 
 @dataclass

@@ -18,6 +18,10 @@ against its own no-op baseline.
 5. LLM-bound, paced: part 3 with the turns arriving at a steady rate (300, 400 and 500 a second for 20 s) instead of
    all at once: whether one worker keeps up (every turn delivered about the model's 2 s after it arrived) at the
    issue's 400 turns/s, with about 800 of them in flight.
+
+Parts 2, 3 and 5 send players' messages as varied as a game's chats (``--text varied``, bench/player_texts.py:
+lengths from a word to a paragraph, some emoji and other scripts); ``--text fixed`` sends the short "question N" of
+the figures recorded before 2026-11-27.
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import httpx
 import redis
+from player_texts import player_message
 
 from tests.support.fake_openai import FakeOpenAI
 from tests.support.fake_whatsapp import FakeWhatsApp
@@ -43,6 +48,13 @@ from worker.client import ConversationClient
 from worker.settings import Settings
 
 QUEUE = "parley"
+TEXT = "varied"  # set by --text
+
+
+def player_text(seed: str | int) -> str:
+    """What a player sends: varied (bench/player_texts.py, as on a game's chats), or the fixed short text the
+    figures before 2026-11-27 were measured with (``--text fixed``), for a comparison in one run."""
+    return player_message(seed) if TEXT == "varied" else f"question {seed}"
 
 
 def rss_kb(pid: int) -> int:
@@ -199,7 +211,7 @@ def latency(rig: Rig, samples: int, pool: str, variant: dict[str, str] | None = 
         events.get_message(timeout=1.0)  # the subscribe confirmation (ignored, but it must be read)
         before = peers.stats()["sends"]
         sent = time.time()
-        client.send_message(cid, f"hi {i}", message_id=f"lat{pool}{run}-{i}")
+        client.send_message(cid, player_text(f"lat{i}"), message_id=f"lat{pool}{run}-{i}")
         deadline = sent + 10
         while time.time() < deadline:
             m = events.get_message(timeout=max(0.0, deadline - time.time()))
@@ -266,7 +278,7 @@ def llm_bound(rig: Rig, turns: int, concurrency: int, processes: int, pool: str 
     tag = f"{processes}x{concurrency}{pool[0]}{len(rig.variants_run)}"
     rig.variants_run.append(tag)
     for i in range(turns):
-        rig.client.send_message(f"4479{processes}{i:07d}", f"question {i}", message_id=f"llm{tag}-{i}")
+        rig.client.send_message(f"4479{processes}{i:07d}", player_text(i), message_id=f"llm{tag}-{i}")
     enq = time.perf_counter() - t0
     # Sample the send count as it climbs: the steady rate is the slope between 10% and 90% of the turns
     # (the first 2 s only fill the pipeline, the last wave drains it).
@@ -347,7 +359,7 @@ def llm_paced(rig: Rig, rate: float, seconds: float, concurrency: int, pool: str
         due = t0 + i / rate
         if (pause := due - time.perf_counter()) > 0:
             time.sleep(pause)
-        rig.client.send_message(f"4478{i:08d}", f"question {i}", message_id=f"{tag}-{i}")
+        rig.client.send_message(f"4478{i:08d}", player_text(i), message_id=f"{tag}-{i}")
         if i % max(1, int(rate / 4)) == 0 and time.perf_counter() - t0 > 4:  # past the first two model waits
             backlog.append(i + 1 - peers.stats()["sends"])
         if profile and spy is None and time.perf_counter() - t0 > 5:
@@ -416,7 +428,12 @@ def main() -> None:
                     help="part 5 measures the idle worker's CPU a second over SECONDS before the turns arrive")
     ap.add_argument("--profile", default="", metavar="FILE",
                     help="part 5 samples the worker with py-spy (raw folded stacks to FILE.RATE.TAG) during the arrivals")
+    ap.add_argument("--text", choices=["varied", "fixed"], default="varied",
+                    help="the players' messages in parts 2, 3 and 5: varied (lengths, scripts, emoji; the default) or "
+                         "the short fixed text of the figures before 2026-11-27")
     args = ap.parse_args()
+    global TEXT
+    TEXT = args.text
     for broker in (["redis", "rabbitmq"] if args.broker == "both" else [args.broker]):
         print(f"== broker: {broker}")
         run(args, Rig(no_typing=args.no_typing, broker=broker))
