@@ -130,9 +130,9 @@ class ConversationClient:
             # retry (a duplicate) leaves the timers held since the first one alone
             self.store.drop_timers(env.conversation_id, env.message_id)
         result = self.store.accept(env.conversation_id, env.to_bytes(), env.message_id, inbound=inbound,
-                                   ends_burst=_ends_burst(env), wake=self._wake_push(env.conversation_id))
+                                   ends_burst=_ends_burst(env), wake=self.accept_wake_push(env.conversation_id))
         if self._needs_wake(result) and not result.woken:  # the accept pushed it (when it may: issue 33)
-            self._wake(env.conversation_id)
+            self.publish_wake(env.conversation_id)
         return Submitted(env.conversation_id, env.message_id, result.duplicate, result.depth)
 
     def _checked(self, env: Envelope, *, from_player: bool = False) -> bool:
@@ -145,11 +145,18 @@ class ConversationClient:
             raise err
         return from_player or _from_player(env)
 
-    def _wake_push(self, conversation_id: str) -> WakePush | None:
-        """The wake-up the accept pushes itself when the input needs one (None: the waker publishes it)."""
+    def accept_wake_push(self, conversation_id: str) -> WakePush | None:
+        """What an accept of an input of ``conversation_id`` is handed to push the worker's wake-up itself, in its
+        own round trip, when the input needs one; None when this client's wake-ups are published by its waker
+        (:meth:`publish_wake`) instead. For a caller that runs the store's accept itself (the HTTP API on its loop)."""
         if self._accept_wake is None:
             return None
         return self._accept_wake.push(conversation_id, every=not self.coalesce_wakeups)
+
+    def publish_wake(self, conversation_id: str) -> None:
+        """Wake a worker for ``conversation_id`` through this client's waker (a Celery publish: blocking), for an
+        accepted input that needs a wake-up its accept did not push (see :meth:`accept_wake_push`)."""
+        self._wake(conversation_id)
 
     def _needs_wake(self, result: AcceptResult) -> bool:
         # Only the first input of a burst needs a wake-up: with more waiting, a wake-up is already queued, or a
