@@ -65,9 +65,10 @@ def traced(env: Envelope) -> Envelope:
 
 
 def _ends_burst(env: Envelope) -> bool:
-    """Whether the input is a game event the model answers: it ends a burst (:mod:`worker.service.burst`), so its
-    accept ends a burst's quiet period that is being waited out."""
-    return env.kind == "event" and bool(env.respond)
+    """Whether the input ends a burst (:mod:`worker.service.burst`), so its accept ends a burst's quiet period that is
+    being waited out: a game event the model answers, or a person's message (an operator's never joins a burst, so
+    the burst is answered at once when a worker looks; a person writing must not wait out the player's typing)."""
+    return env.kind == "operator" or (env.kind == "event" and bool(env.respond))
 
 
 class ConversationClient:
