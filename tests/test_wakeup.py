@@ -113,6 +113,23 @@ def test_the_accepts_wake_up_is_byte_for_byte_what_kombu_pushes_for_the_workers_
         server.stop()
 
 
+def test_each_wake_up_has_ids_as_uuid4_makes_them() -> None:
+    """The accept's wake-up makes its task id and delivery tag itself (``uuid.UUID`` was most of its cost): each is
+    what ``str(uuid.uuid4())`` gives, version 4 of the RFC 4122 variant, and none repeats."""
+    wake = accept_wake(Settings(_env_file=None, redis_url="redis://127.0.0.1:7001/0"))  # type: ignore[call-arg]
+    assert wake is not None
+    seen: set[str] = set()
+    for _ in range(500):
+        push = wake.push(CID)
+        assert push is not None
+        task_id, delivery_tag = _ids(push.message)[:2]
+        for value in (task_id, delivery_tag):
+            parsed = uuid.UUID(value)
+            assert (str(parsed), parsed.version, parsed.variant) == (value, 4, uuid.RFC_4122)
+        seen.update((task_id, delivery_tag))
+    assert len(seen) == 1000
+
+
 @pytest.mark.parametrize(("values", "pushed"), [
     ({}, True),
     ({"broker_url": "redis://127.0.0.1:7001"}, True),  # the same server and database, written differently

@@ -43,7 +43,7 @@ class AsyncClient:
         env = prepared.envelope
         result = await self._accept.accept(env.conversation_id, env.to_bytes(), env.message_id,
                                            inbound=prepared.inbound,
-                                           wake=self._preparer.client._wake_push(env.conversation_id))
+                                           wake=self._preparer.client.accept_wake_push(env.conversation_id))
         if self._preparer.needs_wake(result):
-            await anyio.to_thread.run_sync(self._preparer.client._wake, env.conversation_id)
+            await anyio.to_thread.run_sync(self._preparer.client.publish_wake, env.conversation_id)
         return Submitted(env.conversation_id, env.message_id, result.duplicate, result.depth)

@@ -65,9 +65,10 @@ def traced(env: Envelope) -> Envelope:
 
 
 def _ends_burst(env: Envelope) -> bool:
-    """Whether the input is a game event the model answers: it ends a burst (:mod:`worker.service.burst`), so its
-    accept ends a burst's quiet period that is being waited out."""
-    return env.kind == "event" and bool(env.respond)
+    """Whether the input ends a burst (:mod:`worker.service.burst`), so its accept ends a burst's quiet period that is
+    being waited out: a game event the model answers, or a person's message (an operator's never joins a burst, so
+    the burst is answered at once when a worker looks; a person writing must not wait out the player's typing)."""
+    return env.kind == "operator" or (env.kind == "event" and bool(env.respond))
 
 
 class ConversationClient:
@@ -130,9 +131,9 @@ class ConversationClient:
             # retry (a duplicate) leaves the timers held since the first one alone
             self.store.drop_timers(env.conversation_id, env.message_id)
         result = self.store.accept(env.conversation_id, env.to_bytes(), env.message_id, inbound=inbound,
-                                   ends_burst=_ends_burst(env), wake=self._wake_push(env.conversation_id))
+                                   ends_burst=_ends_burst(env), wake=self.accept_wake_push(env.conversation_id))
         if self._needs_wake(result) and not result.woken:  # the accept pushed it (when it may: issue 33)
-            self._wake(env.conversation_id)
+            self.publish_wake(env.conversation_id)
         return Submitted(env.conversation_id, env.message_id, result.duplicate, result.depth)
 
     def _checked(self, env: Envelope, *, from_player: bool = False) -> bool:
@@ -145,11 +146,18 @@ class ConversationClient:
             raise err
         return from_player or _from_player(env)
 
-    def _wake_push(self, conversation_id: str) -> WakePush | None:
-        """The wake-up the accept pushes itself when the input needs one (None: the waker publishes it)."""
+    def accept_wake_push(self, conversation_id: str) -> WakePush | None:
+        """What an accept of an input of ``conversation_id`` is handed to push the worker's wake-up itself, in its
+        own round trip, when the input needs one; None when this client's wake-ups are published by its waker
+        (:meth:`publish_wake`) instead. For a caller that runs the store's accept itself (the HTTP API on its loop)."""
         if self._accept_wake is None:
             return None
         return self._accept_wake.push(conversation_id, every=not self.coalesce_wakeups)
+
+    def publish_wake(self, conversation_id: str) -> None:
+        """Wake a worker for ``conversation_id`` through this client's waker (a Celery publish: blocking), for an
+        accepted input that needs a wake-up its accept did not push (see :meth:`accept_wake_push`)."""
+        self._wake(conversation_id)
 
     def _needs_wake(self, result: AcceptResult) -> bool:
         # Only the first input of a burst needs a wake-up: with more waiting, a wake-up is already queued, or a

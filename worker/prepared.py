@@ -49,7 +49,7 @@ class Preparer:
 
     def __init__(self, client: ConversationClient) -> None:
         self.client = client
-        self._preparing = _Preparing(client.store, client._wake, max_text_chars=client.max_text_chars,
+        self._preparing = _Preparing(client.store, client.publish_wake, max_text_chars=client.max_text_chars,
                                      coalesce_wakeups=client.coalesce_wakeups)
 
     def prepare(self, method: str, conversation_id: str, arguments: dict[str, Any]) -> Prepared:
@@ -70,5 +70,5 @@ class Preparer:
     def accepted(self, prepared: Prepared, result: AcceptResult) -> Submitted:
         """What the client's method would have answered, the worker woken as it would have been (blocking)."""
         if self.needs_wake(result):
-            self.client._wake(prepared.conversation_id)
+            self.client.publish_wake(prepared.conversation_id)
         return Submitted(prepared.conversation_id, prepared.message_id, result.duplicate, result.depth)

@@ -113,6 +113,27 @@ def test_on_the_stores_own_redis_the_loops_accept_pushes_the_wake_up_itself(serv
     assert woken == [f"['{CID}']", "['447700900124']"]
 
 
+def test_the_loop_and_the_blocking_client_wake_through_the_clients_public_seam(server: RedisServer) -> None:
+    """Both paths ask the client for the accept's own wake-up (``accept_wake_push``) and publish through it
+    (``publish_wake``): a client that changes either changes both paths, none reaches past them."""
+    seam: list[tuple[str, str]] = []
+
+    class Recording(ConversationClient):
+        def accept_wake_push(self, conversation_id: str) -> None:  # type: ignore[override]
+            seam.append(("push", conversation_id))
+
+        def publish_wake(self, conversation_id: str) -> None:
+            seam.append(("publish", conversation_id))
+
+    store = ConversationStore(server.client(), prefix="seam", limits=StoreLimits())
+    client = Recording(store, wake=lambda cid: pytest.fail("the waker is called only through publish_wake"))
+    on_loop = AsyncClient.for_client(client)
+    assert on_loop is not None
+    asyncio.run(on_loop.send("send_message", CID, {"text": "hi", "message_id": "m1"}))
+    client.send_message("447700900124", "hi", message_id="m2")
+    assert seam == [("push", CID), ("publish", CID), ("push", "447700900124"), ("publish", "447700900124")]
+
+
 def test_a_small_body_takes_no_thread_hop_a_large_one_and_a_reset_do(
         server: RedisServer, monkeypatch: pytest.MonkeyPatch) -> None:
     hops: list[object] = []

@@ -321,3 +321,22 @@ def test_tool_results_are_capped() -> None:
     chat.chat(user="go")
     content = model.requests[1].messages[-1].content
     assert len(content) < 1100 and "truncated" in content
+
+
+def test_a_history_a_person_opens_gets_the_games_note_first_once() -> None:
+    """The note before a person's opening words comes from one place (``msgs.opening``): a new state whose first
+    added message is a person's gets it, one that opens with the player's words or already has a history does not,
+    and nothing added leaves the state as it was."""
+    from worker.conversation.messages import OPERATOR_FIRST, opening, operator, user
+
+    chat = Chat(model=ScriptedModel())
+    assert opening([]) == []
+    assert [m.content for m in opening([operator("Sam here.")])] == [OPERATOR_FIRST, "Sam here."]
+    assert [m.content for m in opening([user("hi"), operator("Sam here.")])] == ["hi", "Sam here."]
+    opened = decode_state(chat.apply_messages(None, [operator("Sam here."), operator("Still there?")]).state)
+    assert [(m.role, m.content) for m in opened.messages] == [
+        ("event", OPERATOR_FIRST), ("assistant", "Sam here."), ("assistant", "Still there?")]
+    started = chat.apply_messages(None, [user("hi")]).state
+    after = chat.apply_messages(started, [operator("Sam here.")]).state
+    assert [m.content for m in decode_state(after).messages] == ["hi", "Sam here."]
+    assert decode_state(chat.apply_messages(started, []).state).messages == decode_state(started).messages

@@ -10,6 +10,7 @@ import time
 import pytest
 
 from tests.configs import bare_burst, bare_config
+from tests.support.store_kit import raw
 from tests.worker.conftest import make_harness
 from worker import ScriptedModel
 from worker.conversation.inspect import inspect_state
@@ -60,6 +61,23 @@ def test_operator_messages_go_out_in_order_once_and_enter_the_state_as_a_persons
     assert said == [("user", "help!", None), ("assistant", "Hi, Sam here from the game team.", OPERATOR),
                     ("assistant", "Try the theatre's side door.", OPERATOR),
                     ("assistant", "It is open until 6.", OPERATOR)]
+
+
+def test_an_operator_message_ends_a_running_burst_hold_at_once() -> None:
+    """A person's message never joins a player's burst, so it does not wait out the burst's quiet period (5 s here):
+    its accept ends the hold and wakes a worker, which answers the burst and then sends the person's message, with no
+    wait (no clock is advanced, nothing sleeps), as for a game event the model answers."""
+    policy = bare_burst(quiet=5.0, max_wait=60.0)
+    h = make_harness(config=bare_config(system_prompt="You are a test.", burst=policy))
+    h.client.send_message(CID, "wait", message_id="m1")
+    h.run()  # the drain defers the turn (the hold) and its wake-up at the end of the quiet period finds it held
+    hold = h.store.keys(CID).hold
+    assert _texts(h) == [] and raw(h.store).exists(hold)
+    h.client.send_operator_message(CID, "Sam here from the game team.", message_id="op1")
+    assert not raw(h.store).exists(hold) and h.woken == [("drain", CID)]  # ended, and a worker woken for it
+    h.run()
+    assert _texts(h) == ["ack:wait", "Sam here from the game team."]
+    assert h.store.inbox_depth(CID) == 0
 
 
 def test_after_resume_the_model_sees_what_was_said_meanwhile_and_answers_again() -> None:
@@ -265,7 +283,6 @@ def test_bad_pause_seconds_are_refused_and_nothing_is_paused(seconds) -> None:  
 
 def test_an_operator_message_outside_the_24_hour_window_is_the_template_or_a_dead_letter() -> None:
     from tests.support.fake_whatsapp import FakeWhatsApp
-    from tests.support.store_kit import raw
     from worker.delivery.whatsapp import WhatsAppSender
     from worker.delivery.window import ServiceWindow, Template
     from worker.envelopes import decode_dead_letter

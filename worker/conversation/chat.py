@@ -87,10 +87,7 @@ def _silence(messages: Sequence[Message]) -> list[Message]:
     while since < len(messages) and messages[since].role in ("assistant", "tool") and \
             messages[since].name != msgs.OPERATOR:
         since += 1  # the model's answer to the player's last message: part of the old conversation
-    kept = list(messages[since:])
-    if kept and kept[0].role == "assistant":
-        kept.insert(0, msgs.event(msgs.OPERATOR_FIRST))
-    return kept
+    return msgs.opening(messages[since:])
 
 
 def _fresh_after_idle(st: ConversationState, provider: str, now: float) -> ConversationState:
@@ -418,11 +415,12 @@ class Chat:
         for key, text in facts:
             _check_text("fact text", text, self.max_input_chars)
             st = st.with_fact(check_key(key), text)
+        added = []
         for m in messages:
             _check_text(f"{m.role} text", m.content, self.max_input_chars)
-            if m.role == "assistant" and not st.messages:  # a person writes first: see msgs.OPERATOR_FIRST
-                st = st.append(msgs.event(msgs.OPERATOR_FIRST))
-            st = st.append(msgs.validated(m))
+            added.append(msgs.validated(m))
+        if added:
+            st = st.append(*(added if st.messages else msgs.opening(added)))
         if from_player:
             st = replace(st, meta=replace(st.meta, last_activity=self.clock()))
         st, needs, counted = self._auto_compact_if_due(st, loaded.counted)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -179,6 +180,15 @@ OPERATOR_FIRST = "A person from the game team wrote to the player first; what th
 def operator(text: str) -> Message:
     """A validated assistant message written by a person (see :data:`OPERATOR`)."""
     return validated(Message(role="assistant", content=text, name=OPERATOR))
+
+
+def opening(history: Sequence[Message]) -> list[Message]:
+    """``history`` as the opening of a conversation: one that would open with the assistant's side (a person's
+    words, see :data:`OPERATOR_FIRST`) gets the game's note first; any other is returned as it is."""
+    kept = list(history)
+    if kept and kept[0].role == "assistant":
+        kept.insert(0, event(OPERATOR_FIRST))
+    return kept
 
 
 def validated(message: Message) -> Message:

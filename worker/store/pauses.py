@@ -6,15 +6,19 @@ the conversation's ``paused`` key (the ms the pause ends, ``0`` for none), set w
 timed pause ends by itself with no worker or timer involved. Beside it, the global ``paused`` zset (scored by the
 same end, ``+inf`` for none) lets every process compute the ``parley_paused_conversations`` gauge from Redis.
 
-The two are written by separate commands (they live in different Cluster slots): the conversation's key first, so
-the drain never misses a pause; the index second, so at worst the gauge counts a pause a crash left half-ended
-until its end (or the next resume or delete) clears it.
+On one Redis server the two are written in one transaction (MULTI/EXEC), so the count never disagrees with the
+pauses, even while a pause and a resume race. On a Cluster they live in different slots and are written by separate
+commands: the conversation's key first, so the drain never misses a pause; the index second, so a crash can leave the
+gauge counting a half-ended pause until its end (or the next resume or delete) clears it, and a pause and a resume
+that race can leave it one off until that conversation's next pause or resume (docs/known-limits.md).
 """
 
 from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable
+from typing import Any
 
 from worker.store.core import StoreCore
 from worker.store.redis_errors import store_errors
@@ -36,22 +40,33 @@ class PauseStore(StoreCore):
             # With the idle TTL on, an untimed pause expires like the rest of an idle conversation (each input
             # refreshes it): a player who never writes again must not find their next conversation, months later,
             # held for an operator nobody assigned (nor a pause of a conversation that never started count for good).
-            self._client.set(key, b"0", px=self.limits.idle_ttl_ms or None)
-            self._client.zadd(self.global_keys.paused, {cid: math.inf})
+            self._both(lambda c: c.set(key, b"0", px=self.limits.idle_ttl_ms or None),
+                       lambda c: c.zadd(self.global_keys.paused, {cid: math.inf}))
             return Pause(None)
         ms = max(1, int(seconds * 1000))
         until_ms = self._now_ms() + ms
-        self._client.set(key, str(until_ms).encode(), px=ms)
-        self._client.zadd(self.global_keys.paused, {cid: until_ms})
+        self._both(lambda c: c.set(key, str(until_ms).encode(), px=ms),
+                   lambda c: c.zadd(self.global_keys.paused, {cid: until_ms}))
         return Pause(until_ms / 1000)
 
     @store_errors
     def resume(self, cid: str) -> bool:
         """End ``cid``'s pause; True when it was paused."""
-        raw = self._client.getdel(self.keys(cid).paused)
-        self._client.zrem(self.global_keys.paused, cid)
+        raw = self._both(lambda c: c.getdel(self.keys(cid).paused), lambda c: c.zrem(self.global_keys.paused, cid))
         # The idle TTL may have kept a timed pause's key past its end (it refreshes the key): that one had ended.
         return Pause.stored(raw, self._now_ms()) is not None
+
+    def _both(self, first: Callable[[Any], Any], then: Callable[[Any], Any]) -> Any:
+        """``first`` then ``then`` (each given a client), as one transaction where the server allows it (not a
+        Cluster: the conversation's key and the index are in different slots); what ``first`` answered."""
+        if self._cluster:
+            done = first(self._client)
+            then(self._client)
+            return done
+        pipe = self._client.pipeline(transaction=True)
+        first(pipe)
+        then(pipe)
+        return pipe.execute()[0]
 
     @store_errors
     def paused(self, cid: str) -> Pause | None:
