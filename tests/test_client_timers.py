@@ -10,9 +10,9 @@ import pytest
 
 from worker.client import ConversationClient
 from worker.envelopes import decode_envelope
-from worker.errors import InputError, InvalidScheduleError
+from worker.errors import InboxFullError, InputError, InvalidScheduleError
 from worker.service.timers import TimerLoop
-from worker.store.redis_store import ConversationStore
+from worker.store.redis_store import ConversationStore, StoreLimits
 
 CID = "447700900123"
 
@@ -107,6 +107,19 @@ def test_a_retried_reset_leaves_the_timers_held_since_the_first(setup) -> None: 
     client.send_event(CID, "new game's nudge", message_id="nudge-2", at=soon())
     assert client.reset(CID, message_id="r1").duplicate is True
     assert [t.message_id for t in store.scheduled(CID)] == ["nudge-2"]
+
+
+def test_a_reset_refused_for_a_full_mailbox_keeps_the_pending_timers() -> None:
+    """A reset the mailbox has no room for never joined the order: the game's timers stay held (before, they
+    were dropped by a step of their own ahead of the refused accept)."""
+    store = ConversationStore(fakeredis.FakeRedis(server=fakeredis.FakeServer()), prefix=f"t{uuid.uuid4().hex[:6]}",
+                              limits=StoreLimits(max_inbox=1))
+    client = ConversationClient(store, lambda cid: None)
+    client.send_message(CID, "hello", message_id="m1")
+    client.send_event(CID, "nudge", message_id="nudge", at=soon())
+    with pytest.raises(InboxFullError):
+        client.reset(CID, message_id="r1")
+    assert [t.message_id for t in store.scheduled(CID)] == ["nudge"]
 
 
 def test_delete_drops_the_pending_timers(setup) -> None:  # type: ignore[no-untyped-def]
