@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import uuid
 from datetime import UTC, datetime, timedelta, timezone
 
@@ -198,3 +199,39 @@ def test_a_scheduled_answered_event_ends_a_burst_hold_when_it_fires_and_wakes(se
     assert woken == [] and store.begin(CID, 10_000).status == "held"  # a silent event leaves the wait running
     assert TimerLoop(store, woken.append, clock=Clock(due.timestamp() + 86_405)).run_once() == 1
     assert woken == [CID] and store.begin(CID, 10_000).status == "ok"  # ended, and a worker woken for it
+
+
+def test_a_redis_outage_logs_one_warning_then_one_line_when_back_not_a_traceback_a_pass(caplog) -> None:  # type: ignore[no-untyped-def]
+    server = fakeredis.FakeServer()
+    store = ConversationStore(fakeredis.FakeRedis(server=server), prefix=f"t{uuid.uuid4().hex[:6]}")
+    client = ConversationClient(store, lambda cid: None)
+    woken: list[str] = []
+    due = soon(-1)
+    client.send_event(CID, "nudge", message_id="nudge", at=soon())
+    store.schedule(CID, b"late", "late", int(due.timestamp() * 1000))
+    loop = TimerLoop(store, woken.append)
+    caplog.set_level(logging.INFO, logger="parley.timers")
+    server.connected = False
+    for _ in range(5):
+        loop.run_guarded()
+    server.connected = True
+    loop.run_guarded()
+    loop.run_guarded()
+    lines = [(r.levelno, r.getMessage()) for r in caplog.records]
+    assert [level for level, _ in lines] == [logging.WARNING, logging.INFO], lines
+    assert "unavailable" in lines[0][1] and "back" in lines[1][1]
+    assert not any(r.exc_info for r in caplog.records) and woken == [CID]
+
+
+def test_an_unexpected_timer_pass_failure_keeps_its_traceback_every_pass(setup, caplog) -> None:  # type: ignore[no-untyped-def]
+    _, store, woken = setup
+    loop = TimerLoop(store, woken.append)
+
+    def broken(*_args: object) -> list[tuple[str, float]]:
+        raise RuntimeError("a bug")
+
+    loop.store = type("Broken", (), {"due_conversations": staticmethod(broken)})()  # type: ignore[assignment]
+    loop.run_guarded()
+    loop.run_guarded()
+    assert [r.levelno for r in caplog.records] == [logging.ERROR, logging.ERROR]
+    assert all(r.exc_info for r in caplog.records)
