@@ -68,6 +68,26 @@ def test_a_naive_or_non_datetime_at_is_refused_naming_at_and_nothing_is_held(set
     assert store.scheduled(CID) == [] and store.inbox(CID) == [] and woken == []
 
 
+def test_an_at_more_than_a_year_ahead_is_refused_naming_at_and_nothing_is_held(setup) -> None:  # type: ignore[no-untyped-def]
+    from worker.due_time import MAX_AHEAD_S
+    from worker.timer_commands import parse_when
+
+    client, store, woken = setup
+    for kind in ("event", "message", "reset"):
+        with pytest.raises(InvalidScheduleError, match="more than a year ahead") as err:
+            if kind == "event":
+                client.send_event(CID, "x", at=soon(MAX_AHEAD_S + 60))
+            elif kind == "message":
+                client.send_message(CID, "x", at=datetime(2999, 1, 1, tzinfo=UTC))
+            else:
+                client.reset(CID, at=soon(MAX_AHEAD_S + 60))
+        assert err.value.field == "at"
+    assert store.scheduled(CID) == [] and store.inbox(CID) == [] and woken == []
+    assert client.send_event(CID, "x", message_id="in-a-year", at=soon(MAX_AHEAD_S - 60)).scheduled
+    with pytest.raises(InvalidScheduleError):  # the CLI's +N has the same bound
+        parse_when(f"+{MAX_AHEAD_S + 1}")
+
+
 def test_bad_text_with_at_is_refused_before_anything_is_held(setup) -> None:  # type: ignore[no-untyped-def]
     client, store, _ = setup
     with pytest.raises(InputError):

@@ -15,14 +15,14 @@ from worker.terminal import for_terminal, json_for_terminal
 def parse_when(value: str, *, now: float | None = None) -> datetime:
     """``--at``'s value: an RFC 3339 timestamp with an offset (as the HTTP API takes it), or ``+N`` seconds from
     now (``+300``; ``+5m`` and ``+2h`` too), which is what a person at a shell means by "in five minutes"."""
-    from worker.due_time import parse_rfc3339
+    from worker.due_time import MAX_AHEAD_S, parse_rfc3339
     from worker.errors import InvalidScheduleError
 
     match = re.fullmatch(r"\+(\d+(?:\.\d+)?)([smh]?)", value.strip())
     if match is None:
         return parse_rfc3339(value)
     seconds = float(match.group(1)) * {"": 1, "s": 1, "m": 60, "h": 3600}[match.group(2)]
-    if seconds > 366 * 86400:
+    if seconds > MAX_AHEAD_S:
         raise InvalidScheduleError(f"at is more than a year away: {value[:32]!r}")
     return datetime.fromtimestamp((time.time() if now is None else now) + seconds, UTC)
 
