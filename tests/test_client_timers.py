@@ -168,6 +168,27 @@ def test_parley_scheduled_lists_the_pending_timers_and_cancel_drops_one(setup, m
     assert [t.message_id for t in store.scheduled(CID)] == ["r"]
 
 
+def test_parley_scheduled_shows_a_held_events_respond_and_key_after_the_other_columns(setup, monkeypatch, capsys) -> None:  # type: ignore[no-untyped-def]
+    from worker import cli, timer_commands
+
+    client, store, _ = setup
+    client.send_event(CID, "Round ends in 5 minutes", message_id="ask", respond=True, at=soon(60))
+    client.send_event(CID, "Target: the theatre", message_id="fact", key="target", at=soon(120))
+    client.send_event(CID, "Both", message_id="both", key="round", respond=True, at=soon(180))
+    client.send_event(CID, "Plain", message_id="plain", at=soon(240))
+    rows = timer_commands.pending_timers(store, CID)
+    assert [(r["message_id"], r["respond"], r["key"]) for r in rows] == [
+        ("ask", True, None), ("fact", False, "target"), ("both", True, "round"), ("plain", False, None)]
+    assert list(rows[0]) == ["due", "in_seconds", "kind", "message_id", "text", "respond", "key"]  # added at the end
+    monkeypatch.setattr("worker.runtime.build_store", lambda settings: store)
+    assert cli.main(["scheduled", CID]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].endswith("  event    ask  Round ends in 5 minutes  [respond]")
+    assert lines[1].endswith("  event    fact  Target: the theatre  [key=target]")
+    assert lines[2].endswith("  event    both  Both  [respond, key=round]")
+    assert lines[3].endswith("  event    plain  Plain")  # a line without them reads as before
+
+
 def test_parley_send_event_and_reset_take_at_and_hold_the_input(setup, monkeypatch, capsys) -> None:  # type: ignore[no-untyped-def]
     from worker import cli
 
