@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import uuid
 from datetime import UTC, datetime, timedelta, timezone
 
@@ -10,9 +11,9 @@ import pytest
 
 from worker.client import ConversationClient
 from worker.envelopes import decode_envelope
-from worker.errors import InputError, InvalidScheduleError
+from worker.errors import InboxFullError, InputError, InvalidScheduleError
 from worker.service.timers import TimerLoop
-from worker.store.redis_store import ConversationStore
+from worker.store.redis_store import ConversationStore, StoreLimits
 
 CID = "447700900123"
 
@@ -67,6 +68,26 @@ def test_a_naive_or_non_datetime_at_is_refused_naming_at_and_nothing_is_held(set
     assert store.scheduled(CID) == [] and store.inbox(CID) == [] and woken == []
 
 
+def test_an_at_more_than_a_year_ahead_is_refused_naming_at_and_nothing_is_held(setup) -> None:  # type: ignore[no-untyped-def]
+    from worker.due_time import MAX_AHEAD_S
+    from worker.timer_commands import parse_when
+
+    client, store, woken = setup
+    for kind in ("event", "message", "reset"):
+        with pytest.raises(InvalidScheduleError, match="more than a year ahead") as err:
+            if kind == "event":
+                client.send_event(CID, "x", at=soon(MAX_AHEAD_S + 60))
+            elif kind == "message":
+                client.send_message(CID, "x", at=datetime(2999, 1, 1, tzinfo=UTC))
+            else:
+                client.reset(CID, at=soon(MAX_AHEAD_S + 60))
+        assert err.value.field == "at"
+    assert store.scheduled(CID) == [] and store.inbox(CID) == [] and woken == []
+    assert client.send_event(CID, "x", message_id="in-a-year", at=soon(MAX_AHEAD_S - 60)).scheduled
+    with pytest.raises(InvalidScheduleError):  # the CLI's +N has the same bound
+        parse_when(f"+{MAX_AHEAD_S + 1}")
+
+
 def test_bad_text_with_at_is_refused_before_anything_is_held(setup) -> None:  # type: ignore[no-untyped-def]
     client, store, _ = setup
     with pytest.raises(InputError):
@@ -109,6 +130,19 @@ def test_a_retried_reset_leaves_the_timers_held_since_the_first(setup) -> None: 
     assert [t.message_id for t in store.scheduled(CID)] == ["nudge-2"]
 
 
+def test_a_reset_refused_for_a_full_mailbox_keeps_the_pending_timers() -> None:
+    """A reset the mailbox has no room for never joined the order: the game's timers stay held (before, they
+    were dropped by a step of their own ahead of the refused accept)."""
+    store = ConversationStore(fakeredis.FakeRedis(server=fakeredis.FakeServer()), prefix=f"t{uuid.uuid4().hex[:6]}",
+                              limits=StoreLimits(max_inbox=1))
+    client = ConversationClient(store, lambda cid: None)
+    client.send_message(CID, "hello", message_id="m1")
+    client.send_event(CID, "nudge", message_id="nudge", at=soon())
+    with pytest.raises(InboxFullError):
+        client.reset(CID, message_id="r1")
+    assert [t.message_id for t in store.scheduled(CID)] == ["nudge"]
+
+
 def test_delete_drops_the_pending_timers(setup) -> None:  # type: ignore[no-untyped-def]
     client, store, _ = setup
     client.send_event(CID, "x", message_id="nudge", at=soon())
@@ -132,6 +166,27 @@ def test_parley_scheduled_lists_the_pending_timers_and_cancel_drops_one(setup, m
     assert "nudge" in out and "reset" in out and "\x1b" not in out  # the text is escaped for the terminal
     assert cli.main(["cancel", CID, "nudge"]) == 0 and cli.main(["cancel", CID, "nudge"]) == 1
     assert [t.message_id for t in store.scheduled(CID)] == ["r"]
+
+
+def test_parley_scheduled_shows_a_held_events_respond_and_key_after_the_other_columns(setup, monkeypatch, capsys) -> None:  # type: ignore[no-untyped-def]
+    from worker import cli, timer_commands
+
+    client, store, _ = setup
+    client.send_event(CID, "Round ends in 5 minutes", message_id="ask", respond=True, at=soon(60))
+    client.send_event(CID, "Target: the theatre", message_id="fact", key="target", at=soon(120))
+    client.send_event(CID, "Both", message_id="both", key="round", respond=True, at=soon(180))
+    client.send_event(CID, "Plain", message_id="plain", at=soon(240))
+    rows = timer_commands.pending_timers(store, CID)
+    assert [(r["message_id"], r["respond"], r["key"]) for r in rows] == [
+        ("ask", True, None), ("fact", False, "target"), ("both", True, "round"), ("plain", False, None)]
+    assert list(rows[0]) == ["due", "in_seconds", "kind", "message_id", "text", "respond", "key"]  # added at the end
+    monkeypatch.setattr("worker.runtime.build_store", lambda settings: store)
+    assert cli.main(["scheduled", CID]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].endswith("  event    ask  Round ends in 5 minutes  [respond]")
+    assert lines[1].endswith("  event    fact  Target: the theatre  [key=target]")
+    assert lines[2].endswith("  event    both  Both  [respond, key=round]")
+    assert lines[3].endswith("  event    plain  Plain")  # a line without them reads as before
 
 
 def test_parley_send_event_and_reset_take_at_and_hold_the_input(setup, monkeypatch, capsys) -> None:  # type: ignore[no-untyped-def]
@@ -185,3 +240,39 @@ def test_a_scheduled_answered_event_ends_a_burst_hold_when_it_fires_and_wakes(se
     assert woken == [] and store.begin(CID, 10_000).status == "held"  # a silent event leaves the wait running
     assert TimerLoop(store, woken.append, clock=Clock(due.timestamp() + 86_405)).run_once() == 1
     assert woken == [CID] and store.begin(CID, 10_000).status == "ok"  # ended, and a worker woken for it
+
+
+def test_a_redis_outage_logs_one_warning_then_one_line_when_back_not_a_traceback_a_pass(caplog) -> None:  # type: ignore[no-untyped-def]
+    server = fakeredis.FakeServer()
+    store = ConversationStore(fakeredis.FakeRedis(server=server), prefix=f"t{uuid.uuid4().hex[:6]}")
+    client = ConversationClient(store, lambda cid: None)
+    woken: list[str] = []
+    due = soon(-1)
+    client.send_event(CID, "nudge", message_id="nudge", at=soon())
+    store.schedule(CID, b"late", "late", int(due.timestamp() * 1000))
+    loop = TimerLoop(store, woken.append)
+    caplog.set_level(logging.INFO, logger="parley.timers")
+    server.connected = False
+    for _ in range(5):
+        loop.run_guarded()
+    server.connected = True
+    loop.run_guarded()
+    loop.run_guarded()
+    lines = [(r.levelno, r.getMessage()) for r in caplog.records]
+    assert [level for level, _ in lines] == [logging.WARNING, logging.INFO], lines
+    assert "unavailable" in lines[0][1] and "back" in lines[1][1]
+    assert not any(r.exc_info for r in caplog.records) and woken == [CID]
+
+
+def test_an_unexpected_timer_pass_failure_keeps_its_traceback_every_pass(setup, caplog) -> None:  # type: ignore[no-untyped-def]
+    _, store, woken = setup
+    loop = TimerLoop(store, woken.append)
+
+    def broken(*_args: object) -> list[tuple[str, float]]:
+        raise RuntimeError("a bug")
+
+    loop.store = type("Broken", (), {"due_conversations": staticmethod(broken)})()  # type: ignore[assignment]
+    loop.run_guarded()
+    loop.run_guarded()
+    assert [r.levelno for r in caplog.records] == [logging.ERROR, logging.ERROR]
+    assert all(r.exc_info for r in caplog.records)

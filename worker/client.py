@@ -127,11 +127,11 @@ class ConversationClient:
             held = self.store.schedule(env.conversation_id, env.to_bytes(), env.message_id, due,
                                        reset=env.kind == "reset", ends_burst=_ends_burst(env))
             return Submitted(env.conversation_id, env.message_id, held.duplicate, 0, scheduled=True)
-        if env.kind == "reset":  # a reset joins the order with no timers held behind it (docs/producers.md); its
-            # retry (a duplicate) leaves the timers held since the first one alone
-            self.store.drop_timers(env.conversation_id, env.message_id)
+        # A reset joins the order with no timers held behind it (docs/producers.md): its accept drops them in the same
+        # step, only when it is accepted (a retry, a duplicate, leaves the timers held since the first one alone).
         result = self.store.accept(env.conversation_id, env.to_bytes(), env.message_id, inbound=inbound,
-                                   ends_burst=_ends_burst(env), wake=self.accept_wake_push(env.conversation_id))
+                                   ends_burst=_ends_burst(env), wake=self.accept_wake_push(env.conversation_id),
+                                   reset=env.kind == "reset")
         if self._needs_wake(result) and not result.woken:  # the accept pushed it (when it may: issue 33)
             self.publish_wake(env.conversation_id)
         return Submitted(env.conversation_id, env.message_id, result.duplicate, result.depth)

@@ -2,7 +2,9 @@
 timestamp with an offset from the HTTP API and the inlet, turned into milliseconds since the epoch.
 
 A naive time is refused (:class:`~worker.errors.InvalidScheduleError` naming ``at``): the game's clock and the
-workers' may sit in different zones, and guessing one would fire a nudge hours early or late.
+workers' may sit in different zones, and guessing one would fire a nudge hours early or late. So is a time more than
+:data:`MAX_AHEAD_S` ahead: a timer a game meant for minutes or days, held for years by a slip of the year or of ms
+for seconds, would sit in the conversation's bound of timers unseen.
 """
 
 from __future__ import annotations
@@ -16,6 +18,10 @@ from worker.errors import InvalidScheduleError
 #: The shape of an RFC 3339 timestamp with an offset (the HTTP API's ``at``; its JSON schema's pattern).
 RFC3339 = r"^[0-9]{4}-[0-9]{2}-[0-9]{2}[Tt ][0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]+)?([Zz]|[+-][0-9]{2}:[0-9]{2})$"
 _RFC3339 = re.compile(RFC3339)
+
+#: How far ahead ``at`` may be (a year, leap day included): the client's and the HTTP API's ``at`` and the CLI's
+#: ``--at +N`` alike.
+MAX_AHEAD_S = 366 * 86400
 
 
 def parse_rfc3339(value: object) -> datetime:
@@ -42,7 +48,8 @@ def aware(at: object) -> datetime:
 
 
 def due_ms(at: object, *, now_ms: int | None = None) -> int | None:
-    """When ``at`` is due, in ms since the epoch, or ``None`` when it is due now (at or before ``now_ms``)."""
+    """When ``at`` is due, in ms since the epoch, or ``None`` when it is due now (at or before ``now_ms``). More
+    than :data:`MAX_AHEAD_S` after ``now_ms`` is refused."""
     try:
         due = int(aware(at).timestamp() * 1000)
     except (OverflowError, OSError, ValueError) as exc:
@@ -50,4 +57,7 @@ def due_ms(at: object, *, now_ms: int | None = None) -> int | None:
             raise
         raise InvalidScheduleError(f"at is out of range: {exc}") from None
     now = int(time.time() * 1000) if now_ms is None else now_ms
+    if due - now > MAX_AHEAD_S * 1000:
+        raise InvalidScheduleError(f"at is more than a year ahead ({aware(at).isoformat()}); the limit is "
+                                   f"{MAX_AHEAD_S // 86400} days from now")
     return due if due > now else None

@@ -114,7 +114,7 @@ class InvalidTextError(InputError):
 
 class InvalidScheduleError(InputError):
     """Raised when an input's due time (``at``) is not a timezone-aware datetime (or, over HTTP, not an RFC 3339
-    timestamp with an offset)."""
+    timestamp with an offset), or is more than a year ahead."""
 
     field = "at"
 

@@ -39,7 +39,7 @@ Text = Annotated[str, Field(min_length=1, pattern=NOT_BLANK, description=(
 At = Annotated[datetime, BeforeValidator(parse_rfc3339), WithJsonSchema({
     "type": "string", "format": "date-time", "pattern": RFC3339, "description": (
         "Hold the input until this time (RFC 3339 with an offset, e.g. 2026-11-25T19:30:00Z), then it joins the "
-        "conversation's order; now or past: at once. Cancel one not yet due with DELETE .../scheduled/{message_id} "
+        "conversation's order; now or past: at once; at most 366 days ahead. Cancel one not yet due with DELETE .../scheduled/{message_id} "
         "(give a message_id to do so).")})]
 
 

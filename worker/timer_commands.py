@@ -15,14 +15,14 @@ from worker.terminal import for_terminal, json_for_terminal
 def parse_when(value: str, *, now: float | None = None) -> datetime:
     """``--at``'s value: an RFC 3339 timestamp with an offset (as the HTTP API takes it), or ``+N`` seconds from
     now (``+300``; ``+5m`` and ``+2h`` too), which is what a person at a shell means by "in five minutes"."""
-    from worker.due_time import parse_rfc3339
+    from worker.due_time import MAX_AHEAD_S, parse_rfc3339
     from worker.errors import InvalidScheduleError
 
     match = re.fullmatch(r"\+(\d+(?:\.\d+)?)([smh]?)", value.strip())
     if match is None:
         return parse_rfc3339(value)
     seconds = float(match.group(1)) * {"": 1, "s": 1, "m": 60, "h": 3600}[match.group(2)]
-    if seconds > 366 * 86400:
+    if seconds > MAX_AHEAD_S:
         raise InvalidScheduleError(f"at is more than a year away: {value[:32]!r}")
     return datetime.fromtimestamp((time.time() if now is None else now) + seconds, UTC)
 
@@ -44,7 +44,9 @@ def _when(value: str) -> datetime:
 
 
 def pending_timers(store: Any, cid: str, *, now: float | None = None) -> list[dict[str, Any]]:
-    """The conversation's held inputs, earliest first: when due (UTC), in how many seconds, kind, message id, text."""
+    """The conversation's held inputs, earliest first: when due (UTC), in how many seconds, kind, message id, text,
+    then whether the model answers it (``respond``) and the fact it replaces (``key``): a held game event's two
+    switches (False and None for anything else)."""
     from worker.envelopes import decode_envelope
     from worker.errors import EnvelopeError
     from worker.store.keys import validate_conversation_id
@@ -53,14 +55,15 @@ def pending_timers(store: Any, cid: str, *, now: float | None = None) -> list[di
     rows = []
     for timer in store.scheduled(validate_conversation_id(cid)):
         kind: str
+        respond, key = False, None
         try:
             env = decode_envelope(timer.envelope)
-            kind, text = env.kind, env.text
+            kind, text, respond, key = env.kind, env.text, bool(env.respond), env.key
         except EnvelopeError:
             kind, text = "unreadable", None
         rows.append({"due": datetime.fromtimestamp(timer.due_ms / 1000, UTC).isoformat(timespec="milliseconds"),
                      "in_seconds": round(timer.due_ms / 1000 - now, 1), "kind": kind,
-                     "message_id": timer.message_id, "text": text})
+                     "message_id": timer.message_id, "text": text, "respond": respond, "key": key})
     return rows
 
 
@@ -76,8 +79,16 @@ def cmd_scheduled(args: argparse.Namespace) -> int:
         print(f"no pending timers for {for_terminal(args.conversation_id)}")
     for row in rows:
         text = "" if row["text"] is None else f"  {row['text']}"
-        print(for_terminal(f"{row['due']}  (in {row['in_seconds']:g} s)  {row['kind']:<7}  {row['message_id']}{text}"))
+        print(for_terminal(f"{row['due']}  (in {row['in_seconds']:g} s)  {row['kind']:<7}  {row['message_id']}{text}"
+                           f"{_switches(row)}"))
     return 0
+
+
+def _switches(row: dict[str, Any]) -> str:
+    """A held event's ``respond`` and ``key``, after the line's other columns (a line without them reads as
+    before, so what parses it still does)."""
+    shown = [*(["respond"] if row["respond"] else []), *([f"key={row['key']}"] if row["key"] is not None else [])]
+    return f"  [{', '.join(shown)}]" if shown else ""
 
 
 def cmd_cancel(args: argparse.Namespace) -> int:

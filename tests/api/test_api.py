@@ -3,6 +3,7 @@ client in any language acts on, and the Python client's validation applied to HT
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import fakeredis
@@ -17,6 +18,12 @@ from worker.ingress.api import parse_tokens
 from worker.ingress.app import create_app
 from worker.store.limits import StoreLimits
 from worker.store.redis_store import ConversationStore
+
+
+def _in_a_month() -> str:
+    """An ``at`` well ahead yet within the year ahead an ``at`` may be."""
+    return (datetime.now(UTC) + timedelta(days=30)).isoformat()
+
 
 PRODUCER = {"Authorization": "Bearer game-token"}
 OPERATOR = {"Authorization": "Bearer ops-token"}
@@ -172,7 +179,7 @@ def test_the_summary_is_what_parley_show_prints_and_404_when_unknown(api: Api) -
 
 def test_a_conversation_holding_only_a_timer_is_known_and_its_summary_counts_it(api: Api) -> None:
     """A game that scheduled the first nudge of a new player can see it is held (over HTTP there is no other way)."""
-    body = {"text": "Still there?", "message_id": "nudge", "at": "2099-01-01T00:00:00Z"}
+    body = {"text": "Still there?", "message_id": "nudge", "at": _in_a_month()}
     assert api.http.post(f"/v1/conversations/{CID}/events", headers=PRODUCER, json=body).status_code == 202
     r = api.http.get(f"/v1/conversations/{CID}", headers=PRODUCER)
     assert r.status_code == 200 and r.json()["scheduled"] == 1 and r.json()["mailbox_depth"] == 0

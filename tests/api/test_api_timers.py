@@ -37,6 +37,14 @@ def test_an_at_in_the_past_is_accepted_at_once() -> None:
     assert r.status_code == 202 and [e["text"] for e in api.inputs()] == ["tagged"] and api.woken == [CID]
 
 
+def test_an_at_more_than_a_year_ahead_is_a_422_naming_at_and_nothing_is_held() -> None:
+    api = Api()
+    for path, body in (("events", {"text": "nudge"}), ("messages", {"text": "hi"}), ("reset", {})):
+        r = api.http.post(f"/v1/conversations/{CID}/{path}", headers=PRODUCER, json={**body, "at": "2999-01-01T00:00:00Z"})
+        assert r.status_code == 422 and r.json()["field"] == "at" and "more than a year" in r.json()["error"], r.json()
+    assert api.store.scheduled(CID) == [] and api.inputs() == [] and api.woken == []
+
+
 def test_cancel_needs_a_token_and_checks_the_conversation_id() -> None:
     api = Api()
     assert api.http.delete(f"/v1/conversations/{CID}/scheduled/x").status_code == 401

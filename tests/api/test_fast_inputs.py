@@ -11,6 +11,7 @@ import asyncio
 import json
 import re
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from typing import Any
 from urllib.parse import unquote
 
@@ -31,6 +32,12 @@ from worker.ingress.app import create_app
 from worker.producer_bodies import Accepted
 from worker.store.limits import StoreLimits
 from worker.store.redis_store import ConversationStore
+
+
+def _in_a_month() -> str:
+    """An ``at`` well ahead yet within the year ahead an ``at`` may be."""
+    return (datetime.now(UTC) + timedelta(days=30)).isoformat()
+
 
 BODY_LIMIT = 2 * SMALL_BODY_BYTES
 MAX_INBOX = 4
@@ -73,7 +80,7 @@ def _requests(cid: str) -> list[Call]:
         post(f"/v1/conversations/{cid}-2/events", {"text": "no id"}),
         post(f"/v1/conversations/{cid}-2/events", {"text": "answer it", "respond": True, "message_id": "r1"}),
         post(f"/v1/conversations/{cid}-2/messages", {"text": "later", "message_id": "l1",
-                                                     "at": "2099-01-01T00:00:00Z"}),
+                                                     "at": _in_a_month()}),
         post(f"/v1/conversations/{cid}-3/messages", {"text": "in chunks", "message_id": "c1"}, chunks=3, length=False),
         post(f"/v1/conversations/{cid}-3/events?source=game", {"text": "a query", "message_id": "q1"}),
         post(f"/v1/conversations/{cid}-3/events", raw=b'{"text": "padded", ' + b" " * SMALL_BODY_BYTES

@@ -57,7 +57,7 @@ def signature(text: str) -> tuple[dict[str, list[str]], list[str], list[str]]:
 
 def test_every_script_file_is_loaded_and_registered() -> None:
     names = {p.stem for p in SCRIPT_FILES}
-    assert len(names) == 30 and set(lua.SCRIPTS) == names
+    assert len(names) == 29 and set(lua.SCRIPTS) == names
     for name in names:
         assert getattr(lua, name.upper()) == lua.SCRIPTS[name] == lua.load(name), name
     registered = {s.script for s in vars(Scripts(fakeredis.FakeRedis())).values() if hasattr(s, "script")}

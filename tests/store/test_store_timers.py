@@ -111,8 +111,22 @@ def test_delete_and_drop_forget_the_timers(store: ConversationStore) -> None:
     hold(store, 2, T0, cid="447700900778")
     store.delete(CID)
     assert store.scheduled(CID) == [] and [c for c, _ in store.due_conversations(T0)] == ["447700900778"]
-    assert store.drop_timers("447700900778", "reset-1") == 1 and fire(store, T0, "447700900778") == []
+    assert store.accept("447700900778", b"reset", "reset-1", reset=True).accepted
+    assert fire(store, T0, "447700900778") == [] and store.scheduled("447700900778") == []
     assert store.timer_conversations() == 0  # the early index entry was corrected by the pass
+
+
+def test_a_reset_accepted_drops_the_timers_a_duplicate_or_refused_one_keeps_them(store: ConversationStore) -> None:
+    """The drop is the accept's own step: a retried reset (a duplicate) keeps the timers held since the first one,
+    and a reset refused for a full mailbox has not joined the order, so the timers it would have dropped stay."""
+    hold(store, 1, T0)
+    assert store.accept(CID, b"reset", "reset-1", reset=True).accepted and store.scheduled(CID) == []
+    hold(store, 2, T0)
+    assert store.accept(CID, b"reset", "reset-1", reset=True).duplicate
+    with pytest.raises(InboxFullError):
+        store.accept(CID, b"reset", "reset-2", max_inbox=1, reset=True)
+    assert [t.message_id for t in store.scheduled(CID)] == ["id-2"] and inbox_ids(store) == ["reset-1"]
+    assert store.accept(CID, b"reset", "reset-2", reset=True).accepted and store.scheduled(CID) == []
 
 
 def test_a_timer_held_while_a_delete_runs_keeps_its_index_entry_and_fires(store: ConversationStore) -> None:

@@ -21,6 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from worker import metrics
+from worker.errors import StoreUnavailableError
 from worker.store.protocol import TimerFiringStore
 
 log = logging.getLogger("parley.timers")
@@ -42,6 +43,7 @@ class TimerLoop:
     retry_ms: int = 1000
     clock: Callable[[], float] = time.time
     _gauge_at: float = field(default=0.0, init=False)
+    _store_down: bool = field(default=False, init=False)
 
     def run_once(self) -> int:
         """Fire everything due now; returns how many inputs joined their mailboxes."""
@@ -82,7 +84,22 @@ class TimerLoop:
         """Pass every ``interval`` seconds until ``stop`` is set; a failed pass (Redis away) is logged and the next
         one tries again: nothing is lost, the timers wait in Redis."""
         while not stop.wait(interval):
-            try:
-                self.run_once()
-            except Exception:
-                log.exception("timer pass failed; the timers stay held")
+            self.run_guarded()
+
+    def run_guarded(self) -> None:
+        """One pass that never raises. A store outage is logged once when it starts and once when it ends: every
+        worker passes five times a second, and a traceback each time would bury the log for as long as Redis is
+        away. Anything else is unexpected and keeps its traceback."""
+        try:
+            self.run_once()
+        except StoreUnavailableError as exc:
+            if not self._store_down:
+                self._store_down = True
+                log.warning("timer loop: Redis is unavailable (%s); the timers stay held until it is back", exc)
+            return
+        except Exception:
+            log.exception("timer pass failed; the timers stay held")
+            return
+        if self._store_down:
+            self._store_down = False
+            log.info("timer loop: Redis is back; firing due timers again")

@@ -27,7 +27,8 @@ class MailboxStore(StoreCore):
 
     @store_errors
     def accept(self, cid: str, envelope: bytes, input_id: str, *, max_inbox: int | None = None,
-               inbound: bool = False, ends_burst: bool = False, wake: WakePush | None = None) -> AcceptResult:
+               inbound: bool = False, ends_burst: bool = False, wake: WakePush | None = None,
+               reset: bool = False) -> AcceptResult:
         """Append an input to the mailbox unless its id was accepted before. ``inbound``: the input is a message
         the player sent; the time of its first acceptance is kept as the conversation's last inbound message (see
         :meth:`~worker.store.outbox.OutboxStore.last_inbound`). ``ends_burst``: a game event the model answers or
@@ -35,13 +36,14 @@ class MailboxStore(StoreCore):
         wake a worker).
         ``wake``: the broker is this Redis, and the script pushes this wake-up itself when the input needs one
         (``woken`` says it did; the caller publishes none then). Ignored on a Cluster (the broker's queue is in
-        another slot): ``woken`` stays False and the caller wakes as before.
+        another slot): ``woken`` stays False and the caller wakes as before. ``reset``: the input is a reset sent at
+        once; accepted (not a duplicate, not refused), it drops every timer the conversation holds in the same step.
 
         Raises :class:`~worker.errors.InboxFullError` when the mailbox holds ``max_inbox`` inputs.
         """
         limit = max_inbox or self.limits.max_inbox
         script_keys, args = self._accept_call(cid, envelope, input_id, limit, inbound, ends_burst,  # id checked first
-                                              None if self._cluster else wake)
+                                              None if self._cluster else wake, reset)
         # The sweeper must know of any conversation that might have work, so the pending mark comes first: in
         # the same script on a standalone Redis (one round trip), before it on a Cluster (another slot). Its score
         # is when work appeared (see accept.lua): on a Cluster it is stamped after the script that found the mailbox
@@ -84,7 +86,8 @@ class MailboxStore(StoreCore):
             return exc
 
     def _accept_call(self, cid: str, envelope: bytes, input_id: str, limit: int, inbound: bool,
-                     ends_burst: bool = False, wake: WakePush | None = None) -> tuple[list[str], AcceptArgs]:
+                     ends_burst: bool = False, wake: WakePush | None = None,
+                     reset: bool = False) -> tuple[list[str], AcceptArgs]:
         """ACCEPT's KEYS and ARGV for one input: what the blocking accept above and the event loop's
         (:class:`~worker.store.async_mailbox.AsyncAccept`) both send."""
         keys = self.keys(cid)
@@ -92,7 +95,7 @@ class MailboxStore(StoreCore):
             keys=keys, pending=None if self._cluster else self.global_keys.pending, ttl_keys=self._ttl_keys(keys),
             input_id=input_id, entry=join_entry(input_id, envelope), now_ms=self._now_ms(), max_inbox=limit,
             dedupe_max=self.limits.dedupe_max_ids, dedupe_ms=self.limits.dedupe_ms, ttl_ms=self.limits.idle_ttl_ms,
-            inbound=inbound, ends_burst=ends_burst, wake=wake)
+            inbound=inbound, ends_burst=ends_burst, wake=wake, reset=reset)
 
     @staticmethod
     def _accepted(cid: str, res: AcceptReply, limit: int) -> AcceptResult:

@@ -54,6 +54,7 @@ class AcceptArgs(NamedTuple):
     ends_burst_flag: str
     wake_message: bytes
     wake_every_flag: str
+    reset_flag: str
 
 
 class BeginKeys(NamedTuple):
@@ -354,22 +355,27 @@ class FireReply(NamedTuple):
 
 def accept_call(*, keys: ConversationKeys, pending: str | None, ttl_keys: list[str], input_id: str, entry: bytes,
                 now_ms: int, max_inbox: int, dedupe_max: int, dedupe_ms: int, ttl_ms: int,
-                inbound: bool, ends_burst: bool = False, wake: WakePush | None = None) -> tuple[list[str], AcceptArgs]:
+                inbound: bool, ends_burst: bool = False, wake: WakePush | None = None,
+                reset: bool = False) -> tuple[list[str], AcceptArgs]:
     """ACCEPT's KEYS and ARGV, shared by the blocking store and the event loop's accept
     (:mod:`worker.store.async_mailbox`). ``pending`` is the sweeper's zset when it may be touched in the same script
     (not on a Cluster); ``inbound``: the input is a message the player sent (its time opens the customer-service
     window); ``ends_burst``: a game event the model answers or a person's message (accepted, it ends a burst's
     hold); ``wake``: the wake-up the script pushes itself when the input needs one (the broker is this Redis; never on
-    a Cluster, where the queue is in another slot). The script answers :class:`AcceptReply`."""
+    a Cluster, where the queue is in another slot); ``reset``: a reset sent at once (accepted, it drops the
+    conversation's timers, whose keys share its hash tag: on a Cluster too). The script answers
+    :class:`AcceptReply`."""
     script_keys = [keys.inbox, keys.seen, keys.tomb, keys.inbound, keys.hold, keys.lastmsg,
                    *([pending] if pending else []),
                    *([wake.queue] if wake else []),
+                   *([keys.timers, keys.timed] if reset else []),
                    *ttl_keys]
     return script_keys, AcceptArgs(input_id, entry, now_ms, max_inbox, dedupe_max, dedupe_ms, ttl_ms,
                                    pending_member=keys.cid if pending else "", inbound_flag="1" if inbound else "",
                                    ends_burst_flag="1" if ends_burst else "",
                                    wake_message=wake.message if wake else b"",
-                                   wake_every_flag="1" if wake and wake.every else "")
+                                   wake_every_flag="1" if wake and wake.every else "",
+                                   reset_flag="1" if reset else "")
 
 
 class Scripts:
@@ -398,7 +404,6 @@ class Scripts:
         self._inflight_outcome = load(lua.INFLIGHT_OUTCOME)
         self._pace = load(lua.PACE)
         self._schedule, self._cancel_timer = load(lua.SCHEDULE), load(lua.CANCEL_TIMER)
-        self._drop_timers = load(lua.DROP_TIMERS)
         self._fire_timers, self._set_if_score = load(lua.FIRE_TIMERS), load(lua.SET_IF_SCORE)
         self._keep_context = load(lua.KEEP_CONTEXT)
         self._read_state = load(lua.READ_STATE)
@@ -566,11 +571,6 @@ class Scripts:
 
     def cancel_timer(self, *, keys: ConversationKeys, input_id: str) -> bool:
         return int(self._cancel_timer(keys=[keys.timers, keys.timed], args=[input_id])) == 1
-
-    def drop_timers(self, *, keys: ConversationKeys, input_id: str) -> int | None:
-        """How many timers went, or None when ``input_id`` (the reset's) was accepted before and none did."""
-        dropped, duplicate = self._drop_timers(keys=[keys.timers, keys.timed, keys.seen, keys.tomb], args=[input_id])
-        return None if int(duplicate) else int(dropped)
 
     def fire_timers(self, *, keys: ConversationKeys, globals_: tuple[str, str] | None, ttl_keys: list[str],
                     args: FireArgs) -> FireReply:

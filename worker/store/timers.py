@@ -79,12 +79,6 @@ class TimerStore(StoreCore):
         return self._scripts.cancel_timer(keys=self.keys(cid), input_id=input_id)
 
     @store_errors
-    def drop_timers(self, cid: str, reset_id: str) -> int | None:
-        """Drop every timer the conversation holds, for the reset ``reset_id`` sent at once; returns how many, or
-        None when that reset was accepted before (a producer's retry of it: the timers held since then stay)."""
-        return self._scripts.drop_timers(keys=self.keys(cid), input_id=reset_id)
-
-    @store_errors
     def scheduled(self, cid: str) -> list[Timer]:
         """The conversation's held inputs, earliest first."""
         keys = self.keys(cid)

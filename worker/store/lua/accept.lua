@@ -1,11 +1,14 @@
 -- ACCEPT: append one input to the conversation's mailbox, unless its id was accepted before.
 -- KEYS: inbox, seen, tomb, inbound, hold, lastmsg, then rest: the pending zset (when pending_member is set), then
---       the broker's queue list (when wake_message is set), then every key of the conversation when an idle TTL is set
+--       the broker's queue list (when wake_message is set), then the conversation's timers zset and timed hash (when
+--       reset_flag is set), then every key of the conversation when an idle TTL is set
 -- ARGV: id, entry, now_ms, max_inbox, dedupe_max, dedupe_ms, ttl_ms, pending_member ('' on a Cluster, where the
 --       pending zset lives in another slot and the caller adds to it separately), inbound_flag ('1' when the input
---       is a message the player sent), ends_burst_flag ('1' when the input is a game event the model answers),
+--       is a message the player sent), ends_burst_flag ('1' when the input is a game event the model answers, or
+--       a person's message),
 --       wake_message (the Celery message that wakes a worker, '' when the caller publishes its own wake-up),
---       wake_every_flag ('1': every accepted input pushes it; else only the one that needs a wake-up)
+--       wake_every_flag ('1': every accepted input pushes it; else only the one that needs a wake-up),
+--       reset_flag ('1' when the input is a reset sent at once: accepted, it drops every timer the conversation holds)
 -- Returns: {ACCEPTED | DUPLICATE | FULL, the mailbox's depth, 1 when it ended a burst's hold (else 0),
 --           1 when it pushed wake_message (else 0)}
 -- An id in the tombstone of a deleted conversation is a duplicate too (the tombstone has its own expiry).
@@ -13,13 +16,16 @@
 -- duplicate, e.g. Meta's retry of the webhook, does not move it; a refusal for a full mailbox does, since the player
 -- wrote all the same), and the time only moves forward, whatever order producers' calls land in. Its id, when it is
 -- WhatsApp's (a wamid: a producer's own ids are not Meta's), is kept as the message an operator's reaction answers.
--- A game event the model answers ends a burst (see worker/service/burst.py): accepted, it ends the hold of a burst's
--- quiet period ('b', set by DEFER) in the same step, so the caller wakes a worker that answers the burst now and then
--- the event. A retry's hold ('1') stays: its backoff is not the event's to cut.
+-- A game event the model answers, or a person's message, ends a burst (see worker/service/burst.py): accepted, it
+-- ends the hold of a burst's quiet period ('b', set by DEFER) in the same step, so the caller wakes a worker that
+-- answers the burst now and then the input. A retry's hold ('1') stays: its backoff is not the event's to cut.
 -- The wake-up (issue 33): when the broker is this same Redis, the producer hands over the Celery message kombu would
 -- have LPUSHed (built from kombu's own output, its ids made by the caller: this script stays deterministic) and it is
 -- pushed here, in the same step, when the input needs a wake-up by the producer's rule (worker/client.py,
 -- _needs_wake): accepted, and the first input waiting, or it ended a burst's hold, or wake-ups are not coalesced.
+-- A reset sent at once joins the order with no timers held behind it (docs/producers.md), so it drops them in the
+-- step that accepts it: a reset refused (FULL) leaves them held, and a producer's retry of it (the same message id, a
+-- duplicate) leaves alone the timers the game held after the first one joined the order.
 --! include tail
 --! include codes
 --! include trim_seen
@@ -43,6 +49,7 @@ local inbound_flag = ARGV[9]
 local ends_burst_flag = ARGV[10]
 local wake_message = ARGV[11]
 local wake_every_flag = ARGV[12]
+local reset_flag = ARGV[13]
 
 local now = tonumber(now_ms)
 local first_ttl = 1
@@ -54,6 +61,11 @@ local wake_queue = nil
 if wake_message ~= '' then
   wake_queue = rest[first_ttl]
   first_ttl = first_ttl + 1
+end
+local timers, timed = nil, nil
+if reset_flag == '1' then
+  timers, timed = rest[first_ttl], rest[first_ttl + 1]
+  first_ttl = first_ttl + 2
 end
 if seen_before(seen, tomb, id) then
   return {DUPLICATE, redis.call('LLEN', inbox), 0, 0}
@@ -67,6 +79,7 @@ if n >= tonumber(max_inbox) then
 end
 redis.call('ZADD', seen, now, id)
 redis.call('RPUSH', inbox, entry)
+if timers then redis.call('DEL', timers, timed) end
 trim_seen(seen, now, dedupe_ms, dedupe_max)
 refresh_ttl(rest, first_ttl, ttl_ms)
 local ended = 0
