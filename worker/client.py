@@ -64,11 +64,16 @@ def traced(env: Envelope) -> Envelope:
     return env.model_copy(update={"traceparent": tracing.current()})
 
 
+#: The kinds that may join a player's burst (worker.service.burst.BURSTABLE: the producer's side imports no service).
+_BURSTABLE = ("message", "event")
+
+
 def _ends_burst(env: Envelope) -> bool:
     """Whether the input ends a burst (:mod:`worker.service.burst`), so its accept ends a burst's quiet period that is
-    being waited out: a game event the model answers, or a person's message (an operator's never joins a burst, so
-    the burst is answered at once when a worker looks; a person writing must not wait out the player's typing)."""
-    return env.kind == "operator" or (env.kind == "event" and bool(env.respond))
+    being waited out: anything that cannot join one (a reset, a person's message, a notice) or a game event the model
+    answers. The burst is closed by it, so a worker answers the burst at once when it looks: waiting out the player's
+    typing would only delay the burst's answer and the input behind it (a person writing, a game resetting)."""
+    return env.kind not in _BURSTABLE or (env.kind == "event" and bool(env.respond))
 
 
 class ConversationClient:

@@ -123,6 +123,23 @@ def test_a_responding_event_ends_a_running_burst_hold_at_once() -> None:
     assert h.store.inbox_depth(CID) == 0
 
 
+def test_a_reset_ends_a_running_burst_hold_at_once() -> None:
+    """A reset never joins a burst, so waiting out the quiet period for it is waiting for nothing: its accept ends the
+    hold and wakes a worker, which answers the burst (before the reset, in the mailbox's order) and then resets."""
+    policy = bare_burst(quiet=5.0, max_wait=60.0)
+    h = make_harness(ScriptedModel(default=echo_all), config=bare_config(system_prompt="You are a test.",
+                                                                         burst=policy))
+    h.client.send_message(CID, "wait", message_id="wamid.1")
+    h.run()
+    hold = h.store.keys(CID).hold
+    assert h.channel.sent == [] and raw(h.store).exists(hold)
+    h.client.reset(CID, message_id="r1")
+    assert not raw(h.store).exists(hold) and h.woken == [("drain", CID)]
+    h.run()
+    assert [text for _, text, _ in h.channel.sent] == ["user:wait"]
+    assert h.store.inbox_depth(CID) == 0 and h.store.read_state(CID).blob is None  # the reset ran after the answer
+
+
 def test_a_silent_event_leaves_a_running_burst_hold() -> None:
     policy = bare_burst(quiet=5.0, max_wait=60.0)
     h = make_harness(ScriptedModel(default=echo_all), config=bare_config(system_prompt="You are a test.",

@@ -29,11 +29,11 @@ class MailboxStore(StoreCore):
     def accept(self, cid: str, envelope: bytes, input_id: str, *, max_inbox: int | None = None,
                inbound: bool = False, ends_burst: bool = False, wake: WakePush | None = None,
                reset: bool = False) -> AcceptResult:
-        """Append an input to the mailbox unless its id was accepted before. ``inbound``: the input is a message
-        the player sent; the time of its first acceptance is kept as the conversation's last inbound message (see
-        :meth:`~worker.store.outbox.OutboxStore.last_inbound`). ``ends_burst``: a game event the model answers or
-        a person's message; accepted, it ends the hold of a burst's quiet period in the same step (``ended_hold``:
-        wake a worker).
+        """Append an input to the mailbox unless its id was accepted before. ``inbound``: the input is a message the
+        player sent; the time of its first acceptance is kept as the conversation's last inbound message (see
+        :meth:`~worker.store.outbox.OutboxStore.last_inbound`). ``ends_burst``: a game event the model answers, a
+        reset or a person's message; accepted, it ends the hold of a burst's quiet period in the same step
+        (``ended_hold``: wake a worker).
         ``wake``: the broker is this Redis, and the script pushes this wake-up itself when the input needs one
         (``woken`` says it did; the caller publishes none then). Ignored on a Cluster (the broker's queue is in
         another slot): ``woken`` stays False and the caller wakes as before. ``reset``: the input is a reset sent at

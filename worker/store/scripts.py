@@ -360,7 +360,7 @@ def accept_call(*, keys: ConversationKeys, pending: str | None, ttl_keys: list[s
     """ACCEPT's KEYS and ARGV, shared by the blocking store and the event loop's accept
     (:mod:`worker.store.async_mailbox`). ``pending`` is the sweeper's zset when it may be touched in the same script
     (not on a Cluster); ``inbound``: the input is a message the player sent (its time opens the customer-service
-    window); ``ends_burst``: a game event the model answers or a person's message (accepted, it ends a burst's
+    window); ``ends_burst``: a game event the model answers, a reset or a person's message (accepted, it ends a burst's
     hold); ``wake``: the wake-up the script pushes itself when the input needs one (the broker is this Redis; never on
     a Cluster, where the queue is in another slot); ``reset``: a reset sent at once (accepted, it drops the
     conversation's timers, whose keys share its hash tag: on a Cluster too). The script answers

@@ -4,8 +4,8 @@
 --       reset_flag is set), then every key of the conversation when an idle TTL is set
 -- ARGV: id, entry, now_ms, max_inbox, dedupe_max, dedupe_ms, ttl_ms, pending_member ('' on a Cluster, where the
 --       pending zset lives in another slot and the caller adds to it separately), inbound_flag ('1' when the input
---       is a message the player sent), ends_burst_flag ('1' when the input is a game event the model answers, or
---       a person's message),
+--       is a message the player sent), ends_burst_flag ('1' when the input is a game event the model answers, a
+--       reset or a person's message),
 --       wake_message (the Celery message that wakes a worker, '' when the caller publishes its own wake-up),
 --       wake_every_flag ('1': every accepted input pushes it; else only the one that needs a wake-up),
 --       reset_flag ('1' when the input is a reset sent at once: accepted, it drops every timer the conversation holds)
@@ -16,9 +16,10 @@
 -- duplicate, e.g. Meta's retry of the webhook, does not move it; a refusal for a full mailbox does, since the player
 -- wrote all the same), and the time only moves forward, whatever order producers' calls land in. Its id, when it is
 -- WhatsApp's (a wamid: a producer's own ids are not Meta's), is kept as the message an operator's reaction answers.
--- A game event the model answers, or a person's message, ends a burst (see worker/service/burst.py): accepted, it
--- ends the hold of a burst's quiet period ('b', set by DEFER) in the same step, so the caller wakes a worker that
--- answers the burst now and then the input. A retry's hold ('1') stays: its backoff is not the event's to cut.
+-- A game event the model answers, a reset or a person's message ends a burst (see worker/service/burst.py):
+-- accepted, it ends the hold of a burst's quiet period ('b', set by DEFER) in the same step, so the caller wakes a
+-- worker that answers the burst now and then the input. A retry's hold ('1') stays: its backoff is not the event's
+-- to cut.
 -- The wake-up (issue 33): when the broker is this same Redis, the producer hands over the Celery message kombu would
 -- have LPUSHed (built from kombu's own output, its ids made by the caller: this script stays deterministic) and it is
 -- pushed here, in the same step, when the input needs a wake-up by the producer's rule (worker/client.py,
