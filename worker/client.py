@@ -23,7 +23,7 @@ from typing import Any
 
 from worker import operator_input, tracing
 from worker.due_time import due_ms
-from worker.envelopes import Envelope, Media, build_envelope
+from worker.envelopes import BURSTABLE, Envelope, Media, build_envelope
 from worker.errors import OversizeInputError
 from worker.settings import Settings, get_settings
 from worker.store.keys import validate_conversation_id
@@ -64,16 +64,12 @@ def traced(env: Envelope) -> Envelope:
     return env.model_copy(update={"traceparent": tracing.current()})
 
 
-#: The kinds that may join a player's burst (worker.service.burst.BURSTABLE: the producer's side imports no service).
-_BURSTABLE = ("message", "event")
-
-
 def _ends_burst(env: Envelope) -> bool:
     """Whether the input ends a burst (:mod:`worker.service.burst`), so its accept ends a burst's quiet period that is
     being waited out: anything that cannot join one (a reset, a person's message, a notice) or a game event the model
     answers. The burst is closed by it, so a worker answers the burst at once when it looks: waiting out the player's
     typing would only delay the burst's answer and the input behind it (a person writing, a game resetting)."""
-    return env.kind not in _BURSTABLE or (env.kind == "event" and bool(env.respond))
+    return env.kind not in BURSTABLE or (env.kind == "event" and bool(env.respond))
 
 
 class ConversationClient:

@@ -24,12 +24,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from worker.envelopes import Envelope, decode_envelope
+from worker.envelopes import BURSTABLE, Envelope, decode_envelope
 from worker.errors import EnvelopeError
 from worker.settings import Burst
 
 CLOCK_SKEW = 2.0
-BURSTABLE = ("message", "event")
 
 
 # The burst settings (``PARLEY_BURST_*``, ``PARLEY_DOUBLE_TEXT*``) are the policy: ``quiet`` 0 turns coalescing off;
