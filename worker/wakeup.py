@@ -19,6 +19,7 @@ import base64
 import logging
 import os
 import re
+import uuid
 from collections.abc import Callable
 from typing import Any
 from urllib.parse import urlsplit
@@ -166,8 +167,7 @@ class AcceptWake:
         self.conf, self.task = conf, task
         self._pid = -1
         self._failed = False
-        self._queue, self._format, self._head, self._tail = "", b"", b"", b""
-        self._order: tuple[int, ...] = ()
+        self._queue, self._pieces, self._head, self._tail = "", [""], b"", b""
 
     def _template(self) -> bool:
         if self._pid != os.getpid() and not self._failed:
@@ -178,18 +178,16 @@ class AcceptWake:
                 self._failed = True
                 log.warning("the accept cannot push the wake-up itself; publishing it through kombu", exc_info=True)
                 return False
-            self._queue = queue
-            self._format, self._order = _compiled(text)
+            self._queue, self._pieces = queue, _SLOTS.split(text)
             self._pid = os.getpid()
         return not self._failed
 
     def _fill(self, conversation_id: str) -> bytes:
-        """The message for ``conversation_id`` from the captured template (which the caller made sure of): only the
-        body and the two ids are made per call, the rest was prepared once."""
+        """The message for ``conversation_id`` from the captured template (which the caller made sure of)."""
         cid = validate_conversation_id(conversation_id)
-        task_id, delivery_tag = _two_uuid4()
-        values = (base64.b64encode(self._head + msgpack.packb(cid) + self._tail), cid.encode(), task_id, delivery_tag)
-        return self._format % tuple([values[i] for i in self._order])
+        values = {_BODY: base64.b64encode(self._head + msgpack.packb(cid) + self._tail).decode(), _CID: cid,
+                  _TASK_ID: str(uuid.uuid4()), _DELIVERY_TAG: str(uuid.uuid4())}
+        return "".join([values.get(piece, piece) for piece in self._pieces]).encode()
 
     def message(self, conversation_id: str) -> bytes:
         """The message for ``conversation_id`` (validated: it goes into the message unescaped, as JSON and repr
@@ -211,31 +209,6 @@ class AcceptWake:
         if not self._template():
             return None
         return WakePush(self._queue, self._fill(conversation_id), every)
-
-
-# The order of the values :meth:`AcceptWake._fill` makes; :func:`_compiled` says where each goes.
-_VALUES = (_BODY, _CID, _TASK_ID, _DELIVERY_TAG)
-
-
-def _compiled(text: str) -> tuple[bytes, tuple[int, ...]]:
-    """The template ``text`` as a bytes %-format with a ``%s`` at each placeholder, and which of :data:`_VALUES`
-    fills each ``%s`` in turn (the task id goes in three places)."""
-    pieces = _SLOTS.split(text)
-    fixed = b"".join(b"%s" if p in _VALUES else p.encode().replace(b"%", b"%%") for p in pieces)
-    return fixed, tuple(_VALUES.index(p) for p in pieces if p in _VALUES)
-
-
-def _two_uuid4() -> tuple[bytes, bytes]:
-    """Two ids as ``str(uuid.uuid4())`` makes them (random, version 4, the RFC 4122 variant), from one read of
-    ``os.urandom``: ``uuid.UUID``'s constructor and ``str`` were most of a wake-up's own cost."""
-    raw = bytearray(os.urandom(32))
-    for at in (6, 22):  # the version nibble
-        raw[at] = raw[at] & 0x0F | 0x40
-    for at in (8, 24):  # the variant bits
-        raw[at] = raw[at] & 0x3F | 0x80
-    h = raw.hex().encode()
-    return (b"-".join((h[:8], h[8:12], h[12:16], h[16:20], h[20:32])),
-            b"-".join((h[32:40], h[40:44], h[44:48], h[48:52], h[52:])))
 
 
 def _placeholders(message: bytes) -> tuple[str, bytes, bytes]:
