@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 from worker import Chat, ScriptedModel
 from worker.conversation.state import load_state
-from worker.envelopes import Envelope, decode_envelope
+from worker.envelopes.inputs import Envelope, decode_envelope
 from worker.errors import EnvelopeError
 
 counts = {"state": 0, "envelope": 0, "crashes": 0}

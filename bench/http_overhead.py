@@ -1,5 +1,5 @@
 """CPU a turn's HTTP requests cost the worker: httpx's default transport (httpcore, h11) against the lean
-transport (``worker.lean_transport``, the standard library's http.client under the same httpx Client), in one
+transport (``worker.http.lean_transport``, the standard library's http.client under the same httpx Client), in one
 run, alternating, against the loopback peers of ``bench/loopback_peers.py`` in their own process.
 
     python bench/http_overhead.py [--calls 2000] [--rounds 3] [--gevent]
@@ -31,9 +31,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from worker import httppool
 from worker.conversation import Message, ModelRequest
 from worker.delivery.whatsapp import WhatsAppSender
+from worker.http import pool as httppool
 from worker.llm import build_model
 
 REQ = ModelRequest(system="You are a game guide.", messages=[

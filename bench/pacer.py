@@ -30,7 +30,7 @@ import redis
 from worker_bench import Peers
 
 from worker.delivery.whatsapp import WhatsAppSender
-from worker.envelopes import ReplyRecord
+from worker.envelopes.inputs import ReplyRecord
 from worker.service import Deliverer, Heartbeat, Pacer, ServiceConfig
 from worker.settings import Delivery
 from worker.store.redis_store import ConversationStore, PaceLimits, StoreLimits

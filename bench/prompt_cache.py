@@ -44,12 +44,12 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from worker import Chat, Compose, CompressToolExchanges, ScriptedModel, Summarize, TokenBudget, Tool
-from worker.compaction_chain import build_compactor
 from worker.conversation import ModelRequest, ModelResponse, Reply, Usage
 from worker.conversation.compaction import Compactor
 from worker.conversation.model import Model
 from worker.conversation.tokens import TiktokenCounter, _load_encoding
 from worker.llm import anthropic_messages, openai_chat
+from worker.runtime.compaction_chain import build_compactor
 from worker.settings import Settings
 from worker.tools.reply_tools import reply_tools
 

@@ -4,7 +4,7 @@ old-against-new figure: ``uvicorn bench.threaded_api:app``."""
 
 from __future__ import annotations
 
-from worker.async_client import AsyncClient
+from worker.client.async_client import AsyncClient
 from worker.ingress.app import app
 
 

@@ -32,9 +32,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from worker_bench import Peers
 
 from tests.support.redis_server import start_redis
-from worker import tracing
 from worker.client import ConversationClient
 from worker.conversation import observe, tools
+from worker.observability import tracing
 from worker.runtime import build_service
 from worker.settings import Settings
 

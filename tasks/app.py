@@ -1,5 +1,5 @@
 """The Celery app: msgpack only, late acks, prefetch 1, time limits; on Redis a visibility timeout above them, on
-RabbitMQ a quorum queue and publisher confirms (:mod:`worker.broker`).
+RabbitMQ a quorum queue and publisher confirms (:mod:`worker.queue.broker`).
 
 ``celery -A tasks worker --pool gevent --concurrency 1000`` runs a worker (see the Procfile and docs/scaling.md,
 "A worker process", for why: a turn waiting on the model holds no CPU, and greenlets switch far more cheaply than threads
@@ -12,7 +12,7 @@ from typing import Any
 
 from celery import Celery, signals
 
-from worker.broker import QUEUE, broker_conf
+from worker.queue.broker import QUEUE, broker_conf
 from worker.settings import Settings, get_settings
 
 __all__ = ["QUEUE", "make_app"]
@@ -42,7 +42,7 @@ def make_app(settings: Settings | None = None) -> Celery:
         worker_prefetch_multiplier=1,
         task_time_limit=hard,
         task_soft_time_limit=max(1.0, hard - 30),
-        # Redis or RabbitMQ: queue declaration, publisher confirms, visibility timeout (worker.broker says why).
+        # Redis or RabbitMQ: queue declaration, publisher confirms, visibility timeout (worker.queue.broker says why).
         **broker_conf(settings),
         worker_hijack_root_logger=False,
         worker_send_task_events=settings.broker.task_events,
@@ -60,6 +60,6 @@ def make_app(settings: Settings | None = None) -> Celery:
 @signals.setup_logging.connect
 def _setup_logging(**_: Any) -> None:
     """Workers log through Parley's formatter (JSON with PARLEY_LOG_JSON), extra fields included."""
-    from worker.logs import configure_logging
+    from worker.observability.logs import configure_logging
 
     configure_logging(get_settings())

@@ -205,7 +205,7 @@ def _check_numbers(**_: Any) -> None:
     """A bad PARLEY_WHATSAPP_NUMBERS_FILE stops the worker at start, naming the entry (as a bad tool
     configuration does), instead of failing every delivery later."""
     from worker.errors import ConfigurationError
-    from worker.numbers import numbers_from_settings
+    from worker.settings.business_numbers import numbers_from_settings
     from worker.tools import number_tools
 
     try:
@@ -221,8 +221,7 @@ def _check_numbers(**_: Any) -> None:
 def _preload_token_counter(**_: Any) -> None:
     """Load the tiktoken encoding the worker's counter will use (about 0.3 s) in the main process, before the
     pool starts: prefork children then inherit it instead of each loading its own."""
-    from worker import compaction_chain
-    from worker.runtime import DEFAULT_MODELS
+    from worker.runtime import DEFAULT_MODELS, compaction_chain
 
     settings = get_settings()
     provider = settings.llm.effective_provider()

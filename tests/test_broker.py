@@ -1,13 +1,13 @@
-"""The broker configuration the workers and the producers share (worker.broker): Redis-only options stay off
+"""The broker configuration the workers and the producers share (worker.queue.broker): Redis-only options stay off
 RabbitMQ, RabbitMQ gets a quorum queue and publisher confirms, and both ends declare the queue alike."""
 
 from __future__ import annotations
 
 import pytest
 
-from worker.broker import QUEUE, broker_conf, conn_label, is_amqp
+from worker.queue.broker import QUEUE, broker_conf, conn_label, is_amqp
+from worker.queue.wakeup import celery_waker
 from worker.settings import Settings
-from worker.wakeup import celery_waker
 
 
 def _settings(broker: str) -> Settings:

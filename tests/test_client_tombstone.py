@@ -12,7 +12,7 @@ import redis
 
 from tests.support.redis_server import skip_or_fail
 from worker.client import ConversationClient
-from worker.envelopes import decode_envelope
+from worker.envelopes.inputs import decode_envelope
 from worker.settings import Settings
 from worker.store.redis_store import ConversationStore
 

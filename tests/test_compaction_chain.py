@@ -5,16 +5,7 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from worker import (
-    Compose,
-    CompressToolExchanges,
-    Hysteresis,
-    KeepLastExchanges,
-    ScriptedModel,
-    Summarize,
-    TokenBudget,
-)
-from worker.compaction_chain import HIGH_WATER_SHARE, build_compactor, build_counter, compaction_budget, context_window
+from worker import Compose, CompressToolExchanges, Hysteresis, KeepLastExchanges, ScriptedModel, Summarize, TokenBudget
 from worker.conversation import Message, ModelRequest, Usage
 from worker.conversation.scripted import Reply
 from worker.conversation.tokens import (
@@ -25,6 +16,13 @@ from worker.conversation.tokens import (
 )
 from worker.errors import ConfigurationError
 from worker.runtime import build_chat
+from worker.runtime.compaction_chain import (
+    HIGH_WATER_SHARE,
+    build_compactor,
+    build_counter,
+    compaction_budget,
+    context_window,
+)
 from worker.settings import Settings
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from worker import demo
+from worker.cli import demo
 from worker.llm import local_model
 
 

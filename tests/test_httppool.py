@@ -1,4 +1,4 @@
-"""The outbound client pool (worker/httppool.py) against a real keep-alive HTTP server on loopback."""
+"""The outbound client pool (worker/http/pool.py) against a real keep-alive HTTP server on loopback."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import httpx
 import pytest
 
-from worker.httppool import ClientPool, single_connection
+from worker.http.pool import ClientPool, single_connection
 
 
 class _Server(ThreadingHTTPServer):
@@ -157,7 +157,7 @@ def test_a_turn_clients_answer_is_freed_without_the_cycle_collector(server: _Ser
     import gc
     import weakref
 
-    from worker.httppool import turn_client, use_lean_transport
+    from worker.http.pool import turn_client, use_lean_transport
 
     use_lean_transport(lean)
     client = turn_client(base_url=f"http://127.0.0.1:{server.server_address[1]}", timeout=10)
@@ -179,7 +179,7 @@ def test_a_turn_clients_answer_is_freed_without_the_cycle_collector(server: _Ser
 def test_a_turn_client_sends_back_no_cookie_an_answer_set(server: _Server, lean: bool) -> None:
     """A cookie would come back only on the requests that lease the same pooled client; reading every answer's
     cookies cost about 3% of a busy worker's CPU (bench/README.md)."""
-    from worker.httppool import turn_client, use_lean_transport
+    from worker.http.pool import turn_client, use_lean_transport
 
     use_lean_transport(lean)
     client = turn_client(base_url=f"http://127.0.0.1:{server.server_address[1]}", timeout=10)

@@ -1,4 +1,4 @@
-"""The lean transport under a turn's own requests (worker.lean_transport), against raw loopback servers: one
+"""The lean transport under a turn's own requests (worker.http.lean_transport), against raw loopback servers: one
 keep-alive connection reused, a connection the server closed replaced before it is written to, and every failure
 raised as the httpx exception httpx's own transport raises for it (the callers classify errors by those), TLS
 verified with the pool's context, and the environment's proxies still honoured by the httpx Client above it."""
@@ -17,8 +17,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from worker import httppool
-from worker.lean_transport import LeanTransport
+from worker.http import pool as httppool
+from worker.http.lean_transport import LeanTransport
 
 Handler = Callable[[socket.socket, int], None]  # (the accepted connection, its number from 0)
 

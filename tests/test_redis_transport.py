@@ -1,4 +1,4 @@
-"""The Redis transport that takes a batch of wake-ups per round trip (worker.redis_transport), on a real redis-server:
+"""The Redis transport that takes a batch of wake-ups per round trip (worker.queue.redis_transport), on a real redis-server:
 it never takes more than the consumer's free slots, each message of a batch is in kombu's unacked index before it
 is handed over (so a worker that dies holding it gets it redelivered), acks and restores work per message, and a
 server without LMPOP gets kombu's one message per BRPOP."""
@@ -16,8 +16,8 @@ from kombu import Connection, Consumer, Exchange, Producer, Queue
 from redis.exceptions import ResponseError
 
 from tests.support.redis_server import RedisServer, free_port, redis_binary_at_least, skip_or_fail
-from worker import redis_transport
-from worker.broker import broker_conf
+from worker.queue import redis_transport
+from worker.queue.broker import broker_conf
 from worker.settings import Settings
 
 
@@ -36,7 +36,7 @@ QUEUE = Queue("parley", Exchange("parley"), routing_key="parley")
 
 
 def connect(server: RedisServer, **options: Any) -> Connection:
-    return Connection(server.url, transport="worker.redis_transport:Transport",
+    return Connection(server.url, transport="worker.queue.redis_transport:Transport",
                       transport_options={"visibility_timeout": 3600, **options})
 
 
@@ -149,7 +149,7 @@ def test_the_workers_use_it_on_plain_redis_only() -> None:
         return broker_conf(Settings(_env_file=None, redis_url="redis://127.0.0.1:1/0", broker_url=url, **env))  # type: ignore[call-arg]
 
     plain = conf("redis://127.0.0.1:2/0")
-    assert plain["broker_transport"] == "worker.redis_transport:Transport"
+    assert plain["broker_transport"] == "worker.queue.redis_transport:Transport"
     assert plain["broker_transport_options"]["fetch_batch"] == redis_transport.FETCH_BATCH
     assert "broker_transport" not in conf("redis://127.0.0.1:2/0", broker_fetch_batch=0)
     assert "broker_transport" not in conf("rediss://127.0.0.1:2/0")

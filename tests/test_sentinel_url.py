@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from worker import sentinel
-from worker.broker import broker_conf
 from worker.errors import ConfigurationError
+from worker.queue import sentinel
+from worker.queue.broker import broker_conf
 from worker.settings import Settings
 
 

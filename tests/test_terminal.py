@@ -1,5 +1,5 @@
 """What the ``parley`` commands print of players' and models' text cannot drive the operator's terminal: terminal
-escapes, carriage returns, other C0/C1 controls and bidi controls are shown escaped (worker.terminal)."""
+escapes, carriage returns, other C0/C1 controls and bidi controls are shown escaped (worker.cli.terminal)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import unicodedata
 
 import pytest
 
-from worker.terminal import for_terminal, json_for_terminal
+from worker.cli.terminal import for_terminal, json_for_terminal
 
 #: Clears the screen, sets the window title, returns to the line's start to overwrite it, reverses the text's
 #: direction, an 8-bit CSI and NEL, a DEL, a tab; then a second line.

@@ -11,8 +11,8 @@ import kombu
 import msgpack
 import pytest
 
+from worker.queue.wakeup import DELIVER, DRAIN, QUEUE, CeleryWaker, accept_wake, celery_waker
 from worker.settings import Settings
-from worker.wakeup import DELIVER, DRAIN, QUEUE, CeleryWaker, accept_wake, celery_waker
 
 
 def test_the_waker_matches_the_task_apps_queue_serialiser_and_transport() -> None:
@@ -48,7 +48,7 @@ def test_a_wake_up_is_a_msgpack_task_message_on_the_workers_queue(task: str) -> 
 def test_importing_the_client_and_waking_does_not_import_the_task_app() -> None:
     code = ("import sys, uuid\n"
             "from worker.client import ConversationClient\n"
-            "from worker.wakeup import CeleryWaker\n"
+            "from worker.queue.wakeup import CeleryWaker\n"
             "CeleryWaker(f'memory://{uuid.uuid4().hex}')('c1')\n"
             "assert not [m for m in sys.modules if m == 'tasks' or m.startswith('tasks.')], sorted(sys.modules)\n")
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
@@ -151,7 +151,7 @@ def test_a_message_that_cannot_be_captured_leaves_the_wake_up_to_kombu(monkeypat
                                                                       caplog: pytest.LogCaptureFixture) -> None:
     import fakeredis
 
-    import worker.wakeup as wakeup
+    import worker.queue.wakeup as wakeup
     from worker.client import ConversationClient
     from worker.store.redis_store import ConversationStore
 

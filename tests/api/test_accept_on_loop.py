@@ -1,4 +1,4 @@
-"""The HTTP API's accept on the event loop (worker/async_client.py, worker/store/async_mailbox.py,
+"""The HTTP API's accept on the event loop (worker/client/async_client.py, worker/store/async_mailbox.py,
 worker/store/async_scripts.py), against a real Redis of the test's own: it writes exactly what the blocking client
 writes, answers 202/duplicate, 429 and 503 as before, takes no thread hop for a small body, and its one pipelined
 connection survives cancelled callers, a lost connection, a forgotten script and a Redis restart."""
@@ -15,9 +15,9 @@ import redis
 from starlette.testclient import TestClient
 
 from tests.support.redis_server import RedisServer, redis_of_its_own
-from worker.async_client import AsyncClient
 from worker.client import ConversationClient
-from worker.envelopes import decode_envelope
+from worker.client.async_client import AsyncClient
+from worker.envelopes.inputs import decode_envelope
 from worker.errors import InboxFullError, StoreUnavailableError
 from worker.ingress import api as api_module
 from worker.ingress.app import create_app
@@ -90,8 +90,8 @@ def test_the_loop_writes_what_the_blocking_client_writes(server: RedisServer) ->
 def test_on_the_stores_own_redis_the_loops_accept_pushes_the_wake_up_itself(server: RedisServer) -> None:
     """Issue 33: the accept script pushes the workers' wake-up (the first input waiting only); no kombu publish, no
     thread hop."""
+    from worker.queue.wakeup import QUEUE, accept_wake
     from worker.settings import Settings
-    from worker.wakeup import QUEUE, accept_wake
 
     r = server.client()
     wake = accept_wake(Settings(_env_file=None, redis_url=f"redis://127.0.0.1:{server.port}/0"))  # type: ignore[call-arg]

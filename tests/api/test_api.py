@@ -12,7 +12,7 @@ import redis
 from starlette.testclient import TestClient
 
 from worker.client import ConversationClient
-from worker.envelopes import decode_envelope
+from worker.envelopes.inputs import decode_envelope
 from worker.errors import ConfigurationError
 from worker.ingress.api import parse_tokens
 from worker.ingress.app import create_app
@@ -168,7 +168,7 @@ def test_redis_down_is_503_with_retry_after() -> None:
 
 
 def test_the_summary_is_what_parley_show_prints_and_404_when_unknown(api: Api) -> None:
-    from worker.show import summary
+    from worker.client.summary import summary
 
     assert api.http.get(f"/v1/conversations/{CID}", headers=PRODUCER).status_code == 404
     api.http.post(f"/v1/conversations/{CID}/messages", headers=PRODUCER, json={"text": "hi"})

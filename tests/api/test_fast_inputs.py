@@ -25,11 +25,11 @@ from starlette.responses import JSONResponse
 
 from tests.support.redis_server import RedisServer, free_port, redis_of_its_own
 from worker.client import ConversationClient, Submitted
+from worker.envelopes.producer_bodies import Accepted
 from worker.ingress import api as api_module
 from worker.ingress import metrics as ingress_metrics
 from worker.ingress.api import MAX_BODY_OBJECTS, SMALL_BODY_BYTES
 from worker.ingress.app import create_app
-from worker.producer_bodies import Accepted
 from worker.store.limits import StoreLimits
 from worker.store.redis_store import ConversationStore
 

@@ -13,7 +13,7 @@ import pytest
 
 from tests.support.api_server import ApiProcess
 from tests.support.redis_server import RedisServer, in_ci, redis_of_its_own
-from worker.envelopes import decode_envelope
+from worker.envelopes.inputs import decode_envelope
 from worker.store.redis_store import ConversationStore
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]

@@ -10,8 +10,8 @@ import jsonschema
 import pytest
 
 from tests.api.test_api import CID, OPERATOR, PRODUCER, Api
+from worker.envelopes.producer_bodies import OPERATIONS
 from worker.ingress.openapi import document
-from worker.producer_bodies import OPERATIONS
 
 BASE = f"/v1/conversations/{CID}"
 

@@ -12,9 +12,9 @@ from starlette.routing import Route
 from starlette.testclient import TestClient
 
 from worker.client import ConversationClient
+from worker.envelopes.producer_bodies import KINDS
 from worker.ingress.api import OPERATIONS
 from worker.ingress.app import create_app
-from worker.producer_bodies import KINDS
 from worker.store.redis_store import ConversationStore
 
 HEADERS = {"Authorization": "Bearer t"}

@@ -61,7 +61,7 @@ from tests.support.store_kit import raw as raw_client
 from tests.support.workers import WorkerProcess, wait_until
 from worker import inspect_state
 from worker.conversation.messages import OPERATOR_FIRST
-from worker.envelopes import DeadLetter, decode_dead_letter, decode_reply
+from worker.envelopes.inputs import DeadLetter, decode_dead_letter, decode_reply
 from worker.service.inflight import RESEND_LOG
 
 WINDOW_LOG = RESEND_LOG

@@ -297,7 +297,7 @@ def test_whatsapp_faults(cluster: Cluster) -> None:
     report("whatsapp-faults", out)
     out.assert_safe()
     store = cluster.store()
-    from worker.envelopes import decode_dead_letter
+    from worker.envelopes.inputs import decode_dead_letter
 
     dead = [decode_dead_letter(d) for d in store.dead_letters(blocked)]
     assert dead and all(d.what == "reply" and "131047" in d.reason for d in dead)
@@ -354,7 +354,7 @@ def test_poison_input_is_dead_lettered_and_later_inputs_proceed(cluster: Cluster
     apology = Drain().dead_letter_reply
     assert sorted(set(sent)) == sorted(["ack:after", "ack:before", apology]) and len(sent) - 3 <= window, (sent, window)
     assert sent.index("ack:before") < sent.index(apology) < sent.index("ack:after")
-    from worker.envelopes import decode_dead_letter
+    from worker.envelopes.inputs import decode_dead_letter
 
     dead = [decode_dead_letter(d) for d in cluster.store().dead_letters(cid)]
     assert [(d.id, d.reason) for d in dead] == [("poison", "too_many_attempts")]

@@ -27,8 +27,8 @@ from tests.chaos.harness import (
 )
 from tests.e2e.conftest import Cluster
 from tests.support.fake_whatsapp import SentPart
-from worker.envelopes import DeadLetter, ReplyRecord
-from worker.logs import JsonFormatter, TextFormatter
+from worker.envelopes.inputs import DeadLetter, ReplyRecord
+from worker.observability.logs import JsonFormatter, TextFormatter
 from worker.service.inflight import CrashedSends
 
 CID = "447700000001"

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from worker.envelopes import DeadLetter, Media, ReplyRecord, Spent, build_envelope
+from worker.envelopes.inputs import DeadLetter, Media, ReplyRecord, Spent, build_envelope
 
 AT = 1_790_000_000.25  # a fixed time, so the bytes are the same on every run
 

@@ -12,7 +12,7 @@ import pytest
 
 from tests.contracts.stored import INLET_JSON, stored
 from tests.contracts.surface import surface
-from worker.envelopes import decode_dead_letter, decode_envelope, decode_reply
+from worker.envelopes.inputs import decode_dead_letter, decode_envelope, decode_reply
 from worker.inlet.messages import parse_message
 
 HERE = pathlib.Path(__file__).parent

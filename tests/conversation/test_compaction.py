@@ -7,15 +7,7 @@ from dataclasses import replace
 import pytest
 
 from tests.conversation.conftest import make_tool
-from worker import (
-    Chat,
-    Compose,
-    CompressToolExchanges,
-    KeepLastExchanges,
-    ScriptedModel,
-    Summarize,
-    TokenBudget,
-)
+from worker import Chat, Compose, CompressToolExchanges, KeepLastExchanges, ScriptedModel, Summarize, TokenBudget
 from worker.conversation import EstimateCounter, Reply, Usage
 from worker.conversation.compaction import COMPRESSED_MARK
 from worker.conversation.history import exchanges

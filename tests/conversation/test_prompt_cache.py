@@ -15,13 +15,13 @@ import pytest
 
 from tests.conversation.conftest import make_tool
 from worker import Chat, Compose, CompressToolExchanges, Hysteresis, ScriptedModel, Summarize, TokenBudget
-from worker.compaction_chain import build_compactor
 from worker.conversation import ModelRequest, Reply
 from worker.conversation.compaction import COMPRESSED_MARK
 from worker.conversation.prompt import CHANGED_FACTS_HEADING, DEFAULT_FACT_PLACEMENT, FactPlacement
 from worker.conversation.state import decode_state
 from worker.conversation.tokens import EstimateCounter
 from worker.errors import RateLimitedError
+from worker.runtime.compaction_chain import build_compactor
 from worker.settings import Settings
 
 HIGH, BUDGET = 800, 3000

@@ -15,7 +15,7 @@ from worker.delivery.numbers import NumbersChannel
 from worker.delivery.token import TOKEN, TokenHealth, for_number
 from worker.delivery.whatsapp import WhatsAppSender
 from worker.errors import DeliveryPermanentError, WhatsAppTokenError
-from worker.numbers import Number, Numbers
+from worker.settings.business_numbers import Number, Numbers
 
 MAIN, QUIZ = "106540352242922", "106540352242923"
 PLAYER = "16505551234"
@@ -87,7 +87,7 @@ def test_a_number_no_longer_configured_is_refused_for_good(wa: FakeWhatsApp) -> 
 
 
 def test_a_rich_part_goes_from_the_number_the_player_wrote_to(wa: FakeWhatsApp) -> None:
-    from worker.reply_parts import out_part
+    from worker.envelopes.reply_parts import out_part
 
     ch = channel(wa)
     pin = out_part({"type": "location", "latitude": 53.9921, "longitude": -1.5418, "name": "Harrogate Theatre"})

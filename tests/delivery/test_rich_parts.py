@@ -19,9 +19,8 @@ from worker.conversation.state import decode_state
 from worker.delivery.channel import ConsoleChannel, WebhookChannel
 from worker.delivery.whatsapp import WhatsAppSender
 from worker.delivery.window import ServiceWindow, Template
-from worker.envelopes import ReplyRecord, decode_reply
-from worker.errors import InvalidReplyPartError
-from worker.reply_parts import (
+from worker.envelopes.inputs import ReplyRecord, decode_reply
+from worker.envelopes.reply_parts import (
     ButtonsPart,
     LocationPart,
     ReactionPart,
@@ -30,6 +29,7 @@ from worker.reply_parts import (
     part_json,
     render,
 )
+from worker.errors import InvalidReplyPartError
 
 FIXTURES = Path(__file__).parent.parent / "fixtures" / "whatsapp_send"
 TO = "447700900123"

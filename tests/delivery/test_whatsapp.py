@@ -49,7 +49,7 @@ def test_send_text_body_auth_and_wamid(api: FakeWhatsApp) -> None:
 
 def test_callback_data_goes_out_as_biz_opaque_callback_data(api: FakeWhatsApp) -> None:
     """WhatsApp hands it back in the message's status webhooks: how the ingress knows which reply part a status is
-    about (worker.envelopes.part_callback)."""
+    about (worker.envelopes.inputs.part_callback)."""
     s = sender(api)
     s.send_text("447700900123", "part one", callback_data="447700900123|wamid.in1|0")
     s.send_text("447700900123", "no data")

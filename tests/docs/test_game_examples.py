@@ -18,7 +18,7 @@ import fakeredis
 import pytest
 
 from worker.client import ConversationClient
-from worker.envelopes import decode_envelope
+from worker.envelopes.inputs import decode_envelope
 from worker.store.redis_store import ConversationStore
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]

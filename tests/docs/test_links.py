@@ -12,7 +12,7 @@ PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 
 _LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
 _CODE = re.compile(r"`([^`\n]+)`")
-# A path as the pages write one: segments of word characters, dots and dashes, at least one slash (`worker/cli.py`,
+# A path as the pages write one: segments of word characters, dots and dashes, at least one slash (`worker/cli/`,
 # `scripts/demo`, `worker/ingress/`).
 _PATH = re.compile(r"[\w.-]+(?:/[\w.-]+)+/?")
 # A file named in prose without backticks: a path with a known extension.

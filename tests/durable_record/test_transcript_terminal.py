@@ -1,6 +1,6 @@
 """``parley transcript`` against the real PostgreSQL: what the player, the model and a tool wrote is printed with
 every control escaped and later lines indented under the text column, so no message can rewrite the operator's
-terminal or pass one of its lines off as a line of the transcript (worker.terminal)."""
+terminal or pass one of its lines off as a line of the transcript (worker.cli.terminal)."""
 
 from __future__ import annotations
 

@@ -16,7 +16,7 @@ import sys
 import pytest
 
 from tests.support.fake_openai import FakeOpenAI
-from worker.demo import GAME_SCRIPT
+from worker.cli.demo import GAME_SCRIPT
 from worker.llm import local_model
 
 pytestmark = pytest.mark.e2e

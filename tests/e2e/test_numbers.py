@@ -23,9 +23,9 @@ from tests.support.redis_server import free_port
 from tests.support.whatsapp_fixtures import needs_fixtures
 from tests.support.workers import wait_until
 from worker.conversation.state import decode_state
-from worker.envelopes import Media
+from worker.envelopes.inputs import Media
 from worker.ingress.app import create_app
-from worker.numbers import load_numbers
+from worker.settings.business_numbers import load_numbers
 
 pytestmark = [pytest.mark.e2e, needs_fixtures]
 

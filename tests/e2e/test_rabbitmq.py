@@ -83,6 +83,6 @@ def test_a_worker_killed_mid_flood_loses_nothing(cluster: Cluster) -> None:
 
 
 def _envelope(cid: str, text: str) -> bytes:
-    from worker.envelopes import Envelope
+    from worker.envelopes.inputs import Envelope
 
     return Envelope(kind="message", conversation_id=cid, message_id="m1", text=text).to_bytes()

@@ -73,7 +73,7 @@ def test_pickle_payload_in_the_queue_is_refused(cluster: Cluster) -> None:
     task_id = str(uuid.uuid4())
     with Connection(cluster.broker_url) as conn:
         if cluster.broker == "rabbitmq":  # the queue must exist, or RabbitMQ drops the message unrouted
-            from worker.broker import quorum_queue
+            from worker.queue.broker import quorum_queue
 
             quorum_queue()(conn.default_channel).declare()
         producer = conn.Producer()

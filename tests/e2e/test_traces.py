@@ -22,7 +22,7 @@ from tests.support.fake_openai import hold_first_request
 from tests.support.otlp_receiver import OtlpReceiver, ReceivedSpan, otel_env
 from tests.support.status_webhooks import IngressServer, StatusPoster
 from tests.support.workers import wait_until
-from worker import tracing
+from worker.observability import tracing
 
 pytestmark = pytest.mark.e2e
 

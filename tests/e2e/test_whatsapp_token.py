@@ -14,7 +14,7 @@ from tests.e2e.conftest import Cluster
 from tests.support.redis_server import free_port
 from tests.support.workers import wait_until
 from worker.delivery.token import ACCEPTED_LOG, REJECTED_LOG
-from worker.envelopes import Media
+from worker.envelopes.inputs import Media
 
 pytestmark = pytest.mark.e2e
 

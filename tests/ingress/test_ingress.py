@@ -19,7 +19,7 @@ from starlette.testclient import TestClient
 from tests.support.whatsapp_fixtures import as_if_sent_now, needs_fixtures
 from tests.support.whatsapp_fixtures import fixture_payload as shared_payload
 from worker.client import ConversationClient
-from worker.envelopes import decode_envelope
+from worker.envelopes.inputs import decode_envelope
 from worker.ingress.app import create_app
 from worker.settings import Webhook
 from worker.store.redis_store import ConversationStore

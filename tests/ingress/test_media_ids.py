@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from tests.ingress.test_ingress import NOW, Rig, meta_bytes
-from worker.envelopes import Media, decode_envelope
+from worker.envelopes.inputs import Media, decode_envelope
 
 CID = "447700900123"
 

@@ -14,9 +14,9 @@ from starlette.testclient import TestClient
 from tests.ingress.test_ingress import SECRET, VERIFY, fixture_payload, meta_bytes, sign
 from tests.support.whatsapp_fixtures import needs_fixtures
 from worker.client import ConversationClient
-from worker.envelopes import decode_envelope
+from worker.envelopes.inputs import decode_envelope
 from worker.ingress.app import create_app
-from worker.numbers import Number, Numbers
+from worker.settings.business_numbers import Number, Numbers
 from worker.store.redis_store import ConversationStore
 
 MAIN, QUIZ, STRANGER = "106540352242922", "106540352242923", "999000111222333"

@@ -19,7 +19,7 @@ from tests.ingress.test_ingress import SECRET, VERIFY, meta_bytes, sign, text_va
 from tests.support.redis_server import skip_or_fail
 from tests.support.whatsapp_fixtures import fixture_names, fixture_payload, needs_fixtures
 from worker.client import ConversationClient
-from worker.envelopes import Envelope, Media, decode_envelope
+from worker.envelopes.inputs import Envelope, Media, decode_envelope
 from worker.ingress.app import create_app
 from worker.ingress.parse import LocationAs
 

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from worker.envelopes import Media, parse_part_callback, part_callback
+from worker.envelopes.inputs import Media, parse_part_callback, part_callback
 from worker.ingress.parse import (
     InboundEvent,
     InboundMessage,

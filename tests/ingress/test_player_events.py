@@ -100,7 +100,7 @@ def test_a_location_alone_is_kept_as_the_players_words_without_a_reply(rig: Redi
 
 
 def test_only_an_event_is_marked_as_the_players() -> None:
-    from worker.envelopes import build_envelope
+    from worker.envelopes.inputs import build_envelope
     from worker.errors import EnvelopeError
 
     assert build_envelope(kind="event", conversation_id=CID, text="pin", from_player=True).from_player

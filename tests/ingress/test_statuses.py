@@ -18,7 +18,7 @@ from tests.ingress.test_outcomes import RedisRig, payload_of, real_redis
 from tests.support.store_kit import StoreKit, raw
 from tests.support.whatsapp_fixtures import needs_fixtures
 from worker import cli
-from worker.envelopes import ReplyRecord, part_callback
+from worker.envelopes.inputs import ReplyRecord, part_callback
 
 __all__ = ["real_redis"]
 

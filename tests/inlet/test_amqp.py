@@ -18,7 +18,7 @@ from kombu.messaging import Producer
 from tests.support.rabbitmq import Vhost, rabbitmq_vhost
 from tests.support.redis_server import RedisServer, redis_of_its_own
 from worker.client import ConversationClient
-from worker.envelopes import decode_envelope
+from worker.envelopes.inputs import decode_envelope
 from worker.inlet.amqp import AmqpInlet, dead_queue, inlet_queue
 from worker.store.limits import StoreLimits
 from worker.store.redis_store import ConversationStore

@@ -12,7 +12,7 @@ import redis
 
 from tests.support.redis_server import RedisServer, redis_of_its_own
 from worker.client import ConversationClient
-from worker.envelopes import decode_envelope
+from worker.envelopes.inputs import decode_envelope
 from worker.inlet.stream import Inlet, dead_stream
 from worker.store.limits import StoreLimits
 from worker.store.redis_store import ConversationStore

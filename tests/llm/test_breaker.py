@@ -11,7 +11,7 @@ import pytest
 from tests.llm.servers import ScriptedServer, error, openai_text
 from worker.conversation import Message, ModelRequest
 from worker.errors import CircuitOpenError, ModelUnavailableError
-from worker.httppool import ClientPool
+from worker.http.pool import ClientPool
 from worker.llm import build_model
 from worker.llm.transport import CircuitBreaker, RetryPolicy, post_json
 

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from worker.errors import ConfigurationError
-from worker.numbers import load_numbers, route
 from worker.runtime import build_channel
 from worker.settings import Settings
+from worker.settings.business_numbers import load_numbers, route
 
 MAIN, QUIZ = "106540352242922", "106540352242923"
 ENV = {"WA_MAIN": "token-main", "WA_QUIZ": "token-quiz"}

@@ -212,7 +212,7 @@ class FakeWhatsApp(LoopbackPeer):
 
     def parts_for(self, recipient: str) -> list[SentPart]:
         """The accepted sends to ``recipient``, in order, each naming the reply part it was."""
-        from worker.envelopes import parse_part_callback
+        from worker.envelopes.inputs import parse_part_callback
 
         out = []
         with self.lock:

@@ -6,7 +6,7 @@ import signal
 import subprocess
 import sys
 
-from worker.envelopes import decode_envelope
+from worker.envelopes.inputs import decode_envelope
 from worker.store.redis_store import ConversationStore
 
 

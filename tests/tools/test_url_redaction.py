@@ -1,5 +1,5 @@
 """A credential in an MCP server's URL (a password, a token in the query string) never reaches a log line, an error
-or a metric label: every URL shown goes through worker.urls.redact_url. And PARLEY_MCP_HEADERS carries headers for
+or a metric label: every URL shown goes through worker.http.urls.redact_url. And PARLEY_MCP_HEADERS carries headers for
 the servers of PARLEY_MCP_SERVERS, so a token need not be in the URL at all."""
 
 from __future__ import annotations
@@ -17,9 +17,9 @@ from worker.conversation import turn_context
 from worker.conversation.messages import ToolCall
 from worker.conversation.tools import run_tool
 from worker.errors import ConfigurationError
+from worker.http.urls import redact_url, redact_urls
 from worker.settings import Settings
 from worker.tools import fixed_tools, load_tools
-from worker.urls import redact_url, redact_urls
 
 SECRET = "s3cret-token"
 

@@ -5,7 +5,7 @@ from collections.abc import Iterator
 import pytest
 
 from tests.support.otlp_receiver import OtlpReceiver, otel_env
-from worker import tracing
+from worker.observability import tracing
 
 
 @pytest.fixture

@@ -7,9 +7,16 @@ from __future__ import annotations
 import msgpack
 import pytest
 
-from worker.envelopes import Envelope, ReplyRecord, decode_envelope, decode_reply, parse_part_callback, part_callback
-from worker.tracing import wanted
-from worker.tracing.context import stored_trace, trace_id, valid_traceparent
+from worker.envelopes.inputs import (
+    Envelope,
+    ReplyRecord,
+    decode_envelope,
+    decode_reply,
+    parse_part_callback,
+    part_callback,
+)
+from worker.observability.tracing import wanted
+from worker.observability.tracing.context import stored_trace, trace_id, valid_traceparent
 
 TP = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 

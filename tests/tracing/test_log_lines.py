@@ -11,8 +11,8 @@ import threading
 import pytest
 
 from tests.support.otlp_receiver import OtlpReceiver
-from worker import tracing
-from worker.logs import JsonFormatter, TextFormatter
+from worker.observability import tracing
+from worker.observability.logs import JsonFormatter, TextFormatter
 
 
 def _record() -> logging.LogRecord:
@@ -45,7 +45,7 @@ def test_a_line_logged_while_tracing_sets_up_does_not_wait_for_it(traced: OtlpRe
                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     """The set-up (or a library it calls) may log: the formatter must not start a second set-up under the first's
     lock (it did: a worker's first log line inside the set-up hung the process)."""
-    from worker.tracing import otel
+    from worker.observability.tracing import otel
 
     handler = logging.StreamHandler(io.StringIO())
     handler.setFormatter(JsonFormatter())

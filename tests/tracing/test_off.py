@@ -40,7 +40,8 @@ SCRIPT = textwrap.dedent("""
 
     from tests.configs import bare_config
     from tests.worker.conftest import make_harness
-    from worker import ScriptedModel, tracing
+    from worker import ScriptedModel
+    from worker.observability import tracing
     from worker.conversation.scripted import Reply
     from worker.conversation.tools import Tool
     from worker.ingress.app import create_app
@@ -63,7 +64,7 @@ SCRIPT = textwrap.dedent("""
     h.run()
     assert len(h.channel.sent) == 2, h.channel.sent
     assert not tracing.enabled()
-    tracing_modules = ("worker.tracing.otel", "worker.tracing.genai", "opentelemetry.sdk.trace",
+    tracing_modules = ("worker.observability.tracing.otel", "worker.observability.tracing.genai", "opentelemetry.sdk.trace",
                        "opentelemetry.exporter.otlp.proto.http.trace_exporter")
     print(json.dumps({"asked": sorted(set(asked)), "loaded": [m for m in tracing_modules if m in sys.modules]}))
 """)
@@ -89,5 +90,5 @@ def test_the_probe_would_see_opentelemetry_when_tracing_is_on() -> None:
                           timeout=120)
     assert done.returncode == 0, done.stderr
     probe = json.loads(done.stdout.strip().splitlines()[-1])
-    assert "opentelemetry.sdk.trace" in probe["loaded"] and "worker.tracing.otel" in probe["loaded"]
+    assert "opentelemetry.sdk.trace" in probe["loaded"] and "worker.observability.tracing.otel" in probe["loaded"]
     assert "opentelemetry.exporter.otlp.proto.http.trace_exporter" in probe["asked"]

@@ -16,7 +16,8 @@ SCRIPT = textwrap.dedent("""
 
     from tests.configs import bare_config
     from tests.worker.conftest import make_harness
-    from worker import ScriptedModel, tracing
+    from worker import ScriptedModel
+    from worker.observability import tracing
     from worker.conversation.scripted import Reply
     from worker.conversation.tools import Tool
 
@@ -53,7 +54,7 @@ APP = textwrap.dedent("""
     from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
     from tests.worker.conftest import make_harness
-    from worker import tracing
+    from worker.observability import tracing
 
     exported = InMemorySpanExporter()
     provider = TracerProvider()

@@ -17,16 +17,16 @@ from tests.inlet.test_amqp import QUEUE, Running, vhost
 from tests.support.otlp_receiver import OtlpReceiver
 from tests.support.rabbitmq import Vhost
 from tests.support.redis_server import RedisServer, redis_of_its_own
-from worker import tracing
-from worker.async_client import AsyncClient
 from worker.client import ConversationClient
-from worker.envelopes import decode_envelope
+from worker.client.async_client import AsyncClient
+from worker.client.prepared import Preparer
+from worker.envelopes.inputs import decode_envelope
 from worker.ingress.app import create_app
 from worker.inlet.amqp import inlet_queue
 from worker.inlet.stream import Inlet
-from worker.prepared import Preparer
+from worker.observability import tracing
+from worker.observability.tracing.context import trace_id
 from worker.store.redis_store import ConversationStore
-from worker.tracing.context import trace_id
 
 CID = "447700900123"
 CALLER = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"

@@ -14,11 +14,12 @@ from tests.configs import bare_burst, bare_config
 from tests.support.otlp_receiver import OtlpReceiver, ReceivedSpan
 from tests.support.store_kit import raw
 from tests.worker.conftest import Harness, echo_all, make_harness
-from worker import ScriptedModel, tracing
+from worker import ScriptedModel
 from worker.conversation.model import Usage
 from worker.conversation.scripted import Reply
 from worker.conversation.tools import Tool
 from worker.errors import RateLimitedError
+from worker.observability import tracing
 from worker.service import RetryLater
 
 CID = "447700900321"

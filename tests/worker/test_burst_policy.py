@@ -6,7 +6,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tests.configs import bare_burst
-from worker.envelopes import Envelope, Media
+from worker.envelopes.inputs import Envelope, Media
 from worker.service.burst import Pending, decide, extend, recorded
 
 CID = "447700900999"

@@ -1,5 +1,5 @@
 """``parley show``, ``trace`` and ``dead`` print what a player sent and what the model answered with every control
-escaped (worker.terminal): a player cannot clear, retitle or rewrite the operator's terminal through them."""
+escaped (worker.cli.terminal): a player cannot clear, retitle or rewrite the operator's terminal through them."""
 
 from __future__ import annotations
 

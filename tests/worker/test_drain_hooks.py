@@ -11,7 +11,7 @@ from tests.configs import bare_burst, bare_config
 from tests.worker.conftest import Harness, make_harness
 from worker import ScriptedModel
 from worker.conversation.results import TurnResult
-from worker.envelopes import ReplyRecord
+from worker.envelopes.inputs import ReplyRecord
 from worker.service import Presence
 from worker.service.burst import Pending
 from worker.service.drain import Drainer, DrainRun

@@ -285,7 +285,7 @@ def test_an_operator_message_outside_the_24_hour_window_is_the_template_or_a_dea
     from tests.support.fake_whatsapp import FakeWhatsApp
     from worker.delivery.whatsapp import WhatsAppSender
     from worker.delivery.window import ServiceWindow, Template
-    from worker.envelopes import decode_dead_letter
+    from worker.envelopes.inputs import decode_dead_letter
 
     api = FakeWhatsApp().start()
     try:

@@ -6,7 +6,7 @@ import msgpack
 import pytest
 
 from tests.worker.conftest import make_harness
-from worker.envelopes import Envelope, decode_dead_letter, decode_envelope
+from worker.envelopes.inputs import Envelope, decode_dead_letter, decode_envelope
 from worker.errors import EnvelopeError
 
 CID = "447700900123"
@@ -59,7 +59,7 @@ def test_dead_letter_replay_from_the_cli(monkeypatch: pytest.MonkeyPatch, capsys
     h.client.send_message(CID, "please", message_id="m1")
     h.run()
     monkeypatch.setattr(cli, "_store", lambda: h.store)
-    monkeypatch.setattr("worker.wakeup.celery_waker", lambda settings, task="parley.drain": lambda cid: h.woken.append((task.split(".")[1], cid)))
+    monkeypatch.setattr("worker.queue.wakeup.celery_waker", lambda settings, task="parley.drain": lambda cid: h.woken.append((task.split(".")[1], cid)))
     assert cli.main(["dead", CID]) == 0
     out = capsys.readouterr().out
     assert "m1" in out and "model_rejected" in out and "bad request" in out
@@ -72,7 +72,7 @@ def test_dead_letter_replay_from_the_cli(monkeypatch: pytest.MonkeyPatch, capsys
 def test_a_reply_record_from_a_newer_worker_is_delivered_not_dead_lettered() -> None:
     """Replies are written by workers only: one with a field this release does not know (a newer worker's, mid rolling
     upgrade) still decodes, so the reply reaches the player."""
-    from worker.envelopes import decode_reply
+    from worker.envelopes.inputs import decode_reply
 
     record = {"v": 1, "reply_id": "r1", "conversation_id": CID, "recipient": CID, "parts": ["hello"],
               "created_at": 1.0, "a_field_from_a_later_release": {"x": 1}}

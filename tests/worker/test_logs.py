@@ -5,7 +5,7 @@ import json
 import logging
 
 from tests.worker.conftest import make_harness
-from worker.logs import JsonFormatter
+from worker.observability.logs import JsonFormatter
 
 
 def test_json_lines_carry_conversation_and_message_ids_but_no_text() -> None:
@@ -31,7 +31,7 @@ def test_json_lines_carry_conversation_and_message_ids_but_no_text() -> None:
 
 
 def test_httpx_request_lines_are_quiet_unless_debugging() -> None:
-    from worker.logs import configure_logging
+    from worker.observability.logs import configure_logging
     from worker.settings import Settings
 
     root = logging.getLogger()

@@ -17,7 +17,7 @@ from worker import KeepLastExchanges, ScriptedModel, TokenBudget, metrics
 from worker.conversation import ModelRequest, Usage
 from worker.conversation.scripted import Reply
 from worker.conversation.state import decode_state
-from worker.envelopes import decode_dead_letter
+from worker.envelopes.inputs import decode_dead_letter
 from worker.errors import AuthenticationError, ContextLengthError, RateLimitedError
 from worker.service import RetryLater, recovery
 

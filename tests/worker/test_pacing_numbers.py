@@ -7,8 +7,8 @@ import pytest
 
 from tests.worker.conftest import make_harness
 from worker import ScriptedModel
-from worker.numbers import Number, Numbers
 from worker.service import Pacer, RetryLater
+from worker.settings.business_numbers import Number, Numbers
 from worker.store.limits import PaceLimits
 
 MAIN, QUIZ = "106540352242922", "106540352242923"

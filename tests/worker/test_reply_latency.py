@@ -11,7 +11,7 @@ from prometheus_client import REGISTRY
 
 from tests.worker.conftest import make_harness
 from worker import ScriptedModel
-from worker.envelopes import ReplyRecord, decode_envelope, decode_reply
+from worker.envelopes.inputs import ReplyRecord, decode_envelope, decode_reply
 from worker.service.timers import TimerLoop
 
 CID = "447700900123"

@@ -12,7 +12,7 @@ from tests.worker.conftest import make_harness
 from worker.conversation.scripted import Reply, ScriptedModel
 from worker.conversation.state import decode_state
 from worker.conversation.tools import Tool
-from worker.reply_parts import ButtonsPart, LocationPart
+from worker.envelopes.reply_parts import ButtonsPart, LocationPart
 from worker.testing import RecordingChannel
 from worker.tools.reply_tools import reply_tools
 

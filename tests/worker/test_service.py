@@ -10,7 +10,7 @@ from tests.support.store_kit import StoreKit, raw
 from tests.worker.conftest import make_harness
 from worker import KeepLastExchanges, ScriptedModel, Summarize
 from worker.conversation.state import decode_state
-from worker.envelopes import Envelope, ReplyRecord, decode_dead_letter, decode_reply
+from worker.envelopes.inputs import Envelope, ReplyRecord, decode_dead_letter, decode_reply
 from worker.errors import (
     DeliveryPermanentError,
     DeliveryRetryableError,
@@ -253,7 +253,7 @@ def test_failed_compaction_changes_nothing() -> None:
 
 def test_envelope_round_trip() -> None:
     env = Envelope(kind="message", conversation_id=CID, text="hi", reply_to="wamid.x")
-    from worker.envelopes import decode_envelope
+    from worker.envelopes.inputs import decode_envelope
 
     assert decode_envelope(env.to_bytes()) == env
     with pytest.raises(EnvelopeError):

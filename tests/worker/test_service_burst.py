@@ -14,7 +14,7 @@ from worker.conversation.model import Attachment, ModelRequest
 from worker.conversation.scripted import Reply
 from worker.conversation.state import decode_state
 from worker.conversation.tools import Tool
-from worker.envelopes import Envelope, Media, decode_dead_letter
+from worker.envelopes.inputs import Envelope, Media, decode_dead_letter
 from worker.errors import MediaRejectedError, ModelRequestError
 from worker.service import ServiceConfig
 from worker.service.drain import Drainer

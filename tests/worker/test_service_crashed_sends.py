@@ -12,7 +12,7 @@ import pytest
 from tests.configs import bare_config
 from tests.worker.conftest import Harness, make_harness
 from worker import metrics
-from worker.envelopes import parse_part_callback, part_callback
+from worker.envelopes.inputs import parse_part_callback, part_callback
 from worker.service import RetryLater
 from worker.testing import RecordingChannel
 

@@ -13,7 +13,7 @@ from tests.support.store_kit import StoreKit, raw
 from tests.worker.conftest import Harness, make_harness
 from tests.worker.test_service import FlakyChannel
 from worker import ScriptedModel, Summarize, metrics
-from worker.envelopes import decode_dead_letter
+from worker.envelopes.inputs import decode_dead_letter
 from worker.errors import DeliveryRetryableError, ModelResponseError, ModelUnavailableError, StoreError
 from worker.service import RetryLater
 from worker.store.redis_store import ConversationStore

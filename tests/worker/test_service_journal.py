@@ -8,10 +8,10 @@ import msgpack
 import pytest
 
 from tests.worker.conftest import make_harness
+from worker.client.summary import with_texts
 from worker.conversation.model import ModelRequest
 from worker.conversation.scripted import Reply, ScriptedModel
 from worker.conversation.tools import Tool
-from worker.show import with_texts
 
 CID = "447700900777"
 

@@ -14,7 +14,7 @@ from worker.conversation.model import Attachment
 from worker.conversation.scripted import ScriptedModel
 from worker.conversation.state import decode_state
 from worker.delivery.media_download import CloudMediaFetcher, MediaHosts
-from worker.envelopes import Envelope, Media
+from worker.envelopes.inputs import Envelope, Media
 from worker.errors import InputError, MediaRejectedError, MediaUnavailableError, ModelUnavailableError
 from worker.runtime import build_media_preparer
 from worker.service import ConversationService

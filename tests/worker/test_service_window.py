@@ -16,7 +16,7 @@ from tests.worker.conftest import Harness, make_harness
 from worker import ScriptedModel
 from worker.delivery.whatsapp import WhatsAppSender
 from worker.delivery.window import ServiceWindow, Template
-from worker.envelopes import decode_dead_letter, decode_reply
+from worker.envelopes.inputs import decode_dead_letter, decode_reply
 
 CID = "447700900123"
 DAY = 86_400.0

@@ -8,8 +8,8 @@ import msgpack
 
 from tests.worker.conftest import make_harness
 from worker import ScriptedModel
+from worker.client.summary import GONE, TURN_USUAL, summary, with_texts
 from worker.conversation.compaction import Summarize
-from worker.show import GONE, TURN_USUAL, summary, with_texts
 
 CID = "447700900456"
 

@@ -22,7 +22,7 @@ from worker.delivery.media_download import CloudMediaFetcher, MediaHosts
 from worker.delivery.token import ACCEPTED_LOG, REJECTED_LOG, TokenHealth
 from worker.delivery.whatsapp import WhatsAppSender
 from worker.delivery.window import ServiceWindow
-from worker.envelopes import Media
+from worker.envelopes.inputs import Media
 from worker.service import RetryLater, ServiceConfig
 from worker.service.drain import Drainer
 from worker.service.inflight import RESEND_LOG

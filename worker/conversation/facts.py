@@ -11,7 +11,7 @@ or all in the preamble, are the other layouts; :mod:`worker.conversation.prompt`
 
 A game tool's answer may carry keys Parley acts on beside the result the model reads: :data:`RESULT_KEYS` names
 them, and :func:`split_result` takes them out (the rest is the result). ``"facts"`` is the first, ``"reply_parts"``
-(parts added to the turn's reply, :mod:`worker.reply_parts`) the second; another key slots in by adding an entry
+(parts added to the turn's reply, :mod:`worker.envelopes.reply_parts`) the second; another key slots in by adding an entry
 there and a field to :class:`ResultExtras`.
 """
 
@@ -22,8 +22,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from worker.envelopes.reply_parts import parse_parts, part_json
 from worker.errors import InvalidMessageError
-from worker.reply_parts import parse_parts, part_json
 
 log = logging.getLogger("parley.tools")
 

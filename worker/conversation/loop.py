@@ -17,7 +17,7 @@ from worker.conversation.model import FinishReason, ModelRequest, ModelResponse
 from worker.conversation.state import ConversationState
 from worker.conversation.tools import Tool, run_tool
 from worker.conversation.turn_journal import NoJournal, TurnJournal
-from worker.reply_parts import out_part, render_all
+from worker.envelopes.reply_parts import out_part, render_all
 
 ToolChoice = Literal["auto", "none"]
 

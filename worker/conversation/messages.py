@@ -125,7 +125,7 @@ class Message:
     # Tool results only: the facts a game tool's answer set (key, text), carried to the turn's state (and kept in the
     # turn's journal, so a replayed result sets them again); the history stores the result without them.
     facts: tuple[tuple[str, str], ...] = ()
-    # Tool results only: the reply parts (their JSON form, worker.reply_parts) a reply tool or a game tool's answer
+    # Tool results only: the reply parts (their JSON form, worker.envelopes.reply_parts) a reply tool or a game tool's answer
     # added to the turn's reply, journalled like ``facts`` so a replayed result adds them again; never in the history.
     reply_parts: tuple[dict[str, Any], ...] = ()
 

@@ -38,7 +38,7 @@ _current: ContextVar[Observer | None] = ContextVar("parley_observer", default=No
 
 ModelCallTracer = Callable[[Model, ModelRequest], AbstractContextManager[Callable[[ModelResponse], None]]]
 """A context around one model call (a span), given the model and the request; what it yields is called with the
-response. Set by :mod:`worker.tracing` when traces are on, so the core reports its calls without importing it."""
+response. Set by :mod:`worker.observability.tracing` when traces are on, so the core reports its calls without importing it."""
 
 _tracer: ModelCallTracer | None = None
 

@@ -14,8 +14,8 @@ from typing import Any
 
 from worker.conversation.model import FinishReason, Usage
 from worker.conversation.resident import Resident
+from worker.envelopes.reply_parts import out_part, render_all
 from worker.errors import StateDecodeError
-from worker.reply_parts import out_part, render_all
 
 
 @dataclass(frozen=True, slots=True)

@@ -61,7 +61,7 @@ _CALL: contextvars.ContextVar[ToolCallContext | None] = contextvars.ContextVar("
 
 ToolCallTracer = Callable[[ToolCall], AbstractContextManager[Callable[[str], None]]]
 """A context around one tool handler's run (a span), given the call; what it yields is called with the result's text.
-Set by :mod:`worker.tracing` when traces are on, so the core reports its calls without importing it."""
+Set by :mod:`worker.observability.tracing` when traces are on, so the core reports its calls without importing it."""
 
 _tracer: ToolCallTracer | None = None
 

@@ -18,15 +18,15 @@ from typing import Any, Protocol, TextIO, runtime_checkable
 
 import httpx
 
+from worker.envelopes.reply_parts import OutPart, RichPart, part_json, render
 from worker.errors import DeliveryPermanentError, DeliveryRetryableError
-from worker.reply_parts import OutPart, RichPart, part_json, render
 
 
 @runtime_checkable
 class Channel(Protocol):
     """Sends one whole text message; returns the provider's message id.
 
-    ``callback_data`` names the reply part (:func:`worker.envelopes.part_callback`); a channel whose provider hands
+    ``callback_data`` names the reply part (:func:`worker.envelopes.inputs.part_callback`); a channel whose provider hands
     such data back in its status webhooks (WhatsApp) sends it along, the others ignore it."""
 
     def send_text(self, recipient: str, text: str, *, reply_to: str | None = None,
@@ -36,7 +36,7 @@ class Channel(Protocol):
 @runtime_checkable
 class RichChannel(Protocol):
     """Optional for a channel: sends a rich reply part (an image, a pin, buttons...) as such. A channel without it
-    is sent the part's text rendering (:func:`worker.reply_parts.render`) through ``send_text``."""
+    is sent the part's text rendering (:func:`worker.envelopes.reply_parts.render`) through ``send_text``."""
 
     def send_part(self, recipient: str, part: RichPart, *, reply_to: str | None = None,
                   callback_data: str | None = None) -> str: ...
@@ -95,7 +95,7 @@ class ConsoleChannel:
 
 class WebhookChannel:
     """POSTs ``{"recipient", "text", "reply_to"}`` as JSON to a URL; a rich part also carries ``"part"`` (its JSON
-    form, :func:`worker.reply_parts.part_json`), ``text`` being its rendering. 2xx: sent (the id is the body's ``id``
+    form, :func:`worker.envelopes.reply_parts.part_json`), ``text`` being its rendering. 2xx: sent (the id is the body's ``id``
     when it has one); 429 and 5xx: retryable; other 4xx: permanent."""
 
     def __init__(self, url: str, *, timeout: float = 10.0, headers: dict[str, str] | None = None) -> None:

@@ -32,7 +32,7 @@ from worker.delivery.ids import is_media_id
 from worker.delivery.token import TOKEN, TokenHealth
 from worker.delivery.whatsapp import DEFAULT_BASE_URL, classify_error
 from worker.errors import DeliveryError, MediaRejectedError, MediaTokenError, MediaUnavailableError, WhatsAppTokenError
-from worker.httppool import ClientPool, single_connection, tls_context
+from worker.http.pool import ClientPool, single_connection, tls_context
 
 PROVIDER = "whatsapp-media"
 _CHUNK = 64 * 1024
@@ -85,7 +85,7 @@ class CloudMediaFetcher:
     """``fetch(media_id) -> Attachment`` over the Cloud API (see the module docstring).
 
     ``timeout`` is each read's and ``deadline`` the whole fetch's (seconds): a server that drips bytes slowly
-    cannot hold a turn longer than that. Each GET leases a client from a pool (:mod:`worker.httppool`); the API and
+    cannot hold a turn longer than that. Each GET leases a client from a pool (:mod:`worker.http.pool`); the API and
     the download host (another origin) have a pool each, so both keep warm connections.
     """
 

@@ -1,6 +1,6 @@
 """One channel over several WhatsApp business numbers: each reply goes from the number its recipient names.
 
-A recipient made by :meth:`worker.numbers.Numbers.address` (``<phone_number_id>.<player>``, or the bare player id
+A recipient made by :meth:`worker.settings.business_numbers.Numbers.address` (``<phone_number_id>.<player>``, or the bare player id
 on the default number) picks the number's :class:`~worker.delivery.whatsapp.WhatsAppSender`: its URL
 (``{base}/{phone_number_id}/messages``) and its token. Each number has its own
 :class:`~worker.delivery.token.TokenHealth` (:func:`number_token`, which its photo fetcher shares), so a rejected
@@ -18,9 +18,9 @@ from typing import TypeVar
 from worker.delivery.channel import Pace, Sent
 from worker.delivery.token import TokenHealth, for_number
 from worker.delivery.whatsapp import WhatsAppSender
+from worker.envelopes.reply_parts import OutPart
 from worker.errors import DeliveryPermanentError
-from worker.numbers import SETTING, Number, Numbers
-from worker.reply_parts import OutPart
+from worker.settings.business_numbers import SETTING, Number, Numbers
 
 MakeSender = Callable[[Number, TokenHealth], WhatsAppSender]
 F = TypeVar("F")

@@ -1,4 +1,4 @@
-"""The Cloud API message object of each rich reply part (:mod:`worker.reply_parts`): the ``type`` and its object,
+"""The Cloud API message object of each rich reply part (:mod:`worker.envelopes.reply_parts`): the ``type`` and its object,
 as documented for ``POST /{phone_number_id}/messages`` (the addressing, the context and the callback data are the
 sender's). Shapes: image ``{"type": "image", "image": {"link" | "id", "caption"}}``; location ``{"type": "location",
 "location": {"latitude", "longitude", "name", "address"}}``; interactive ``{"type": "interactive", "interactive":
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from worker.reply_parts import (
+from worker.envelopes.reply_parts import (
     ButtonsPart,
     ImagePart,
     ListPart,

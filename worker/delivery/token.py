@@ -6,7 +6,7 @@ deliverer and the drain hold their work and retry it with backoff instead of dea
 watches: the gauge ``parley_whatsapp_token_rejected{phone_number_id}`` and one log line per change of state
 (rejected, accepted again), however many replies and photos hit the refusal meanwhile. Each business number has its
 own state (:func:`for_number`), shared by its sender and its photo fetcher, and its own gauge series: with several
-numbers (:mod:`worker.numbers`) the alert names the number whose token to fix.
+numbers (:mod:`worker.settings.business_numbers`) the alert names the number whose token to fix.
 """
 
 from __future__ import annotations

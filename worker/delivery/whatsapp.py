@@ -35,6 +35,7 @@ from worker.delivery import rich
 from worker.delivery.channel import Pace, Sent
 from worker.delivery.token import TokenHealth, for_number
 from worker.delivery.window import ServiceWindow
+from worker.envelopes.reply_parts import OutPart, render_all
 from worker.errors import (
     DeliveryError,
     DeliveryPermanentError,
@@ -43,9 +44,8 @@ from worker.errors import (
     SendOutcomeUnknownError,
     WhatsAppTokenError,
 )
-from worker.httppool import ClientPool, turn_client
-from worker.reply_parts import OutPart, render_all
-from worker.retry_after import parse_retry_after
+from worker.http.pool import ClientPool, turn_client
+from worker.http.retry_after import parse_retry_after
 
 DEFAULT_BASE_URL = "https://graph.facebook.com/v21.0"
 # A receipt slower than this (to connect, or to answer) is not worth waiting for: the indicator it would show
@@ -137,7 +137,7 @@ def _addressed(recipient: str, message: dict[str, Any]) -> dict[str, Any]:
 class WhatsAppSender:
     """Sends text messages through the Cloud API: ``POST {base_url}/{phone_number_id}/messages``.
 
-    Each send leases a client from the sender's pool (see :mod:`worker.httppool`), so threads and greenlets share it.
+    Each send leases a client from the sender's pool (see :mod:`worker.http.pool`), so threads and greenlets share it.
     ``send_text`` returns the message id (wamid) or raises :class:`DeliveryRetryableError` /
     :class:`DeliveryPermanentError` / :class:`WhatsAppTokenError`. ``token`` is told of every send the API refused
     for the token and of every send it accepted (default: the process's state of ``phone_number_id``,

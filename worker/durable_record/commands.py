@@ -10,12 +10,12 @@ import signal
 import sys
 from typing import Any
 
+from worker.cli.terminal import for_terminal, json_for_terminal
 from worker.errors import ConfigurationError
 from worker.settings import Settings, get_settings
-from worker.terminal import for_terminal, json_for_terminal
 
 # A transcript line's text starts after the time and the role column; a message's later lines are indented to it,
-# so none of them can pass for a line of its own (see worker.terminal).
+# so none of them can pass for a line of its own (see worker.cli.terminal).
 _TEXT_COLUMN = " " * len("2026-01-01 00:00:00  assistant  ")
 
 log = logging.getLogger("parley.exporter")
@@ -126,7 +126,7 @@ def cmd_transcript(args: argparse.Namespace) -> int:
 
 def format_line(line: Any) -> str:
     """One transcript line for people: time, who, what; what players, models and tools wrote is escaped for the
-    terminal (:func:`worker.terminal.for_terminal`), its later lines indented under the text column."""
+    terminal (:func:`worker.cli.terminal.for_terminal`), its later lines indented under the text column."""
     when = line.at.strftime("%Y-%m-%d %H:%M:%S")
     if line.role == "tool":
         took = f" ({line.tool_ms:.0f} ms)" if line.tool_ms is not None else ""

@@ -21,7 +21,7 @@ from typing import Any, Literal
 import httpx
 
 from worker.errors import GameContextError
-from worker.httppool import ClientPool, single_connection, tls_context
+from worker.http.pool import ClientPool, single_connection, tls_context
 
 # JSON may spell a character in up to six bytes (\uXXXX): the body a text of max_chars may need, and some room.
 _BYTES_PER_CHAR = 6

@@ -30,15 +30,11 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from worker import tracing
-from worker.async_client import AsyncClient
 from worker.client import ConversationClient, Submitted
-from worker.errors import ConfigurationError, InboxFullError, InputError, StoreError, WebhookTooLargeError
-from worker.ingress import metrics as ingress_metrics
-from worker.ingress.body import TooLarge, read_body
-from worker.ingress.parse import decode_webhook
-from worker.prepared import preparable
-from worker.producer_bodies import (
+from worker.client.async_client import AsyncClient
+from worker.client.prepared import preparable
+from worker.client.summary import known, plain, summary
+from worker.envelopes.producer_bodies import (
     CLIENT_METHODS,
     OPERATIONS,
     PAUSE_KINDS,
@@ -49,7 +45,11 @@ from worker.producer_bodies import (
     Scope,
     field_of,
 )
-from worker.show import known, plain, summary
+from worker.errors import ConfigurationError, InboxFullError, InputError, StoreError, WebhookTooLargeError
+from worker.ingress import metrics as ingress_metrics
+from worker.ingress.body import TooLarge, read_body
+from worker.ingress.parse import decode_webhook
+from worker.observability import tracing
 from worker.store.keys import validate_conversation_id
 from worker.store.results import Pause
 
@@ -178,7 +178,7 @@ class ProducerApi:
     async def input_on_loop(self, op: Operation, cid: str, raw: bytes | bytearray) -> Response:
         """:meth:`input` with the accept awaited on the loop; a body past :data:`SMALL_BODY_BYTES` is parsed in a
         worker thread, so a large one never holds the loop. What is not a plain input queued now (a reset, a
-        scheduled input, a pause: :func:`~worker.prepared.preparable`) goes to :meth:`submit` in a worker thread."""
+        scheduled input, a pause: :func:`~worker.client.prepared.preparable`) goes to :meth:`submit` in a worker thread."""
         assert op.kind is not None and self.on_loop is not None
         body = self.body(op, raw) if len(raw) <= SMALL_BODY_BYTES else await run_in_threadpool(self.body, op, raw)
         if isinstance(body, Response):

@@ -40,7 +40,6 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
-from worker import tracing
 from worker.client import ConversationClient, Submitted
 from worker.errors import InboxFullError, InputError, StoreError, WebhookTooLargeError
 from worker.ingress import metrics as ingress_metrics
@@ -63,7 +62,8 @@ from worker.ingress.parse import (
     verify_handshake,
     verify_signature,
 )
-from worker.numbers import Numbers, numbers_from_settings
+from worker.observability import tracing
+from worker.settings.business_numbers import Numbers, numbers_from_settings
 from worker.store.results import StatusRecorded
 
 log = logging.getLogger("parley.ingress")
@@ -358,7 +358,7 @@ def _signature_health() -> dict[str, Any]:
 
 
 def _from_env() -> Starlette:
-    from worker.logs import configure_logging
+    from worker.observability.logs import configure_logging
     from worker.settings import get_settings
 
     s = get_settings()

@@ -27,9 +27,9 @@ from starlette.requests import ClientDisconnect
 from starlette.routing import compile_path
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from worker.envelopes.producer_bodies import OPERATIONS, Operation
 from worker.ingress.api import Call, Endpoints, Run, serve
 from worker.ingress.body import read_limited
-from worker.producer_bodies import OPERATIONS, Operation
 
 #: The operations served here: a game engine's steady traffic. The rest are rare enough for the router.
 FAST_OPERATIONS = frozenset({"send_message", "send_event"})

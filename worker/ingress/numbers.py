@@ -1,7 +1,7 @@
-"""The business number of a webhook change, with several numbers configured (:mod:`worker.numbers`).
+"""The business number of a webhook change, with several numbers configured (:mod:`worker.settings.business_numbers`).
 
 Each change names the number it is for (``value.metadata.phone_number_id``). Its records are moved onto that
-number's conversations (:meth:`~worker.numbers.Numbers.address`: the default number's ids are unchanged); a
+number's conversations (:meth:`~worker.settings.business_numbers.Numbers.address`: the default number's ids are unchanged); a
 change for a number that is not configured is refused record by record (:data:`UNKNOWN_NUMBER`, counted by the
 ingress as ``unknown_number`` and answered 200: Meta's retries would not make it known).
 """
@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from worker.errors import InvalidConversationIdError
-from worker.numbers import SETTING, Numbers
+from worker.settings.business_numbers import SETTING, Numbers
 from worker.store.keys import validate_conversation_id
 
 #: The ``kind`` of the :class:`~worker.ingress.parse.Unsupported` record that stands for a message or status sent

@@ -8,8 +8,8 @@ from typing import Any
 from pydantic import BaseModel
 from pydantic.json_schema import models_json_schema
 
-from worker.envelopes import MAX_ID_CHARS
-from worker.producer_bodies import (
+from worker.envelopes.inputs import MAX_ID_CHARS
+from worker.envelopes.producer_bodies import (
     HANDOFF,
     KINDS,
     PAUSE_KINDS,
@@ -20,7 +20,7 @@ from worker.producer_bodies import (
     Problem,
     Summary,
 )
-from worker.reply_parts import TextPart
+from worker.envelopes.reply_parts import TextPart
 from worker.store.keys import _ID, MAX_ID_LENGTH
 
 _REF = "#/components/schemas/{model}"

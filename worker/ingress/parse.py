@@ -52,14 +52,14 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import BaseModel, Field, ValidationError
 
 from worker.delivery.ids import is_media_id
-from worker.envelopes import Media, parse_part_callback
+from worker.envelopes.inputs import Media, parse_part_callback
 from worker.errors import InvalidConversationIdError, WebhookTooLargeError
 from worker.ingress.numbers import business_number, on_number
 from worker.ingress.taps import TAP_TYPES, tap_text
 from worker.store.keys import validate_conversation_id
 
 if TYPE_CHECKING:
-    from worker.numbers import Numbers
+    from worker.settings.business_numbers import Numbers
 
 #: Message types answered as chat turns when they carry text; without it they are malformed (ignored), not
 #: something the player could expect an answer to.
@@ -119,7 +119,7 @@ class StatusUpdate(BaseModel):
     """A delivery status of a message we sent: sent, delivered, read, failed, ...
 
     When the status carries the callback data Parley sent the message with (``biz_opaque_callback_data``, see
-    :func:`worker.envelopes.part_callback`), ``reply_id`` and ``part`` name the reply part it was, and
+    :func:`worker.envelopes.inputs.part_callback`), ``reply_id`` and ``part`` name the reply part it was, and
     ``conversation_id`` is the conversation that reply belongs to (its recipient may be another id)."""
 
     wamid: str

@@ -23,7 +23,7 @@ log = logging.getLogger("parley.inlet")
 
 def _start_amqp(settings: Settings, client: Any, stopping: Callable[[], bool]) -> None:
     """When the broker is RabbitMQ, consume PARLEY_INLET_QUEUE too, in a thread of its own."""
-    from worker.broker import is_amqp
+    from worker.queue.broker import is_amqp
 
     url = settings.effective_broker_url()
     if not is_amqp(url):

@@ -26,10 +26,10 @@ from kombu.entity import Queue
 from kombu.messaging import Consumer, Producer
 
 from worker.client import ConversationClient
+from worker.envelopes.producer_bodies import CLIENT_METHODS
 from worker.errors import InboxFullError, InputError, StoreError
 from worker.inlet.messages import QueueMessage, Unacceptable, entry_span, parse_message
 from worker.inlet.stream import ENTRIES
-from worker.producer_bodies import CLIENT_METHODS
 
 log = logging.getLogger("parley.inlet")
 

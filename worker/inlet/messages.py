@@ -1,5 +1,5 @@
 """The queue message a game engine publishes for ``parley inlet``: ``{"kind": "message" | "event" | "reset",
-"conversation_id", ...the fields of the HTTP body of that kind}`` (the bodies of :mod:`worker.producer_bodies`)."""
+"conversation_id", ...the fields of the HTTP body of that kind}`` (the bodies of :mod:`worker.envelopes.producer_bodies`)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from worker import tracing
-from worker.producer_bodies import KINDS, ProducerBody, field_of
+from worker.envelopes.producer_bodies import KINDS, ProducerBody, field_of
+from worker.observability import tracing
 
 #: A queue message's JSON is a producer's body: one flat object, far smaller than this.
 MAX_MESSAGE_BYTES = 8 << 20

@@ -25,10 +25,10 @@ import redis
 from prometheus_client import Counter
 
 from worker.client import ConversationClient
+from worker.client.prepared import Prepared, Preparer, preparable
+from worker.envelopes.producer_bodies import CLIENT_METHODS
 from worker.errors import InboxFullError, InputError, StoreError
 from worker.inlet.messages import Unacceptable, entry_span, parse_message
-from worker.prepared import Prepared, Preparer, preparable
-from worker.producer_bodies import CLIENT_METHODS
 
 log = logging.getLogger("parley.inlet")
 
@@ -150,7 +150,7 @@ class Inlet:
         per conversation: the first entry of every conversation, then the second, ... A conversation whose entry is
         held (an older entry pending elsewhere, a full mailbox) has its later entries of the batch held too, so
         nothing overtakes it; and within a wave no two inputs of a conversation can race a worker's drain. What is
-        not a plain input (a reset, a scheduled input: :func:`~worker.prepared.preparable`) goes through the
+        not a plain input (a reset, a scheduled input: :func:`~worker.client.prepared.preparable`) goes through the
         client's own method, once the waves of the entries before it are in."""
         outcomes: dict[bytes, str] = {}
         held: set[str] = set()  # held while reading the batch: the entries after it wait, not those before

@@ -30,8 +30,8 @@ from worker.errors import (
     ModelUnavailableError,
     RateLimitedError,
 )
-from worker.httppool import ClientPool, turn_client
-from worker.retry_after import parse_retry_after
+from worker.http.pool import ClientPool, turn_client
+from worker.http.retry_after import parse_retry_after
 
 log = logging.getLogger("parley.llm")
 
@@ -41,7 +41,7 @@ _clients_lock = threading.Lock()
 
 def shared_clients(base_url: str) -> ClientPool:
     """The process's pool of clients for ``base_url``, shared by every model that calls it (see
-    :mod:`worker.httppool`: a request leases a client; the pool starts empty again after a fork)."""
+    :mod:`worker.http.pool`: a request leases a client; the pool starts empty again after a fork)."""
     pool = _clients.get(base_url)
     if pool is None:
         with _clients_lock:

@@ -22,7 +22,7 @@ from worker.conversation.chat import Chat
 from worker.conversation.resident import ResidentCache
 from worker.conversation.results import CompactionReport
 from worker.delivery.channel import Channel
-from worker.envelopes import Envelope, Spent
+from worker.envelopes.inputs import Envelope, Spent
 from worker.errors import DeliveryError, RetryLater, StoreError
 from worker.service.config import ServiceConfig, Wake, observe_round_trip
 from worker.service.delivery import Deliverer

@@ -24,7 +24,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from worker.envelopes import BURSTABLE, Envelope, decode_envelope
+from worker.envelopes.inputs import BURSTABLE, Envelope, decode_envelope
 from worker.errors import EnvelopeError
 from worker.settings import Burst
 

@@ -29,9 +29,10 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from functools import partial
 
-from worker import metrics, tracing
+from worker import metrics
 from worker.delivery.channel import Channel, RichChannel, Sent, WindowedChannel
-from worker.envelopes import DeadLetter, ReplyRecord, decode_reply, part_callback
+from worker.envelopes.inputs import DeadLetter, ReplyRecord, decode_reply, part_callback
+from worker.envelopes.reply_parts import ReactionPart, render
 from worker.errors import (
     DeliveryPermanentError,
     DeliveryRetryableError,
@@ -41,7 +42,7 @@ from worker.errors import (
     SendOutcomeUnknownError,
     WhatsAppTokenError,
 )
-from worker.reply_parts import ReactionPart, render
+from worker.observability import tracing
 from worker.service.config import ServiceConfig
 from worker.service.heartbeat import Beat, Heartbeat
 from worker.service.inflight import CrashedSends

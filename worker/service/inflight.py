@@ -4,7 +4,7 @@ Delivery marks a part in flight before the send and sent after it. A worker kill
 mark, and whoever delivers next cannot tell from Redis whether the send happened. Resending at once (the behaviour
 without status webhooks) puts the message on the player's phone twice when it had.
 
-Every part goes out with callback data naming it (:func:`worker.envelopes.part_callback`), which WhatsApp hands
+Every part goes out with callback data naming it (:func:`worker.envelopes.inputs.part_callback`), which WhatsApp hands
 back in the part's status webhooks; the ingress keeps such a status with the part while it is in flight. So with
 ``status_webhooks`` on, the deliverer that finds a part left in flight looks there first:
 

@@ -30,7 +30,7 @@ from worker import metrics
 from worker.conversation import messages as msgs
 from worker.conversation.messages import MediaRef, Message
 from worker.conversation.model import Attachment
-from worker.envelopes import Envelope
+from worker.envelopes.inputs import Envelope
 from worker.errors import InvalidMessageError, MediaRejectedError, MediaTokenError, MediaUnavailableError
 from worker.settings import Media, Webhook
 

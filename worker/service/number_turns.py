@@ -1,10 +1,10 @@
-"""What a conversation's business number gives each of its turns, with several numbers (:mod:`worker.numbers`).
+"""What a conversation's business number gives each of its turns, with several numbers (:mod:`worker.settings.business_numbers`).
 
 A number's ``system_prompt`` takes the place of ``PARLEY_SYSTEM_PROMPT`` in every turn of its conversations: a
 player's message (where the turn's own ``system`` still wins), a game event the model answers, a timer that fires
 one. A number's ``tools_file`` adds its HTTP tools to the deployment's for those same turns; a tool of the same
 name as a deployment's takes its place there (the quiz line's ``hint`` is not the main line's). The conversation
-names its number (:meth:`~worker.numbers.Numbers.route`), so a turn retried on another worker after a crash gets
+names its number (:meth:`~worker.settings.business_numbers.Numbers.route`), so a turn retried on another worker after a crash gets
 the same prompt and tools.
 """
 
@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from worker.conversation.tools import Tool
-from worker.numbers import Number, Numbers
+from worker.settings.business_numbers import Number, Numbers
 
 
 @dataclass(frozen=True)

@@ -29,7 +29,7 @@ MAX_ROUNDS = 3
 class Pacer:
     """Admits one send at a time from ``sender`` (the phone number id) under ``limits``. With several numbers,
     ``route`` maps a recipient to ``(phone_number_id, player)``: each number has its own throughput bucket and
-    its own pair buckets, as the platform counts them (:mod:`worker.numbers`)."""
+    its own pair buckets, as the platform counts them (:mod:`worker.settings.business_numbers`)."""
 
     def __init__(self, store: PaceStore, sender: str, limits: PaceLimits, *, max_sleep: float = 2.0,
                  sleep: Callable[[float], None] = time.sleep,

@@ -13,9 +13,9 @@ from typing import Any
 from worker.conversation.results import TurnResult
 from worker.durable_record import entries
 from worker.durable_record.entries import InputRecord, Trail
-from worker.envelopes import Envelope, ReplyRecord, decode_envelope
+from worker.envelopes.inputs import Envelope, ReplyRecord, decode_envelope
+from worker.envelopes.reply_parts import render
 from worker.errors import EnvelopeError
-from worker.reply_parts import render
 
 
 def input_of(env: Envelope) -> InputRecord:

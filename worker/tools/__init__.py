@@ -12,11 +12,11 @@ from typing import TYPE_CHECKING, Any
 
 from worker.conversation.tools import Tool, check_tools
 from worker.errors import ConfigurationError, ToolError
-from worker.numbers import Numbers
+from worker.http.urls import redact_url
+from worker.settings.business_numbers import Numbers
 from worker.tools.http_source import http_tools, idempotency_key
 from worker.tools.manifest import McpServerSpec, expand_headers, load_manifest
 from worker.tools.python_source import load_entry_points, load_reference
-from worker.urls import redact_url
 
 if TYPE_CHECKING:  # the MCP SDK takes about half a second to import: only deployments with MCP servers pay it
     from worker.tools.mcp_source import McpSource

@@ -16,7 +16,7 @@ import httpx
 
 from worker.conversation.tools import Tool, current_call
 from worker.errors import ToolError
-from worker.httppool import ClientPool, single_connection, tls_context
+from worker.http.pool import ClientPool, single_connection, tls_context
 from worker.metrics import TOOL_CALLS
 from worker.tools.manifest import HttpToolSpec, expand_headers
 

@@ -29,9 +29,9 @@ from mcp.shared.exceptions import McpError
 
 from worker.conversation.tools import Tool, current_call, schema_validator
 from worker.errors import ToolError
+from worker.http.urls import redact_url, redact_urls
 from worker.metrics import MCP_UNAVAILABLE, TOOL_CALLS
 from worker.tools.http_source import idempotency_key
-from worker.urls import redact_url, redact_urls
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")

@@ -1,5 +1,5 @@
 """The model's reply tools on WhatsApp: ``send_image``, ``send_location``, ``request_location``, ``send_buttons``,
-``send_list`` and ``react``, their arguments the fields of the part of that type (:mod:`worker.reply_parts`).
+``send_list`` and ``react``, their arguments the fields of the part of that type (:mod:`worker.envelopes.reply_parts`).
 
 A call sends nothing at once: it adds its part to the turn's reply, in order with the text around it (the loop
 collects the parts a tool's answer carries in ``"reply_parts"``, see :mod:`worker.conversation.facts`), so the
@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from worker.conversation.tools import Tool
-from worker.reply_parts import (
+from worker.envelopes.reply_parts import (
     MAX_BUTTON_TITLE,
     MAX_BUTTONS,
     MAX_LIST_BUTTON,

@@ -16,12 +16,13 @@ from typing import Any
 
 import msgpack
 
-from worker import metrics, tracing
+from worker import metrics
 from worker.conversation.resident import Resident, ResidentCache
 from worker.delivery.split import split_message
-from worker.envelopes import DeadLetter as DeadRecord
-from worker.envelopes import Envelope, ReplyRecord, decode_envelope
+from worker.envelopes.inputs import DeadLetter as DeadRecord
+from worker.envelopes.inputs import Envelope, ReplyRecord, decode_envelope
 from worker.errors import EnvelopeError
+from worker.observability import tracing
 from worker.service.burst import answers_event
 from worker.service.config import ServiceConfig, Wake, count_pinned_dropped
 from worker.service.drain.hooks.base import Hooks

@@ -14,7 +14,7 @@ from dataclasses import replace
 
 from worker import metrics
 from worker.conversation.chat import Chat
-from worker.envelopes import Envelope, decode_envelope
+from worker.envelopes.inputs import Envelope, decode_envelope
 from worker.errors import AuthenticationError, EnvelopeError, InputError, ModelError
 from worker.service import recovery
 from worker.service.burst import Pending, answers_event

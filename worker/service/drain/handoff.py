@@ -15,13 +15,13 @@ assistant text, the conversation's own side, so it carries on from what the pers
 
 from __future__ import annotations
 
-from worker import tracing
 from worker.conversation import messages as msgs
 from worker.conversation.chat import Chat, State
 from worker.conversation.messages import MediaRef, Message
 from worker.delivery.split import split_message
-from worker.envelopes import Envelope, ReplyRecord
-from worker.reply_parts import OutPart, render
+from worker.envelopes.inputs import Envelope, ReplyRecord
+from worker.envelopes.reply_parts import OutPart, render
+from worker.observability import tracing
 from worker.service.drain.outcomes import Spoken, Withheld, quarantine_of
 
 

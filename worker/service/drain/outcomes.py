@@ -16,7 +16,7 @@ from worker.conversation.chat import State
 from worker.conversation.resident import Resident
 from worker.conversation.results import TurnResult
 from worker.durable_record.entries import Trail
-from worker.envelopes import Envelope, ReplyRecord
+from worker.envelopes.inputs import Envelope, ReplyRecord
 from worker.errors import StateDecodeError
 from worker.service.burst import Pending
 

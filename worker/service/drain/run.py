@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from worker.conversation.chat import State
 from worker.conversation.resident import Resident
-from worker.envelopes import ReplyRecord
+from worker.envelopes.inputs import ReplyRecord
 from worker.service.heartbeat import Beat
 from worker.store.results import OutboxHead, Pause, Snapshot
 

@@ -9,15 +9,15 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from worker import tracing
 from worker.conversation import messages as msgs
 from worker.conversation.chat import Chat, State, TurnResult
 from worker.conversation.messages import Message
 from worker.conversation.model import Attachment
 from worker.conversation.tools import turn_context
 from worker.delivery.split import split_message
-from worker.envelopes import ReplyRecord
-from worker.reply_parts import OutPart, out_part
+from worker.envelopes.inputs import ReplyRecord
+from worker.envelopes.reply_parts import OutPart, out_part
+from worker.observability import tracing
 from worker.service.burst import Pending, answers_event
 from worker.service.config import ServiceConfig
 from worker.service.drain.handoff import withhold
@@ -137,7 +137,7 @@ def turn_trace(result: TurnResult, said: str, text: str | None, reply_chars: int
     """A turn's trace entry. The texts stay in the state, which the entry references (``in_state``, found again by
     ``parley trace`` and ``parley show``): repeating them took more of Redis than the history itself (issue 33). Only
     a reply the state does not hold (a reset phrase's) is written out. Fields at their usual value
-    (:data:`worker.show.TURN_USUAL`) are left out; the readers put them back."""
+    (:data:`worker.client.summary.TURN_USUAL`) are left out; the readers put them back."""
     trace: dict[str, Any] = usage_trace(result.usage)
     if result.finish_reason != "stop":
         trace["finish"] = result.finish_reason

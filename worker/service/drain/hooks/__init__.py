@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from worker import tracing
+from worker.observability import tracing
 from worker.service.config import ServiceConfig
 from worker.service.drain.hooks.base import DrainHook, Hooks, Prepare
 from worker.service.drain.hooks.budget import DailyBudget

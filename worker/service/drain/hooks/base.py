@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager, ExitStack, nullcontext
 
 from worker.conversation.results import TurnResult
-from worker.envelopes import ReplyRecord
+from worker.envelopes.inputs import ReplyRecord
 from worker.service.burst import Pending
 from worker.service.drain.outcomes import Defer, Outcome
 from worker.service.drain.run import DrainRun

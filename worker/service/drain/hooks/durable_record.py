@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from worker.envelopes import ReplyRecord
+from worker.envelopes.inputs import ReplyRecord
 from worker.service.drain.hooks.base import DrainHook
 from worker.service.drain.outcomes import Answer, Applied, DeadLetter, Notice, Outcome, Spliced, Spoken, Withheld
 from worker.service.drain.run import DrainRun

@@ -1,4 +1,4 @@
-"""Traces of the drain (:mod:`worker.tracing`): each input's ``drain`` span continues the trace its envelope carries
+"""Traces of the drain (:mod:`worker.observability.tracing`): each input's ``drain`` span continues the trace its envelope carries
 (a retried or taken-over attempt is a new span in the same trace), with a ``queue`` span for the time it waited;
 the ``turn`` span holds the model and tool calls and links the traces of every input a burst's turn answers. In the
 hook list only when traces are on."""
@@ -10,12 +10,12 @@ from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager
 from types import TracebackType
 
-from worker import tracing
+from worker.observability import tracing
+from worker.observability.tracing.context import stored_trace
 from worker.service.burst import Pending
 from worker.service.drain.hooks.base import DrainHook
 from worker.service.drain.run import DrainRun
 from worker.store.results import Snapshot
-from worker.tracing.context import stored_trace
 
 
 class TurnSpans(DrainHook):

@@ -8,8 +8,8 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
+from worker.envelopes.reply_parts import OutPart, TextPart, parse_part
 from worker.errors import InputError, InvalidMessageError, OversizeInputError
-from worker.reply_parts import OutPart, TextPart, parse_part
 from worker.store.pauses import MAX_PAUSE_SECONDS
 
 #: The most parts one operator's message may carry (each is one WhatsApp message; more are more messages).
@@ -36,7 +36,7 @@ def pause_seconds(seconds: object) -> float | None:
 def operator_parts(parts: Sequence[Any] | None, max_chars: int) -> list[OutPart] | None:
     """The parts of an operator's message (``[{"type": "text", "text": ...}, {"type": "location", ...}, ...]``), sent
     after the message's text, each as its own message: texts as strings, every other kind checked against WhatsApp's
-    limits (:mod:`worker.reply_parts`)."""
+    limits (:mod:`worker.envelopes.reply_parts`)."""
     if parts is None:
         return None
     if isinstance(parts, str | bytes) or not isinstance(parts, Sequence):

@@ -12,7 +12,7 @@ import logging
 import time
 from typing import Any
 
-from worker import tracing
+from worker.observability import tracing
 from worker.settings import Settings
 
 _STD = set(vars(logging.LogRecord("x", 0, "x", 0, "", None, None))) | {"message", "asctime", "taskName"}

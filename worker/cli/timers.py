@@ -9,13 +9,13 @@ import time
 from datetime import UTC, datetime
 from typing import Any
 
-from worker.terminal import for_terminal, json_for_terminal
+from worker.cli.terminal import for_terminal, json_for_terminal
 
 
 def parse_when(value: str, *, now: float | None = None) -> datetime:
     """``--at``'s value: an RFC 3339 timestamp with an offset (as the HTTP API takes it), or ``+N`` seconds from
     now (``+300``; ``+5m`` and ``+2h`` too), which is what a person at a shell means by "in five minutes"."""
-    from worker.due_time import MAX_AHEAD_S, parse_rfc3339
+    from worker.envelopes.due_time import MAX_AHEAD_S, parse_rfc3339
     from worker.errors import InvalidScheduleError
 
     match = re.fullmatch(r"\+(\d+(?:\.\d+)?)([smh]?)", value.strip())
@@ -47,7 +47,7 @@ def pending_timers(store: Any, cid: str, *, now: float | None = None) -> list[di
     """The conversation's held inputs, earliest first: when due (UTC), in how many seconds, kind, message id, text,
     then whether the model answers it (``respond``) and the fact it replaces (``key``): a held game event's two
     switches (False and None for anything else)."""
-    from worker.envelopes import decode_envelope
+    from worker.envelopes.inputs import decode_envelope
     from worker.errors import EnvelopeError
     from worker.store.keys import validate_conversation_id
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 from typing import Any
 from urllib.parse import urlsplit
 
-from worker import sentinel
+from worker.queue import sentinel
 from worker.settings import Settings
 
 QUEUE = "parley"
@@ -63,8 +63,8 @@ def broker_conf(settings: Settings, *, pool_limit: int | None = None) -> dict[st
         else:
             transport_extra = {}
         if urlsplit(url).scheme == "redis" and settings.broker.fetch_batch:
-            # A batch of wake-ups per round trip when the worker has free slots (worker.redis_transport says how).
-            conf["broker_transport"] = "worker.redis_transport:Transport"
+            # A batch of wake-ups per round trip when the worker has free slots (worker.queue.redis_transport says how).
+            conf["broker_transport"] = "worker.queue.redis_transport:Transport"
             transport_extra["fetch_batch"] = settings.broker.fetch_batch
         conf["broker_transport_options"] = {
             **transport_extra,

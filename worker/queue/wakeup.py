@@ -26,7 +26,7 @@ from urllib.parse import urlsplit
 
 import msgpack
 
-from worker.broker import QUEUE
+from worker.queue.broker import QUEUE
 from worker.settings import Settings
 from worker.store.keys import validate_conversation_id
 from worker.store.results import WakePush
@@ -43,7 +43,7 @@ Waker = Callable[[str], None]
 class CeleryWaker:
     """Publishes ``task(conversation_id)`` to the workers' queue through a broker connection pool of its own.
 
-    ``conf``: the broker-dependent Celery settings (:func:`worker.broker.broker_conf`), so the queue is declared
+    ``conf``: the broker-dependent Celery settings (:func:`worker.queue.broker.broker_conf`), so the queue is declared
     exactly as the workers declare it (RabbitMQ refuses a quorum queue declared again as a classic one).
     """
 
@@ -81,7 +81,7 @@ def celery_waker(settings: Settings, task: str = DRAIN) -> CeleryWaker:
     """The default waker of :class:`~worker.client.ConversationClient`: the broker, queue declaration and transport
     options the workers use (a different visibility timeout on the same Redis would change when unacked messages
     return; a different queue declaration on RabbitMQ is refused)."""
-    from worker.broker import broker_conf
+    from worker.queue.broker import broker_conf
 
     conf = broker_conf(settings)
     return CeleryWaker(conf["broker_url"], task=task, conf=conf)
@@ -124,7 +124,7 @@ class _Recorder:
 
 def capture(conf: dict[str, Any], task: str = DRAIN) -> tuple[str, bytes]:
     """The queue key and the message kombu's Redis transport LPUSHes for ``send_task(task, args=[cid])`` through a
-    producer app with ``conf`` (:func:`worker.broker.broker_conf`), with the placeholders for its ids and ``cid``."""
+    producer app with ``conf`` (:func:`worker.queue.broker.broker_conf`), with the placeholders for its ids and ``cid``."""
     from kombu.transport import redis as kombu_redis
     from kombu.utils.imports import symbol_by_name
 
@@ -258,7 +258,7 @@ def accept_wake(settings: Settings, task: str = DRAIN) -> AcceptWake | None:
     ``PARLEY_BROKER_WAKE_IN_ACCEPT`` off, a Redis Cluster store (the queue is in another slot), a broker that is not
     the store's Redis server and database over plain ``redis://`` (and, at its first use, a kombu whose message could
     not be captured: :class:`AcceptWake`)."""
-    from worker.broker import broker_conf
+    from worker.queue.broker import broker_conf
 
     if not settings.broker.wake_in_accept or settings.redis.cluster:
         return None

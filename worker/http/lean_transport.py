@@ -8,9 +8,9 @@ hooks) stays, so the requests are built, timed out and classified exactly as bef
 own exceptions (``ConnectTimeout``, ``ReadTimeout``, ``WriteTimeout``, ``ConnectError``, ``ReadError``,
 ``WriteError``, ``RemoteProtocolError``), which is what the callers' error classification reads.
 
-Scope, deliberately small: a client leased from :class:`worker.httppool.ClientPool` (one request at a time, so one
+Scope, deliberately small: a client leased from :class:`worker.http.pool.ClientPool` (one request at a time, so one
 connection and no locking); bodies read whole (no streaming); HTTP/1.1 only; no proxy (httpx ignores the
-environment's proxies for a Client given a transport, so :func:`worker.httppool.turn_client` keeps httpx's own
+environment's proxies for a Client given a transport, so :func:`worker.http.pool.turn_client` keeps httpx's own
 transport when ``HTTPS_PROXY`` or the like is set). A kept-alive connection the server has closed meanwhile is noticed before reuse (its socket reads as ready,
 as httpcore checks it) and replaced, never written to; any failure closes the connection.
 """

@@ -1,5 +1,5 @@
 """The tracing that is on: OpenTelemetry's SDK, exporting over OTLP/HTTP. Imported only when tracing is wanted (see
-:mod:`worker.tracing`); everything here may import ``opentelemetry``."""
+:mod:`worker.observability.tracing`); everything here may import ``opentelemetry``."""
 
 from __future__ import annotations
 
@@ -18,9 +18,9 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from worker.conversation import observe, tools
-from worker.tracing import Attributes, Kind, Span
-from worker.tracing.context import valid_traceparent
-from worker.tracing.genai import ModelCalls, ToolCalls
+from worker.observability.tracing import Attributes, Kind, Span
+from worker.observability.tracing.context import valid_traceparent
+from worker.observability.tracing.genai import ModelCalls, ToolCalls
 
 _KINDS = {"internal": trace.SpanKind.INTERNAL, "server": trace.SpanKind.SERVER, "client": trace.SpanKind.CLIENT,
           "producer": trace.SpanKind.PRODUCER, "consumer": trace.SpanKind.CONSUMER}

@@ -33,8 +33,8 @@ from typing import Any
 
 import msgpack
 
+from worker.cli.terminal import for_terminal, json_for_terminal
 from worker.settings import get_settings
-from worker.terminal import for_terminal, json_for_terminal
 
 
 def _client() -> Any:
@@ -51,7 +51,7 @@ def _store() -> Any:
 
 def _print(obj: Any) -> None:
     # Players' and models' text is in it (show, trace): controls escaped so it cannot drive the terminal.
-    from worker.show import plain
+    from worker.client.summary import plain
 
     print(json_for_terminal(obj, indent=2, default=plain))
 
@@ -86,14 +86,14 @@ def _cmd_delete(args: argparse.Namespace) -> int:
 
 
 def _cmd_show(args: argparse.Namespace) -> int:
-    from worker.show import summary
+    from worker.client.summary import summary
 
     _print(summary(_store(), args.conversation_id))
     return 0
 
 
 def _cmd_trace(args: argparse.Namespace) -> int:
-    from worker.show import with_texts
+    from worker.client.summary import with_texts
 
     store = _store()
     entries = [msgpack.unpackb(entry, raw=False) for entry in store.trace(args.conversation_id, args.n)]
@@ -103,7 +103,7 @@ def _cmd_trace(args: argparse.Namespace) -> int:
 
 
 def _cmd_dead(args: argparse.Namespace) -> int:
-    from worker.envelopes import decode_dead_letter
+    from worker.envelopes.inputs import decode_dead_letter
 
     store = _store()
     cids = [args.conversation_id] if args.conversation_id else store.dead_index()
@@ -116,7 +116,7 @@ def _cmd_dead(args: argparse.Namespace) -> int:
 
 
 def _cmd_replay(args: argparse.Namespace) -> int:
-    from worker.envelopes import decode_dead_letter
+    from worker.envelopes.inputs import decode_dead_letter
 
     store = _store()
     letters = store.dead_letters(args.conversation_id)
@@ -132,7 +132,7 @@ def _cmd_replay(args: argparse.Namespace) -> int:
                              payload=letter.payload):
         print("error: the dead letters changed meanwhile; list them again", file=sys.stderr)
         return 2
-    from worker.wakeup import DELIVER, DRAIN, celery_waker
+    from worker.queue.wakeup import DELIVER, DRAIN, celery_waker
 
     celery_waker(get_settings(), DRAIN if target == "inbox" else DELIVER)(args.conversation_id)
     print(for_terminal(f"replayed {letter.what} {letter.id} of {args.conversation_id} ({letter.reason})"))
@@ -140,7 +140,7 @@ def _cmd_replay(args: argparse.Namespace) -> int:
 
 
 def _cmd_health(args: argparse.Namespace) -> int:
-    from worker.broker import check_broker
+    from worker.queue.broker import check_broker
 
     try:
         _store().ping()
@@ -196,14 +196,14 @@ def _cmd_inlet(args: argparse.Namespace) -> int:
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
-    from worker.demo import run_demo
+    from worker.cli.demo import run_demo
 
     return run_demo(interactive=args.interactive, turns=args.turns)
 
 
 def _add_input_parsers(sub: Any) -> None:
     """``parley send``, ``event`` and ``reset``: what producers do, by hand."""
-    from worker import timer_commands
+    from worker.cli import timers as timer_commands
 
     send = sub.add_parser("send", help="queue a chat turn, as if the player wrote it")
     send.add_argument("conversation_id")
@@ -228,7 +228,7 @@ def _add_input_parsers(sub: Any) -> None:
 
 
 def _build_parser() -> argparse.ArgumentParser:
-    from worker import timer_commands
+    from worker.cli import timers as timer_commands
 
     parser = argparse.ArgumentParser(prog="parley", description="Parley: a worker for stateful LLM conversations.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -265,14 +265,14 @@ def _build_parser() -> argparse.ArgumentParser:
 
     add_parsers(sub)
     timer_commands.add_parsers(sub)
-    from worker import handoff_cli
+    from worker.cli import handoff as handoff_cli
 
     handoff_cli.add_parsers(sub)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    from worker.logs import configure_logging
+    from worker.observability.logs import configure_logging
 
     configure_logging(get_settings())
     args = _build_parser().parse_args(argv)

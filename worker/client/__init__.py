@@ -21,15 +21,16 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from worker import operator_input, tracing
-from worker.due_time import due_ms
-from worker.envelopes import BURSTABLE, Envelope, Media, build_envelope
+from worker.envelopes import operator_input
+from worker.envelopes.due_time import due_ms
+from worker.envelopes.inputs import BURSTABLE, Envelope, Media, build_envelope
 from worker.errors import OversizeInputError
+from worker.observability import tracing
+from worker.queue.wakeup import AcceptWake, Waker, accept_wake, celery_waker
 from worker.settings import Settings, get_settings
 from worker.store.keys import validate_conversation_id
 from worker.store.redis_store import AcceptResult, ConversationStore
 from worker.store.results import Pause, WakePush
-from worker.wakeup import AcceptWake, Waker, accept_wake, celery_waker
 
 
 @dataclass(frozen=True)
@@ -76,9 +77,9 @@ class ConversationClient:
     """Enqueue chat turns, game events, resets and deletions for Parley's workers.
 
     ``wake`` is called with the conversation id when a worker should look at it; ``from_url`` and ``from_env``
-    send the workers' ``parley.drain`` task (see :mod:`worker.wakeup`), tests and other brokers pass their own.
+    send the workers' ``parley.drain`` task (see :mod:`worker.queue.wakeup`), tests and other brokers pass their own.
     ``accept_wake``: the broker is the store's Redis, and the accept script pushes the wake-up itself, in the same
-    round trip (``from_url`` and ``from_env`` set it up when they may: :func:`worker.wakeup.accept_wake`); ``wake``
+    round trip (``from_url`` and ``from_env`` set it up when they may: :func:`worker.queue.wakeup.accept_wake`); ``wake``
     then serves only where the script did not (a Cluster store).
     """
 
@@ -242,7 +243,7 @@ class ConversationClient:
         """Queue a person's message to the player: sent in order with the replies, through the outbox (once,
         paced, inside the 24-hour window or as its template, like a reply), and added to the state as the
         assistant's side, marked as a person's. ``parts``: more messages after ``text``, each
-        ``{"type": "text", "text": ...}`` or a rich part of any kind (:mod:`worker.reply_parts`). Paused or not.
+        ``{"type": "text", "text": ...}`` or a rich part of any kind (:mod:`worker.envelopes.reply_parts`). Paused or not.
         ``recipient``: where it goes (default: the conversation id), as for :meth:`send_message`."""
         texts = operator_input.operator_parts(parts, self.max_text_chars)
         return self._submit(self._envelope(kind="operator", conversation_id=conversation_id, text=text,

@@ -3,9 +3,9 @@ hop per request.
 
 It is :class:`~worker.client.ConversationClient`, not a second one: the input is validated and its envelope built by
 the client's own methods (``send_message``, ``send_event``, ``reset``, with the client's checks and defaults:
-:mod:`worker.prepared`), then accepted by the store's ACCEPT script through :mod:`worker.store.async_mailbox` (the
+:mod:`worker.client.prepared`), then accepted by the store's ACCEPT script through :mod:`worker.store.async_mailbox` (the
 same keys, deduplication and backpressure), and the worker woken exactly when the client would wake it: by the
-accept script itself when the client's broker is the store's Redis (:class:`worker.wakeup.AcceptWake`), else by the
+accept script itself when the client's broker is the store's Redis (:class:`worker.queue.wakeup.AcceptWake`), else by the
 client's waker (a Celery publish, a blocking call) in a worker thread, and only for an input that needs one (the first
 of a burst).
 """
@@ -17,7 +17,7 @@ from typing import Any
 import anyio.to_thread
 
 from worker.client import ConversationClient, Submitted
-from worker.prepared import Preparer
+from worker.client.prepared import Preparer
 from worker.store import async_mailbox
 
 

@@ -20,10 +20,10 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSchema
 
-from worker.due_time import RFC3339, parse_rfc3339
-from worker.envelopes import FACT_KEY_PATTERN, MAX_FACT_KEY_CHARS, MAX_ID_CHARS
-from worker.operator_input import MAX_PARTS
-from worker.reply_parts import PART_TYPES, Part
+from worker.envelopes.due_time import RFC3339, parse_rfc3339
+from worker.envelopes.inputs import FACT_KEY_PATTERN, MAX_FACT_KEY_CHARS, MAX_ID_CHARS
+from worker.envelopes.operator_input import MAX_PARTS
+from worker.envelopes.reply_parts import PART_TYPES, Part
 from worker.store.pauses import MAX_PAUSE_SECONDS
 
 #: A message id: the producer's own id of the input (a game event's id, a wamid); resubmitting it is harmless.

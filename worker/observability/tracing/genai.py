@@ -19,7 +19,7 @@ from opentelemetry import trace
 
 from worker.conversation.messages import Message, ToolCall
 from worker.conversation.model import Model, ModelRequest, ModelResponse
-from worker.tracing import capture_content
+from worker.observability.tracing import capture_content
 
 
 def _message(m: Message) -> dict[str, Any]:

@@ -11,7 +11,6 @@ from typing import Any
 
 import redis
 
-from worker import compaction_chain, sentinel
 from worker.conversation.chat import Chat
 from worker.conversation.compaction import Compactor
 from worker.conversation.model import Model
@@ -20,10 +19,12 @@ from worker.conversation.tokens import CalibratingModel, UsageCalibratedCounter
 from worker.conversation.tools import Tool
 from worker.delivery.channel import Channel, ConsoleChannel, WebhookChannel
 from worker.delivery.window import ServiceWindow, Template
-from worker.httppool import use_lean_transport
-from worker.numbers import numbers_from_settings
+from worker.http.pool import use_lean_transport
+from worker.queue import sentinel
+from worker.runtime import compaction_chain
 from worker.service import ConversationService, MediaPreparer, Pacer, Presence, ServiceConfig, Wake
 from worker.settings import Settings
+from worker.settings.business_numbers import numbers_from_settings
 from worker.store.limits import PaceLimits
 from worker.store.protocol import PaceStore
 from worker.store.redis_store import ConversationStore, StoreLimits
@@ -103,7 +104,7 @@ def build_model_from_settings(settings: Settings) -> Model:
 
 
 def build_compactor(settings: Settings, model: Model) -> Compactor:
-    """The compactor chain the settings choose (see :func:`worker.compaction_chain.build_compactor`)."""
+    """The compactor chain the settings choose (see :func:`worker.runtime.compaction_chain.build_compactor`)."""
     return compaction_chain.build_compactor(settings, model)
 
 

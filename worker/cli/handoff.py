@@ -33,7 +33,7 @@ def _cmd_resume(args: argparse.Namespace) -> int:
 
 
 def _cmd_say(args: argparse.Namespace) -> int:
-    from worker.terminal import for_terminal
+    from worker.cli.terminal import for_terminal
 
     done = _client().send_operator_message(args.conversation_id, args.text, message_id=args.id)
     print(for_terminal(f"queued {done.message_id} for {args.conversation_id}"

@@ -20,7 +20,7 @@ All clients of a process share one TLS context, so a new client costs no certifi
 pool starts empty: sockets must not be shared between processes.
 
 The requests every turn makes (the model call, the WhatsApp send and read mark) go through :func:`turn_client`:
-an httpx Client over :class:`worker.lean_transport.LeanTransport` (the standard library's ``http.client`` under
+an httpx Client over :class:`worker.http.lean_transport.LeanTransport` (the standard library's ``http.client`` under
 httpx's own API and exceptions; ``PARLEY_HTTP_CLIENT=httpx`` puts httpx's default transport back).
 """
 
@@ -38,7 +38,7 @@ from urllib.request import getproxies
 
 import httpx
 
-from worker.lean_transport import LeanTransport
+from worker.http.lean_transport import LeanTransport
 
 # Idle clients kept beyond this are closed: a burst should not leave thousands of sockets open for good.
 MAX_IDLE = 2048

@@ -17,10 +17,10 @@ from typing import Any, Literal
 import msgpack
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 
+from worker.envelopes.reply_parts import OutPart
 from worker.errors import EnvelopeError, InputError, InvalidConversationIdError, InvalidTextError
-from worker.reply_parts import OutPart
+from worker.observability.tracing.context import MAX_TRACEPARENT_CHARS, valid_traceparent
 from worker.store.keys import validate_conversation_id
-from worker.tracing.context import MAX_TRACEPARENT_CHARS, valid_traceparent
 
 ENVELOPE_VERSION = 1
 MAX_ENVELOPE_BYTES = 4 << 20
@@ -110,7 +110,7 @@ class Envelope(_Wire):
     respond: bool | None = None
     # operator: the parts sent after ``text``, each as its own message: texts as strings, rich parts tagged (issue 31)
     parts: list[OutPart] | None = None
-    # The W3C traceparent of the accept (traces on, worker.tracing): the drain, a retry and a takeover continue its
+    # The W3C traceparent of the accept (traces on, worker.observability.tracing): the drain, a retry and a takeover continue its
     # trace. None unless set, so an envelope without it reads as before; an unusable one is no error, only no trace.
     traceparent: str | None = Field(None, max_length=MAX_TRACEPARENT_CHARS)
 
@@ -170,7 +170,7 @@ class Envelope(_Wire):
 
 class ReplyRecord(_Wire):
     """A reply in the outbox, split into the whole messages that will be sent, in order: a text part is a ``str`` (as
-    every record before rich replies holds), any other kind a tagged :mod:`worker.reply_parts` model.
+    every record before rich replies holds), any other kind a tagged :mod:`worker.envelopes.reply_parts` model.
 
     Only workers write it and read it, so it ignores fields it does not know: during a rolling upgrade a worker of
     this release delivers what a newer one committed (with fields it has no use for) instead of dead-lettering a

@@ -19,7 +19,7 @@ Acks are written as a group too (:class:`QoS`): with a thousand greenlets finish
 of its own (13% of the gevent worker's samples under the LLM-bound load).
 
 A server without ``LMPOP`` (before Redis 7.0) answers with an error once, and the channel falls back to kombu's
-one-at-a-time behaviour. Used for ``redis://`` brokers without a global key prefix (:func:`worker.broker.broker_conf`);
+one-at-a-time behaviour. Used for ``redis://`` brokers without a global key prefix (:func:`worker.queue.broker.broker_conf`);
 ``rediss://``, Sentinel and Unix socket brokers keep kombu's transport.
 """
 

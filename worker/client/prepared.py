@@ -1,5 +1,5 @@
 """An input validated and built by :class:`~worker.client.ConversationClient`'s own methods but not yet accepted:
-what lets the HTTP API await the accept on its event loop (:mod:`worker.async_client`) and the inlet accept a
+what lets the HTTP API await the accept on its event loop (:mod:`worker.client.async_client`) and the inlet accept a
 batch in one round trip (:mod:`worker.inlet.stream`) without a second copy of the client's checks and defaults."""
 
 from __future__ import annotations
@@ -7,9 +7,9 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
-from worker import tracing
 from worker.client import ConversationClient, Submitted, accept_span, traced
-from worker.envelopes import Envelope
+from worker.envelopes.inputs import Envelope
+from worker.observability import tracing
 from worker.store.results import AcceptResult
 
 #: The kinds whose client method, for an input not scheduled for later (``at``) and not a game event the model

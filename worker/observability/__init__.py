@@ -1,0 +1,1 @@
+"""What Parley says about itself: JSON logs and OpenTelemetry traces (metrics are :mod:`worker.metrics`)."""
