@@ -31,8 +31,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from worker.channels.whatsapp import WhatsAppSender
 from worker.conversation import Message, ModelRequest
-from worker.delivery.whatsapp import WhatsAppSender
 from worker.http import pool as httppool
 from worker.llm import build_model
 

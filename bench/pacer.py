@@ -29,7 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import redis
 from worker_bench import Peers
 
-from worker.delivery.whatsapp import WhatsAppSender
+from worker.channels.whatsapp import WhatsAppSender
 from worker.envelopes.inputs import ReplyRecord
 from worker.service import Deliverer, Heartbeat, Pacer, ServiceConfig
 from worker.settings import Delivery

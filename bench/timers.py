@@ -30,7 +30,7 @@ from datetime import UTC, datetime
 import redis
 
 from worker.client import ConversationClient
-from worker.service.timers import TimerLoop
+from worker.service.timer_loop import TimerLoop
 from worker.store.redis_store import ConversationStore, StoreLimits
 from worker.store.scripts import FireReply
 

@@ -157,7 +157,7 @@ def _sweeper_loop(stop: threading.Event) -> None:
 
 
 def _timer_loop(stop: threading.Event) -> None:
-    from worker.service.timers import TimerLoop
+    from worker.service.timer_loop import TimerLoop
 
     while not stop.is_set():  # Redis may be down at start-up: the loop starts once the service can be built
         try:

@@ -12,7 +12,7 @@ import pytest
 from worker.client import ConversationClient
 from worker.envelopes.inputs import decode_envelope
 from worker.errors import InboxFullError, InputError, InvalidScheduleError
-from worker.service.timers import TimerLoop
+from worker.service.timer_loop import TimerLoop
 from worker.store.redis_store import ConversationStore, StoreLimits
 
 CID = "447700900123"
@@ -69,7 +69,7 @@ def test_a_naive_or_non_datetime_at_is_refused_naming_at_and_nothing_is_held(set
 
 
 def test_an_at_more_than_a_year_ahead_is_refused_naming_at_and_nothing_is_held(setup) -> None:  # type: ignore[no-untyped-def]
-    from worker.cli.timers import parse_when
+    from worker.cli.scheduled import parse_when
     from worker.envelopes.due_time import MAX_AHEAD_S
 
     client, store, woken = setup
@@ -152,7 +152,7 @@ def test_delete_drops_the_pending_timers(setup) -> None:  # type: ignore[no-unty
 
 def test_parley_scheduled_lists_the_pending_timers_and_cancel_drops_one(setup, monkeypatch, capsys) -> None:  # type: ignore[no-untyped-def]
     from worker import cli
-    from worker.cli import timers as timer_commands
+    from worker.cli import scheduled as timer_commands
 
     client, store, _ = setup
     client.send_event(CID, "Still there?\x1b[2J", message_id="nudge", at=soon(120))
@@ -171,7 +171,7 @@ def test_parley_scheduled_lists_the_pending_timers_and_cancel_drops_one(setup, m
 
 def test_parley_scheduled_shows_a_held_events_respond_and_key_after_the_other_columns(setup, monkeypatch, capsys) -> None:  # type: ignore[no-untyped-def]
     from worker import cli
-    from worker.cli import timers as timer_commands
+    from worker.cli import scheduled as timer_commands
 
     client, store, _ = setup
     client.send_event(CID, "Round ends in 5 minutes", message_id="ask", respond=True, at=soon(60))

@@ -6,9 +6,9 @@ import fakeredis
 import pytest
 from pydantic import ValidationError
 
-from worker.delivery.channel import ConsoleChannel
-from worker.delivery.whatsapp import WhatsAppSender
-from worker.delivery.window import Template
+from worker.channels.channel import ConsoleChannel
+from worker.channels.whatsapp import WhatsAppSender
+from worker.channels.window import Template
 from worker.runtime import build_channel, build_pacer, build_store
 from worker.settings import Settings
 from worker.store.limits import PaceLimits

@@ -62,7 +62,7 @@ from tests.support.workers import WorkerProcess, wait_until
 from worker import inspect_state
 from worker.conversation.messages import OPERATOR_FIRST
 from worker.envelopes.inputs import DeadLetter, decode_dead_letter, decode_reply
-from worker.service.inflight import RESEND_LOG
+from worker.service.deliver.inflight import RESEND_LOG
 
 WINDOW_LOG = RESEND_LOG
 PartKey = tuple[str, str, int]  # (conversation, reply id, part index)

@@ -29,7 +29,7 @@ from tests.e2e.conftest import Cluster
 from tests.support.fake_whatsapp import SentPart
 from worker.envelopes.inputs import DeadLetter, ReplyRecord
 from worker.observability.logs import JsonFormatter, TextFormatter
-from worker.service.inflight import CrashedSends
+from worker.service.deliver.inflight import CrashedSends
 
 CID = "447700000001"
 ACCEPTED = [("m0", "message", f"{CID} q0"), ("m1", "event", f"{CID} event 1"), ("m2", "message", f"{CID} q2"),

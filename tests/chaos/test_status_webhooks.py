@@ -27,7 +27,7 @@ from tests.chaos.harness import Load, Outcome, run_scenario
 from tests.chaos.test_chaos import SCALE, report
 from tests.e2e.conftest import Cluster
 from tests.support.status_webhooks import IngressServer, StatusPoster
-from worker.service.inflight import SAVED_LOG
+from worker.service.deliver.inflight import SAVED_LOG
 
 pytestmark = pytest.mark.e2e
 

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 import pytest
 
 from tests.support.fake_whatsapp import FakeWhatsApp
-from worker.delivery.whatsapp import WhatsAppSender
+from worker.channels.whatsapp import WhatsAppSender
 from worker.errors import DeliveryRetryableError
 
 

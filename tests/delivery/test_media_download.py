@@ -12,8 +12,8 @@ import pytest
 
 from tests.support.fake_whatsapp import FakeWhatsApp
 from tests.support.workers import wait_until
-from worker.delivery.media_download import CloudMediaFetcher, MediaHosts
-from worker.delivery.token import TokenHealth
+from worker.channels.media_download import CloudMediaFetcher, MediaHosts
+from worker.channels.token import TokenHealth
 from worker.errors import MediaRejectedError, MediaTokenError, MediaUnavailableError, ModelUnavailableError
 
 PHOTO = b"\xff\xd8\xff\xe0" + bytes(range(256)) * 40  # 10 KiB and a bit

@@ -11,9 +11,9 @@ import pytest
 from prometheus_client import REGISTRY
 
 from tests.support.fake_whatsapp import FakeWhatsApp
-from worker.delivery.numbers import NumbersChannel
-from worker.delivery.token import TOKEN, TokenHealth, for_number
-from worker.delivery.whatsapp import WhatsAppSender
+from worker.channels.by_number import NumbersChannel
+from worker.channels.token import TOKEN, TokenHealth, for_number
+from worker.channels.whatsapp import WhatsAppSender
 from worker.errors import DeliveryPermanentError, WhatsAppTokenError
 from worker.settings.business_numbers import Number, Numbers
 

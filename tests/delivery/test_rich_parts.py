@@ -15,10 +15,10 @@ import pytest
 from tests.support.fake_whatsapp import FakeWhatsApp
 from tests.support.store_kit import raw
 from tests.worker.conftest import make_harness
+from worker.channels.channel import ConsoleChannel, WebhookChannel
+from worker.channels.whatsapp import WhatsAppSender
+from worker.channels.window import ServiceWindow, Template
 from worker.conversation.state import decode_state
-from worker.delivery.channel import ConsoleChannel, WebhookChannel
-from worker.delivery.whatsapp import WhatsAppSender
-from worker.delivery.window import ServiceWindow, Template
 from worker.envelopes.inputs import ReplyRecord, decode_reply
 from worker.envelopes.reply_parts import (
     ButtonsPart,

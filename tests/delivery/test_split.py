@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from worker.delivery.split import WHATSAPP_TEXT_LIMIT, split_message
+from worker.channels.split import WHATSAPP_TEXT_LIMIT, split_message
 
 
 def words(text: str) -> list[str]:

@@ -11,9 +11,9 @@ from prometheus_client import REGISTRY
 
 from tests.support.fake_whatsapp import FakeWhatsApp
 from tests.support.whatsapp_fixtures import fixture_file, fixture_names
-from worker.delivery.channel import ConsoleChannel, ReadReceipts, WebhookChannel
-from worker.delivery.token import ACCEPTED_LOG, REJECTED_LOG, TokenHealth
-from worker.delivery.whatsapp import WhatsAppSender, classify_error, is_bsuid
+from worker.channels.channel import ConsoleChannel, ReadReceipts, WebhookChannel
+from worker.channels.token import ACCEPTED_LOG, REJECTED_LOG, TokenHealth
+from worker.channels.whatsapp import WhatsAppSender, classify_error, is_bsuid
 from worker.errors import (
     DeliveryError,
     DeliveryPermanentError,
@@ -273,7 +273,7 @@ def test_mark_read_swallows_timeouts_and_unreachable(api: FakeWhatsApp) -> None:
     from tests.support.redis_server import free_port
 
     timeouts, unreachable = presence_count("timeout"), presence_count("unreachable")
-    with patch("worker.delivery.whatsapp.RECEIPT_TIMEOUT", 0.2):
+    with patch("worker.channels.whatsapp.RECEIPT_TIMEOUT", 0.2):
         api.delay = 1.0
         sender(api).mark_read("wamid.in1", typing=True)
     assert presence_count("timeout") == timeouts + 1

@@ -8,9 +8,9 @@ from collections.abc import Iterator
 import pytest
 
 from tests.support.fake_whatsapp import FakeWhatsApp
-from worker.delivery.channel import ConsoleChannel, WebhookChannel, WindowedChannel
-from worker.delivery.whatsapp import WhatsAppSender
-from worker.delivery.window import MAX_PARAMETER_CHARS, ServiceWindow, Template, template_parameter
+from worker.channels.channel import ConsoleChannel, WebhookChannel, WindowedChannel
+from worker.channels.whatsapp import WhatsAppSender
+from worker.channels.window import MAX_PARAMETER_CHARS, ServiceWindow, Template, template_parameter
 from worker.errors import DeliveryPermanentError, OutsideWindowError
 from worker.testing import RecordingChannel
 

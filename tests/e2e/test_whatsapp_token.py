@@ -13,7 +13,7 @@ import pytest
 from tests.e2e.conftest import Cluster
 from tests.support.redis_server import free_port
 from tests.support.workers import wait_until
-from worker.delivery.token import ACCEPTED_LOG, REJECTED_LOG
+from worker.channels.token import ACCEPTED_LOG, REJECTED_LOG
 from worker.envelopes.inputs import Media
 
 pytestmark = pytest.mark.e2e

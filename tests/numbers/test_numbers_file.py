@@ -123,7 +123,7 @@ def test_ids_on_the_default_number_are_unchanged_and_others_carry_their_number(t
 
 
 def test_one_number_without_a_file_keeps_todays_channel() -> None:
-    from worker.delivery.whatsapp import WhatsAppSender
+    from worker.channels.whatsapp import WhatsAppSender
 
     channel = build_channel(Settings(whatsapp_phone_number_id=MAIN, whatsapp_access_token="t"))
     assert isinstance(channel, WhatsAppSender) and channel.url.endswith(f"/{MAIN}/messages")
@@ -135,9 +135,9 @@ class _SeeingModel:
 
 def test_each_numbers_photo_fetcher_has_its_token_and_shares_its_senders_token_state(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from worker.delivery.media_download import CloudMediaFetcher
-    from worker.delivery.numbers import NumbersChannel
-    from worker.delivery.whatsapp import WhatsAppSender
+    from worker.channels.by_number import NumbersChannel
+    from worker.channels.media_download import CloudMediaFetcher
+    from worker.channels.whatsapp import WhatsAppSender
     from worker.runtime import build_media_preparer
 
     for name, value in ENV.items():

@@ -9,7 +9,7 @@ import pytest
 
 from tests.support.store_kit import StoreKit, raw
 from worker.store import lua
-from worker.store.protocol import DeliveryStore, DrainStore, PaceStore, Store, SweeperStore
+from worker.store.interfaces import DeliveryStore, DrainStore, PaceStore, Store, SweeperStore
 from worker.store.redis_store import ConversationStore
 from worker.store.scripts import Scripts
 

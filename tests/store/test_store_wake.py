@@ -10,8 +10,8 @@ import redis
 
 from worker.client import ConversationClient
 from worker.errors import InboxFullError
+from worker.store.answers import AcceptResult, WakePush
 from worker.store.redis_store import ConversationStore
-from worker.store.results import AcceptResult, WakePush
 
 CID = "447700900778"
 

@@ -7,7 +7,7 @@ from hypothesis import strategies as st
 
 from tests.configs import bare_burst
 from worker.envelopes.inputs import Envelope, Media
-from worker.service.burst import Pending, decide, extend, recorded
+from worker.service.drain.burst import Pending, decide, extend, recorded
 
 CID = "447700900999"
 NOW = 1_000_000.0

@@ -13,8 +13,8 @@ from worker import ScriptedModel
 from worker.conversation.results import TurnResult
 from worker.envelopes.inputs import ReplyRecord
 from worker.service import Presence
-from worker.service.burst import Pending
 from worker.service.drain import Drainer, DrainRun
+from worker.service.drain.burst import Pending
 from worker.service.drain.hooks import (
     Bursts,
     DailyBudget,
@@ -29,8 +29,8 @@ from worker.service.drain.hooks import (
     build_hooks,
 )
 from worker.service.drain.outcomes import Answer, Defer, Notice, Outcome
-from worker.service.journal import StoreJournal
-from worker.store.results import Snapshot
+from worker.service.drain.stored_journal import StoreJournal
+from worker.store.answers import Snapshot
 from worker.testing import RecordingChannel
 
 CID = "447700900123"

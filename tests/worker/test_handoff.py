@@ -283,8 +283,8 @@ def test_bad_pause_seconds_are_refused_and_nothing_is_paused(seconds) -> None:  
 
 def test_an_operator_message_outside_the_24_hour_window_is_the_template_or_a_dead_letter() -> None:
     from tests.support.fake_whatsapp import FakeWhatsApp
-    from worker.delivery.whatsapp import WhatsAppSender
-    from worker.delivery.window import ServiceWindow, Template
+    from worker.channels.whatsapp import WhatsAppSender
+    from worker.channels.window import ServiceWindow, Template
     from worker.envelopes.inputs import decode_dead_letter
 
     api = FakeWhatsApp().start()

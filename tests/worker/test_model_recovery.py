@@ -19,7 +19,8 @@ from worker.conversation.scripted import Reply
 from worker.conversation.state import decode_state
 from worker.envelopes.inputs import decode_dead_letter
 from worker.errors import AuthenticationError, ContextLengthError, RateLimitedError
-from worker.service import RetryLater, recovery
+from worker.service import RetryLater
+from worker.service.drain import recovery
 
 CID = "447700900789"
 TOO_LONG = "openai answered 400: This model's maximum context length is 128000 tokens"

@@ -11,8 +11,8 @@ from prometheus_client import REGISTRY
 
 from tests.support.fake_whatsapp import FakeWhatsApp
 from tests.support.workers import wait_until
-from worker.delivery.channel import ConsoleChannel
-from worker.delivery.whatsapp import WhatsAppSender
+from worker.channels.channel import ConsoleChannel
+from worker.channels.whatsapp import WhatsAppSender
 from worker.service.presence import Presence, is_whatsapp_id
 from worker.testing import RecordingChannel
 

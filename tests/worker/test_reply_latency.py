@@ -12,7 +12,7 @@ from prometheus_client import REGISTRY
 from tests.worker.conftest import make_harness
 from worker import ScriptedModel
 from worker.envelopes.inputs import ReplyRecord, decode_envelope, decode_reply
-from worker.service.timers import TimerLoop
+from worker.service.timer_loop import TimerLoop
 
 CID = "447700900123"
 

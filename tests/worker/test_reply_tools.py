@@ -138,8 +138,8 @@ def test_a_retried_turn_replays_its_parts_from_the_journal_once() -> None:
 
 
 def test_the_reply_tools_are_offered_on_whatsapp_unless_turned_off(monkeypatch: pytest.MonkeyPatch) -> None:
-    from worker.delivery.channel import ConsoleChannel
-    from worker.delivery.whatsapp import WhatsAppSender
+    from worker.channels.channel import ConsoleChannel
+    from worker.channels.whatsapp import WhatsAppSender
     from worker.runtime import offered_reply_tools
     from worker.settings import Settings
 

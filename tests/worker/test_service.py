@@ -20,7 +20,8 @@ from worker.errors import (
     OversizeInputError,
     RateLimitedError,
 )
-from worker.service import RetryLater, delivery
+from worker.service import RetryLater
+from worker.service.deliver import deliverer as delivery
 from worker.testing import RecordingChannel
 
 CID = "447700900123"

@@ -18,8 +18,8 @@ from worker.envelopes.inputs import Envelope, Media, decode_dead_letter
 from worker.errors import MediaRejectedError, ModelRequestError
 from worker.service import ServiceConfig
 from worker.service.drain import Drainer
+from worker.service.drain.media import DEFAULT_UNSUPPORTED_REPLY, MediaPreparer
 from worker.service.drain.turn import UNLOADED_PHOTO
-from worker.service.media import DEFAULT_UNSUPPORTED_REPLY, MediaPreparer
 from worker.service.presence import Presence
 
 CID = "447700900555"

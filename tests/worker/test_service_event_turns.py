@@ -14,10 +14,10 @@ from tests.support.fake_whatsapp import FakeWhatsApp
 from tests.support.store_kit import raw
 from tests.worker.conftest import Harness, echo_all, make_harness
 from worker import ScriptedModel
+from worker.channels.whatsapp import WhatsAppSender
+from worker.channels.window import ServiceWindow, Template
 from worker.client.summary import with_texts
 from worker.conversation.state import decode_state
-from worker.delivery.whatsapp import WhatsAppSender
-from worker.delivery.window import ServiceWindow, Template
 from worker.durable_record import entries
 from worker.envelopes.inputs import decode_dead_letter
 from worker.errors import InputError

@@ -7,18 +7,18 @@ import pytest
 
 from tests.support.fake_whatsapp import MEDIA_SETTINGS, FakeWhatsApp
 from worker import metrics
+from worker.channels.media_download import CloudMediaFetcher, MediaHosts
 from worker.conversation import messages as msgs
 from worker.conversation.chat import Chat
 from worker.conversation.messages import MediaRef
 from worker.conversation.model import Attachment
 from worker.conversation.scripted import ScriptedModel
 from worker.conversation.state import decode_state
-from worker.delivery.media_download import CloudMediaFetcher, MediaHosts
 from worker.envelopes.inputs import Envelope, Media
 from worker.errors import InputError, MediaRejectedError, MediaUnavailableError, ModelUnavailableError
 from worker.runtime import build_media_preparer
 from worker.service import ConversationService
-from worker.service.media import UNSEEN_CAPTION_PREFIX, MediaPreparer, Prepared
+from worker.service.drain.media import UNSEEN_CAPTION_PREFIX, MediaPreparer, Prepared
 from worker.settings import Settings
 
 LOOPBACK = {"hosts": ["127.0.0.1"], "allow_http": True}  # the stand-in serves plain http on loopback

@@ -14,8 +14,8 @@ from tests.support.fake_whatsapp import FakeWhatsApp
 from tests.support.store_kit import raw
 from tests.worker.conftest import Harness, make_harness
 from worker import ScriptedModel
-from worker.delivery.whatsapp import WhatsAppSender
-from worker.delivery.window import ServiceWindow, Template
+from worker.channels.whatsapp import WhatsAppSender
+from worker.channels.window import ServiceWindow, Template
 from worker.envelopes.inputs import decode_dead_letter, decode_reply
 
 CID = "447700900123"

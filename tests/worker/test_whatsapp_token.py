@@ -17,16 +17,16 @@ from tests.support.fake_whatsapp import FakeWhatsApp
 from tests.support.store_kit import raw
 from tests.worker.conftest import Harness, make_harness
 from worker import ScriptedModel
+from worker.channels.media_download import CloudMediaFetcher, MediaHosts
+from worker.channels.token import ACCEPTED_LOG, REJECTED_LOG, TokenHealth
+from worker.channels.whatsapp import WhatsAppSender
+from worker.channels.window import ServiceWindow
 from worker.conversation.model import ModelRequest
-from worker.delivery.media_download import CloudMediaFetcher, MediaHosts
-from worker.delivery.token import ACCEPTED_LOG, REJECTED_LOG, TokenHealth
-from worker.delivery.whatsapp import WhatsAppSender
-from worker.delivery.window import ServiceWindow
 from worker.envelopes.inputs import Media
 from worker.service import RetryLater, ServiceConfig
+from worker.service.deliver.inflight import RESEND_LOG
 from worker.service.drain import Drainer
-from worker.service.inflight import RESEND_LOG
-from worker.service.media import MediaPreparer
+from worker.service.drain.media import MediaPreparer
 
 CIDS = ("447700900123", "447700900456")
 PHOTO = b"\xff\xd8\xff\xe0 pixels"

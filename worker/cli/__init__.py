@@ -203,14 +203,14 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 
 def _add_input_parsers(sub: Any) -> None:
     """``parley send``, ``event`` and ``reset``: what producers do, by hand."""
-    from worker.cli import timers as timer_commands
+    from worker.cli import scheduled
 
     send = sub.add_parser("send", help="queue a chat turn, as if the player wrote it")
     send.add_argument("conversation_id")
     send.add_argument("text")
     send.add_argument("--id", help="the message id (a resubmitted id is ignored); default: a fresh one")
     send.add_argument("--system", help="this turn's system prompt instead of the configured one")
-    timer_commands.add_at_option(send)
+    scheduled.add_at_option(send)
     send.set_defaults(fn=_cmd_send)
     event = sub.add_parser("event", help="queue a game event")
     event.add_argument("conversation_id")
@@ -219,16 +219,16 @@ def _add_input_parsers(sub: Any) -> None:
     event.add_argument("--pinned", action="store_true", help="the event survives every compaction")
     event.add_argument("--key", help="the text is the conversation's fact of this key (replaces the one before)")
     event.add_argument("--respond", action="store_true", help="the model answers the event")
-    timer_commands.add_at_option(event)
+    scheduled.add_at_option(event)
     event.set_defaults(fn=_cmd_event)
     reset = sub.add_parser("reset", help="queue a reset: the conversation starts fresh after the inputs before it")
     reset.add_argument("conversation_id")
-    timer_commands.add_at_option(reset)
+    scheduled.add_at_option(reset)
     reset.set_defaults(fn=_cmd_reset)
 
 
 def _build_parser() -> argparse.ArgumentParser:
-    from worker.cli import timers as timer_commands
+    from worker.cli import scheduled
 
     parser = argparse.ArgumentParser(prog="parley", description="Parley: a worker for stateful LLM conversations.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -264,10 +264,10 @@ def _build_parser() -> argparse.ArgumentParser:
     from worker.durable_record.commands import add_parsers
 
     add_parsers(sub)
-    timer_commands.add_parsers(sub)
-    from worker.cli import handoff as handoff_cli
+    scheduled.add_parsers(sub)
+    from worker.cli import handoff
 
-    handoff_cli.add_parsers(sub)
+    handoff.add_parsers(sub)
     return parser
 
 

@@ -28,9 +28,9 @@ from worker.errors import OversizeInputError
 from worker.observability import tracing
 from worker.queue.wakeup import AcceptWake, Waker, accept_wake, celery_waker
 from worker.settings import Settings, get_settings
+from worker.store.answers import Pause, WakePush
 from worker.store.keys import validate_conversation_id
 from worker.store.redis_store import AcceptResult, ConversationStore
-from worker.store.results import Pause, WakePush
 
 
 @dataclass(frozen=True)
@@ -66,7 +66,7 @@ def traced(env: Envelope) -> Envelope:
 
 
 def _ends_burst(env: Envelope) -> bool:
-    """Whether the input ends a burst (:mod:`worker.service.burst`), so its accept ends a burst's quiet period that is
+    """Whether the input ends a burst (:mod:`worker.service.drain.burst`), so its accept ends a burst's quiet period that is
     being waited out: anything that cannot join one (a reset, a person's message, a notice) or a game event the model
     answers. The burst is closed by it, so a worker answers the burst at once when it looks: waiting out the player's
     typing would only delay the burst's answer and the input behind it (a person writing, a game resetting)."""

@@ -10,7 +10,7 @@ from typing import Any
 from worker.client import ConversationClient, Submitted, accept_span, traced
 from worker.envelopes.inputs import Envelope
 from worker.observability import tracing
-from worker.store.results import AcceptResult
+from worker.store.answers import AcceptResult
 
 #: The kinds whose client method, for an input not scheduled for later (``at``) and not a game event the model
 #: answers (``respond``: its accept also ends a burst's hold and may wake a worker), does nothing but validate, build

@@ -21,9 +21,9 @@ from worker import metrics
 from worker.durable_record import database
 from worker.durable_record.entries import to_rows
 from worker.errors import DatabaseUnavailableError, StoreError
+from worker.store.answers import StreamEntry
 from worker.store.entry_codec import stream_position
 from worker.store.record_streams import RecordStreamStore
-from worker.store.results import StreamEntry
 
 log = logging.getLogger("parley.exporter")
 

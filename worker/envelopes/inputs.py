@@ -27,7 +27,7 @@ MAX_ENVELOPE_BYTES = 4 << 20
 MAX_ID_CHARS = 256
 
 Kind = Literal["message", "event", "reset", "splice", "notice", "operator"]
-#: The kinds that may join a player's burst (worker.service.burst); any other ends one, and its accept ends a burst's
+#: The kinds that may join a player's burst (worker.service.drain.burst); any other ends one, and its accept ends a burst's
 #: quiet period being waited out (worker.client).
 BURSTABLE: tuple[Kind, ...] = ("message", "event")
 

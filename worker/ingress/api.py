@@ -50,8 +50,8 @@ from worker.ingress import metrics as ingress_metrics
 from worker.ingress.body import TooLarge, read_body
 from worker.ingress.parse import decode_webhook
 from worker.observability import tracing
+from worker.store.answers import Pause
 from worker.store.keys import validate_conversation_id
-from worker.store.results import Pause
 
 log = logging.getLogger("parley.api")
 

@@ -45,8 +45,8 @@ from worker.errors import InboxFullError, InputError, StoreError, WebhookTooLarg
 from worker.ingress import metrics as ingress_metrics
 from worker.ingress.api import endpoints, parse_tokens
 from worker.ingress.body import TooLarge, read_body
+from worker.ingress.business_number import UNKNOWN_NUMBER
 from worker.ingress.fast_inputs import FastInputs
-from worker.ingress.numbers import UNKNOWN_NUMBER
 from worker.ingress.parse import (
     InboundEvent,
     InboundMessage,
@@ -64,7 +64,7 @@ from worker.ingress.parse import (
 )
 from worker.observability import tracing
 from worker.settings.business_numbers import Numbers, numbers_from_settings
-from worker.store.results import StatusRecorded
+from worker.store.answers import StatusRecorded
 
 log = logging.getLogger("parley.ingress")
 

@@ -51,10 +51,10 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, Field, ValidationError
 
-from worker.delivery.ids import is_media_id
+from worker.channels.ids import is_media_id
 from worker.envelopes.inputs import Media, parse_part_callback
 from worker.errors import InvalidConversationIdError, WebhookTooLargeError
-from worker.ingress.numbers import business_number, on_number
+from worker.ingress.business_number import business_number, on_number
 from worker.ingress.taps import TAP_TYPES, tap_text
 from worker.store.keys import validate_conversation_id
 
@@ -433,7 +433,7 @@ def record_age(rec: Record, now: float) -> float | None:
 def parse_webhook(body: Any, *, location_as: LocationAs = "turn", numbers: Numbers | None = None) -> list[Record]:
     """Every record in a webhook body (already decoded from JSON), in order. ``location_as`` says whether a shared
     location becomes a game event or a chat turn (``PARLEY_LOCATION_AS``). With ``numbers`` (several business
-    numbers), each change's records go to the conversations of the number it names (:mod:`worker.ingress.numbers`).
+    numbers), each change's records go to the conversations of the number it names (:mod:`worker.ingress.business_number`).
 
     Raises ``ValueError`` only when the body is not a webhook at all (not an object with an ``entry`` list);
     anything unexpected inside becomes an :class:`Unsupported` record.

@@ -28,8 +28,8 @@ import msgpack
 
 from worker.queue.broker import QUEUE
 from worker.settings import Settings
+from worker.store.answers import WakePush
 from worker.store.keys import validate_conversation_id
-from worker.store.results import WakePush
 
 log = logging.getLogger(__name__)
 

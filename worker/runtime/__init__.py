@@ -11,22 +11,22 @@ from typing import Any
 
 import redis
 
+from worker.channels.channel import Channel, ConsoleChannel, WebhookChannel
+from worker.channels.window import ServiceWindow, Template
 from worker.conversation.chat import Chat
 from worker.conversation.compaction import Compactor
 from worker.conversation.model import Model
 from worker.conversation.resident import ResidentCache
 from worker.conversation.tokens import CalibratingModel, UsageCalibratedCounter
 from worker.conversation.tools import Tool
-from worker.delivery.channel import Channel, ConsoleChannel, WebhookChannel
-from worker.delivery.window import ServiceWindow, Template
 from worker.http.pool import use_lean_transport
 from worker.queue import sentinel
 from worker.runtime import compaction_chain
 from worker.service import ConversationService, MediaPreparer, Pacer, Presence, ServiceConfig, Wake
 from worker.settings import Settings
 from worker.settings.business_numbers import numbers_from_settings
+from worker.store.interfaces import PaceStore
 from worker.store.limits import PaceLimits
-from worker.store.protocol import PaceStore
 from worker.store.redis_store import ConversationStore, StoreLimits
 
 DEFAULT_MODELS = {"openai": "gpt-4o-mini", "anthropic": "claude-haiku-4-5", "local": "SmolLM2-135M-Instruct"}
@@ -143,14 +143,14 @@ def build_channel(settings: Settings) -> Channel:
     when configured, else the console."""
     numbers = numbers_from_settings(settings.whatsapp)
     if numbers is not None:
-        from worker.delivery.numbers import NumbersChannel
-        from worker.delivery.whatsapp import WhatsAppSender
+        from worker.channels.by_number import NumbersChannel
+        from worker.channels.whatsapp import WhatsAppSender
 
         return NumbersChannel(numbers, lambda n, token: WhatsAppSender(
             base_url=settings.whatsapp.api_base_url, phone_number_id=n.phone_number_id,
             access_token=n.access_token, window=service_window(settings), token=token))
     if settings.whatsapp.phone_number_id and settings.whatsapp.access_token:
-        from worker.delivery.whatsapp import WhatsAppSender
+        from worker.channels.whatsapp import WhatsAppSender
 
         return WhatsAppSender(
             base_url=settings.whatsapp.api_base_url,
@@ -176,8 +176,8 @@ def service_window(settings: Settings) -> ServiceWindow:
 
 def build_pacer(settings: Settings, store: PaceStore, channel: Channel) -> Pacer | None:
     """The pace the fleet shares for a WhatsApp sender number; None for the channels that have no such limits."""
-    from worker.delivery.numbers import NumbersChannel
-    from worker.delivery.whatsapp import WhatsAppSender
+    from worker.channels.by_number import NumbersChannel
+    from worker.channels.whatsapp import WhatsAppSender
 
     if not isinstance(channel, WhatsAppSender | NumbersChannel):
         return None
@@ -194,8 +194,8 @@ def build_media_preparer(settings: Settings, model: Model) -> MediaPreparer:
     """Photos for the model: fetched through the Cloud API when WhatsApp's access token is set and the model reads
     images (``reads_images``), with the token of the number the player wrote to; otherwise the caption, or
     ``PARLEY_UNSUPPORTED_REPLY`` without one."""
-    from worker.delivery.media_download import CloudMediaFetcher, MediaHosts
-    from worker.delivery.token import TokenHealth, for_number
+    from worker.channels.media_download import CloudMediaFetcher, MediaHosts
+    from worker.channels.token import TokenHealth, for_number
 
     reads = bool(getattr(model, "reads_images", False))  # a model from outside may predate the attribute
     wa = settings.whatsapp
@@ -212,7 +212,7 @@ def build_media_preparer(settings: Settings, model: Model) -> MediaPreparer:
         return prepared()
     numbers = numbers_from_settings(wa)
     if numbers is not None:
-        from worker.delivery.numbers import fetcher_for
+        from worker.channels.by_number import fetcher_for
 
         return prepared(by_number=fetcher_for(numbers, lambda n, health: fetcher(n.access_token, health)))
     if not wa.access_token:
@@ -244,8 +244,8 @@ def service_config(settings: Settings) -> ServiceConfig:
 def offered_reply_tools(settings: Settings, channel: Channel, taken: set[str]) -> list[Any]:
     """The model's reply tools (send_location, send_buttons, ...) on the WhatsApp channel unless
     PARLEY_WHATSAPP_REPLY_TOOLS=false; a game tool of the same name keeps its name."""
-    from worker.delivery.numbers import NumbersChannel
-    from worker.delivery.whatsapp import WhatsAppSender
+    from worker.channels.by_number import NumbersChannel
+    from worker.channels.whatsapp import WhatsAppSender
     from worker.tools.reply_tools import reply_tools
 
     if not isinstance(channel, WhatsAppSender | NumbersChannel) or not settings.whatsapp.reply_tools:

@@ -7,7 +7,7 @@ service asks for follow-up work (``wake("drain" | "deliver" | "compact", convers
 sends Celery tasks for it.
 
 The parts: :class:`~worker.service.drain.Drainer` applies inputs (its module says where each guarantee comes
-from), :class:`~worker.service.delivery.Deliverer` sends replies, :class:`~worker.service.heartbeat.Heartbeat`
+from), :class:`~worker.service.deliver.deliverer.Deliverer` sends replies, :class:`~worker.service.heartbeat.Heartbeat`
 keeps the leases of both alive while they work, :class:`~worker.service.presence.Presence` shows the player read
 marks and the typing indicator meanwhile, and :mod:`worker.service.config` holds what they share.
 """
@@ -18,20 +18,20 @@ import logging
 import time
 
 from worker import metrics
+from worker.channels.channel import Channel
 from worker.conversation.chat import Chat
 from worker.conversation.resident import ResidentCache
 from worker.conversation.results import CompactionReport
-from worker.delivery.channel import Channel
 from worker.envelopes.inputs import Envelope, Spent
 from worker.errors import DeliveryError, RetryLater, StoreError
 from worker.service.config import ServiceConfig, Wake, observe_round_trip
-from worker.service.delivery import Deliverer
+from worker.service.deliver.deliverer import Deliverer
+from worker.service.deliver.pacing import Pacer
 from worker.service.drain import Claimed, Drained, Drainer, Written
+from worker.service.drain.media import MediaPreparer, Prepared
 from worker.service.heartbeat import Heartbeat
-from worker.service.media import MediaPreparer, Prepared
-from worker.service.pacing import Pacer
 from worker.service.presence import Presence
-from worker.store.protocol import Store
+from worker.store.interfaces import Store
 
 __all__ = ["ConversationService", "Deliverer", "Drained", "Drainer", "Heartbeat", "MediaPreparer", "Pacer",
            "Prepared", "Presence", "RetryLater", "ServiceConfig", "Wake"]
@@ -51,9 +51,9 @@ class ConversationService:
     """The worker's logic over a store, a chat and a delivery channel: the entry the tasks call.
 
     ``media`` prepares a message envelope for its turn (a photo fetched for a model that reads images, else its
-    caption or the short answer; :mod:`worker.service.media`); the default fetches nothing. ``residents`` keeps each
+    caption or the short answer; :mod:`worker.service.drain.media`); the default fetches nothing. ``residents`` keeps each
     conversation's state decoded between its turns (:mod:`worker.conversation.resident`; default about 64 MiB).
-    ``pacer`` holds every send to the pace the fleet shares (:mod:`worker.service.pacing`); the default sends at
+    ``pacer`` holds every send to the pace the fleet shares (:mod:`worker.service.deliver.pacing`); the default sends at
     once."""
 
     def __init__(self, store: Store, chat: Chat, channel: Channel, wake: Wake,

@@ -15,8 +15,8 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from worker.errors import ParleyError
-from worker.store.protocol import SweeperStore
-from worker.store.results import Backlog
+from worker.store.answers import Backlog
+from worker.store.interfaces import SweeperStore
 
 log = logging.getLogger("parley.metrics")
 

@@ -90,7 +90,7 @@ class ServiceConfig:
 
     @property
     def status_webhooks(self) -> bool | None:
-        """An ingress records status webhooks (see worker.service.inflight); None: when one says so in Redis."""
+        """An ingress records status webhooks (see worker.service.deliver.inflight); None: when one says so in Redis."""
         return self.delivery.statuses
 
     @property

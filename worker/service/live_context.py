@@ -24,7 +24,7 @@ from prometheus_client import Counter
 
 from worker import metrics
 from worker.errors import GameContextError, StoreError
-from worker.store.protocol import DrainStore
+from worker.store.interfaces import DrainStore
 
 log = logging.getLogger("parley.service")
 

@@ -14,7 +14,7 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from worker.errors import ParleyError
-from worker.store.protocol import SweeperStore
+from worker.store.interfaces import SweeperStore
 
 log = logging.getLogger("parley.metrics")
 

@@ -13,7 +13,7 @@ Best effort, never in the way of a turn:
 - One post per call, on the newest message: WhatsApp marks the earlier messages of the chat read with it, and
   the Cloud API's throughput is better spent on replies.
 - Only WhatsApp's own message ids (``wamid.``...) are marked: a game event or an id a producer made up has no
-  message to mark. A channel without :class:`~worker.delivery.channel.ReadReceipts` turns presence off.
+  message to mark. A channel without :class:`~worker.channels.channel.ReadReceipts` turns presence off.
 - Memory is bounded: the acknowledged ids and the last indicator time of each conversation are small LRUs, per
   process. Losing them (a restart, an eviction) costs at most one repeated receipt.
 
@@ -32,7 +32,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 
 from worker import metrics
-from worker.delivery.channel import ReadReceipts
+from worker.channels.channel import ReadReceipts
 from worker.service.heartbeat import tick_until_idle
 
 log = logging.getLogger("parley.presence")

@@ -371,7 +371,7 @@ class Drain(_Group):
 @dataclass(frozen=True, config=_GROUP)
 class Burst:
     """A player's burst of messages answered by one turn (``PARLEY_BURST_*``, ``PARLEY_DOUBLE_TEXT*``); the drain's
-    :mod:`worker.service.burst` reads it as its policy. ``quiet_seconds`` 0 turns coalescing off."""
+    :mod:`worker.service.drain.burst` reads it as its policy. ``quiet_seconds`` 0 turns coalescing off."""
 
     heading: ClassVar[str] = "Players' bursts"
     quiet_seconds: float = Field(default=1.5, ge=0, validation_alias="burst_quiet_seconds", description="Chat messages of one "

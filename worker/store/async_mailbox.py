@@ -20,10 +20,10 @@ from __future__ import annotations
 import asyncio
 
 from worker.store import lua
+from worker.store.answers import AcceptResult, WakePush
 from worker.store.async_scripts import AsyncScript, AsyncWire, WireSettings
 from worker.store.mailbox import MailboxStore
 from worker.store.redis_errors import async_store_errors
-from worker.store.results import AcceptResult, WakePush
 from worker.store.scripts import AcceptReply
 
 

@@ -10,14 +10,14 @@ so the age is exact whenever the set is no larger than the sample, and a close l
 from __future__ import annotations
 
 from worker.errors import InvalidConversationIdError
+from worker.store.answers import Backlog
 from worker.store.core import StoreCore
 from worker.store.entry_codec import split_entry
 from worker.store.redis_errors import store_errors
-from worker.store.results import Backlog
 
 
 class AutoscalingStore(StoreCore):
-    """The autoscaling signals' read side (:meth:`backlog`, part of :class:`~worker.store.protocol.SweeperStore`)."""
+    """The autoscaling signals' read side (:meth:`backlog`, part of :class:`~worker.store.interfaces.SweeperStore`)."""
 
     @store_errors
     def backlog(self, sample: int = 1000) -> Backlog:

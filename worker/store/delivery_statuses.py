@@ -8,9 +8,9 @@ from __future__ import annotations
 import time
 
 from worker.durable_record import entries
+from worker.store.answers import MessageStatus, StatusRecorded
 from worker.store.core import StoreCore
 from worker.store.redis_errors import store_errors
-from worker.store.results import MessageStatus, StatusRecorded
 
 #: How long an ingress's word that it records status webhooks holds, and how often one says it again at most.
 STATUS_INGRESS_TTL_MS = 86_400_000

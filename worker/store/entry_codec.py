@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from worker.errors import StoreError
-from worker.store.results import OutboxHead
+from worker.store.answers import OutboxHead
 from worker.store.scripts import ClaimReply
 
 

@@ -9,11 +9,11 @@ from collections.abc import Sequence
 import msgpack
 
 from worker.errors import InboxFullError
+from worker.store.answers import AcceptResult, Begin, CommitResult, Pause, Snapshot, StateRead, WakePush
 from worker.store.codes import Accepted, Idle, Refusal, refused
 from worker.store.core import StoreCore
 from worker.store.entry_codec import claimed_head, join_entry, split_all, split_entry
 from worker.store.redis_errors import store_errors
-from worker.store.results import AcceptResult, Begin, CommitResult, Pause, Snapshot, StateRead, WakePush
 from worker.store.scripts import AcceptArgs, AcceptReply, CommitReply, accept_call
 
 

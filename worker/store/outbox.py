@@ -5,11 +5,11 @@ also reads the clock of WhatsApp's customer-service window here (:meth:`OutboxSt
 from __future__ import annotations
 
 from worker.durable_record import entries
+from worker.store.answers import InflightOutcome, OutboxHead
 from worker.store.codes import refused
 from worker.store.core import StoreCore
 from worker.store.entry_codec import claimed_head
 from worker.store.redis_errors import store_errors
-from worker.store.results import InflightOutcome, OutboxHead
 from worker.store.scripts import ClaimReply
 
 

@@ -20,9 +20,9 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from worker.store.answers import Pause
 from worker.store.core import StoreCore
 from worker.store.redis_errors import store_errors
-from worker.store.results import Pause
 
 #: The longest timed pause: a week (longer ones are an untimed pause and a resume).
 MAX_PAUSE_SECONDS = 7 * 86_400

@@ -13,10 +13,10 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 
+from worker.store.answers import RecordBacklog, StreamEntry
 from worker.store.core import StoreCore
 from worker.store.entry_codec import score_position, stream_position
 from worker.store.redis_errors import store_errors
-from worker.store.results import RecordBacklog, StreamEntry
 
 
 class RecordStreamStore(StoreCore):

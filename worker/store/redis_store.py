@@ -9,7 +9,7 @@ commands, ordered so that a crash between them strands nothing.
 (:class:`~worker.store.core.StoreCore`: client, prefix, limits, scripts):
 
 - :class:`~worker.store.mailbox.MailboxStore`: producers and the drain;
-- :class:`~worker.store.turn_journal.TurnJournalStore`: the drain's turn journal;
+- :class:`~worker.store.journal.TurnJournalStore`: the drain's turn journal;
 - :class:`~worker.store.outbox.OutboxStore`: delivery, with the customer-service window's clock;
 - :class:`~worker.store.delivery_statuses.DeliveryStatusStore`: status webhooks, and the ingress's word that it
   records them;
@@ -21,8 +21,8 @@ commands, ordered so that a crash between them strands nothing.
 - :class:`~worker.store.game_context.GameContextStore`: the game's last good live context (the drain).
 - :class:`~worker.store.pauses.PauseStore`: a person taking a conversation over (pause, resume, the gauge).
 
-What the service sees of it are the protocols of :mod:`worker.store.protocol`; what it answers,
-:mod:`worker.store.results`.
+What the service sees of it are the protocols of :mod:`worker.store.interfaces`; what it answers,
+:mod:`worker.store.answers`.
 """
 
 from __future__ import annotations
@@ -32,17 +32,7 @@ from typing import Any
 import redis
 
 from worker.store.admin import AdminStore
-from worker.store.autoscaling import AutoscalingStore
-from worker.store.delivery_statuses import DeliveryStatusStore
-from worker.store.entry_codec import join_entry, split_entry
-from worker.store.game_context import GameContextStore
-from worker.store.limits import PaceLimits, StoreLimits
-from worker.store.mailbox import MailboxStore
-from worker.store.outbox import OutboxStore
-from worker.store.pauses import PauseStore
-from worker.store.protocol import DeliveryStore, DrainStore, PaceStore, Store, SweeperStore
-from worker.store.record_streams import RecordStreamStore
-from worker.store.results import (
+from worker.store.answers import (
     AcceptResult,
     Backlog,
     Begin,
@@ -56,9 +46,19 @@ from worker.store.results import (
     StreamEntry,
     WakePush,
 )
+from worker.store.autoscaling import AutoscalingStore
+from worker.store.delivery_statuses import DeliveryStatusStore
+from worker.store.entry_codec import join_entry, split_entry
+from worker.store.game_context import GameContextStore
+from worker.store.interfaces import DeliveryStore, DrainStore, PaceStore, Store, SweeperStore
+from worker.store.journal import TurnJournalStore
+from worker.store.limits import PaceLimits, StoreLimits
+from worker.store.mailbox import MailboxStore
+from worker.store.outbox import OutboxStore
+from worker.store.pauses import PauseStore
+from worker.store.record_streams import RecordStreamStore
 from worker.store.shared_pace import SharedPaceStore
 from worker.store.timers import TimerStore
-from worker.store.turn_journal import TurnJournalStore
 
 __all__ = ["AcceptResult", "Backlog", "Begin", "CommitResult", "ConversationStore", "DeliveryStore", "DrainStore",
            "JournalRead", "OutboxHead", "Pace", "PaceLimits", "PaceStore", "RecordBacklog", "Snapshot", "StateRead",

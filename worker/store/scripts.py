@@ -12,10 +12,10 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from worker.store import lua
+from worker.store.answers import WakePush
 from worker.store.fast_scripts import register
 from worker.store.keys import ConversationKeys, PaceKeys
 from worker.store.replication import Replication
-from worker.store.results import WakePush
 
 
 def _opt(value: Any) -> bytes | None:

@@ -3,17 +3,17 @@ recipient (the pair rate), taken by a GCRA script on Redis's clock (``lua/pace.l
 
 from __future__ import annotations
 
+from worker.store.answers import Pace
 from worker.store.core import StoreCore
 from worker.store.keys import PaceKeys
 from worker.store.limits import PaceLimits
 from worker.store.redis_errors import store_errors
-from worker.store.results import Pace
 
 _BY = {0: "none", 1: "number", 2: "recipient"}
 
 
 class SharedPaceStore(StoreCore):
-    """The shared pace (:class:`~worker.store.protocol.PaceStore`)."""
+    """The shared pace (:class:`~worker.store.interfaces.PaceStore`)."""
 
     @store_errors
     def pace(self, sender: str, recipient: str, limits: PaceLimits, *, max_wait: float) -> Pace:

@@ -3,7 +3,7 @@
 A producer's ``send_event(..., at=when)`` (and ``send_message``/``reset`` alike) is validated in full and held under
 the conversation's hash tag: ``timers`` (zset: message id -> due ms) and ``timed`` (hash: message id -> the mailbox
 entry, with two flag characters). The global ``timers-due`` zset lists the conversations holding timers, scored by
-their earliest due time; every worker process's timer loop (:mod:`worker.service.timers`) reads it and fires what
+their earliest due time; every worker process's timer loop (:mod:`worker.service.timer_loop`) reads it and fires what
 is due with one atomic script per conversation (:meth:`TimerStore.fire_due`), which accepts the due inputs into the
 mailbox with the checks of ``accept`` (dedupe by message id, the mailbox's bound) and moves the conversation's index
 score on. Any number of workers may fire the same conversation at once: each timer is accepted by exactly one call.

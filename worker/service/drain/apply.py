@@ -17,14 +17,14 @@ from typing import Any
 import msgpack
 
 from worker import metrics
+from worker.channels.split import split_message
 from worker.conversation.resident import Resident, ResidentCache
-from worker.delivery.split import split_message
 from worker.envelopes.inputs import DeadLetter as DeadRecord
 from worker.envelopes.inputs import Envelope, ReplyRecord, decode_envelope
 from worker.errors import EnvelopeError
 from worker.observability import tracing
-from worker.service.burst import answers_event
 from worker.service.config import ServiceConfig, Wake, count_pinned_dropped
+from worker.service.drain.burst import answers_event
 from worker.service.drain.hooks.base import Hooks
 from worker.service.drain.outcomes import (
     Answer,
@@ -40,10 +40,10 @@ from worker.service.drain.outcomes import (
     Spoken,
     Withheld,
 )
+from worker.service.drain.recovery import retry_later
 from worker.service.drain.run import DrainRun, Written
-from worker.service.recovery import retry_later
-from worker.store.protocol import DrainStore
-from worker.store.results import CommitResult, Snapshot
+from worker.store.answers import CommitResult, Snapshot
+from worker.store.interfaces import DrainStore
 
 log = logging.getLogger("parley.service")
 
@@ -253,7 +253,7 @@ class Applier:
                 trace: dict[str, Any], *, claim_delivery: bool = False, also: Sequence[str] = (),
                 resident: Resident | None = None, record: bytes | None = None, tokens: int = 0) -> CommitResult:
         """``resident``: ``new_state`` decoded, kept for the next turn when the commit lands; ``record``: the
-        durable record's entry (see :class:`~worker.service.recording.Recorder`)."""
+        durable record's entry (see :class:`~worker.service.drain.recording.Recorder`)."""
         entry = {"at": time.time(), "id": env.message_id, "kind": env.kind, **trace}
         done = self._store_commit(run, version, env.message_id, new_state=new_state, reply=reply,
                                   trace=msgpack.packb(entry, use_bin_type=True), dead=None,

@@ -16,19 +16,18 @@ from worker import metrics
 from worker.conversation.chat import Chat
 from worker.envelopes.inputs import Envelope, decode_envelope
 from worker.errors import AuthenticationError, EnvelopeError, InputError, ModelError
-from worker.service import recovery
-from worker.service.burst import Pending, answers_event
 from worker.service.config import ServiceConfig
-from worker.service.drain import failures
+from worker.service.drain import failures, recovery
+from worker.service.drain.burst import Pending, answers_event
 from worker.service.drain.handoff import speak
 from worker.service.drain.hooks.base import Hooks
+from worker.service.drain.media import MediaPreparer
 from worker.service.drain.outcomes import Applied, DeadLetter, Defer, Notice, Outcome, Retry, Spliced, quarantine_of
 from worker.service.drain.run import DrainRun
+from worker.service.drain.stored_journal import StoreJournal
 from worker.service.drain.turn import TurnRunner
-from worker.service.journal import StoreJournal
-from worker.service.media import MediaPreparer
-from worker.store.protocol import DrainStore
-from worker.store.results import Snapshot
+from worker.store.answers import Snapshot
+from worker.store.interfaces import DrainStore
 
 log = logging.getLogger("parley.service")
 

@@ -29,13 +29,13 @@ from worker.service.drain.apply import Applier
 from worker.service.drain.decide import Decider
 from worker.service.drain.hooks import DrainHook, Hooks, build_hooks
 from worker.service.drain.hooks.traces import input_span
+from worker.service.drain.media import MediaPreparer
 from worker.service.drain.outcomes import HandBack
 from worker.service.drain.run import Claimed, DrainRun, Written
 from worker.service.heartbeat import Heartbeat
-from worker.service.media import MediaPreparer
 from worker.service.presence import Presence
-from worker.store.protocol import DrainStore
-from worker.store.results import Snapshot
+from worker.store.answers import Snapshot
+from worker.store.interfaces import DrainStore
 
 log = logging.getLogger("parley.service")
 

@@ -15,10 +15,10 @@ assistant text, the conversation's own side, so it carries on from what the pers
 
 from __future__ import annotations
 
+from worker.channels.split import split_message
 from worker.conversation import messages as msgs
 from worker.conversation.chat import Chat, State
 from worker.conversation.messages import MediaRef, Message
-from worker.delivery.split import split_message
 from worker.envelopes.inputs import Envelope, ReplyRecord
 from worker.envelopes.reply_parts import OutPart, render
 from worker.observability import tracing

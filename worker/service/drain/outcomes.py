@@ -18,7 +18,7 @@ from worker.conversation.results import TurnResult
 from worker.durable_record.entries import Trail
 from worker.envelopes.inputs import Envelope, ReplyRecord
 from worker.errors import StateDecodeError
-from worker.service.burst import Pending
+from worker.service.drain.burst import Pending
 
 
 @dataclass(frozen=True)

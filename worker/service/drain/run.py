@@ -8,7 +8,7 @@ from worker.conversation.chat import State
 from worker.conversation.resident import Resident
 from worker.envelopes.inputs import ReplyRecord
 from worker.service.heartbeat import Beat
-from worker.store.results import OutboxHead, Pause, Snapshot
+from worker.store.answers import OutboxHead, Pause, Snapshot
 
 Claimed = tuple[int, OutboxHead]
 """A delivery already started: the delivery token and the claimed outbox head."""

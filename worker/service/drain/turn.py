@@ -9,25 +9,25 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from worker.channels.split import split_message
 from worker.conversation import messages as msgs
 from worker.conversation.chat import Chat, State, TurnResult
 from worker.conversation.messages import Message
 from worker.conversation.model import Attachment
 from worker.conversation.tools import turn_context
-from worker.delivery.split import split_message
 from worker.envelopes.inputs import ReplyRecord
 from worker.envelopes.reply_parts import OutPart, out_part
 from worker.observability import tracing
-from worker.service.burst import Pending, answers_event
 from worker.service.config import ServiceConfig
+from worker.service.drain.burst import Pending, answers_event
 from worker.service.drain.handoff import withhold
 from worker.service.drain.hooks.base import Hooks
+from worker.service.drain.media import MediaPreparer, Prepared
 from worker.service.drain.outcomes import Answer, Outcome, Withheld, quarantine_of
+from worker.service.drain.recovery import usage_trace
 from worker.service.drain.run import DrainRun
-from worker.service.journal import StoreJournal
-from worker.service.media import MediaPreparer, Prepared
-from worker.service.recovery import usage_trace
-from worker.store.results import Snapshot
+from worker.service.drain.stored_journal import StoreJournal
+from worker.store.answers import Snapshot
 
 # What the model reads for a photo that could not be loaded, when other messages of a burst carry the turn.
 UNLOADED_PHOTO = "[The player sent a photo that could not be loaded]"

@@ -16,7 +16,7 @@
 -- duplicate, e.g. Meta's retry of the webhook, does not move it; a refusal for a full mailbox does, since the player
 -- wrote all the same), and the time only moves forward, whatever order producers' calls land in. Its id, when it is
 -- WhatsApp's (a wamid: a producer's own ids are not Meta's), is kept as the message an operator's reaction answers.
--- A game event the model answers, a reset or a person's message ends a burst (see worker/service/burst.py):
+-- A game event the model answers, a reset or a person's message ends a burst (see worker/service/drain/burst.py):
 -- accepted, it ends the hold of a burst's quiet period ('b', set by DEFER) in the same step, so the caller wakes a
 -- worker that answers the burst now and then the input. A retry's hold ('1') stays: its backoff is not the event's
 -- to cut.

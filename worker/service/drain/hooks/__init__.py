@@ -15,7 +15,7 @@ from worker.service.drain.hooks.photos import Photos
 from worker.service.drain.hooks.receipts import Receipts
 from worker.service.drain.hooks.traces import TurnSpans
 from worker.service.presence import Presence
-from worker.store.protocol import DrainStore
+from worker.store.interfaces import DrainStore
 
 __all__ = ["Bursts", "DailyBudget", "DrainHook", "DurableRecord", "Fairness", "GameContextHook", "Hooks", "Merge",
            "Paused", "Photos", "Prepare", "Receipts", "TurnSpans", "build_hooks"]

@@ -14,12 +14,12 @@ from contextlib import AbstractContextManager, ExitStack, nullcontext
 
 from worker.conversation.results import TurnResult
 from worker.envelopes.inputs import ReplyRecord
-from worker.service.burst import Pending
+from worker.service.drain.burst import Pending
+from worker.service.drain.media import Prepared
 from worker.service.drain.outcomes import Defer, Outcome
 from worker.service.drain.run import DrainRun
-from worker.service.journal import StoreJournal
-from worker.service.media import Prepared
-from worker.store.results import Snapshot
+from worker.service.drain.stored_journal import StoreJournal
+from worker.store.answers import Snapshot
 
 Prepare = Callable[[Pending], Prepared]
 """The turn's preparation of one chat message (cached per turn: a photo is fetched once)."""

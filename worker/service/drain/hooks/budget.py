@@ -4,11 +4,11 @@ of a model call (abuse and cost control; ``PARLEY_DAILY_TOKEN_BUDGET``)."""
 from __future__ import annotations
 
 from worker import metrics
-from worker.service.burst import Pending
+from worker.service.drain.burst import Pending
 from worker.service.drain.hooks.base import DrainHook, Prepare
 from worker.service.drain.outcomes import Notice, Outcome
 from worker.service.drain.run import DrainRun
-from worker.store.protocol import DrainStore
+from worker.store.interfaces import DrainStore
 
 
 class DailyBudget(DrainHook):

@@ -1,7 +1,7 @@
 """Bursts and double texts: which inputs one turn takes in, and whether a stale answer is thrown away.
 
 :class:`Bursts` (``PARLEY_BURST_QUIET_SECONDS`` > 0, or merging on) starts a turn at a chat message with the
-messages queued behind it (:mod:`worker.service.burst` decides), or puts it off while the player is still typing.
+messages queued behind it (:mod:`worker.service.drain.burst` decides), or puts it off while the player is still typing.
 A retried turn takes in the inputs its crashed run recorded in the journal.
 
 :class:`Merge` (``PARLEY_DOUBLE_TEXT=merge``): when chat messages arrived behind the turn while the model answered,
@@ -20,14 +20,14 @@ import time
 
 from worker import metrics
 from worker.conversation.results import TurnResult
-from worker.service import burst
-from worker.service.burst import BurstPolicy, Pending
+from worker.service.drain import burst
+from worker.service.drain.burst import BurstPolicy, Pending
 from worker.service.drain.hooks.base import DrainHook
 from worker.service.drain.outcomes import Defer
 from worker.service.drain.run import DrainRun
-from worker.service.journal import StoreJournal
-from worker.store.protocol import DrainStore
-from worker.store.results import Snapshot
+from worker.service.drain.stored_journal import StoreJournal
+from worker.store.answers import Snapshot
+from worker.store.interfaces import DrainStore
 
 log = logging.getLogger("parley.service")
 

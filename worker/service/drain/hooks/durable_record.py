@@ -1,5 +1,5 @@
 """The durable record (``PARLEY_DATABASE_URL`` set): each commit carries its record entry, built here from the
-outcome it applies (:class:`~worker.service.recording.Recorder`; no I/O: the store's script appends the entry in
+outcome it applies (:class:`~worker.service.drain.recording.Recorder`; no I/O: the store's script appends the entry in
 the same step as the state and the reply). In the list only when a database is configured."""
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ from typing import Any
 from worker.envelopes.inputs import ReplyRecord
 from worker.service.drain.hooks.base import DrainHook
 from worker.service.drain.outcomes import Answer, Applied, DeadLetter, Notice, Outcome, Spliced, Spoken, Withheld
+from worker.service.drain.recording import Recorder
 from worker.service.drain.run import DrainRun
-from worker.service.recording import Recorder
-from worker.store.results import Snapshot
+from worker.store.answers import Snapshot
 
 
 class DurableRecord(DrainHook):

@@ -7,12 +7,12 @@ Only model turns ask: an event that is not answered, a reset, a splice or a shor
 
 from __future__ import annotations
 
-from worker.service.burst import Pending
+from worker.service.drain.burst import Pending
 from worker.service.drain.hooks.base import DrainHook
 from worker.service.drain.run import DrainRun
 from worker.service.live_context import ContextSource, LiveContext
 from worker.settings import GameContext
-from worker.store.protocol import DrainStore
+from worker.store.interfaces import DrainStore
 
 
 class GameContextHook(DrainHook):

@@ -18,13 +18,13 @@ from __future__ import annotations
 import logging
 
 from worker import metrics
-from worker.service.burst import Pending
+from worker.service.drain.burst import Pending
 from worker.service.drain.hooks.base import DrainHook, Prepare
 from worker.service.drain.outcomes import Outcome, Withheld
 from worker.service.drain.run import DrainRun
-from worker.service.journal import StoreJournal
-from worker.store.protocol import DrainStore
-from worker.store.results import Pause
+from worker.service.drain.stored_journal import StoreJournal
+from worker.store.answers import Pause
+from worker.store.interfaces import DrainStore
 
 log = logging.getLogger("parley.service")
 

@@ -1,12 +1,12 @@
 """Photos: a photo alone that the model cannot see gets the short answer, in its place, instead of a turn.
 
-The turn prepares each chat message once (:class:`~worker.service.media.MediaPreparer`, cached per turn), so
+The turn prepares each chat message once (:class:`~worker.service.drain.media.MediaPreparer`, cached per turn), so
 asking here costs no second fetch. A photo can come in any conversation, so this hook is always in the list.
 """
 
 from __future__ import annotations
 
-from worker.service.burst import Pending
+from worker.service.drain.burst import Pending
 from worker.service.drain.hooks.base import DrainHook, Prepare
 from worker.service.drain.outcomes import Notice, Outcome
 from worker.service.drain.run import DrainRun

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from contextlib import AbstractContextManager
 
-from worker.service.burst import Pending
+from worker.service.drain.burst import Pending
 from worker.service.drain.hooks.base import DrainHook
 from worker.service.drain.outcomes import Defer
 from worker.service.drain.run import DrainRun

@@ -12,10 +12,10 @@ from types import TracebackType
 
 from worker.observability import tracing
 from worker.observability.tracing.context import stored_trace
-from worker.service.burst import Pending
+from worker.service.drain.burst import Pending
 from worker.service.drain.hooks.base import DrainHook
 from worker.service.drain.run import DrainRun
-from worker.store.results import Snapshot
+from worker.store.answers import Snapshot
 
 
 class TurnSpans(DrainHook):

@@ -1,9 +1,9 @@
 """What the store's methods answer: plain frozen values, one kind per answer, shared by the store's parts, the
-protocols of :mod:`worker.store.protocol` and the callers.
+protocols of :mod:`worker.store.interfaces` and the callers.
 
-- The drain (:class:`~worker.store.protocol.DrainStore`): :class:`AcceptResult`, :class:`Begin` with its
+- The drain (:class:`~worker.store.interfaces.DrainStore`): :class:`AcceptResult`, :class:`Begin` with its
   :class:`Snapshot`, :class:`CommitResult`, :class:`StateRead`, :class:`JournalRead`.
-- Delivery (:class:`~worker.store.protocol.DeliveryStore`): :class:`OutboxHead`, :class:`InflightOutcome`; the status
+- Delivery (:class:`~worker.store.interfaces.DeliveryStore`): :class:`OutboxHead`, :class:`InflightOutcome`; the status
   webhooks: :class:`StatusRecorded`, :class:`MessageStatus`; the shared pace: :class:`Pace`.
 - Operations: :class:`Backlog` (autoscaling), :class:`StreamEntry` and :class:`RecordBacklog` (the durable record's
   exporter).

@@ -1,9 +1,9 @@
 """One channel over several WhatsApp business numbers: each reply goes from the number its recipient names.
 
 A recipient made by :meth:`worker.settings.business_numbers.Numbers.address` (``<phone_number_id>.<player>``, or the bare player id
-on the default number) picks the number's :class:`~worker.delivery.whatsapp.WhatsAppSender`: its URL
+on the default number) picks the number's :class:`~worker.channels.whatsapp.WhatsAppSender`: its URL
 (``{base}/{phone_number_id}/messages``) and its token. Each number has its own
-:class:`~worker.delivery.token.TokenHealth` (:func:`number_token`, which its photo fetcher shares), so a rejected
+:class:`~worker.channels.token.TokenHealth` (:func:`number_token`, which its photo fetcher shares), so a rejected
 token holds only that number's replies, with that number's backoff and gauge series: the others go on. Photos a
 player sends are fetched with the token of the number they wrote to (:func:`fetcher_for`).
 A recipient naming a number that is no longer configured is refused for good
@@ -15,9 +15,9 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import TypeVar
 
-from worker.delivery.channel import Pace, Sent
-from worker.delivery.token import TokenHealth, for_number
-from worker.delivery.whatsapp import WhatsAppSender
+from worker.channels.channel import Pace, Sent
+from worker.channels.token import TokenHealth, for_number
+from worker.channels.whatsapp import WhatsAppSender
 from worker.envelopes.reply_parts import OutPart
 from worker.errors import DeliveryPermanentError
 from worker.settings.business_numbers import SETTING, Number, Numbers
@@ -41,7 +41,7 @@ def fetcher_for(numbers: Numbers, make: Callable[[Number, TokenHealth], F]) -> C
 
 
 class NumbersChannel:
-    """A :class:`~worker.delivery.channel.WindowedChannel` with read receipts, over one sender per number."""
+    """A :class:`~worker.channels.channel.WindowedChannel` with read receipts, over one sender per number."""
 
     def __init__(self, numbers: Numbers, make: MakeSender) -> None:
         self.numbers = numbers

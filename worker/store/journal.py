@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from worker.store.answers import JournalRead
 from worker.store.codes import Refusal, refused
 from worker.store.core import StoreCore
 from worker.store.redis_errors import store_errors
-from worker.store.results import JournalRead
 
 
 class TurnJournalStore(StoreCore):

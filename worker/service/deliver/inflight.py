@@ -29,7 +29,7 @@ import logging
 from worker import metrics
 from worker.errors import RetryLater
 from worker.service.config import ServiceConfig
-from worker.store.protocol import DeliveryStore
+from worker.store.interfaces import DeliveryStore
 
 log = logging.getLogger("parley.service")
 

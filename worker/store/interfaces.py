@@ -1,7 +1,7 @@
 """What the service (and the tasks around it) need from a store, as protocols, so they depend on these methods
 rather than on the Redis class: :class:`~worker.store.redis_store.ConversationStore` satisfies :class:`Store`
 (checked by mypy in :mod:`worker.store.redis_store` and by a test). Each face is served by the parts of the store
-named in its docstring; the values they answer are in :mod:`worker.store.results`.
+named in its docstring; the values they answer are in :mod:`worker.store.answers`.
 
 ``begin(have=...)`` and ``commit(also=...)`` keep their keyword names for the callers: ``have`` is the tag of the
 state the caller holds decoded, ``also`` the ids of the inputs after the head that a burst applied."""
@@ -11,8 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol, runtime_checkable
 
-from worker.store.limits import PaceLimits
-from worker.store.results import (
+from worker.store.answers import (
     AcceptResult,
     Backlog,
     Begin,
@@ -25,6 +24,7 @@ from worker.store.results import (
     StateRead,
     WakePush,
 )
+from worker.store.limits import PaceLimits
 from worker.store.scripts import FireReply
 
 
@@ -32,7 +32,7 @@ from worker.store.scripts import FireReply
 class DrainStore(Protocol):
     """The mailbox side: accepting inputs, draining them under a fenced lease, compaction's flag and read
     (:class:`~worker.store.mailbox.MailboxStore`), the turn journal
-    (:class:`~worker.store.turn_journal.TurnJournalStore`) and whether a person has taken the conversation over
+    (:class:`~worker.store.journal.TurnJournalStore`) and whether a person has taken the conversation over
     (:class:`~worker.store.pauses.PauseStore`)."""
 
     def accept(self, cid: str, envelope: bytes, input_id: str, *, max_inbox: int | None = None,

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 
 from worker import metrics
 from worker.errors import StoreUnavailableError
-from worker.store.protocol import TimerFiringStore
+from worker.store.interfaces import TimerFiringStore
 
 log = logging.getLogger("parley.timers")
 

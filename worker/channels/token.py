@@ -2,7 +2,7 @@
 
 A rejected token (error code 190, or a 401 without a code) is the operator's mistake, not the replies': the
 deliverer and the drain hold their work and retry it with backoff instead of dead-lettering it (see
-:mod:`worker.service.delivery` and :mod:`worker.service.media`). This module keeps the one signal an alert
+:mod:`worker.service.deliver.deliverer` and :mod:`worker.service.drain.media`). This module keeps the one signal an alert
 watches: the gauge ``parley_whatsapp_token_rejected{phone_number_id}`` and one log line per change of state
 (rejected, accepted again), however many replies and photos hit the refusal meanwhile. Each business number has its
 own state (:func:`for_number`), shared by its sender and its photo fetcher, and its own gauge series: with several

@@ -26,7 +26,7 @@ from worker.conversation.compaction import TokenBudget
 from worker.conversation.model import Usage
 from worker.errors import AuthenticationError, RetryLater
 from worker.service.config import ServiceConfig
-from worker.store.protocol import DrainStore
+from worker.store.interfaces import DrainStore
 
 log = logging.getLogger("parley.service")
 

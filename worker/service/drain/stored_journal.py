@@ -19,7 +19,7 @@ from worker.conversation.model import ModelResponse
 from worker.conversation.turn_journal import decode_result, decode_round, encode_result, encode_round
 from worker.durable_record.entries import Step, Trail
 from worker.errors import StateDecodeError
-from worker.store.protocol import DrainStore
+from worker.store.interfaces import DrainStore
 
 log = logging.getLogger("parley.service")
 

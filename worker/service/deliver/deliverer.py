@@ -1,22 +1,22 @@
 """Delivering replies: the deliverer takes a conversation's delivery lease and sends its outbox, in order.
 
 Reply once: delivery marks a part in flight before the HTTP call and sent right after it, and sends it with callback
-data naming it; a crash between the two is detected on the next attempt, and :mod:`worker.service.inflight` decides
+data naming it; a crash between the two is detected on the next attempt, and :mod:`worker.service.deliver.inflight` decides
 whether the part is resent (counted) or, because a status webhook showed it reached WhatsApp, marked sent. Failed
 sends of a reply are counted in Redis with the reply (not in task arguments), so the retry limit holds whichever
 task, turn or sweep resumes it.
 
 The platform's rules: a windowed channel (WhatsApp) is given the player's last message time and decides itself
 between the text, the template and :class:`~worker.errors.OutsideWindowError` (dead-lettered as ``outside_window``);
-every API call first waits for the shared pace (:mod:`worker.service.pacing`), whose long waits end the delivery
+every API call first waits for the shared pace (:mod:`worker.service.deliver.pacing`), whose long waits end the delivery
 with :class:`RetryLater` without counting a failure.
 
 Two failures are not the reply's: a rejected access token (:class:`~worker.errors.WhatsAppTokenError`) holds the
 conversation's delivery, nothing counted against the reply and nothing dead-lettered, retried with backoff (up to
 ``max_retry_delay``) until the token works, when delivery resumes in order (the alarm is
-:mod:`worker.delivery.token`'s). A send whose outcome is unknown (:class:`~worker.errors.SendOutcomeUnknownError`: it
+:mod:`worker.channels.token`'s). A send whose outcome is unknown (:class:`~worker.errors.SendOutcomeUnknownError`: it
 timed out after the request went out) keeps its in-flight mark, so the next attempt settles it as a crash-window part
-(:mod:`worker.service.inflight`) instead of resending it at once.
+(:mod:`worker.service.deliver.inflight`) instead of resending it at once.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from functools import partial
 
 from worker import metrics
-from worker.delivery.channel import Channel, RichChannel, Sent, WindowedChannel
+from worker.channels.channel import Channel, RichChannel, Sent, WindowedChannel
 from worker.envelopes.inputs import DeadLetter, ReplyRecord, decode_reply, part_callback
 from worker.envelopes.reply_parts import ReactionPart, render
 from worker.errors import (
@@ -44,11 +44,11 @@ from worker.errors import (
 )
 from worker.observability import tracing
 from worker.service.config import ServiceConfig
+from worker.service.deliver.inflight import CrashedSends
+from worker.service.deliver.pacing import Pacer
 from worker.service.heartbeat import Beat, Heartbeat
-from worker.service.inflight import CrashedSends
-from worker.service.pacing import Pacer
-from worker.store.protocol import DeliveryStore
-from worker.store.results import OutboxHead
+from worker.store.answers import OutboxHead
+from worker.store.interfaces import DeliveryStore
 
 log = logging.getLogger("parley.service")
 

@@ -5,13 +5,13 @@ Two GETs, both with the access token: ``{base}/{media_id}`` answers JSON (``url`
 ``Content-Length`` are checked before reading, and the body is read in chunks and abandoned as soon as it passes
 the limit, so a server that lies about the size (or sends no size) cannot make the worker read more.
 
-Errors are classified as for sends (:func:`worker.delivery.whatsapp.classify_error`, by ``error.code`` first):
+Errors are classified as for sends (:func:`worker.channels.whatsapp.classify_error`, by ``error.code`` first):
 what can pass raises :class:`~worker.errors.MediaUnavailableError`, the rest
 :class:`~worker.errors.MediaRejectedError`; a rejected access token (190, or a 401 without a code) raises
 :class:`~worker.errors.MediaTokenError`, which the drain holds until the token works (and
-:mod:`worker.delivery.token` raises the alarm).
+:mod:`worker.channels.token` raises the alarm).
 
-Where the token goes: the id must be a media id (:func:`worker.delivery.ids.is_media_id`, checked before any
+Where the token goes: the id must be a media id (:func:`worker.channels.ids.is_media_id`, checked before any
 request), so ``{base}/{media_id}`` stays under the configured API base; every request of the API client (redirects
 included) must stay on the base's origin, and every request of the download (redirects included) must go over
 https to a host of :class:`MediaHosts` (Meta's media host by default). Anything else is refused before it is sent.
@@ -27,10 +27,10 @@ from typing import Any
 
 import httpx
 
+from worker.channels.ids import is_media_id
+from worker.channels.token import TOKEN, TokenHealth
+from worker.channels.whatsapp import DEFAULT_BASE_URL, classify_error
 from worker.conversation.model import Attachment
-from worker.delivery.ids import is_media_id
-from worker.delivery.token import TOKEN, TokenHealth
-from worker.delivery.whatsapp import DEFAULT_BASE_URL, classify_error
 from worker.errors import DeliveryError, MediaRejectedError, MediaTokenError, MediaUnavailableError, WhatsAppTokenError
 from worker.http.pool import ClientPool, single_connection, tls_context
 

@@ -5,14 +5,14 @@ Errors are classified by ``error.code``, not by HTTP status: Meta documents 400 
 retryable; a message outside the 24-hour window (131047), an undeliverable recipient (131026) or an invalid
 parameter (100) are permanent. A rejected access token (190, or a 401 without a code) is neither: it is
 :class:`~worker.errors.WhatsAppTokenError`, which holds deliveries until the token works (see
-:mod:`worker.delivery.token`).
+:mod:`worker.channels.token`).
 
 A send that timed out once the request was on its way (a read or write timeout), or that was answered 200 without a
 message id, may have reached Meta: it raises :class:`~worker.errors.SendOutcomeUnknownError`, and the deliverer
 treats the part as one a crash left in flight. A connect or pool timeout never sent anything: plainly retryable.
 
 Replies go through :meth:`WhatsAppSender.send_reply`, which keeps the 24-hour customer-service window (see
-:mod:`worker.delivery.window`): outside it, or when the API answers 131047, the rest of the reply goes as the
+:mod:`worker.channels.window`): outside it, or when the API answers 131047, the rest of the reply goes as the
 configured template (once), or the reply is refused with :class:`~worker.errors.OutsideWindowError`.
 
 Read receipts and the typing indicator (:meth:`WhatsAppSender.mark_read`) are best effort: their failures are
@@ -31,10 +31,10 @@ from typing import Any
 import httpx
 
 from worker import metrics
-from worker.delivery import rich
-from worker.delivery.channel import Pace, Sent
-from worker.delivery.token import TokenHealth, for_number
-from worker.delivery.window import ServiceWindow
+from worker.channels import rich
+from worker.channels.channel import Pace, Sent
+from worker.channels.token import TokenHealth, for_number
+from worker.channels.window import ServiceWindow
 from worker.envelopes.reply_parts import OutPart, render_all
 from worker.errors import (
     DeliveryError,
@@ -141,7 +141,7 @@ class WhatsAppSender:
     ``send_text`` returns the message id (wamid) or raises :class:`DeliveryRetryableError` /
     :class:`DeliveryPermanentError` / :class:`WhatsAppTokenError`. ``token`` is told of every send the API refused
     for the token and of every send it accepted (default: the process's state of ``phone_number_id``,
-    :func:`~worker.delivery.token.for_number`).
+    :func:`~worker.channels.token.for_number`).
     """
 
     def __init__(self, *, phone_number_id: str, access_token: str, base_url: str = DEFAULT_BASE_URL,
@@ -159,7 +159,7 @@ class WhatsAppSender:
 
     def body(self, recipient: str, text: OutPart, reply_to: str | None = None,
              callback_data: str | None = None) -> dict[str, Any]:
-        """The send of one reply part: a text, or a rich part (:mod:`worker.delivery.rich`) of any kind."""
+        """The send of one reply part: a text, or a rich part (:mod:`worker.channels.rich`) of any kind."""
         if isinstance(text, str):
             body = _addressed(recipient, {"type": "text", "text": {"preview_url": False, "body": text}})
         else:

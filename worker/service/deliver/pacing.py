@@ -18,8 +18,8 @@ from collections.abc import Callable
 
 from worker import metrics
 from worker.errors import RetryLater
+from worker.store.interfaces import PaceStore
 from worker.store.limits import PaceLimits
-from worker.store.protocol import PaceStore
 
 log = logging.getLogger("parley.service")
 

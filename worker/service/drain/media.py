@@ -43,7 +43,7 @@ DEFAULT_TURN_MAX_BYTES: int = Media().turn_max_bytes
 
 
 class Fetcher(Protocol):
-    """Gets a photo's bytes by media id (:class:`worker.delivery.media_download.CloudMediaFetcher`), at most ``max_bytes``
+    """Gets a photo's bytes by media id (:class:`worker.channels.media_download.CloudMediaFetcher`), at most ``max_bytes``
     of them when given (else the fetcher's own limit)."""
 
     def fetch(self, media_id: str, max_bytes: int | None = None) -> Attachment: ...
