@@ -10,7 +10,8 @@ import pytest
 
 from tests.durable_record.test_exporter import CID, _exporter, _harness
 from worker import cli
-from worker.durable_record import commands, database
+from worker.cli import record as commands
+from worker.durable_record import database
 
 
 def test_withheld_inputs_and_a_persons_words_in_the_transcript(db: Any, database_url: str,

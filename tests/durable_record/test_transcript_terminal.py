@@ -12,9 +12,10 @@ import pytest
 from tests.durable_record.test_exporter import CID, _exporter, _harness
 from tests.test_terminal import HOSTILE, unsafe
 from worker import cli
+from worker.cli import record as commands
 from worker.conversation.scripted import Reply, ScriptedModel
 from worker.conversation.tools import Tool
-from worker.durable_record import commands, database
+from worker.durable_record import database
 
 COLUMN = " " * 32  # "2026-01-01 00:00:00  assistant  "
 

@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from worker.envelopes.addresses import validate_conversation_id
 from worker.envelopes.inputs import Media, parse_part_callback, part_callback
 from worker.ingress.parse import (
     InboundEvent,
@@ -23,7 +24,6 @@ from worker.ingress.parse import (
     verify_handshake,
     verify_signature,
 )
-from worker.store.keys import validate_conversation_id
 
 
 def body(value: dict[str, Any], field: str = "messages") -> dict[str, Any]:

@@ -9,8 +9,9 @@ import pytest
 import redis
 
 from tests.support.store_kit import StoreKit, raw
+from worker.envelopes.addresses import validate_conversation_id
 from worker.errors import InboxFullError, InvalidConversationIdError, StaleLeaseError, StoreUnavailableError
-from worker.store.keys import ConversationKeys, validate_conversation_id
+from worker.store.keys import ConversationKeys
 from worker.store.redis_store import ConversationStore, StoreLimits
 
 CID = "447700900123"

@@ -15,8 +15,8 @@ from worker.envelopes.inputs import (
     parse_part_callback,
     part_callback,
 )
+from worker.envelopes.trace_context import stored_trace, trace_id, valid_traceparent
 from worker.observability.tracing import wanted
-from worker.observability.tracing.context import stored_trace, trace_id, valid_traceparent
 
 TP = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 

@@ -21,11 +21,11 @@ from worker.client import ConversationClient
 from worker.client.async_client import AsyncClient
 from worker.client.prepared import Preparer
 from worker.envelopes.inputs import decode_envelope
+from worker.envelopes.trace_context import trace_id
 from worker.ingress.app import create_app
 from worker.inlet.amqp import inlet_queue
 from worker.inlet.stream import Inlet
 from worker.observability import tracing
-from worker.observability.tracing.context import trace_id
 from worker.store.redis_store import ConversationStore
 
 CID = "447700900123"

@@ -76,7 +76,7 @@ def _cmd_reset(args: argparse.Namespace) -> int:
 
 
 def _cmd_delete(args: argparse.Namespace) -> int:
-    from worker.durable_record.commands import erase_everywhere
+    from worker.cli.record import erase_everywhere
 
     _client().delete(args.conversation_id)
     erased = erase_everywhere(args.conversation_id)
@@ -261,7 +261,7 @@ def _build_parser() -> argparse.ArgumentParser:
                             help="print every setting (or --readme docs/configuration.md to refresh its table)")
     config.add_argument("--readme", metavar="PATH")
     config.set_defaults(fn=_cmd_config)
-    from worker.durable_record.commands import add_parsers
+    from worker.cli.record import add_parsers
 
     add_parsers(sub)
     scheduled.add_parsers(sub)
@@ -286,6 +286,3 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         raise
 
-
-if __name__ == "__main__":
-    sys.exit(main())

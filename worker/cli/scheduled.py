@@ -47,9 +47,9 @@ def pending_timers(store: Any, cid: str, *, now: float | None = None) -> list[di
     """The conversation's held inputs, earliest first: when due (UTC), in how many seconds, kind, message id, text,
     then whether the model answers it (``respond``) and the fact it replaces (``key``): a held game event's two
     switches (False and None for anything else)."""
+    from worker.envelopes.addresses import validate_conversation_id
     from worker.envelopes.inputs import decode_envelope
     from worker.errors import EnvelopeError
-    from worker.store.keys import validate_conversation_id
 
     now = time.time() if now is None else now
     rows = []

@@ -22,6 +22,7 @@ from datetime import datetime
 from typing import Any
 
 from worker.envelopes import operator_input
+from worker.envelopes.addresses import validate_conversation_id
 from worker.envelopes.due_time import due_ms
 from worker.envelopes.inputs import BURSTABLE, Envelope, Media, build_envelope
 from worker.errors import OversizeInputError
@@ -29,7 +30,6 @@ from worker.observability import tracing
 from worker.queue.wakeup import AcceptWake, Waker, accept_wake, celery_waker
 from worker.settings import Settings, get_settings
 from worker.store.answers import Pause, WakePush
-from worker.store.keys import validate_conversation_id
 from worker.store.redis_store import AcceptResult, ConversationStore
 
 

@@ -17,10 +17,10 @@ from typing import Any, Literal
 import msgpack
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 
+from worker.envelopes.addresses import validate_conversation_id
 from worker.envelopes.reply_parts import OutPart
+from worker.envelopes.trace_context import MAX_TRACEPARENT_CHARS, valid_traceparent
 from worker.errors import EnvelopeError, InputError, InvalidConversationIdError, InvalidTextError
-from worker.observability.tracing.context import MAX_TRACEPARENT_CHARS, valid_traceparent
-from worker.store.keys import validate_conversation_id
 
 ENVELOPE_VERSION = 1
 MAX_ENVELOPE_BYTES = 4 << 20

@@ -10,8 +10,9 @@ from typing import Any
 
 from worker.envelopes.reply_parts import OutPart, TextPart, parse_part
 from worker.errors import InputError, InvalidMessageError, OversizeInputError
-from worker.store.pauses import MAX_PAUSE_SECONDS
 
+#: The longest timed pause: a week (longer ones are an untimed pause and a resume).
+MAX_PAUSE_SECONDS = 7 * 86_400
 #: The most parts one operator's message may carry (each is one WhatsApp message; more are more messages).
 MAX_PARTS = 10
 

@@ -22,9 +22,8 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSche
 
 from worker.envelopes.due_time import RFC3339, parse_rfc3339
 from worker.envelopes.inputs import FACT_KEY_PATTERN, MAX_FACT_KEY_CHARS, MAX_ID_CHARS
-from worker.envelopes.operator_input import MAX_PARTS
+from worker.envelopes.operator_input import MAX_PARTS, MAX_PAUSE_SECONDS
 from worker.envelopes.reply_parts import PART_TYPES, Part
-from worker.store.pauses import MAX_PAUSE_SECONDS
 
 #: A message id: the producer's own id of the input (a game event's id, a wamid); resubmitting it is harmless.
 MessageId = Annotated[str, Field(min_length=1, max_length=MAX_ID_CHARS, pattern="^[^\n\x00]*$", description=(

@@ -34,6 +34,7 @@ from worker.client import ConversationClient, Submitted
 from worker.client.async_client import AsyncClient
 from worker.client.prepared import preparable
 from worker.client.summary import known, plain, summary
+from worker.envelopes.addresses import validate_conversation_id
 from worker.envelopes.producer_bodies import (
     CLIENT_METHODS,
     OPERATIONS,
@@ -51,7 +52,6 @@ from worker.ingress.body import TooLarge, read_body
 from worker.ingress.parse import decode_webhook
 from worker.observability import tracing
 from worker.store.answers import Pause
-from worker.store.keys import validate_conversation_id
 
 log = logging.getLogger("parley.api")
 

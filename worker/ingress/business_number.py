@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from worker.envelopes.addresses import validate_conversation_id
 from worker.errors import InvalidConversationIdError
 from worker.settings.business_numbers import SETTING, Numbers
-from worker.store.keys import validate_conversation_id
 
 #: The ``kind`` of the :class:`~worker.ingress.parse.Unsupported` record that stands for a message or status sent
 #: to a number that is not configured.

@@ -8,6 +8,7 @@ from typing import Any
 from pydantic import BaseModel
 from pydantic.json_schema import models_json_schema
 
+from worker.envelopes.addresses import ID_PATTERN, MAX_ID_LENGTH
 from worker.envelopes.inputs import MAX_ID_CHARS
 from worker.envelopes.producer_bodies import (
     HANDOFF,
@@ -21,7 +22,6 @@ from worker.envelopes.producer_bodies import (
     Summary,
 )
 from worker.envelopes.reply_parts import TextPart
-from worker.store.keys import _ID, MAX_ID_LENGTH
 
 _REF = "#/components/schemas/{model}"
 _BODIES: tuple[type[BaseModel], ...] = (*KINDS.values(), *HANDOFF.values(), TextPart)
@@ -78,7 +78,7 @@ def _operation(op: Operation) -> dict[str, Any]:
         "description": f"Scope: {op.scope}" + (" (or operator)." if op.scope == "producer" else "."),
         "parameters": [{"name": "conversation_id", "in": "path", "required": True,
                         "schema": {"type": "string", "minLength": 1, "maxLength": MAX_ID_LENGTH,
-                                   "pattern": f"^{_ID.pattern}$"}}],
+                                   "pattern": f"^{ID_PATTERN.pattern}$"}}],
         "responses": _responses(op),
     }
     if "{message_id}" in op.path:

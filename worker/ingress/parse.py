@@ -35,7 +35,7 @@ username Meta may omit ``from``, ``wa_id`` and ``recipient_id``. The conversatio
 
 Phone first, so conversations that existed before BSUIDs keep their id; the BSUID only when there is no phone
 at all. The reply recipient is the same value (the sender puts a BSUID in ``recipient`` and a phone number in
-``to``). The chosen id must pass :func:`worker.store.keys.validate_conversation_id`; when it does not, the
+``to``). The chosen id must pass :func:`worker.envelopes.addresses.validate_conversation_id`; when it does not, the
 record becomes an :class:`Unsupported` with the reason (we do not fall back to another id, which would
 silently split one user's conversation in two). The id is never derived from the wamid.
 """
@@ -52,11 +52,11 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import BaseModel, Field, ValidationError
 
 from worker.channels.ids import is_media_id
+from worker.envelopes.addresses import validate_conversation_id
 from worker.envelopes.inputs import Media, parse_part_callback
 from worker.errors import InvalidConversationIdError, WebhookTooLargeError
 from worker.ingress.business_number import business_number, on_number
 from worker.ingress.taps import TAP_TYPES, tap_text
-from worker.store.keys import validate_conversation_id
 
 if TYPE_CHECKING:
     from worker.settings.business_numbers import Numbers

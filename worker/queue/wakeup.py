@@ -26,10 +26,10 @@ from urllib.parse import urlsplit
 
 import msgpack
 
+from worker.envelopes.addresses import validate_conversation_id
 from worker.queue.broker import QUEUE
 from worker.settings import Settings
 from worker.store.answers import WakePush
-from worker.store.keys import validate_conversation_id
 
 log = logging.getLogger(__name__)
 

@@ -8,7 +8,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from worker.store.keys import ConversationKeys, GlobalKeys, RecordKeys, validate_conversation_id
+from worker.envelopes.addresses import validate_conversation_id
+from worker.store.keys import ConversationKeys, GlobalKeys, RecordKeys
 from worker.store.limits import StoreLimits
 from worker.store.redis_errors import store_errors
 from worker.store.replication import Replication

@@ -77,37 +77,13 @@ from __future__ import annotations
 import binascii
 import functools
 import hashlib
-import re
 from dataclasses import dataclass, field
 
-from worker.errors import InvalidConversationIdError
-
-MAX_ID_LENGTH = 128
-_ID = re.compile(r"[A-Za-z0-9._@+=-]{1,128}")
+from worker.envelopes.addresses import ID_PATTERN, validate_conversation_id
 
 NAMES = ("state", "inbox", "seen", "fence", "lease", "attempts", "outbox", "sent", "dfence", "dlease",
          "delivered", "trace", "quarantine", "dead", "compacting", "statuses", "statusorder", "hold",
          "journal", "inbound", "usage", "timers", "timed", "context", "paused", "lastmsg", "blob")
-
-
-def validate_conversation_id(cid: object) -> str:
-    """Return ``cid`` when it is safe as part of a key; raise :class:`InvalidConversationIdError` otherwise.
-
-    Allowed: 1 to 128 of ``A-Z a-z 0-9 . _ @ + = -`` — phone numbers, WhatsApp business-scoped ids
-    (``US.13491208655302741918``), game ids. Refused: everything else, notably ``* ? [ ] { } :``, white space,
-    newlines and non-ASCII letters.
-    """
-    if not isinstance(cid, str):
-        raise InvalidConversationIdError(f"conversation id must be a string, got {type(cid).__name__}")
-    if not cid:
-        raise InvalidConversationIdError("conversation id must not be empty")
-    if len(cid) > MAX_ID_LENGTH:
-        raise InvalidConversationIdError(f"conversation id is {len(cid)} characters; the limit is {MAX_ID_LENGTH}")
-    if not _ID.fullmatch(cid):
-        bad = sorted({c for c in cid if not _ID.fullmatch(c)})[:5]
-        raise InvalidConversationIdError(
-            f"conversation id may only contain letters, digits and . _ @ + = - (found {''.join(bad)!r})")
-    return cid
 
 
 @dataclass(frozen=True)
@@ -228,7 +204,7 @@ class PaceKeys:
 def _safe(part: str) -> str:
     """``part`` as it is when it cannot escape its key (phone numbers, business-scoped ids), else its digest: a
     recipient is any string a producer passed, and a brace in it would move the key to another slot."""
-    if _ID.fullmatch(part):
+    if ID_PATTERN.fullmatch(part):
         return part
     return "h." + hashlib.sha256(part.encode("utf-8", "surrogatepass")).hexdigest()[:32]
 

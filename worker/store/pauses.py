@@ -24,9 +24,6 @@ from worker.store.answers import Pause
 from worker.store.core import StoreCore
 from worker.store.redis_errors import store_errors
 
-#: The longest timed pause: a week (longer ones are an untimed pause and a resume).
-MAX_PAUSE_SECONDS = 7 * 86_400
-
 
 class PauseStore(StoreCore):
     """Pause, resume, read a pause, and count the paused conversations."""

@@ -6,7 +6,7 @@ variables configure it (service name, headers, sampler, batching); spans go out 
 is off, this module is a facade that does nothing: :func:`span` hands back one shared no-op context, :func:`current`
 is None, and nothing of OpenTelemetry is imported.
 
-The context travels as a W3C ``traceparent`` (:mod:`worker.observability.tracing.context`) in the envelope and in the outbox's
+The context travels as a W3C ``traceparent`` (:mod:`worker.envelopes.trace_context`) in the envelope and in the outbox's
 reply record, so the drain, a retry and a takeover after a SIGKILL continue the input's trace (a retried attempt is
 a new span in the same trace). Spans and attributes follow the OpenTelemetry GenAI semantic conventions; message
 content is recorded only when ``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true`` (player text is personal

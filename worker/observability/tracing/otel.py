@@ -18,8 +18,8 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from worker.conversation import observe, tools
+from worker.envelopes.trace_context import valid_traceparent
 from worker.observability.tracing import Attributes, Kind, Span
-from worker.observability.tracing.context import valid_traceparent
 from worker.observability.tracing.genai import ModelCalls, ToolCalls
 
 _KINDS = {"internal": trace.SpanKind.INTERNAL, "server": trace.SpanKind.SERVER, "client": trace.SpanKind.CLIENT,

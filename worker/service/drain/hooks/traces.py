@@ -10,8 +10,8 @@ from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager
 from types import TracebackType
 
+from worker.envelopes.trace_context import stored_trace
 from worker.observability import tracing
-from worker.observability.tracing.context import stored_trace
 from worker.service.drain.burst import Pending
 from worker.service.drain.hooks.base import DrainHook
 from worker.service.drain.run import DrainRun

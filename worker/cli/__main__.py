@@ -1,0 +1,7 @@
+"""``python -m worker.cli``: the ``parley`` command without its console script."""
+
+import sys
+
+from worker.cli import main
+
+sys.exit(main())
