@@ -24,7 +24,7 @@ from typing import Any
 from worker.envelopes import operator_input
 from worker.envelopes.addresses import validate_conversation_id
 from worker.envelopes.due_time import due_ms
-from worker.envelopes.inputs import BURSTABLE, Envelope, Media, build_envelope
+from worker.envelopes.inputs import Envelope, InputKind, Media, build_envelope
 from worker.errors import OversizeInputError
 from worker.observability import tracing
 from worker.queue.wakeup import AcceptWake, Waker, accept_wake, celery_waker
@@ -45,14 +45,6 @@ class Submitted:
     scheduled: bool = False
 
 
-def _from_player(env: Envelope) -> bool:
-    """Whether the input is a message the player sent, which opens WhatsApp's 24-hour customer-service window: a
-    chat turn, or the short answer to a message Parley cannot read (a notice threaded to the player's message, as
-    the ingress queues it). Game events (unless the ingress says the player sent them) and a producer's own notices
-    are not."""
-    return env.kind == "message" or (env.kind == "notice" and env.reply_to is not None)
-
-
 def accept_span(env: Envelope) -> AbstractContextManager[tracing.Span]:
     """The span of an input's accept (a no-op when traces are off): a child of the webhook's or the API's request, or
     the root of the input's trace."""
@@ -63,14 +55,6 @@ def accept_span(env: Envelope) -> AbstractContextManager[tracing.Span]:
 def traced(env: Envelope) -> Envelope:
     """``env`` carrying the current span's context: the trace its drain, retries and reply continue."""
     return env.model_copy(update={"traceparent": tracing.current()})
-
-
-def _ends_burst(env: Envelope) -> bool:
-    """Whether the input ends a burst (:mod:`worker.service.drain.burst`), so its accept ends a burst's quiet period that is
-    being waited out: anything that cannot join one (a reset, a person's message, a notice) or a game event the model
-    answers. The burst is closed by it, so a worker answers the burst at once when it looks: waiting out the player's
-    typing would only delay the burst's answer and the input behind it (a person writing, a game resetting)."""
-    return env.kind not in BURSTABLE or (env.kind == "event" and bool(env.respond))
 
 
 class ConversationClient:
@@ -127,13 +111,13 @@ class ConversationClient:
             # is accepted into the mailbox when due, so that is its accept time (a reply's wait is timed from it).
             env = env.model_copy(update={"accepted_at": due / 1000})
             held = self.store.schedule(env.conversation_id, env.to_bytes(), env.message_id, due,
-                                       reset=env.kind == "reset", ends_burst=_ends_burst(env))
+                                       reset=env.kind is InputKind.RESET, ends_burst=env.ends_burst)
             return Submitted(env.conversation_id, env.message_id, held.duplicate, 0, scheduled=True)
         # A reset joins the order with no timers held behind it (docs/producers.md): its accept drops them in the same
         # step, only when it is accepted (a retry, a duplicate, leaves the timers held since the first one alone).
         result = self.store.accept(env.conversation_id, env.to_bytes(), env.message_id, inbound=inbound,
-                                   ends_burst=_ends_burst(env), wake=self.accept_wake_push(env.conversation_id),
-                                   reset=env.kind == "reset")
+                                   ends_burst=env.ends_burst, wake=self.accept_wake_push(env.conversation_id),
+                                   reset=env.kind is InputKind.RESET)
         if self._needs_wake(result) and not result.woken:  # the accept pushed it (when it may: issue 33)
             self.publish_wake(env.conversation_id)
         return Submitted(env.conversation_id, env.message_id, result.duplicate, result.depth)
@@ -142,11 +126,11 @@ class ConversationClient:
         """Refuse what the envelope's own checks do not (the input limit); whether the input is the player's."""
         # A notice's text is the deployment's short answer, not the player's words: the input limit is not for it
         # (the ingress answers a text over that limit with one).
-        if env.text is not None and env.kind != "notice" and len(env.text) > self.max_text_chars:
+        if env.text is not None and env.kind.within_input_limit and len(env.text) > self.max_text_chars:
             err = OversizeInputError(f"text is {len(env.text)} characters; the limit is {self.max_text_chars}")
             err.field = "text"
             raise err
-        return from_player or _from_player(env)
+        return from_player or env.opens_window
 
     def accept_wake_push(self, conversation_id: str) -> WakePush | None:
         """What an accept of an input of ``conversation_id`` is handed to push the worker's wake-up itself, in its
@@ -181,7 +165,7 @@ class ConversationClient:
         ``recipient`` is where the reply goes (default: the conversation id). With ``media`` (a picture the
         player sent) ``text`` is its caption and may be empty. ``at``: hold it until then (an aware datetime; now
         or past: at once)."""
-        return self._submit(self._envelope(kind="message", conversation_id=conversation_id, text=text or None,
+        return self._submit(self._envelope(kind=InputKind.MESSAGE, conversation_id=conversation_id, text=text or None,
                                            message_id=message_id, reply_to=reply_to, system=system,
                                            recipient=recipient, media=media), at=at)
 
@@ -189,7 +173,7 @@ class ConversationClient:
                     reply_to: str | None = None, recipient: str | None = None) -> Submitted:
         """Queue a fixed short answer (``text``), sent in order with the other replies without a model call and
         without changing the state: what a player gets for a message Parley cannot read (a voice note, ...)."""
-        return self._submit(self._envelope(kind="notice", conversation_id=conversation_id, text=text,
+        return self._submit(self._envelope(kind=InputKind.NOTICE, conversation_id=conversation_id, text=text,
                                            message_id=message_id, reply_to=reply_to, recipient=recipient))
 
     def send_event(self, conversation_id: str, text: str, *, message_id: str | None = None,
@@ -209,7 +193,7 @@ class ConversationClient:
         may be given together. Neither goes with ``from_player``: a player's words never set a fact. ``recipient``:
         where the answer goes (default: the conversation id), as for :meth:`send_message`, for a game whose
         conversation ids are its own."""
-        return self._submit(self._envelope(kind="event", conversation_id=conversation_id, text=text,
+        return self._submit(self._envelope(kind=InputKind.EVENT, conversation_id=conversation_id, text=text,
                                            message_id=message_id, pinned=pinned, from_player=from_player or None,
                                            key=key, respond=respond or None, recipient=recipient),
                             from_player=from_player, at=at)
@@ -217,7 +201,7 @@ class ConversationClient:
     def reset(self, conversation_id: str, *, message_id: str | None = None, at: datetime | None = None) -> Submitted:
         """Queue a reset: inputs before it are applied first; the conversation then starts fresh. The timers the
         conversation holds when the reset joins its order (now, or at ``at``) are dropped."""
-        return self._submit(self._envelope(kind="reset", conversation_id=conversation_id, message_id=message_id),
+        return self._submit(self._envelope(kind=InputKind.RESET, conversation_id=conversation_id, message_id=message_id),
                             at=at)
 
     def cancel_scheduled(self, conversation_id: str, message_id: str) -> bool:
@@ -246,7 +230,7 @@ class ConversationClient:
         ``{"type": "text", "text": ...}`` or a rich part of any kind (:mod:`worker.envelopes.reply_parts`). Paused or not.
         ``recipient``: where it goes (default: the conversation id), as for :meth:`send_message`."""
         texts = operator_input.operator_parts(parts, self.max_text_chars)
-        return self._submit(self._envelope(kind="operator", conversation_id=conversation_id, text=text,
+        return self._submit(self._envelope(kind=InputKind.OPERATOR, conversation_id=conversation_id, text=text,
                                            message_id=message_id, parts=texts, recipient=recipient))
 
     def delete(self, conversation_id: str) -> None:
