@@ -68,9 +68,8 @@ __all__ = ["AcceptResult", "Backlog", "Begin", "CommitResult", "ConversationStor
            "split_entry"]
 
 
-class ConversationStore(AcceptStore, MailboxStore, TurnJournalStore, OutboxStore, DeliveryStatusStore, SharedPaceStore, AdminStore,
-                        AutoscalingStore, RecordStreamStore, TimerStore, GameContextStore,
-                        PauseStore):
+class ConversationStore(AcceptStore, MailboxStore, TurnJournalStore, OutboxStore, DeliveryStatusStore, SharedPaceStore,
+                        AdminStore, AutoscalingStore, RecordStreamStore, TimerStore, GameContextStore, PauseStore):
     """Conversation storage on Redis (standalone, Sentinel-managed or Cluster)."""
 
 

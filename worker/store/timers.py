@@ -55,7 +55,7 @@ class TimerStore(StoreCore):
                  reset: bool = False, ends_burst: bool = False) -> Scheduled:
         """Hold an input until ``due_ms``, unless its id is held or was accepted before. ``inbound``,
         ``reset`` and ``ends_burst`` are what the input does when it is accepted (see
-        :meth:`~worker.store.mailbox.MailboxStore.accept`; a reset drops the timers still held behind it).
+        :meth:`~worker.store.accepts.AcceptStore.accept`; a reset drops the timers still held behind it).
 
         Raises :class:`~worker.errors.InboxFullError` when the conversation holds ``limits.max_timers`` timers.
         """
