@@ -156,12 +156,10 @@ KINDS: dict[str, type[ProducerBody]] = {InputKind.MESSAGE: MessageBody, InputKin
 
 #: The handoff operations' bodies (HTTP only, operator scope; not queue messages): an operator's message is an input
 #: (202), a pause or a resume answers the pause in force (200, :class:`PauseState`).
-HANDOFF: dict[str, type[ProducerBody]] = {InputKind.OPERATOR: OperatorMessageBody, "pause": PauseBody, "resume": ResumeBody}
-PAUSE_KINDS = frozenset({"pause", "resume"})
+HANDOFF: dict[str, type[ProducerBody]] = {InputKind.OPERATOR: OperatorMessageBody, "pause": PauseBody,
+                                          "resume": ResumeBody}
+PAUSE_KINDS = frozenset({"pause", "resume"})  # each the name of the ConversationClient method it calls
 
-#: The ConversationClient method each kind calls.
-CLIENT_METHODS: dict[str, str] = {"message": "send_message", "event": "send_event", "reset": "reset",
-                                  "operator": "send_operator_message", "pause": "pause", "resume": "resume"}
 
 def field_of(loc: tuple[int | str, ...]) -> str | None:
     """The dotted field name of a pydantic error location (``None`` for the body as a whole). A reply part's type tag,

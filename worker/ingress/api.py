@@ -35,7 +35,6 @@ from worker.client.async_client import AsyncClient
 from worker.client.summary import known, plain, summary
 from worker.envelopes.addresses import validate_conversation_id
 from worker.envelopes.producer_bodies import (
-    CLIENT_METHODS,
     OPERATIONS,
     PAUSE_KINDS,
     Cancelled,
@@ -168,7 +167,7 @@ class ProducerApi:
         assert op.kind is not None
         try:
             if op.kind in PAUSE_KINDS:  # a pause or a resume: not an input, it answers the pause in force
-                pause = getattr(self.client, CLIENT_METHODS[op.kind])(cid, **body.arguments())
+                pause = getattr(self.client, op.kind)(cid, **body.arguments())
                 return JSONResponse(pause_state(cid, pause).model_dump())
             return self.accept(self.client.inputs.build(op.kind, cid, body.arguments()))
         except InputError as exc:
