@@ -9,7 +9,8 @@ from pydantic import ValidationError
 from worker.channels.channel import ConsoleChannel
 from worker.channels.whatsapp import WhatsAppSender
 from worker.channels.window import Template
-from worker.runtime import build_channel, build_pacer, build_store
+from worker.queue.connections import build_store
+from worker.runtime import build_channel, build_pacer
 from worker.settings import Settings
 from worker.store.limits import PaceLimits
 

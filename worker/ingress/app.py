@@ -366,7 +366,7 @@ def _from_env() -> Starlette:
     configure_logging(s)
     secret = s.whatsapp.app_secret.get_secret_value() if s.whatsapp.app_secret else ""
     token = s.whatsapp.verify_token.get_secret_value() if s.whatsapp.verify_token else ""
-    # from_env() builds its store with worker.runtime.build_store(settings); statuses and health checks share
+    # from_env() builds its store with worker.queue.connections.build_store(settings); statuses and health checks share
     # it (one Redis connection pool, not two).
     client = ConversationClient.from_env()
     # Workers left with PARLEY_STATUS_WEBHOOKS=auto wait for a status before resending a crashed send.

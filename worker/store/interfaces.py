@@ -30,8 +30,8 @@ from worker.store.script_replies import FireReply
 
 @runtime_checkable
 class DrainStore(Protocol):
-    """The mailbox side: accepting inputs, draining them under a fenced lease, compaction's flag and read
-    (:class:`~worker.store.mailbox.MailboxStore`), the turn journal
+    """The mailbox side: accepting inputs (:class:`~worker.store.accepts.AcceptStore`), draining them under a fenced
+    lease, compaction's flag and read (:class:`~worker.store.mailbox.MailboxStore`), the turn journal
     (:class:`~worker.store.journal.TurnJournalStore`) and whether a person has taken the conversation over
     (:class:`~worker.store.pauses.PauseStore`)."""
 

@@ -27,7 +27,7 @@ class TimerScripts(ScriptGroup):
 
     def schedule(self, *, keys: ConversationKeys, index: str | None, input_id: str, held: bytes, due_ms: int,
                  max_timers: int) -> tuple[int, int]:
-        """(an :class:`~worker.store.codes.Accepted` code, the timers held after it). ``index``: the due index when
+        """(an :class:`~worker.store.codes.AcceptCode` code, the timers held after it). ``index``: the due index when
         it may be touched in the same script (not on a Cluster)."""
         code, held_n = self._replication.call(
             self._client, self._schedule, what="accept",
