@@ -29,6 +29,7 @@ from worker.client.prepared import Prepared, Preparer, preparable
 from worker.envelopes.producer_bodies import CLIENT_METHODS
 from worker.errors import InboxFullError, InputError, StoreError
 from worker.inlet.messages import Unacceptable, entry_span, parse_message
+from worker.store import lua
 
 log = logging.getLogger("parley.inlet")
 
@@ -81,7 +82,7 @@ class Inlet:
 
     def __post_init__(self) -> None:
         source = importlib.resources.files("worker.inlet").joinpath("held.lua").read_text()
-        self._held = self.r.register_script(source)
+        self._held = self.r.register_script(lua.resolve(source))  # its ``--! include`` lines: the store's fragments
         self._preparer = Preparer(self.client)
 
     def ensure_group(self) -> None:
