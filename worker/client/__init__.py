@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from worker.durable_record import entries
 from worker.envelopes import operator_input
 from worker.envelopes.addresses import validate_conversation_id
 from worker.envelopes.due_time import due_ms
@@ -255,4 +256,5 @@ class ConversationClient:
         The message ids it had accepted are kept in a tombstone for ``PARLEY_DELETE_TOMBSTONE_SECONDS`` (two days),
         so WhatsApp's retries of old webhooks are ignored as duplicates instead of starting it again; new message
         ids start a fresh conversation."""
-        self.store.delete(validate_conversation_id(conversation_id))
+        cid = validate_conversation_id(conversation_id)
+        self.store.delete(cid, record=entries.deleted(cid))  # kept only where the deployment keeps a record
