@@ -135,7 +135,7 @@ class ConversationClient:
         result = self.store.accept(env.conversation_id, env.to_bytes(), env.message_id, inbound=inbound,
                                    ends_burst=_ends_burst(env), wake=self.accept_wake_push(env.conversation_id),
                                    reset=env.kind == "reset")
-        if self._needs_wake(result) and not result.woken:  # the accept pushed it (when it may: issue 33)
+        if self._needs_wake(result) and not result.woken:  # the accept pushed it (when it may: AcceptWake)
             self.publish_wake(env.conversation_id)
         return Submitted(env.conversation_id, env.message_id, result.duplicate, result.depth)
 

@@ -4,7 +4,7 @@ Outside this package the state is opaque ``bytes``. Inside, it is :class:`Conver
 the rolling summary, pinned items, what the model has already seen, the last provider-reported usage and
 the conversation's metadata.
 
-Wire format: ``b"PLY"`` + one format byte + one flags byte + the rest. Since version 4 (issue 33) the rest is a
+Wire format: ``b"PLY"`` + one format byte + one flags byte + the rest. Since version 4 the rest is a
 four-byte big-endian length, the *base* (a msgpack map of the whole state, zstd-compressed when the flag says so:
 bases over ``COMPRESS_OVER`` bytes), then any number of *frames*: msgpack maps, uncompressed, each what one write
 added (the new messages, the counters, usage, the metadata but the epoch and start, and the facts when they changed;
@@ -309,8 +309,8 @@ def _appended(state: ConversationState, memo: Memo, frame: bytes) -> tuple[bytes
 
 # A compression context costs more to set up (~10 µs) than compressing a typical state: reuse them. A pool, not a
 # thread-local, since a gevent worker has a greenlet per turn and would keep a context per greenlet. Level 1, not
-# zstd's default 3: on a 47 KB history of varied text level 1 took 95 µs against 175 µs for a blob 0.5% larger
-# (bench/README.md, issue 16). Only whole writes (compaction, a reset) compress since issue 33.
+# zstd's default 3: on a 47 KB history of varied text level 1 took 95 µs against 175 µs for a blob 0.5% larger.
+# Only whole writes (compaction, a reset) compress; a turn's appended frame goes uncompressed.
 _ZSTD_LEVEL = 1
 _COMPRESSORS: queue.SimpleQueue[zstandard.ZstdCompressor] = queue.SimpleQueue()
 

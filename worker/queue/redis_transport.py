@@ -3,8 +3,7 @@
 kombu's Redis transport fetches one message per BRPOP: after each one the worker goes round its poll loop,
 registers the socket again and sends the next BRPOP, and the message's entry in the unacked index costs a round
 trip of its own. With 1,000 turns in flight on a 2 s model a process must take 500 messages a second just to keep
-its slots full; one at a time it took about 1,000/s and spent a wave's worth of time refilling them (bench/README.md,
-"Issue 33").
+its slots full; one at a time it took about 1,000/s and spent a wave's worth of time refilling them.
 
 This channel keeps the BRPOP (so an idle worker still blocks, and wakes on the first message), and when that BRPOP
 returns a message it takes up to as many more as the worker has free slots for (``qos.can_consume_max_estimate``,

@@ -1,4 +1,4 @@
-"""The producer's accept on the event loop: the HTTP API queues an input without a thread hop (issue 29).
+"""The producer's accept on the event loop: the HTTP API queues an input without a thread hop.
 
 It is the blocking store's accept (:meth:`~worker.store.mailbox.MailboxStore.accept`) sent over the loop's own
 pipelined connection (:mod:`worker.store.async_scripts`):

@@ -24,7 +24,7 @@ def _opt(value: Any) -> bytes | None:
 
 def _blob(value: Any) -> bytes | None:
     """A state blob as the scripts send it: its parts (a base and the frames appended to it, see
-    include/stored_blob.lua) joined, a blob of before issue 33 as it is, or None."""
+    include/stored_blob.lua) joined, a blob in the older layout (whole, in the state hash) as it is, or None."""
     if value is None:
         return None
     if isinstance(value, list):
