@@ -90,7 +90,7 @@ class QoS(kombu_redis.QoS):
             super().append(message, delivery_tag)  # type: ignore[no-untyped-call]
 
 
-class Channel(kombu_redis.Channel):
+class BatchingChannel(kombu_redis.Channel):
     """A Redis channel that, after a BRPOP delivered, takes up to the free slots' worth more in one LMPOP."""
 
     QoS = QoS
@@ -148,6 +148,6 @@ class Channel(kombu_redis.Channel):
 
 
 class Transport(kombu_redis.Transport):
-    """kombu's Redis transport with :class:`Channel`."""
+    """kombu's Redis transport with :class:`BatchingChannel`."""
 
-    Channel = Channel
+    Channel = BatchingChannel

@@ -5,7 +5,7 @@ Standard names where the ecosystem has them (``REDIS_URL``, ``OPENAI_API_KEY``, 
 
 The settings come in groups, each a small frozen object a component takes as it is (as httpx's ``Timeout`` and
 ``Limits`` are): :class:`Redis`, :class:`Broker`, :class:`Llm`, :class:`Tooling`, :class:`Memory`, :class:`Store`,
-:class:`Drain`, :class:`Burst`, :class:`Media`, :class:`Webhook`, :class:`Producers`, :class:`Delivery`, :class:`WhatsApp`,
+:class:`Drain`, :class:`Burst`, :class:`PhotoLimits`, :class:`Webhook`, :class:`Producers`, :class:`Delivery`, :class:`WhatsApp`,
 :class:`Record`, :class:`Budget`, :class:`Observability` and :class:`GameContext`. A knob is declared once, in its group; a unit a component
 wants (milliseconds, a flag) is a property of the group. The environment stays flat: a field's variable is
 ``PARLEY_`` + its flat name (the field's ``validation_alias``, else its name), or a standard name, and
@@ -413,7 +413,7 @@ class Burst:
         return self.max_messages - 1 if self.quiet_seconds > 0 or self.merge else 0
 
 
-class Media(_Group):
+class PhotoLimits(_Group):
     """Photos players send, fetched for a model that reads images."""
 
     heading: ClassVar[str] = "Photos"
@@ -685,7 +685,7 @@ class Observability(_Group):
 
 GROUPS: dict[str, type[Any]] = {
     "redis": Redis, "broker": Broker, "llm": Llm, "tooling": Tooling, "memory": Memory, "store": Store,
-    "drain": Drain, "burst": Burst, "media": Media, "webhook": Webhook, "producers": Producers,
+    "drain": Drain, "burst": Burst, "media": PhotoLimits, "webhook": Webhook, "producers": Producers,
     "delivery": Delivery, "whatsapp": WhatsApp,
     "record": Record, "budget": Budget, "observability": Observability,
     "game_context": GameContext,
@@ -803,7 +803,7 @@ class Settings(BaseSettings):
     store: Store = Field(default_factory=lambda: Store())
     drain: Drain = Field(default_factory=lambda: Drain())
     burst: Burst = Field(default_factory=lambda: Burst())
-    media: Media = Field(default_factory=lambda: Media())
+    media: PhotoLimits = Field(default_factory=lambda: PhotoLimits())
     webhook: Webhook = Field(default_factory=lambda: Webhook())
     producers: Producers = Field(default_factory=lambda: Producers())
     delivery: Delivery = Field(default_factory=lambda: Delivery())

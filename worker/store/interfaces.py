@@ -1,5 +1,5 @@
 """What the service (and the tasks around it) need from a store, as protocols, so they depend on these methods
-rather than on the Redis class: :class:`~worker.store.redis_store.ConversationStore` satisfies :class:`Store`
+rather than on the Redis class: :class:`~worker.store.redis_store.ConversationStore` satisfies :class:`WorkerStore`
 (checked by mypy in :mod:`worker.store.redis_store` and by a test). Each face is served by the parts of the store
 named in its docstring; the values they answer are in :mod:`worker.store.answers`.
 
@@ -122,5 +122,5 @@ class TimerFiringStore(Protocol):
 
 
 @runtime_checkable
-class Store(DrainStore, DeliveryStore, PaceStore, SweeperStore, TimerFiringStore, Protocol):
+class WorkerStore(DrainStore, DeliveryStore, PaceStore, SweeperStore, TimerFiringStore, Protocol):
     """Everything the service and its tasks call."""
