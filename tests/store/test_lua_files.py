@@ -13,7 +13,8 @@ import fakeredis
 import pytest
 
 from worker.store import codes, lua
-from worker.store.scripts import SIGNATURES, Scripts
+from worker.store.script_args import SIGNATURES
+from worker.store.scripts import Scripts
 
 ROOT = Path(__file__).resolve().parents[2]
 FOLDER = ROOT / "worker" / "store" / "lua"

@@ -64,7 +64,7 @@ from worker.ingress.parse import (
     verify_signature,
 )
 from worker.observability import tracing
-from worker.settings.business_numbers import Numbers, numbers_from_settings
+from worker.settings.business_numbers import Numbers
 from worker.store.answers import StatusRecorded
 
 log = logging.getLogger("parley.ingress")
@@ -362,6 +362,7 @@ def _signature_health() -> dict[str, Any]:
 
 def _from_env() -> Starlette:
     from worker.observability.logs import configure_logging
+    from worker.runtime.numbers_file import numbers_from_settings
     from worker.settings import get_settings
 
     s = get_settings()

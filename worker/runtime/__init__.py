@@ -22,9 +22,9 @@ from worker.conversation.tools import Tool
 from worker.http.pool import use_lean_transport
 from worker.queue import sentinel
 from worker.runtime import compaction_chain
+from worker.runtime.numbers_file import numbers_from_settings
 from worker.service import ConversationService, MediaPreparer, Pacer, Presence, ServiceConfig, Wake
 from worker.settings import Settings
-from worker.settings.business_numbers import numbers_from_settings
 from worker.store.interfaces import PaceStore
 from worker.store.limits import PaceLimits
 from worker.store.redis_store import ConversationStore, StoreLimits

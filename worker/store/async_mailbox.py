@@ -24,7 +24,7 @@ from worker.store.answers import AcceptResult, WakePush
 from worker.store.async_scripts import AsyncScript, AsyncWire, WireSettings
 from worker.store.mailbox import MailboxStore
 from worker.store.redis_errors import async_store_errors
-from worker.store.scripts import AcceptReply
+from worker.store.script_replies import AcceptReply
 
 
 class AsyncAccept:

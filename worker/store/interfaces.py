@@ -25,7 +25,7 @@ from worker.store.answers import (
     WakePush,
 )
 from worker.store.limits import PaceLimits
-from worker.store.scripts import FireReply
+from worker.store.script_replies import FireReply
 
 
 @runtime_checkable

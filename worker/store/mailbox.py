@@ -14,7 +14,8 @@ from worker.store.codes import Accepted, Idle, Refusal, refused
 from worker.store.core import StoreCore
 from worker.store.entry_codec import claimed_head, join_entry, split_all, split_entry
 from worker.store.redis_errors import store_errors
-from worker.store.scripts import AcceptArgs, AcceptReply, CommitReply, accept_call
+from worker.store.script_args import AcceptArgs, accept_call
+from worker.store.script_replies import AcceptReply, CommitReply
 
 
 def utc_day(at: float | None = None) -> str:

@@ -25,7 +25,8 @@ from worker.store.codes import Accepted
 from worker.store.core import StoreCore
 from worker.store.entry_codec import join_entry, split_entry
 from worker.store.redis_errors import store_errors
-from worker.store.scripts import FireArgs, FireReply
+from worker.store.script_args import FireArgs
+from worker.store.script_replies import FireReply
 
 
 @dataclass(frozen=True)
