@@ -31,7 +31,7 @@ from worker.service.drain import Claimed, Drained, Drainer, Written
 from worker.service.drain.media import MediaPreparer, Prepared
 from worker.service.heartbeat import Heartbeat
 from worker.service.presence import Presence
-from worker.store.interfaces import Store
+from worker.store.interfaces import WorkerStore
 
 __all__ = ["ConversationService", "Deliverer", "Drained", "Drainer", "Heartbeat", "MediaPreparer", "Pacer",
            "Prepared", "Presence", "RetryLater", "ServiceConfig", "Wake"]
@@ -56,7 +56,7 @@ class ConversationService:
     ``pacer`` holds every send to the pace the fleet shares (:mod:`worker.service.deliver.pacing`); the default sends at
     once."""
 
-    def __init__(self, store: Store, chat: Chat, channel: Channel, wake: Wake,
+    def __init__(self, store: WorkerStore, chat: Chat, channel: Channel, wake: Wake,
                  config: ServiceConfig | None = None, *, heartbeat: Heartbeat | None = None,
                  presence: Presence | None = None, media: MediaPreparer | None = None,
                  pacer: Pacer | None = None, residents: ResidentCache | None = None) -> None:
