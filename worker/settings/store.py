@@ -63,8 +63,8 @@ class Broker(Group):
     wake_in_accept: bool = Field(default=True, validation_alias="broker_wake_in_accept", description="When the broker is "
                                  "the same plain redis:// server and database as REDIS_URL (the default), a producer's "
                                  "accept script pushes the workers' wake-up message onto the broker's queue itself, in "
-                                 "the same round trip, instead of a second publish through kombu (issue 33: about 1 ms "
-                                 "less per first input). Off, or with another broker (Sentinel, RabbitMQ, another "
+                                 "the same round trip, instead of a second publish through kombu (an input can no longer "
+                                 "be accepted with its wake-up lost, and a first input costs less). Off, or with another broker (Sentinel, RabbitMQ, another "
                                  "server) or a Redis Cluster store: the wake-up is published through kombu.")
     remote_control: bool = Field(default=False, description="Answer `celery inspect` / `celery control` (a pub/sub "
                                  "connection per worker). Off: on a broker restart that connection's reconnect "
