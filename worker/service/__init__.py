@@ -67,7 +67,7 @@ class ConversationService:
         self.config = config or ServiceConfig()
         if chat.observer is None:
             chat.observer = observe_round_trip
-        self.heartbeat = heartbeat or Heartbeat(self.config.lease_ms / 3000, self.config.max_hold_ms / 1000)
+        self.heartbeat = heartbeat or Heartbeat(self.config.drain.lease_ms / 3000, self.config.max_hold_ms / 1000)
         # Off unless given: the runtime builds it from the settings (PARLEY_TYPING_INDICATOR) and the channel.
         self.presence = presence if presence is not None else Presence.disabled()
         self.media = media or MediaPreparer()
@@ -120,7 +120,7 @@ class ConversationService:
         """Deliver the replies this drain committed, in this task (one Celery hop fewer per turn), or ask for a
         deliver task when ``deliver_inline`` is off. A failure never fails the drain, which has committed: it
         becomes a scheduled delivery (and the sweeper is the net under that)."""
-        if not self.config.deliver_inline:
+        if not self.config.delivery.deliver_inline:
             self.wake("deliver", cid)
             return
         try:

@@ -106,11 +106,11 @@ class Deliverer:
         if claimed is not None:
             token, head = claimed
         else:
-            maybe_token, head = self.store.begin_delivery(cid, self.config.lease_ms)
+            maybe_token, head = self.store.begin_delivery(cid, self.config.drain.lease_ms)
             if maybe_token is None:
                 return 0
             token = maybe_token
-        lease_ms = self.config.lease_ms
+        lease_ms = self.config.drain.lease_ms
         sent = 0
         with self.heartbeat.holding(lambda: self.store.renew_delivery_lease(cid, token, lease_ms),
                                     lambda: self.store.release_delivery(cid, token), "delivery") as beat:
@@ -132,7 +132,7 @@ class Deliverer:
             dead = DeadLetter(what="reply", id=head.reply_id, reason="malformed", detail=str(exc),
                               payload=head.record)
             self.store.dead_letter_reply(run.cid, run.token, head.reply_id, dead.to_bytes(), "malformed")
-            return 0, self._claim(run, partial(self.store.claim_next, run.cid, run.token, self.config.lease_ms))
+            return 0, self._claim(run, partial(self.store.claim_next, run.cid, run.token, self.config.drain.lease_ms))
         if head.crashed_in_window:
             provider_id = self.crashed.settle(run.cid, run.token, record.reply_id, head.part)  # or RetryLater
             if provider_id is not None:
@@ -143,7 +143,7 @@ class Deliverer:
                         provider_id: str) -> tuple[int, OutboxHead | None]:
         """Mark ``part`` (in flight, known to have reached the provider) sent without sending it, then go on with
         the rest of the reply, or with the next reply when it was the last part."""
-        cid, token, lease_ms, part = run.cid, run.token, self.config.lease_ms, head.part
+        cid, token, lease_ms, part = run.cid, run.token, self.config.drain.lease_ms, head.part
         if part == len(record.parts) - 1:
             return 0, self._claim(run, partial(self.store.sent_last_claim_next, cid, token, record.reply_id,
                                                provider_id, lease_ms))
@@ -157,12 +157,12 @@ class Deliverer:
         the next claimed head (None when the outbox is empty and the lease was given up). ``inbound``: when the
         player last wrote, as the claim read it (the time only moves forward, so a stale read can only be stricter);
         only a windowed channel looks at it."""
-        cid, token, lease_ms = run.cid, run.token, self.config.lease_ms
+        cid, token, lease_ms = run.cid, run.token, self.config.drain.lease_ms
         last = len(record.parts) - 1
         for part in range(start, len(record.parts)):
             if part > start:
-                if self.config.delivery_part_interval:
-                    time.sleep(self.config.delivery_part_interval)
+                if self.config.delivery.part_interval:
+                    time.sleep(self.config.delivery.part_interval)
                 self.store.mark_inflight(cid, token, record.reply_id, part)
             try:
                 with _send_span(cid, record, part):
@@ -179,7 +179,7 @@ class Deliverer:
                     self.store.clear_inflight(cid, token)  # else kept: the next attempt settles it as a crash's
                 metrics.DELIVERIES.labels("unknown" if isinstance(exc, SendOutcomeUnknownError) else "retry").inc()
                 failures = self.store.note_delivery_failure(cid, token, record.reply_id)
-                if failures < self.config.delivery_max_attempts:
+                if failures < self.config.delivery.max_attempts:
                     raise RetryLater(f"channel unavailable: {exc}",
                                      exc.retry_after or min(300.0, 2.0 ** failures)) from exc
                 self._dead_reply(run, record, f"gave up after {failures} attempts: {exc}", exc.code)
@@ -224,7 +224,7 @@ class Deliverer:
     def _held_for(self, exc: WhatsAppTokenError) -> float:
         """Seconds until the held delivery probes the token again: exponential in the refusals in a row, with
         jitter (so held conversations do not all probe at once), up to ``max_retry_delay``."""
-        backoff = min(self.config.max_retry_delay, 2.0 ** min(exc.refusals, 10))
+        backoff = min(self.config.drain.max_retry_delay, 2.0 ** min(exc.refusals, 10))
         return backoff * (0.5 + random.random() / 2)
 
     def _pace(self, recipient: str) -> None:

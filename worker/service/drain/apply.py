@@ -88,7 +88,7 @@ class Applier:
         result, inputs = a.result, a.inputs
         # Inline delivery starts in the commit that ends the drain (if it does): one round trip fewer per reply.
         done = self._commit(run, version, inputs[0].env, result.state, a.data, a.trace,
-                            claim_delivery=self.config.deliver_inline, also=a.also, resident=result.resident,
+                            claim_delivery=self.config.delivery.deliver_inline, also=a.also, resident=result.resident,
                             tokens=a.trail.usage.total, record=self.hooks.entry(run, snap, a, a.reply))
         metrics.TURN_SECONDS.observe(time.perf_counter() - a.started)
         kinds = [p.env.kind for p in inputs]
@@ -115,7 +115,7 @@ class Applier:
                              traceparent=tracing.current())
         data = record.to_bytes()
         done = self._commit(run, snap.version, env, None, data, {"notice": n.why, "reply": n.text},
-                            claim_delivery=self.config.deliver_inline, also=[e.message_id for e in also],
+                            claim_delivery=self.config.delivery.deliver_inline, also=[e.message_id for e in also],
                             record=self.hooks.entry(run, snap, n, record))
         metrics.INPUTS.labels(env.kind, "applied").inc(1 + len(also))
         metrics.NOTICES.labels(n.why).inc()
@@ -150,7 +150,7 @@ class Applier:
         """An operator's message: queued like a reply and added to the state, in one commit."""
         version = self._quarantine(run, snap, s.quarantine)
         done = self._commit(run, version, s.env, s.state, s.data, {"operator": True, "reply": s.env.text},
-                            claim_delivery=self.config.deliver_inline, resident=s.resident,
+                            claim_delivery=self.config.delivery.deliver_inline, resident=s.resident,
                             record=self.hooks.entry(run, snap, s, s.reply))
         metrics.INPUTS.labels("operator", "applied").inc()
         metrics.OPERATOR_MESSAGES.inc()
@@ -187,11 +187,11 @@ class Applier:
         dead = DeadRecord(what="input", id=input_id, reason=d.reason, detail=d.detail[:2000],
                           payload=snap.input or b"", attempts=d.attempts)
         entry = {"at": time.time(), "id": input_id, "dead": d.reason, "detail": d.detail[:500]}
-        apology = apology_for(self.config.dead_letter_reply, run.cid, snap)
+        apology = apology_for(self.config.drain.dead_letter_reply, run.cid, snap)
         data = apology.to_bytes() if apology else None
         done = self._store_commit(run, snap.version, input_id, new_state=None, reply=data,
                                   trace=msgpack.packb(entry, use_bin_type=True), dead=dead.to_bytes(),
-                                  claim_delivery_ms=self.config.lease_ms if data and self.config.deliver_inline
+                                  claim_delivery_ms=self.config.drain.lease_ms if data and self.config.delivery.deliver_inline
                                   else 0, record=self.hooks.entry(run, snap, d, apology))
         if data:
             self.after_reply(run, done)
@@ -257,7 +257,7 @@ class Applier:
         entry = {"at": time.time(), "id": env.message_id, "kind": env.kind, **trace}
         done = self._store_commit(run, version, env.message_id, new_state=new_state, reply=reply,
                                   trace=msgpack.packb(entry, use_bin_type=True), dead=None,
-                                  claim_delivery_ms=self.config.lease_ms if claim_delivery else 0, also=also,
+                                  claim_delivery_ms=self.config.drain.lease_ms if claim_delivery else 0, also=also,
                                   record=record, tokens=tokens,
                                   appended=_appended(resident, new_state, run.stored))
         if new_state is not None:
@@ -277,7 +277,7 @@ class Applier:
         with run.beat.committing(), tracing.span("commit", attributes={"parley.input.id": input_id}):
             done = self.store.commit(run.cid, run.token, expected_version=version, input_id=input_id,
                                      new_state=new_state, reply=reply, trace=trace, dead=dead,
-                                     lease_ms=self.config.lease_ms, claim_delivery_ms=claim_delivery_ms,
+                                     lease_ms=self.config.drain.lease_ms, claim_delivery_ms=claim_delivery_ms,
                                      also=also, peek=self.config.burst.peek, record=record, tokens=tokens,
                                      appended_to=appended[0] if appended else None,
                                      folded_from=appended[1] if appended else None)

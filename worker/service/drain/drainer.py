@@ -108,7 +108,7 @@ class Drainer:
         the model is unavailable; the input stays at the head of the mailbox and the lease is given up so the retry
         (or the sweeper) resumes it.
         """
-        store, lease_ms = self._store, self.config.lease_ms
+        store, lease_ms = self._store, self.config.drain.lease_ms
         kept = self.residents.entry(cid)
         begin = store.begin(cid, lease_ms, peek=self.config.burst.peek, have=kept[0] if kept else "")
         if begin.status != "ok" or begin.snapshot is None:
