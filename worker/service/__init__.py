@@ -25,15 +25,14 @@ from worker.envelopes.inputs import Envelope, Spent
 from worker.errors import RetryLater
 from worker.service.config import ServiceConfig, Wake, observe_round_trip
 from worker.service.deliver.deliverer import Deliverer
-from worker.service.deliver.pacing import Pacer
 from worker.service.drain import Drained, Drainer
 from worker.service.drain.media import MediaPreparer, Prepared
 from worker.service.heartbeat import Heartbeat
 from worker.service.presence import Presence
 from worker.store.interfaces import Store
 
-__all__ = ["ConversationService", "Deliverer", "Drained", "Drainer", "Heartbeat", "MediaPreparer", "Pacer",
-           "Prepared", "Presence", "RetryLater", "ServiceConfig", "Wake"]
+__all__ = ["ConversationService", "Deliverer", "Drained", "Drainer", "Heartbeat", "MediaPreparer", "Prepared",
+           "Presence", "RetryLater", "ServiceConfig", "Wake"]
 
 
 def _spent(report: CompactionReport) -> Spent | None:
@@ -50,13 +49,12 @@ class ConversationService:
     ``media`` prepares a message envelope for its turn (a photo fetched for a model that reads images, else its
     caption or the short answer; :mod:`worker.service.drain.media`); the default fetches nothing. ``residents`` keeps each
     conversation's state decoded between its turns (:mod:`worker.conversation.resident`; default about 64 MiB).
-    ``pacer`` holds every send to the pace the fleet shares (:mod:`worker.service.deliver.pacing`); the default sends at
-    once."""
+    The pace the fleet shares is the channel's own (:mod:`worker.channels.pacing`)."""
 
     def __init__(self, store: Store, chat: Chat, channel: Channel, wake: Wake,
                  config: ServiceConfig | None = None, *, heartbeat: Heartbeat | None = None,
                  presence: Presence | None = None, media: MediaPreparer | None = None,
-                 pacer: Pacer | None = None, residents: ResidentCache | None = None) -> None:
+                 residents: ResidentCache | None = None) -> None:
         self.store = store
         self.chat = chat
         self.channel = channel
@@ -68,7 +66,7 @@ class ConversationService:
         # Off unless given: the runtime builds it from the settings (PARLEY_TYPING_INDICATOR) and the channel.
         self.presence = presence if presence is not None else Presence.disabled()
         self.media = media or MediaPreparer()
-        self.deliverer = Deliverer(store, channel, self.config, self.heartbeat, pacer=pacer)
+        self.deliverer = Deliverer(store, channel, self.config, self.heartbeat)
         self.residents = residents if residents is not None else ResidentCache()
         self.drainer = Drainer(store, chat, wake, self.config, self.heartbeat, deliverer=self.deliverer,
                                presence=self.presence, media=self.media, residents=self.residents)

@@ -8,8 +8,8 @@ task, turn or sweep resumes it.
 
 The platform's rules: a windowed channel (WhatsApp) is given the player's last message time and decides itself
 between the text, the template and :class:`~worker.errors.OutsideWindowError` (dead-lettered as ``outside_window``);
-every API call first waits for the shared pace (:mod:`worker.service.deliver.pacing`), whose long waits end the delivery
-with :class:`RetryLater` without counting a failure.
+a channel that keeps a pace (WhatsApp's sender, :mod:`worker.channels.pacing`) takes it before each API call, and its
+long waits end the delivery with :class:`RetryLater` without counting a failure.
 
 Two failures are not the reply's: a rejected access token (:class:`~worker.errors.WhatsAppTokenError`) holds the
 conversation's delivery, nothing counted against the reply and nothing dead-lettered, retried with backoff (up to
@@ -45,7 +45,6 @@ from worker.errors import (
 from worker.observability import tracing
 from worker.service.config import ServiceConfig
 from worker.service.deliver.inflight import CrashedSends
-from worker.service.deliver.pacing import Pacer
 from worker.service.heartbeat import Beat, Heartbeat
 from worker.store.answers import OutboxHead
 from worker.store.interfaces import DeliveryStore
@@ -79,13 +78,12 @@ class Deliverer:
     """Sends a conversation's waiting replies part by part, in order, through the channel."""
 
     def __init__(self, store: DeliveryStore, channel: Channel, config: ServiceConfig,
-                 heartbeat: Heartbeat, *, pacer: Pacer | None = None) -> None:
+                 heartbeat: Heartbeat) -> None:
         self.store = store
         self.channel = channel
         self.config = config
         self.heartbeat = heartbeat
         self.crashed = CrashedSends(store, config)
-        self.pacer = pacer
         # Checked once: an isinstance against a runtime Protocol walks its members (tens of µs a reply).
         self.windowed: WindowedChannel | None = channel if isinstance(channel, WindowedChannel) else None
         self.rich: RichChannel | None = channel if isinstance(channel, RichChannel) else None
@@ -202,19 +200,18 @@ class Deliverer:
         raise AssertionError("unreachable: the last part returns")  # pragma: no cover
 
     def _send_part(self, cid: str, record: ReplyRecord, part: int, inbound: float | None) -> Sent:
-        """One API call (two when a windowed channel answers a closed window with the template), each paced; the
-        part goes with callback data naming it, which its status webhooks carry back (see inflight)."""
+        """One API call (two when a windowed channel answers a closed window with the template), each paced by the
+        channel that keeps a pace; the part goes with callback data naming it, which its status webhooks carry back
+        (see inflight)."""
         # A reaction names the player's message wherever it stands in the reply; other parts quote it only first.
         reacts = isinstance(record.parts[part], ReactionPart)
         reply_to = record.reply_to if part == 0 or reacts else None
         if reacts and reply_to is None:  # a reply that answers no message (an operator's): the player's latest
             reply_to = self.store.last_message(cid)
-        pace = partial(self._pace, record.recipient)
         callback = part_callback(cid, record.reply_id, part, tracing.current())
         if self.windowed is not None:
             return self.windowed.send_reply(record.recipient, record.parts[part:], reply_to=reply_to,
-                                           last_inbound=inbound, pace=pace, callback_data=callback)
-        pace()
+                                           last_inbound=inbound, callback_data=callback)
         sending = record.parts[part]
         if isinstance(sending, str) or self.rich is None:
             return Sent(self.channel.send_text(record.recipient, render(sending), reply_to=reply_to,
@@ -226,10 +223,6 @@ class Deliverer:
         jitter (so held conversations do not all probe at once), up to ``max_retry_delay``."""
         backoff = min(self.config.drain.max_retry_delay, 2.0 ** min(exc.refusals, 10))
         return backoff * (0.5 + random.random() / 2)
-
-    def _pace(self, recipient: str) -> None:
-        if self.pacer is not None:
-            self.pacer.admit(recipient)
 
     @staticmethod
     def _claim(run: DeliveryRun, claim: Callable[[], OutboxHead | None]) -> OutboxHead | None:
