@@ -74,7 +74,7 @@ def wrapper() -> float:
     import fakeredis
 
     from worker.store.redis_store import ConversationStore
-    from worker.store.scripts import RecordArgs
+    from worker.store.script_args import RecordArgs
 
     store = ConversationStore(fakeredis.FakeRedis(), prefix="w")
     scripts: Any = store._scripts

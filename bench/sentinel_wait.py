@@ -21,7 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from tests.support.redis_sentinel import start_sentinel
 from worker.errors import StoreUnavailableError
-from worker.runtime import build_store
+from worker.queue.connections import build_store
 from worker.settings import Settings
 from worker.store.redis_store import ConversationStore
 

@@ -44,7 +44,8 @@ from tests.support.redis_server import start_redis
 from worker.client import ConversationClient
 from worker.conversation import bounded
 from worker.conversation.messages import Message
-from worker.conversation.state import _enc_message, encode_with_memo
+from worker.conversation.state import encode_with_memo
+from worker.conversation.state_encode import encode_message
 from worker.runtime import build_service
 from worker.settings import Settings
 
@@ -76,7 +77,7 @@ def _measure(name: str, r: redis.Redis, turns: int, one: Callable[[int], int]) -
         aof, sent = _counters(r)
         state = one(t)
         aof2, sent2 = _counters(r)
-        new = sum(len(msgpack.packb(_enc_message(m.with_seq(2 * t - 1 + i)), use_bin_type=True))
+        new = sum(len(msgpack.packb(encode_message(m.with_seq(2 * t - 1 + i)), use_bin_type=True))
                   for i, m in enumerate((Message("user", user_text(PLAYER, t)),
                                          Message("assistant", assistant_text(t, PLAYER)))))
         out.turns[t] = Turn(state, aof2 - aof, sent2 - sent, new)

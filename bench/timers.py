@@ -32,7 +32,7 @@ import redis
 from worker.client import ConversationClient
 from worker.service.timer_loop import TimerLoop
 from worker.store.redis_store import ConversationStore, StoreLimits
-from worker.store.scripts import FireReply
+from worker.store.script_replies import FireReply
 
 
 def _free_port() -> int:

@@ -205,7 +205,7 @@ def _check_numbers(**_: Any) -> None:
     """A bad PARLEY_WHATSAPP_NUMBERS_FILE stops the worker at start, naming the entry (as a bad tool
     configuration does), instead of failing every delivery later."""
     from worker.errors import ConfigurationError
-    from worker.settings.business_numbers import numbers_from_settings
+    from worker.runtime.numbers_file import numbers_from_settings
     from worker.tools import number_tools
 
     try:

@@ -29,7 +29,7 @@ def export_records() -> int:
     if _exporter is None:
         from worker.durable_record import database
         from worker.durable_record.exporter import Exporter
-        from worker.runtime import build_store
+        from worker.queue.connections import build_store
 
         url = settings.record.database_url
         _exporter = Exporter(build_store(settings), lambda: database.connect(url), batch=settings.record.exporter_batch)

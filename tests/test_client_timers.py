@@ -160,7 +160,7 @@ def test_parley_scheduled_lists_the_pending_timers_and_cancel_drops_one(setup, m
     rows = timer_commands.pending_timers(store, CID)
     assert [(r["kind"], r["message_id"]) for r in rows] == [("event", "nudge"), ("reset", "r")]
     assert 100 < rows[0]["in_seconds"] <= 120 and rows[0]["due"].endswith("+00:00")
-    monkeypatch.setattr("worker.runtime.build_store", lambda settings: store)
+    monkeypatch.setattr("worker.queue.connections.build_store", lambda settings: store)
     monkeypatch.setattr("worker.client.ConversationClient.from_env", classmethod(lambda cls: client))
     assert cli.main(["scheduled", CID]) == 0
     out = capsys.readouterr().out
@@ -182,7 +182,7 @@ def test_parley_scheduled_shows_a_held_events_respond_and_key_after_the_other_co
     assert [(r["message_id"], r["respond"], r["key"]) for r in rows] == [
         ("ask", True, None), ("fact", False, "target"), ("both", True, "round"), ("plain", False, None)]
     assert list(rows[0]) == ["due", "in_seconds", "kind", "message_id", "text", "respond", "key"]  # added at the end
-    monkeypatch.setattr("worker.runtime.build_store", lambda settings: store)
+    monkeypatch.setattr("worker.queue.connections.build_store", lambda settings: store)
     assert cli.main(["scheduled", CID]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].endswith("  event    ask  Round ends in 5 minutes  [respond]")

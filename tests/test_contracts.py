@@ -136,13 +136,14 @@ ENV_NAMES = {
 def test_settings_read_the_documented_environment_names(monkeypatch: pytest.MonkeyPatch) -> None:
     from operator import attrgetter
 
-    from worker.settings import _ROUTE, Settings
+    from worker.settings import Settings
+    from worker.settings.flat_names import ROUTE
 
     for env, (_, value) in ENV_NAMES.items():
         monkeypatch.setenv(env, value)
     s = Settings(_env_file=None)  # type: ignore[call-arg]
     for env, (field, value) in ENV_NAMES.items():
-        got = attrgetter(".".join(_ROUTE[field]))(s)  # the flat name's group and field
+        got = attrgetter(".".join(ROUTE[field]))(s)  # the flat name's group and field
         got = got.get_secret_value() if hasattr(got, "get_secret_value") else got
         assert got == value, env
 

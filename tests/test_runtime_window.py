@@ -10,7 +10,8 @@ from worker.channels.channel import ConsoleChannel
 from worker.channels.pacing import Pacer
 from worker.channels.whatsapp import WhatsAppSender
 from worker.channels.window import Template
-from worker.runtime import build_channel, build_store, pace_channel
+from worker.queue.connections import build_store
+from worker.runtime import build_channel, pace_channel
 from worker.settings import Settings
 from worker.store.interfaces import PaceStore
 from worker.store.limits import PaceLimits

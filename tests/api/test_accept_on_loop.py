@@ -104,8 +104,8 @@ def test_on_the_stores_own_redis_the_loops_accept_pushes_the_wake_up_itself(serv
 
     async def scenario() -> None:
         for i in range(3):
-            await on_loop.send("send_message", CID, {"text": f"hi {i}", "message_id": f"m{i}"})
-        await on_loop.send("send_event", "447700900124", {"text": "tagged", "message_id": "e1"})
+            await on_loop.send("message", CID, {"text": f"hi {i}", "message_id": f"m{i}"})
+        await on_loop.send("event", "447700900124", {"text": "tagged", "message_id": "e1"})
 
     asyncio.run(scenario())
     assert published == []
@@ -129,7 +129,7 @@ def test_the_loop_and_the_blocking_client_wake_through_the_clients_public_seam(s
     client = Recording(store, wake=lambda cid: pytest.fail("the waker is called only through publish_wake"))
     on_loop = AsyncClient.for_client(client)
     assert on_loop is not None
-    asyncio.run(on_loop.send("send_message", CID, {"text": "hi", "message_id": "m1"}))
+    asyncio.run(on_loop.send("message", CID, {"text": "hi", "message_id": "m1"}))
     client.send_message("447700900124", "hi", message_id="m2")
     assert seam == [("push", CID), ("publish", CID), ("push", "447700900124"), ("publish", "447700900124")]
 
@@ -175,12 +175,12 @@ def test_redis_down_is_503_and_back_up_is_202(server: RedisServer) -> None:
     assert on_loop is not None
 
     async def scenario() -> None:  # one loop throughout, so the same wire sees the outage and the return
-        await on_loop.send("send_event", CID, {"text": "before", "message_id": "e0"})
+        await on_loop.send("event", CID, {"text": "before", "message_id": "e0"})
         server.stop(kill=True)
         with pytest.raises(StoreUnavailableError):
-            await on_loop.send("send_event", CID, {"text": "during", "message_id": "e1"})
+            await on_loop.send("event", CID, {"text": "during", "message_id": "e1"})
         server.start()
-        done = await on_loop.send("send_event", CID, {"text": "during", "message_id": "e1"})
+        done = await on_loop.send("event", CID, {"text": "during", "message_id": "e1"})
         assert not done.duplicate
 
     asyncio.run(scenario())
@@ -245,8 +245,8 @@ def test_a_full_mailbox_raises_as_the_blocking_store_does(server: RedisServer) -
     assert on_loop is not None
 
     async def scenario() -> None:
-        await on_loop.send("send_event", CID, {"text": "one"})
+        await on_loop.send("event", CID, {"text": "one"})
         with pytest.raises(InboxFullError):
-            await on_loop.send("send_event", CID, {"text": "two"})
+            await on_loop.send("event", CID, {"text": "two"})
 
     asyncio.run(scenario())

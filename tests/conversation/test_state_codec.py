@@ -24,14 +24,13 @@ from worker.conversation.state import (
     Fact,
     Memo,
     Meta,
-    _enc_message,
-    _enc_usage,
     decode_state,
     decode_with_memo,
     encode_state,
     encode_with_memo,
     load_state,
 )
+from worker.conversation.state_encode import encode_message, encode_usage
 from worker.errors import StateDecodeError
 
 GOLDEN = pathlib.Path(__file__).parent / "golden"
@@ -339,9 +338,9 @@ def test_the_base_is_one_packb_of_the_whole_map_and_a_turn_appends_one_frame() -
     for state in (s, ConversationState(provider="anthropic"),
                   replace(s, last_usage=None, pinned=(), facts=(), preamble_facts=())):
         meta = state.meta
-        whole = {"p": state.provider, "m": [_enc_message(x) for x in state.messages], "sum": state.summary,
-                 "sums": state.summary_seq, "pin": [_enc_message(x) for x in state.pinned], "ns": state.next_seq,
-                 "seen": state.seen_seq, "u": _enc_usage(state.last_usage), "g": state.generation,
+        whole = {"p": state.provider, "m": [encode_message(x) for x in state.messages], "sum": state.summary,
+                 "sums": state.summary_seq, "pin": [encode_message(x) for x in state.pinned], "ns": state.next_seq,
+                 "seen": state.seen_seq, "u": encode_usage(state.last_usage), "g": state.generation,
                  "meta": [meta.epoch, meta.started_at, meta.last_activity, meta.turns, meta.events,
                           meta.compactions]}
         if state.facts:
@@ -352,7 +351,7 @@ def test_the_base_is_one_packb_of_the_whole_map_and_a_turn_appends_one_frame() -
         assert blob == _v4(msgpack.packb(whole, use_bin_type=True)) and memo.written_from == 0
         added = Message(role="assistant", content="more")
         grown = state.append(added).with_usage(Usage(5, 6), state.next_seq)
-        frame = {"m": [_enc_message(added.with_seq(state.next_seq))], "ns": grown.next_seq, "seen": grown.seen_seq,
+        frame = {"m": [encode_message(added.with_seq(state.next_seq))], "ns": grown.next_seq, "seen": grown.seen_seq,
                  "u": [5, 6, 0, 0], "meta": whole["meta"][2:]}  # the epoch and start only change in a whole write
         appended, after = encode_with_memo(grown, memo)
         assert appended == blob + msgpack.packb(frame, use_bin_type=True) and after.written_from == len(blob)

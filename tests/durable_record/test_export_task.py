@@ -25,7 +25,7 @@ def test_the_task_exports_until_the_streams_are_empty(database_url: str, monkeyp
     import tasks.export as task_module
     from worker.durable_record import database
     from worker.durable_record.entries import InputRecord, applied
-    from worker.runtime import build_store
+    from worker.queue.connections import build_store
 
     conn = database.connect(database_url)
     database.upgrade(conn)

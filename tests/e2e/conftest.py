@@ -36,7 +36,7 @@ class Cluster:
         return ConversationClient._from_settings(s)
 
     def store(self):  # type: ignore[no-untyped-def]
-        from worker.runtime import build_store
+        from worker.queue.connections import build_store
 
         return build_store(Settings(redis_url=self.env["REDIS_URL"], key_prefix=self.env["PARLEY_KEY_PREFIX"],
                                     **self._replication()))

@@ -25,7 +25,7 @@ from tests.support.workers import wait_until
 from worker.conversation.state import decode_state
 from worker.envelopes.inputs import Media
 from worker.ingress.app import create_app
-from worker.settings.business_numbers import load_numbers
+from worker.runtime.numbers_file import load_numbers
 
 pytestmark = [pytest.mark.e2e, needs_fixtures]
 

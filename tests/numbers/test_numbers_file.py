@@ -10,8 +10,9 @@ import pytest
 
 from worker.errors import ConfigurationError
 from worker.runtime import build_channel
+from worker.runtime.numbers_file import load_numbers
 from worker.settings import Settings
-from worker.settings.business_numbers import load_numbers, route
+from worker.settings.business_numbers import route
 
 MAIN, QUIZ = "106540352242922", "106540352242923"
 ENV = {"WA_MAIN": "token-main", "WA_QUIZ": "token-quiz"}

@@ -13,7 +13,8 @@ import fakeredis
 import pytest
 
 from worker.store import codes, lua
-from worker.store.scripts import SIGNATURES, Scripts
+from worker.store.script_args import SIGNATURES
+from worker.store.scripts import Scripts
 
 ROOT = Path(__file__).resolve().parents[2]
 FOLDER = ROOT / "worker" / "store" / "lua"
@@ -118,7 +119,7 @@ def test_the_named_tuples_follow_the_headers(script: str) -> None:
 def test_the_lua_codes_are_the_python_codes() -> None:
     text = (FOLDER / "include" / "codes.lua").read_text()
     lua_codes = {m[1]: int(m[2]) for m in re.finditer(r"^local ([A-Z_]+) = (-?\d+)", text, re.MULTILINE)}
-    python_codes = {m.name: int(m) for enum in (codes.Refusal, codes.Idle, codes.Accepted) for m in enum}
+    python_codes = {m.name: int(m) for enum in (codes.Refusal, codes.Idle, codes.AcceptCode) for m in enum}
     assert lua_codes == python_codes
 
 

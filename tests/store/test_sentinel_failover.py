@@ -14,7 +14,7 @@ import pytest
 from tests.support.redis_sentinel import SentinelSetup, start_sentinel
 from tests.support.workers import wait_until
 from worker.errors import StaleLeaseError, StoreUnavailableError
-from worker.runtime import build_store
+from worker.queue.connections import build_store
 from worker.settings import Settings
 from worker.store.redis_store import ConversationStore
 

@@ -1,5 +1,5 @@
 """The accept's own wake-up (issue 33), on every backend: the script pushes the message it is handed onto the broker's
-queue exactly when the producer's rule says the input needs a wake-up (``ConversationClient._needs_wake``), in the
+queue exactly when the producers' rule says the input needs a wake-up (``worker.queue.wakeup.wake_needed``), in the
 same step; never for a duplicate or a full mailbox; on a Cluster never (the queue is in another slot: the producer
 publishes as before)."""
 
@@ -8,8 +8,8 @@ from __future__ import annotations
 import pytest
 import redis
 
-from worker.client import ConversationClient
 from worker.errors import InboxFullError
+from worker.queue.wakeup import wake_needed
 from worker.store.answers import AcceptResult, WakePush
 from worker.store.redis_store import ConversationStore
 
@@ -26,7 +26,8 @@ def pushed(client: redis.Redis, queue: str) -> list[bytes]:
 
 
 def needs_wake(result: AcceptResult, *, coalesce: bool = True) -> bool:
-    return ConversationClient(None, lambda cid: None, coalesce_wakeups=coalesce)._needs_wake(result)  # type: ignore[arg-type]
+    return wake_needed(accepted=result.accepted, was_empty=result.depth == 1, ended_hold=result.ended_hold,
+                       every=not coalesce)
 
 
 def test_the_first_input_waiting_pushes_the_wake_up_and_no_other(store: ConversationStore, client: redis.Redis,

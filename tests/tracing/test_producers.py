@@ -1,5 +1,5 @@
 """The producers' side of a trace: the HTTP API continues a caller's own trace (its W3C ``traceparent`` header),
-whether the accept runs in a worker thread (the client) or on the event loop (the prepared path the inlet shares);
+whether the accept runs in a worker thread (the client) or on the event loop (the path the inlet shares: checked apart, accepted in a batch);
 the inlets continue the trace a queue message carries (the stream entry's ``traceparent`` field, the AMQP message's
 header); and the envelope in the mailbox carries the accept's context on."""
 
@@ -19,7 +19,6 @@ from tests.support.rabbitmq import Vhost
 from tests.support.redis_server import RedisServer, redis_of_its_own
 from worker.client import ConversationClient
 from worker.client.async_client import AsyncClient
-from worker.client.prepared import Preparer
 from worker.envelopes.inputs import decode_envelope
 from worker.envelopes.trace_context import trace_id
 from worker.ingress.app import create_app
@@ -63,7 +62,7 @@ def test_the_api_continues_the_callers_trace_on_the_event_loop(traced: OtlpRecei
     _accept_through_the_api(store, traced)
 
 
-@pytest.mark.parametrize("kind", ["message", "reset"])  # a prepared input, and one through the client's method
+@pytest.mark.parametrize("kind", ["message", "reset"])  # a plain input (batched), and one accepted alone
 def test_the_stream_inlet_continues_the_trace_a_queue_message_carries(traced: OtlpReceiver, server: RedisServer,
                                                                       kind: str) -> None:
     r = server.client()
@@ -105,11 +104,11 @@ def test_the_amqp_inlet_continues_the_trace_a_message_header_carries(traced: Otl
     assert entry.parent == CALLER[36:52] and traced.named("accept")[0].parent == entry.span_id
 
 
-def test_a_prepared_input_carries_no_trace_when_tracing_is_off(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_an_input_accepted_apart_carries_no_trace_when_tracing_is_off(monkeypatch: pytest.MonkeyPatch) -> None:
     client = ConversationClient(ConversationStore(fakeredis.FakeRedis(), prefix="t"), wake=lambda cid: None)
     monkeypatch.delenv("OTEL_EXPORTER_OTLP_ENDPOINT", raising=False)
     monkeypatch.delenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", raising=False)
     tracing.reset_for_tests()
     assert not tracing.enabled()
-    off = Preparer(client).prepare("send_message", CID, {"text": "hi"})
+    off = client.intake.traced(client.inputs.build("message", CID, {"text": "hi"}))
     assert off.envelope.traceparent is None

@@ -44,7 +44,7 @@ def _client() -> Any:
 
 
 def _store() -> Any:
-    from worker.runtime import build_store
+    from worker.queue.connections import build_store
 
     return build_store(get_settings())
 

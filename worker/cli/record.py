@@ -49,7 +49,7 @@ def _announce_record(settings: Settings) -> None:
     """Tell every process through Redis that the deployment keeps a record, so their deletes reach it too (the
     exporter says it again while it runs)."""
     from worker.errors import StoreError
-    from worker.runtime import build_store
+    from worker.queue.connections import build_store
 
     try:
         build_store(settings).announce_record()
@@ -77,7 +77,7 @@ def _idle_without_database() -> int:
 def cmd_exporter(args: argparse.Namespace) -> int:
     from worker.durable_record import database
     from worker.durable_record.exporter import Exporter
-    from worker.runtime import build_store
+    from worker.queue.connections import build_store
 
     settings = get_settings()
     if not settings.record.database_url and not args.once:

@@ -68,7 +68,7 @@ def pending_timers(store: Any, cid: str, *, now: float | None = None) -> list[di
 
 
 def cmd_scheduled(args: argparse.Namespace) -> int:
-    from worker.runtime import build_store
+    from worker.queue.connections import build_store
     from worker.settings import get_settings
 
     rows = pending_timers(build_store(get_settings()), args.conversation_id)

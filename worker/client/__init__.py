@@ -11,66 +11,30 @@ worker. The inputs of one conversation are applied in the order these calls retu
 With ``at=`` (an aware datetime) an input is validated the same way and held in Redis until then; when due it is
 accepted into the mailbox as if it were sent at that moment (see :mod:`worker.store.timers` and docs/producers.md,
 "Timers"): ``cancel_scheduled`` drops one not yet due.
+
+Every input comes in one way, in two public steps that the HTTP API, the inlet and these methods all take:
+``client.inputs`` builds and checks it (:mod:`worker.client.builder`, no I/O), ``client.intake`` accepts it and wakes
+a worker by the one rule (:mod:`worker.client.intake`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from contextlib import AbstractContextManager
-from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from worker.client.builder import CheckedInput, InputBuilder
+from worker.client.intake import Intake, Submitted
 from worker.envelopes import operator_input
 from worker.envelopes.addresses import validate_conversation_id
-from worker.envelopes.due_time import due_ms
-from worker.envelopes.inputs import BURSTABLE, Envelope, Media, build_envelope
-from worker.errors import OversizeInputError
-from worker.observability import tracing
+from worker.envelopes.inputs import Media
+from worker.queue.connections import build_store
 from worker.queue.wakeup import AcceptWake, Waker, accept_wake, celery_waker
 from worker.settings import Settings, get_settings
 from worker.store.answers import Pause, WakePush
-from worker.store.redis_store import AcceptResult, ConversationStore
+from worker.store.redis_store import ConversationStore
 
-
-@dataclass(frozen=True)
-class Submitted:
-    """What a submission did: ``duplicate`` when the message id was seen before (nothing queued); ``scheduled``
-    when the input is held until its ``at`` (``depth`` is then 0: nothing joined the mailbox yet)."""
-
-    conversation_id: str
-    message_id: str
-    duplicate: bool
-    depth: int
-    scheduled: bool = False
-
-
-def _from_player(env: Envelope) -> bool:
-    """Whether the input is a message the player sent, which opens WhatsApp's 24-hour customer-service window: a
-    chat turn, or the short answer to a message Parley cannot read (a notice threaded to the player's message, as
-    the ingress queues it). Game events (unless the ingress says the player sent them) and a producer's own notices
-    are not."""
-    return env.kind == "message" or (env.kind == "notice" and env.reply_to is not None)
-
-
-def accept_span(env: Envelope) -> AbstractContextManager[tracing.Span]:
-    """The span of an input's accept (a no-op when traces are off): a child of the webhook's or the API's request, or
-    the root of the input's trace."""
-    return tracing.span("accept", kind="producer", attributes={
-        "gen_ai.conversation.id": env.conversation_id, "parley.input.id": env.message_id, "parley.input.kind": env.kind})
-
-
-def traced(env: Envelope) -> Envelope:
-    """``env`` carrying the current span's context: the trace its drain, retries and reply continue."""
-    return env.model_copy(update={"traceparent": tracing.current()})
-
-
-def _ends_burst(env: Envelope) -> bool:
-    """Whether the input ends a burst (:mod:`worker.service.drain.burst`), so its accept ends a burst's quiet period that is
-    being waited out: anything that cannot join one (a reset, a person's message, a notice) or a game event the model
-    answers. The burst is closed by it, so a worker answers the burst at once when it looks: waiting out the player's
-    typing would only delay the burst's answer and the input behind it (a person writing, a game resetting)."""
-    return env.kind not in BURSTABLE or (env.kind == "event" and bool(env.respond))
+__all__ = ["CheckedInput", "ConversationClient", "Submitted"]
 
 
 class ConversationClient:
@@ -81,6 +45,9 @@ class ConversationClient:
     ``accept_wake``: the broker is the store's Redis, and the accept script pushes the wake-up itself, in the same
     round trip (``from_url`` and ``from_env`` set it up when they may: :func:`worker.queue.wakeup.accept_wake`); ``wake``
     then serves only where the script did not (a Cluster store).
+
+    ``inputs`` and ``intake`` are the two steps every input takes (see the module): a caller that accepts inputs its
+    own way (a batch, on an event loop) builds them with ``inputs`` and accepts them through ``intake``.
     """
 
     def __init__(self, store: ConversationStore, wake: Waker, *, max_text_chars: int = 16_000,
@@ -90,6 +57,8 @@ class ConversationClient:
         self._accept_wake = accept_wake
         self.max_text_chars = max_text_chars
         self.coalesce_wakeups = coalesce_wakeups
+        self.inputs = InputBuilder(self)
+        self.intake = Intake(self)
 
     @classmethod
     def from_url(cls, redis_url: str, *, broker_url: str | None = None, wake: Waker | None = None,
@@ -105,48 +74,9 @@ class ConversationClient:
 
     @classmethod
     def _from_settings(cls, settings: Settings, wake: Waker | None = None) -> ConversationClient:
-        from worker.runtime import build_store
-
         # A waker of the caller's own is theirs to call: the accept pushes no wake-up of its own then.
         return cls(build_store(settings), wake or celery_waker(settings), max_text_chars=settings.memory.max_input_chars,
                    accept_wake=None if wake else accept_wake(settings))
-
-    def _submit(self, env: Envelope, *, from_player: bool = False, at: datetime | None = None) -> Submitted:
-        if not tracing.enabled():
-            return self._accept(env, from_player, at)
-        with accept_span(env) as span:
-            done = self._accept(traced(env), from_player, at)
-            span.set("parley.input.duplicate", done.duplicate)
-            return done
-
-    def _accept(self, env: Envelope, from_player: bool, at: datetime | None) -> Submitted:
-        inbound = self._checked(env, from_player=from_player)
-        due = due_ms(at) if at is not None else None
-        if due is not None:
-            # Held: it never opens WhatsApp's window when it fires, since the player did not write at that time. It
-            # is accepted into the mailbox when due, so that is its accept time (a reply's wait is timed from it).
-            env = env.model_copy(update={"accepted_at": due / 1000})
-            held = self.store.schedule(env.conversation_id, env.to_bytes(), env.message_id, due,
-                                       reset=env.kind == "reset", ends_burst=_ends_burst(env))
-            return Submitted(env.conversation_id, env.message_id, held.duplicate, 0, scheduled=True)
-        # A reset joins the order with no timers held behind it (docs/producers.md): its accept drops them in the same
-        # step, only when it is accepted (a retry, a duplicate, leaves the timers held since the first one alone).
-        result = self.store.accept(env.conversation_id, env.to_bytes(), env.message_id, inbound=inbound,
-                                   ends_burst=_ends_burst(env), wake=self.accept_wake_push(env.conversation_id),
-                                   reset=env.kind == "reset")
-        if self._needs_wake(result) and not result.woken:  # the accept pushed it (when it may: issue 33)
-            self.publish_wake(env.conversation_id)
-        return Submitted(env.conversation_id, env.message_id, result.duplicate, result.depth)
-
-    def _checked(self, env: Envelope, *, from_player: bool = False) -> bool:
-        """Refuse what the envelope's own checks do not (the input limit); whether the input is the player's."""
-        # A notice's text is the deployment's short answer, not the player's words: the input limit is not for it
-        # (the ingress answers a text over that limit with one).
-        if env.text is not None and env.kind != "notice" and len(env.text) > self.max_text_chars:
-            err = OversizeInputError(f"text is {len(env.text)} characters; the limit is {self.max_text_chars}")
-            err.field = "text"
-            raise err
-        return from_player or _from_player(env)
 
     def accept_wake_push(self, conversation_id: str) -> WakePush | None:
         """What an accept of an input of ``conversation_id`` is handed to push the worker's wake-up itself, in its
@@ -161,17 +91,6 @@ class ConversationClient:
         accepted input that needs a wake-up its accept did not push (see :meth:`accept_wake_push`)."""
         self._wake(conversation_id)
 
-    def _needs_wake(self, result: AcceptResult) -> bool:
-        # Only the first input of a burst needs a wake-up: with more waiting, a wake-up is already queued, or a
-        # worker is draining (its commit hands the new input back atomically), or the head waits for its
-        # scheduled retry; the sweeper covers a worker that died. Fewer Celery tasks, same guarantees. An input that
-        # ended a burst's quiet period wakes one too: the burst is answered now, then the input.
-        return result.accepted and (result.depth == 1 or result.ended_hold or not self.coalesce_wakeups)
-
-    def _envelope(self, **fields: Any) -> Envelope:
-        validate_conversation_id(fields["conversation_id"])
-        return build_envelope(**{k: v for k, v in fields.items() if v is not None})
-
     def send_message(self, conversation_id: str, text: str, *, message_id: str | None = None,
                      reply_to: str | None = None, system: str | None = None,
                      recipient: str | None = None, media: Media | None = None,
@@ -181,16 +100,15 @@ class ConversationClient:
         ``recipient`` is where the reply goes (default: the conversation id). With ``media`` (a picture the
         player sent) ``text`` is its caption and may be empty. ``at``: hold it until then (an aware datetime; now
         or past: at once)."""
-        return self._submit(self._envelope(kind="message", conversation_id=conversation_id, text=text or None,
-                                           message_id=message_id, reply_to=reply_to, system=system,
-                                           recipient=recipient, media=media), at=at)
+        return self.intake.accept(self.inputs.message(conversation_id, text, message_id=message_id, reply_to=reply_to,
+                                                      system=system, recipient=recipient, media=media, at=at))
 
     def send_notice(self, conversation_id: str, text: str, *, message_id: str | None = None,
                     reply_to: str | None = None, recipient: str | None = None) -> Submitted:
         """Queue a fixed short answer (``text``), sent in order with the other replies without a model call and
         without changing the state: what a player gets for a message Parley cannot read (a voice note, ...)."""
-        return self._submit(self._envelope(kind="notice", conversation_id=conversation_id, text=text,
-                                           message_id=message_id, reply_to=reply_to, recipient=recipient))
+        return self.intake.accept(self.inputs.notice(conversation_id, text, message_id=message_id, reply_to=reply_to,
+                                                     recipient=recipient))
 
     def send_event(self, conversation_id: str, text: str, *, message_id: str | None = None,
                    pinned: bool = False, from_player: bool = False, key: str | None = None,
@@ -209,16 +127,14 @@ class ConversationClient:
         may be given together. Neither goes with ``from_player``: a player's words never set a fact. ``recipient``:
         where the answer goes (default: the conversation id), as for :meth:`send_message`, for a game whose
         conversation ids are its own."""
-        return self._submit(self._envelope(kind="event", conversation_id=conversation_id, text=text,
-                                           message_id=message_id, pinned=pinned, from_player=from_player or None,
-                                           key=key, respond=respond or None, recipient=recipient),
-                            from_player=from_player, at=at)
+        return self.intake.accept(self.inputs.event(conversation_id, text, message_id=message_id, pinned=pinned,
+                                                    from_player=from_player, key=key, respond=respond, at=at,
+                                                    recipient=recipient))
 
     def reset(self, conversation_id: str, *, message_id: str | None = None, at: datetime | None = None) -> Submitted:
         """Queue a reset: inputs before it are applied first; the conversation then starts fresh. The timers the
         conversation holds when the reset joins its order (now, or at ``at``) are dropped."""
-        return self._submit(self._envelope(kind="reset", conversation_id=conversation_id, message_id=message_id),
-                            at=at)
+        return self.intake.accept(self.inputs.reset(conversation_id, message_id=message_id, at=at))
 
     def cancel_scheduled(self, conversation_id: str, message_id: str) -> bool:
         """Cancel an input held with ``at=`` that is not yet due: ``True`` if one was held and is now dropped;
@@ -245,9 +161,8 @@ class ConversationClient:
         assistant's side, marked as a person's. ``parts``: more messages after ``text``, each
         ``{"type": "text", "text": ...}`` or a rich part of any kind (:mod:`worker.envelopes.reply_parts`). Paused or not.
         ``recipient``: where it goes (default: the conversation id), as for :meth:`send_message`."""
-        texts = operator_input.operator_parts(parts, self.max_text_chars)
-        return self._submit(self._envelope(kind="operator", conversation_id=conversation_id, text=text,
-                                           message_id=message_id, parts=texts, recipient=recipient))
+        return self.intake.accept(self.inputs.operator(conversation_id, text, message_id=message_id, parts=parts,
+                                                       recipient=recipient))
 
     def delete(self, conversation_id: str) -> None:
         """Delete everything of the conversation now: state, trace, inbox, outbox, quarantine, dead letters, timers.

@@ -23,7 +23,8 @@ import msgpack
 
 from worker.conversation.messages import Message
 from worker.conversation.model import ModelResponse, Usage
-from worker.conversation.state import _dec_message, _enc_message, _enc_usage
+from worker.conversation.state_decode import decode_message
+from worker.conversation.state_encode import encode_message, encode_usage
 from worker.errors import StateDecodeError
 
 _FINISH = frozenset({"stop", "tool_calls", "length", "content_filter", "refusal", "other"})
@@ -66,7 +67,7 @@ class NoJournal:
 
 def encode_round(response: ModelResponse) -> bytes:
     """A model round as the provider returned it: the assistant message (with its wire form), finish and usage."""
-    body = {"m": _enc_message(response.message), "f": response.finish_reason, "u": _enc_usage(response.usage),
+    body = {"m": encode_message(response.message), "f": response.finish_reason, "u": encode_usage(response.usage),
             "rf": response.raw_finish_reason, "model": response.model}
     return bytes(msgpack.packb(body, use_bin_type=True))
 
@@ -74,7 +75,7 @@ def encode_round(response: ModelResponse) -> bytes:
 def decode_round(data: bytes) -> ModelResponse:
     """The inverse of :func:`encode_round`; raises :class:`~worker.errors.StateDecodeError` on anything else."""
     fields = _unpack(data)
-    message = _dec_message(fields.get("m"))
+    message = decode_message(fields.get("m"))
     finish, usage, raw_finish, model = fields.get("f"), fields.get("u"), fields.get("rf"), fields.get("model")
     if message.role != "assistant" or finish not in _FINISH:
         raise StateDecodeError("invalid", "journal round is not an assistant answer")
@@ -88,12 +89,12 @@ def decode_round(data: bytes) -> ModelResponse:
 
 def encode_result(result: Message) -> bytes:
     """A tool result message (``role="tool"``)."""
-    return bytes(msgpack.packb(_enc_message(result), use_bin_type=True))
+    return bytes(msgpack.packb(encode_message(result), use_bin_type=True))
 
 
 def decode_result(data: bytes) -> Message:
     """The inverse of :func:`encode_result`; raises :class:`~worker.errors.StateDecodeError` on anything else."""
-    message = _dec_message(_unpack(data))
+    message = decode_message(_unpack(data))
     if message.role != "tool" or not message.tool_call_id:
         raise StateDecodeError("invalid", "journal result is not a tool result")
     return message

@@ -12,6 +12,7 @@ import re
 import time
 import uuid
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import Any, Literal
 
 import msgpack
@@ -26,10 +27,39 @@ ENVELOPE_VERSION = 1
 MAX_ENVELOPE_BYTES = 4 << 20
 MAX_ID_CHARS = 256
 
-Kind = Literal["message", "event", "reset", "splice", "notice", "operator"]
-#: The kinds that may join a player's burst (worker.service.drain.burst); any other ends one, and its accept ends a burst's
-#: quiet period being waited out (worker.client).
-BURSTABLE: tuple[Kind, ...] = ("message", "event")
+class InputKind(StrEnum):
+    """What an input is. The value is what travels (a mailbox entry, a timer, the inlet's JSON, the HTTP API), so an
+    input stored before reads the same; a new kind is a member here and its rules below, then a client method that
+    builds it (worker/client/) and the drain's decision for it (worker/service/drain/decide.py)."""
+
+    MESSAGE = "message"  # a chat turn the player sent: the model answers it
+    EVENT = "event"  # a game event: context for the next turn, a fact (key), or answered itself (respond)
+    RESET = "reset"  # the conversation starts fresh after the inputs before it
+    SPLICE = "splice"  # a compaction's result, applied in order (internal: no producer sends one)
+    NOTICE = "notice"  # a fixed short answer, sent in order without a model call
+    OPERATOR = "operator"  # a person's message to the player
+
+    @property
+    def burstable(self) -> bool:
+        """Whether an input of this kind may join a player's burst (worker.service.drain.burst); any other ends one."""
+        return self in BURSTABLE
+
+    @property
+    def needs_text(self) -> bool:
+        """Whether an input of this kind carries words (a message with a picture may have an empty caption)."""
+        return self in _WITH_TEXT
+
+    @property
+    def within_input_limit(self) -> bool:
+        """Whether its text is held to the producer's input limit: a notice's is the deployment's own short answer,
+        not the player's words."""
+        return self is not InputKind.NOTICE
+
+
+#: The kinds that may join a player's burst (worker.service.drain.burst); any other ends one, and its accept ends a
+#: burst's quiet period being waited out (worker.client).
+BURSTABLE: frozenset[InputKind] = frozenset({InputKind.MESSAGE, InputKind.EVENT})
+_WITH_TEXT = frozenset({InputKind.MESSAGE, InputKind.EVENT, InputKind.NOTICE, InputKind.OPERATOR})
 
 
 def _new_id() -> str:
@@ -89,7 +119,7 @@ class Envelope(_Wire):
     """
 
     v: int = ENVELOPE_VERSION
-    kind: Kind
+    kind: InputKind
     conversation_id: str
     message_id: str = Field(default_factory=_new_id, min_length=1, max_length=MAX_ID_CHARS)
     text: str | None = None
@@ -148,24 +178,46 @@ class Envelope(_Wire):
         return v
 
     def model_post_init(self, __context: Any) -> None:
-        if self.kind == "message" and self.media is not None:
+        if self.kind is InputKind.MESSAGE and self.media is not None:
             pass  # a picture without a caption
-        elif self.kind in ("message", "event", "notice", "operator") and not (self.text and self.text.strip()):
-            err = EnvelopeError(f"{'an operator message' if self.kind == 'operator' else 'a ' + self.kind} needs "
-                                f"non-empty text")
+        elif self.kind.needs_text and not (self.text and self.text.strip()):
+            what = "an operator message" if self.kind is InputKind.OPERATOR else f"a {self.kind}"
+            err = EnvelopeError(f"{what} needs non-empty text")
             err.field = "text"
             raise err
-        if self.media is not None and self.kind != "message":
+        if self.media is not None and self.kind is not InputKind.MESSAGE:
             raise ValueError("only a message carries media")
-        if self.from_player and (self.kind != "event" or self.pinned):
+        if self.from_player and (self.kind is not InputKind.EVENT or self.pinned):
             raise ValueError("only an event that is not pinned is marked as the player's (pinned items become facts)")
-        if (self.key is not None or self.respond) and (self.kind != "event" or self.from_player):
+        if (self.key is not None or self.respond) and (self.kind is not InputKind.EVENT or self.from_player):
             raise ValueError("only a game event sets a fact (key) or is answered (respond), never a player's")
-        if self.parts is not None and (self.kind != "operator"
+        if self.parts is not None and (self.kind is not InputKind.OPERATOR
                                        or not all(p.strip() for p in self.parts if isinstance(p, str))):
             raise ValueError("only an operator's message carries parts, each with text")
-        if self.kind == "splice" and not self.state:
+        if self.kind is InputKind.SPLICE and not self.state:
             raise ValueError("a splice needs the compacted state")
+
+    @property
+    def answered_event(self) -> bool:
+        """A game event the model answers itself (``respond``)."""
+        return self.kind is InputKind.EVENT and bool(self.respond)
+
+    @property
+    def ends_burst(self) -> bool:
+        """Whether accepting it ends a burst (worker.service.drain.burst) whose quiet period is being waited out:
+        anything that cannot join one (a reset, a person's message, a notice) or a game event the model answers. The
+        burst is closed by it, so a worker answers the burst at once: waiting out the player's typing would only delay
+        the burst's answer and the input behind it (a person writing, a game resetting)."""
+        return not self.kind.burstable or self.answered_event
+
+    @property
+    def opens_window(self) -> bool:
+        """Whether it is a message the player sent, which opens WhatsApp's 24-hour customer-service window: a chat
+        turn, or the short answer to a message Parley cannot read (a notice threaded to the player's message, as the
+        ingress queues it), or an event the player sent (``from_player``: a location pin, a reaction). The game's own
+        events and a producer's own notices are not."""
+        return (self.kind is InputKind.MESSAGE or bool(self.from_player)
+                or (self.kind is InputKind.NOTICE and self.reply_to is not None))
 
 
 class ReplyRecord(_Wire):

@@ -21,7 +21,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSchema
 
 from worker.envelopes.due_time import RFC3339, parse_rfc3339
-from worker.envelopes.inputs import FACT_KEY_PATTERN, MAX_FACT_KEY_CHARS, MAX_ID_CHARS
+from worker.envelopes.inputs import FACT_KEY_PATTERN, MAX_FACT_KEY_CHARS, MAX_ID_CHARS, InputKind
 from worker.envelopes.operator_input import MAX_PARTS, MAX_PAUSE_SECONDS
 from worker.envelopes.reply_parts import PART_TYPES, Part
 
@@ -151,17 +151,15 @@ class Problem(BaseModel):
 
 
 #: The kinds a queue message may carry, and the body of each (the inlet reads ``{"kind", "conversation_id", ...}``).
-KINDS: dict[str, type[ProducerBody]] = {"message": MessageBody, "event": EventBody, "reset": ResetBody}
-Kind = Literal["message", "event", "reset"]
+KINDS: dict[str, type[ProducerBody]] = {InputKind.MESSAGE: MessageBody, InputKind.EVENT: EventBody,
+                                        InputKind.RESET: ResetBody}
 
 #: The handoff operations' bodies (HTTP only, operator scope; not queue messages): an operator's message is an input
 #: (202), a pause or a resume answers the pause in force (200, :class:`PauseState`).
-HANDOFF: dict[str, type[ProducerBody]] = {"operator": OperatorMessageBody, "pause": PauseBody, "resume": ResumeBody}
-PAUSE_KINDS = frozenset({"pause", "resume"})
+HANDOFF: dict[str, type[ProducerBody]] = {InputKind.OPERATOR: OperatorMessageBody, "pause": PauseBody,
+                                          "resume": ResumeBody}
+PAUSE_KINDS = frozenset({"pause", "resume"})  # each the name of the ConversationClient method it calls
 
-#: The ConversationClient method each kind calls.
-CLIENT_METHODS: dict[str, str] = {"message": "send_message", "event": "send_event", "reset": "reset",
-                                  "operator": "send_operator_message", "pause": "pause", "resume": "resume"}
 
 def field_of(loc: tuple[int | str, ...]) -> str | None:
     """The dotted field name of a pydantic error location (``None`` for the body as a whole). A reply part's type tag,

@@ -30,13 +30,11 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from worker.client import ConversationClient, Submitted
+from worker.client import CheckedInput, ConversationClient, Submitted
 from worker.client.async_client import AsyncClient
-from worker.client.prepared import preparable
 from worker.client.summary import known, plain, summary
 from worker.envelopes.addresses import validate_conversation_id
 from worker.envelopes.producer_bodies import (
-    CLIENT_METHODS,
     OPERATIONS,
     PAUSE_KINDS,
     Cancelled,
@@ -165,31 +163,41 @@ class ProducerApi:
         return body if isinstance(body, Response) else self.submit(op, cid, body)
 
     def submit(self, op: Operation, cid: str, body: ProducerBody) -> Response:
-        """Call the client's method with the body's fields (blocking)."""
+        """Queue the body's input through the client's two steps, or pause or resume (blocking)."""
         assert op.kind is not None
         try:
-            done = getattr(self.client, CLIENT_METHODS[op.kind])(cid, **body.arguments())
+            if op.kind in PAUSE_KINDS:  # a pause or a resume: not an input, it answers the pause in force
+                pause = getattr(self.client, op.kind)(cid, **body.arguments())
+                return JSONResponse(pause_state(cid, pause).model_dump())
+            return self.accept(self.client.inputs.build(op.kind, cid, body.arguments()))
         except InputError as exc:
             return _input_error(exc)
-        if op.kind in PAUSE_KINDS:  # a pause or a resume: not an input, it answers the pause in force
-            return JSONResponse(pause_state(cid, done).model_dump())
-        return _accepted(done)
+
+    def accept(self, checked: CheckedInput) -> Response:
+        """Accept a built input (blocking)."""
+        try:
+            return _accepted(self.client.intake.accept(checked))
+        except InputError as exc:
+            return _input_error(exc)
 
     async def input_on_loop(self, op: Operation, cid: str, raw: bytes | bytearray) -> Response:
-        """:meth:`input` with the accept awaited on the loop; a body past :data:`SMALL_BODY_BYTES` is parsed in a
-        worker thread, so a large one never holds the loop. What is not a plain input queued now (a reset, a
-        scheduled input, a pause: :func:`~worker.client.prepared.preparable`) goes to :meth:`submit` in a worker thread."""
+        """:meth:`input` with a plain input (:attr:`~worker.client.builder.CheckedInput.plain`) accepted on the loop;
+        a body past :data:`SMALL_BODY_BYTES` is parsed in a worker thread, so a large one never holds the loop. What is
+        not a plain input (a reset, a scheduled input, an answered event) is accepted in a worker thread, and so are a
+        pause and a resume."""
         assert op.kind is not None and self.on_loop is not None
         body = self.body(op, raw) if len(raw) <= SMALL_BODY_BYTES else await run_in_threadpool(self.body, op, raw)
         if isinstance(body, Response):
             return body
-        arguments = body.arguments()
-        if not preparable(op.kind, arguments):
+        if op.kind in PAUSE_KINDS:
             return await run_in_threadpool(self.submit, op, cid, body)
         try:
-            return _accepted(await self.on_loop.send(CLIENT_METHODS[op.kind], cid, arguments))
+            checked = self.client.inputs.build(op.kind, cid, body.arguments())
+            if checked.plain:
+                return _accepted(await self.on_loop.accept(checked))
         except InputError as exc:
             return _input_error(exc)
+        return await run_in_threadpool(self.accept, checked)
 
     def delete(self, cid: str) -> Response:
         try:

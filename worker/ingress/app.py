@@ -63,7 +63,7 @@ from worker.ingress.parse import (
     verify_signature,
 )
 from worker.observability import tracing
-from worker.settings.business_numbers import Numbers, numbers_from_settings
+from worker.settings.business_numbers import Numbers
 from worker.store.answers import StatusRecorded
 
 log = logging.getLogger("parley.ingress")
@@ -353,13 +353,14 @@ def _signature_health() -> dict[str, Any]:
 
 def _from_env() -> Starlette:
     from worker.observability.logs import configure_logging
+    from worker.runtime.numbers_file import numbers_from_settings
     from worker.settings import get_settings
 
     s = get_settings()
     configure_logging(s)
     secret = s.whatsapp.app_secret.get_secret_value() if s.whatsapp.app_secret else ""
     token = s.whatsapp.verify_token.get_secret_value() if s.whatsapp.verify_token else ""
-    # from_env() builds its store with worker.runtime.build_store(settings); statuses and health checks share
+    # from_env() builds its store with worker.queue.connections.build_store(settings); statuses and health checks share
     # it (one Redis connection pool, not two).
     client = ConversationClient.from_env()
     # Workers left with PARLEY_STATUS_WEBHOOKS=auto wait for a status before resending a crashed send.

@@ -12,9 +12,10 @@ from typing import Any
 
 from worker.envelopes.addresses import validate_conversation_id
 from worker.errors import InvalidConversationIdError
+from worker.ingress.inbound import InboundEvent, InboundMessage, InboundNotice, Record, StatusUpdate, Unsupported
 from worker.settings.business_numbers import SETTING, Numbers
 
-#: The ``kind`` of the :class:`~worker.ingress.parse.Unsupported` record that stands for a message or status sent
+#: The ``kind`` of the :class:`~worker.ingress.inbound.Unsupported` record that stands for a message or status sent
 #: to a number that is not configured.
 UNKNOWN_NUMBER = "unknown_number"
 
@@ -26,17 +27,15 @@ def business_number(value: dict[str, Any]) -> str | None:
     return pnid if isinstance(pnid, str) and pnid else None
 
 
-def on_number(records: list[Any], pnid: str | None, numbers: Numbers) -> list[Any]:
+def on_number(records: list[Record], pnid: str | None, numbers: Numbers) -> list[Record]:
     """``records`` (of one change) moved onto number ``pnid``'s conversations, or refused when it is unknown."""
-    from worker.ingress.parse import InboundEvent, InboundMessage, InboundNotice, StatusUpdate, Unsupported
-
     if numbers.get(pnid) is None:
         why = f"business number {pnid or '(none named)'} is not configured in {SETTING}"
         return [r if isinstance(r, Unsupported) else Unsupported(kind=UNKNOWN_NUMBER, wamid=r.wamid, reason=why)
                 for r in records]
     if pnid is None or pnid == numbers.default.phone_number_id:
         return records
-    out: list[Any] = []
+    out: list[Record] = []
     for r in records:
         if isinstance(r, StatusUpdate) and r.reply_id is not None:
             out.append(r)  # its callback data names the conversation already

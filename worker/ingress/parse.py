@@ -46,216 +46,68 @@ import gc
 import hashlib
 import hmac
 import json
-import math
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
-from pydantic import BaseModel, Field, ValidationError
+from pydantic import ValidationError
 
 from worker.channels.ids import is_media_id
-from worker.envelopes.addresses import validate_conversation_id
 from worker.envelopes.inputs import Media, parse_part_callback
-from worker.errors import InvalidConversationIdError, WebhookTooLargeError
+from worker.errors import WebhookTooLargeError
 from worker.ingress.business_number import business_number, on_number
-from worker.ingress.taps import TAP_TYPES, tap_text
+from worker.ingress.inbound import (
+    InboundEvent,
+    InboundMessage,
+    InboundNotice,
+    LocationAs,
+    Record,
+    StatusUpdate,
+    Unsupported,
+)
+from worker.ingress.taps import tap_text
+from worker.ingress.webhook_fields import (
+    as_dict,
+    as_list,
+    as_number,
+    as_phone,
+    as_str,
+    as_timestamp,
+    choose_identity,
+    contacts_of,
+    coordinate,
+    errors_of,
+    invalid_id,
+)
 
 if TYPE_CHECKING:
     from worker.settings.business_numbers import Numbers
+
+__all__ = [
+    "InboundEvent", "InboundMessage", "InboundNotice", "LocationAs", "Record", "StatusUpdate", "Unsupported",
+    "check_update_count", "decode_webhook", "location_text", "parse_webhook", "reaction_text", "record_age",
+    "verify_handshake", "verify_signature",
+]
 
 #: Message types answered as chat turns when they carry text; without it they are malformed (ignored), not
 #: something the player could expect an answer to.
 _CHAT_TYPES = ("text", "button")
 
-LocationAs = Literal["event", "turn"]
-
-
-class InboundMessage(BaseModel):
-    """A user's message that becomes a chat turn (text, template quick-reply button, interactive reply, an image
-    with its caption, a location when locations are turns)."""
-
-    wamid: str
-    conversation_id: str
-    sender: str = Field(description="Where the reply goes: the phone number, else the BSUID (== conversation_id).")
-    type: str
-    text: str = Field(description="What the player wrote; an image's caption, empty when it has none.")
-    reply_to: str | None = Field(None, description="The wamid of our message the user replied to (context.id).")
-    timestamp: str | None = None
-    user_id: str | None = Field(None, description="The sender's BSUID when the webhook carries one.")
-    media: Media | None = Field(None, description="The picture the player sent (by Cloud API media id).")
-
-    @property
-    def thread(self) -> str:
-        """The message the answer quotes: for a tap, the message whose button or row was tapped (so the answer
-        sits under the question it settles), else the player's own message."""
-        return self.reply_to if self.type in TAP_TYPES and self.reply_to else self.wamid
-
-
-class InboundEvent(BaseModel):
-    """A user's message that becomes a game event: no model call and no reply, the model reads ``text`` as
-    context on the next turn (a shared location, a reaction to one of our replies)."""
-
-    wamid: str
-    conversation_id: str
-    type: str
-    text: str
-    timestamp: str | None = None
-    user_id: str | None = None
-
-
-class InboundNotice(BaseModel):
-    """A user's message Parley cannot read (a voice note, video, document, sticker, contact card, ``unsupported``
-    or unknown type): the player gets the configured short answer, in order with the other replies."""
-
-    wamid: str
-    conversation_id: str
-    sender: str = Field(description="Where the short answer goes (as for a turn).")
-    type: str = Field(description="What it was, for logs: the message type, ``audio:voice`` for a voice note, "
-                                  "``unsupported:<what>`` when Meta names it.")
-    reason: str = ""
-    timestamp: str | None = None
-    user_id: str | None = None
-
-
-class StatusUpdate(BaseModel):
-    """A delivery status of a message we sent: sent, delivered, read, failed, ...
-
-    When the status carries the callback data Parley sent the message with (``biz_opaque_callback_data``, see
-    :func:`worker.envelopes.inputs.part_callback`), ``reply_id`` and ``part`` name the reply part it was, and
-    ``conversation_id`` is the conversation that reply belongs to (its recipient may be another id)."""
-
-    wamid: str
-    status: str
-    conversation_id: str
-    reply_id: str | None = None
-    part: int = 0
-    traceparent: str | None = None  # the send's, from the callback data: the status continues the reply's trace
-    timestamp: str | None = None
-    errors: list[tuple[int | None, str]] = Field(default_factory=list,
-                                                 description="(code, message or title + details) per error.")
-
-    def detail(self) -> str:
-        """The errors as one line for the store (``"131047: Re-engagement message ...; ..."``)."""
-        return "; ".join(f"{code}: {text}" if code is not None else text for code, text in self.errors)
-
-
-class Unsupported(BaseModel):
-    """Something we do not turn into a turn or a status, with the reason (for the log and the summary)."""
-
-    kind: str
-    wamid: str | None = None
-    reason: str = ""
-
-
-Record = InboundMessage | InboundEvent | InboundNotice | StatusUpdate | Unsupported
-
-
-# --- shape helpers: never trust a type -----------------------------------------------------------------
-
-def _str(v: Any) -> str | None:
-    return v if isinstance(v, str) and v else None
-
-
-def _dict(v: Any) -> dict[str, Any]:
-    return v if isinstance(v, dict) else {}
-
-
-def _list(v: Any) -> list[Any]:
-    return v if isinstance(v, list) else []
-
-
-def _timestamp(v: Any) -> str | None:
-    if isinstance(v, bool):
-        return None
-    if isinstance(v, int):
-        return str(v)
-    return _str(v)
-
-
-def _phone(v: Any) -> str | None:
-    text = _str(v)
-    return text.strip().lstrip("+") or None if text is not None else None
-
-
-def _contacts(value: dict[str, Any]) -> list[dict[str, Any]]:
-    return [c for c in _list(value.get("contacts")) if isinstance(c, dict)]
-
-
-def _choose_identity(phone: str | None, user_id: str | None,
-                     contacts: list[dict[str, Any]]) -> tuple[str | None, str | None]:
-    """(conversation id, BSUID) — see the module docstring for the order."""
-    if user_id is None and len(contacts) == 1:
-        user_id = _str(contacts[0].get("user_id"))
-    if phone is None and user_id is not None:
-        for contact in contacts:
-            if _str(contact.get("user_id")) == user_id:
-                phone = _phone(contact.get("wa_id"))
-                break
-    if phone is None and user_id is None and len(contacts) == 1:
-        phone = _phone(contacts[0].get("wa_id"))
-    return phone or user_id, user_id
-
-
-def _invalid_id(cid: str | None) -> str | None:
-    """Why ``cid`` cannot be a conversation id, or ``None`` when it can."""
-    if cid is None:
-        return "no sender or recipient id (neither phone number nor business-scoped id)"
-    try:
-        validate_conversation_id(cid)
-    except InvalidConversationIdError as exc:
-        return f"invalid conversation id: {exc}"
-    return None
-
 
 def _text_of(msg: dict[str, Any]) -> str | None:
     kind = msg.get("type")
     if kind == "text":
-        return _str(_dict(msg.get("text")).get("body"))
+        return as_str(as_dict(msg.get("text")).get("body"))
     return tap_text(msg)  # a template quick-reply button, an interactive button or list reply
-
-
-def _errors(obj: dict[str, Any]) -> list[tuple[int | None, str]]:
-    out: list[tuple[int | None, str]] = []
-    for error in _list(obj.get("errors")):
-        if not isinstance(error, dict):
-            continue
-        code = error.get("code")
-        if isinstance(code, str) and code.isdigit():
-            code = int(code)
-        text = _str(error.get("message")) or _str(error.get("title")) or ""
-        details = _str(_dict(error.get("error_data")).get("details")) or _str(error.get("details"))
-        if details and details != text:
-            text = f"{text} ({details})" if text else details
-        out.append((code if isinstance(code, int) and not isinstance(code, bool) else None, text))
-    return out
 
 
 # --- records ------------------------------------------------------------------------------------------
 
-def _number(v: Any) -> float | None:
-    """A coordinate: a JSON number (Meta's shape) or a numeric string, finite."""
-    if isinstance(v, bool):
-        return None
-    if isinstance(v, str):
-        try:
-            v = float(v)
-        except ValueError:
-            return None
-    if isinstance(v, int | float) and math.isfinite(v):
-        return float(v)
-    return None
-
-
-def _coordinate(v: float) -> str:
-    # Five decimals are about a metre: enough for a game's map, and no float noise (37.44221496582).
-    return f"{v:.5f}".rstrip("0").rstrip(".")
-
-
 def location_text(location: dict[str, Any]) -> str | None:
     """``The player shared their location: <name>, <address> (lat 53.99, lon -1.54)``, leaving out what the pin
     does not carry; ``None`` when it carries nothing usable."""
-    name, address = _str(location.get("name")), _str(location.get("address"))
-    lat, lon = _number(location.get("latitude")), _number(location.get("longitude"))
+    name, address = as_str(location.get("name")), as_str(location.get("address"))
+    lat, lon = as_number(location.get("latitude")), as_number(location.get("longitude"))
     where = ", ".join(p.strip() for p in (name, address) if p and p.strip())
-    coords = (f"lat {_coordinate(lat)}, lon {_coordinate(lon)}"
+    coords = (f"lat {coordinate(lat)}, lon {coordinate(lon)}"
               if lat is not None and lon is not None and abs(lat) <= 90 and abs(lon) <= 180 else "")
     if not where and not coords:
         return None
@@ -266,38 +118,38 @@ def location_text(location: dict[str, Any]) -> str | None:
 
 def reaction_text(reaction: dict[str, Any]) -> str | None:
     """``The player reacted 👎 to your message <wamid>``; ``None`` for a removed reaction (no or empty emoji)."""
-    emoji = _str(reaction.get("emoji"))
+    emoji = as_str(reaction.get("emoji"))
     if emoji is None or not emoji.strip():
         return None
-    target = _str(reaction.get("message_id"))
+    target = as_str(reaction.get("message_id"))
     return f"The player reacted {emoji} to your message {target}" if target else f"The player reacted {emoji}"
 
 
 def _media(image: dict[str, Any]) -> Media | None:
-    media_id = _str(image.get("id"))
+    media_id = as_str(image.get("id"))
     if media_id is None or not is_media_id(media_id):  # never queued: it would become part of a URL with the token
         return None
     try:
-        return Media(id=media_id, mime_type=_str(image.get("mime_type")), sha256=_str(image.get("sha256")))
+        return Media(id=media_id, mime_type=as_str(image.get("mime_type")), sha256=as_str(image.get("sha256")))
     except ValidationError:  # an id or type far longer than Meta's: not something the worker could fetch
         return None
 
 
 def _notice_type(kind: str, msg: dict[str, Any]) -> str:
-    if kind == "audio" and _dict(msg.get("audio")).get("voice") is True:
+    if kind == "audio" and as_dict(msg.get("audio")).get("voice") is True:
         return "audio:voice"
     if kind == "unsupported":
-        what = _str(_dict(msg.get("unsupported")).get("type"))
+        what = as_str(as_dict(msg.get("unsupported")).get("type"))
         return f"unsupported:{what}" if what else kind
     if kind == "interactive":
-        what = _str(_dict(msg.get("interactive")).get("type"))
+        what = as_str(as_dict(msg.get("interactive")).get("type"))
         return f"interactive:{what}" if what else kind
     return kind
 
 
 def _message(msg: dict[str, Any], contacts: list[dict[str, Any]], location_as: LocationAs) -> Record:
-    wamid = _str(msg.get("id"))
-    kind = _str(msg.get("type")) or "unknown"
+    wamid = as_str(msg.get("id"))
+    kind = as_str(msg.get("type")) or "unknown"
     if wamid is None:
         return Unsupported(kind=kind, reason="message without an id")
     if kind == "system":  # the number or the identity key changed: Meta's notice to us, not the player's words
@@ -305,21 +157,21 @@ def _message(msg: dict[str, Any], contacts: list[dict[str, Any]], location_as: L
     text = _text_of(msg)
     if text is None and kind in _CHAT_TYPES:
         return Unsupported(kind=kind, wamid=wamid, reason=f"{kind} message without text")
-    if kind == "reaction" and reaction_text(_dict(msg.get("reaction"))) is None:
+    if kind == "reaction" and reaction_text(as_dict(msg.get("reaction"))) is None:
         return Unsupported(kind=kind, wamid=wamid, reason="reaction removed")
-    cid, user_id = _choose_identity(_phone(msg.get("from")), _str(msg.get("from_user_id")), contacts)
-    bad = _invalid_id(cid)
+    cid, user_id = choose_identity(as_phone(msg.get("from")), as_str(msg.get("from_user_id")), contacts)
+    bad = invalid_id(cid)
     if bad is not None or cid is None:
         return Unsupported(kind=kind, wamid=wamid, reason=bad or "no id")
-    ts = _timestamp(msg.get("timestamp"))
-    ctx = _dict(msg.get("context"))
-    turn = {"wamid": wamid, "conversation_id": cid, "sender": cid, "type": kind, "reply_to": _str(ctx.get("id")),
+    ts = as_timestamp(msg.get("timestamp"))
+    ctx = as_dict(msg.get("context"))
+    turn = {"wamid": wamid, "conversation_id": cid, "sender": cid, "type": kind, "reply_to": as_str(ctx.get("id")),
             "timestamp": ts, "user_id": user_id}
     if text is not None:
         return InboundMessage(text=text, **turn)
     if kind == "image":
-        image = _dict(msg.get("image"))
-        media, caption = _media(image), _str(image.get("caption")) or ""
+        image = as_dict(msg.get("image"))
+        media, caption = _media(image), as_str(image.get("caption")) or ""
         if media is not None or caption.strip():
             # Without a usable media id the caption alone is still the player's words.
             return InboundMessage(text=caption, media=media, **turn)
@@ -327,41 +179,41 @@ def _message(msg: dict[str, Any], contacts: list[dict[str, Any]], location_as: L
             return InboundNotice(wamid=wamid, conversation_id=cid, sender=cid, type="image:bad_media_id",
                                  reason="image with an invalid media id", timestamp=ts, user_id=user_id)
     elif kind == "location":
-        said = location_text(_dict(msg.get("location")))
+        said = location_text(as_dict(msg.get("location")))
         if said is not None:
             if location_as == "turn":
                 return InboundMessage(text=said, **turn)
             return InboundEvent(wamid=wamid, conversation_id=cid, type=kind, text=said, timestamp=ts,
                                 user_id=user_id)
     elif kind == "reaction":
-        said = reaction_text(_dict(msg.get("reaction")))
+        said = reaction_text(as_dict(msg.get("reaction")))
         if said is not None:
             return InboundEvent(wamid=wamid, conversation_id=cid, type=kind, text=said, timestamp=ts,
                                 user_id=user_id)
     # Everything else the player sent, including a location or image we could not read: they get a short
     # answer rather than silence.
-    errors = _errors(msg)
+    errors = errors_of(msg)
     why = f"{kind} messages are not read" + (f" ({errors})" if errors else "")
     return InboundNotice(wamid=wamid, conversation_id=cid, sender=cid, type=_notice_type(kind, msg), reason=why,
                          timestamp=ts, user_id=user_id)
 
 
 def _status(st: dict[str, Any], contacts: list[dict[str, Any]]) -> Record:
-    wamid = _str(st.get("id"))
-    status = _str(st.get("status"))
+    wamid = as_str(st.get("id"))
+    status = as_str(st.get("status"))
     if wamid is None or status is None:
         return Unsupported(kind="status", wamid=wamid, reason="status without an id or a status")
     ref = parse_part_callback(st.get("biz_opaque_callback_data"))
     if ref is not None:
         return StatusUpdate(wamid=wamid, status=status, conversation_id=ref.conversation_id, reply_id=ref.reply_id,
-                            part=ref.part, traceparent=ref.traceparent, errors=_errors(st),
-                            timestamp=_timestamp(st.get("timestamp")))
-    cid, _ = _choose_identity(_phone(st.get("recipient_id")), _str(st.get("recipient_user_id")), contacts)
-    bad = _invalid_id(cid)
+                            part=ref.part, traceparent=ref.traceparent, errors=errors_of(st),
+                            timestamp=as_timestamp(st.get("timestamp")))
+    cid, _ = choose_identity(as_phone(st.get("recipient_id")), as_str(st.get("recipient_user_id")), contacts)
+    bad = invalid_id(cid)
     if bad is not None or cid is None:
         return Unsupported(kind="status", wamid=wamid, reason=bad or "no id")
-    return StatusUpdate(wamid=wamid, status=status, conversation_id=cid, errors=_errors(st),
-                        timestamp=_timestamp(st.get("timestamp")))
+    return StatusUpdate(wamid=wamid, status=status, conversation_id=cid, errors=errors_of(st),
+                        timestamp=as_timestamp(st.get("timestamp")))
 
 
 # --- size and age --------------------------------------------------------------------------------------
@@ -409,11 +261,11 @@ def check_update_count(body: Any, limit: int = MAX_WEBHOOK_ITEMS) -> None:
     """Raise :class:`WebhookTooLargeError` when ``body`` holds more than ``limit`` items; stops counting at the limit,
     so the check costs at most ``limit`` steps whatever the body."""
     count = 0
-    for entry in _list(_dict(body).get("entry")):
+    for entry in as_list(as_dict(body).get("entry")):
         count += 1
-        for change in _list(_dict(entry).get("changes")):
-            value = _dict(_dict(change).get("value"))
-            count += 1 + len(_list(value.get("messages"))) + len(_list(value.get("statuses")))
+        for change in as_list(as_dict(entry).get("changes")):
+            value = as_dict(as_dict(change).get("value"))
+            count += 1 + len(as_list(value.get("messages"))) + len(as_list(value.get("statuses")))
             if count > limit:
                 break
         if count > limit:
@@ -442,25 +294,25 @@ def parse_webhook(body: Any, *, location_as: LocationAs = "turn", numbers: Numbe
         raise ValueError("not a WhatsApp webhook body: expected a JSON object with an 'entry' list")
     out: list[Record] = []
     for entry in body["entry"]:
-        changes = _list(_dict(entry).get("changes"))
+        changes = as_list(as_dict(entry).get("changes"))
         if not changes:
             out.append(Unsupported(kind="entry", reason="entry without changes"))
         for change in changes:
-            change = _dict(change)
-            field = _str(change.get("field")) or "unknown"
+            change = as_dict(change)
+            field = as_str(change.get("field")) or "unknown"
             value = change.get("value")
             if not isinstance(value, dict):
                 out.append(Unsupported(kind=f"change:{field}", reason="change without a value object"))
                 continue
             before = len(out)
-            contacts = _contacts(value)
-            for msg in _list(value.get("messages")):
+            contacts = contacts_of(value)
+            for msg in as_list(value.get("messages")):
                 out.append(_message(msg, contacts, location_as) if isinstance(msg, dict)
                            else Unsupported(kind="message", reason="message is not an object"))
-            for st in _list(value.get("statuses")):
+            for st in as_list(value.get("statuses")):
                 out.append(_status(st, contacts) if isinstance(st, dict)
                            else Unsupported(kind="status", reason="status is not an object"))
-            errors = _errors(value)
+            errors = errors_of(value)
             if errors:
                 out.append(Unsupported(kind="errors", reason=f"account/app error: {errors}"))
             if len(out) == before:

@@ -26,7 +26,6 @@ from kombu.entity import Queue
 from kombu.messaging import Consumer, Producer
 
 from worker.client import ConversationClient
-from worker.envelopes.producer_bodies import CLIENT_METHODS
 from worker.errors import InboxFullError, InputError, StoreError
 from worker.inlet.messages import QueueMessage, Unacceptable, entry_span, parse_message
 from worker.inlet.stream import ENTRIES
@@ -129,7 +128,7 @@ class AmqpInlet:
     def _accept(self, msg: QueueMessage, body: bytes, properties: dict[str, Any]) -> bool:
         kwargs = msg.body.arguments()
         kwargs.setdefault("message_id", message_id_of(self.queue, body, properties))
-        return bool(getattr(self.client, CLIENT_METHODS[msg.kind])(msg.conversation_id, **kwargs).duplicate)
+        return self.client.intake.accept(self.client.inputs.build(msg.kind, msg.conversation_id, kwargs)).duplicate
 
     def _dead(self, message: Any, body: bytes, dead: Any, reason: str) -> None:
         log.warning("inlet: message moved to %s.dead: %s", self.queue, reason)

@@ -24,9 +24,7 @@ from typing import Any
 import redis
 from prometheus_client import Counter
 
-from worker.client import ConversationClient
-from worker.client.prepared import Prepared, Preparer, preparable
-from worker.envelopes.producer_bodies import CLIENT_METHODS
+from worker.client import CheckedInput, ConversationClient
 from worker.errors import InboxFullError, InputError, StoreError
 from worker.inlet.messages import Unacceptable, entry_span, parse_message
 
@@ -47,13 +45,14 @@ def dead_stream(stream: str) -> str:
     return f"{stream}:dead"
 
 
-def _queue(waves: list[list[tuple[bytes, Prepared]]], depth: dict[str, int], eid: bytes, prepared: Prepared) -> None:
-    """Put ``prepared`` in the first wave that holds no input of its conversation yet (``depth``: how many waves
+def _queue(waves: list[list[tuple[bytes, CheckedInput]]], depth: dict[str, int], eid: bytes,
+           checked: CheckedInput) -> None:
+    """Put ``checked`` in the first wave that holds no input of its conversation yet (``depth``: how many waves
     hold one)."""
-    n = depth[prepared.conversation_id] = depth.get(prepared.conversation_id, 0) + 1
+    n = depth[checked.conversation_id] = depth.get(checked.conversation_id, 0) + 1
     if n > len(waves):
         waves.append([])
-    waves[n - 1].append((eid, prepared))
+    waves[n - 1].append((eid, checked))
 
 
 def _sid(entry_id: bytes | str) -> tuple[int, int]:
@@ -75,14 +74,12 @@ class Inlet:
     retry_seconds: float = 1.0
     block_ms: int = 1000
     _held: Any = field(default=None, init=False, repr=False)
-    _preparer: Preparer = field(init=False, repr=False)
     _retry_at: float = field(default=0.0, init=False)
     _claim_at: float = field(default=0.0, init=False)
 
     def __post_init__(self) -> None:
         source = importlib.resources.files("worker.inlet").joinpath("held.lua").read_text()
         self._held = self.r.register_script(source)
-        self._preparer = Preparer(self.client)
 
     def ensure_group(self) -> None:
         """Create the group (from the stream's start: entries written before the first inlet ran are not skipped)."""
@@ -150,12 +147,13 @@ class Inlet:
         per conversation: the first entry of every conversation, then the second, ... A conversation whose entry is
         held (an older entry pending elsewhere, a full mailbox) has its later entries of the batch held too, so
         nothing overtakes it; and within a wave no two inputs of a conversation can race a worker's drain. What is
-        not a plain input (a reset, a scheduled input: :func:`~worker.client.prepared.preparable`) goes through the
-        client's own method, once the waves of the entries before it are in."""
+        not a plain input (a reset, a scheduled input, an answered event:
+        :attr:`~worker.client.builder.CheckedInput.plain`) is accepted alone, once the waves of the entries before it
+        are in."""
         outcomes: dict[bytes, str] = {}
         held: set[str] = set()  # held while reading the batch: the entries after it wait, not those before
         full: set[str] = set()  # found full while accepting: its entries in later waves wait
-        waves: list[list[tuple[bytes, Prepared]]] = []
+        waves: list[list[tuple[bytes, CheckedInput]]] = []
         depth: dict[str, int] = {}
         for eid, fields in entries:
             try:
@@ -171,11 +169,11 @@ class Inlet:
                 continue
             kwargs = msg.body.arguments()
             kwargs.setdefault("message_id", f"{self.stream}/{eid.decode()}")
-            method = CLIENT_METHODS[msg.kind]
             try:
-                if preparable(msg.kind, kwargs):
+                checked = self.client.inputs.build(msg.kind, cid, kwargs)
+                if checked.plain:
                     with entry_span(cid, fields.get(TRACE_FIELD)):
-                        _queue(waves, depth, eid, self._preparer.prepare(method, cid, kwargs))
+                        _queue(waves, depth, eid, self.client.intake.traced(checked))
                     continue
                 if not self._send(waves, full, outcomes):
                     return outcomes
@@ -183,7 +181,7 @@ class Inlet:
                 if cid in full:
                     raise InboxFullError(cid)
                 with entry_span(cid, fields.get(TRACE_FIELD)):
-                    done = getattr(self.client, method)(cid, **kwargs)
+                    done = self.client.intake.accept(checked)
                 outcomes[eid] = "duplicate" if done.duplicate else "accepted"
             except InboxFullError:
                 log.warning("inlet: %s's mailbox is full; entry %s held", cid, eid.decode())
@@ -197,7 +195,7 @@ class Inlet:
         self._send(waves, full, outcomes)
         return outcomes
 
-    def _send(self, waves: list[list[tuple[bytes, Prepared]]], full: set[str], outcomes: dict[bytes, str]) -> bool:
+    def _send(self, waves: list[list[tuple[bytes, CheckedInput]]], full: set[str], outcomes: dict[bytes, str]) -> bool:
         """Accept the waves in order; ``False`` when the store is unavailable (the rest stays pending)."""
         for wave in waves:
             try:
@@ -207,22 +205,22 @@ class Inlet:
                 return False
         return True
 
-    def _accept_wave(self, wave: list[tuple[bytes, Prepared]], full: set[str], outcomes: dict[bytes, str]) -> None:
+    def _accept_wave(self, wave: list[tuple[bytes, CheckedInput]], full: set[str],
+                     outcomes: dict[bytes, str]) -> None:
         tried = []
-        for eid, prepared in wave:
-            if prepared.conversation_id in full:  # an earlier wave's entry of it found the mailbox full
+        for eid, checked in wave:
+            if checked.conversation_id in full:  # an earlier wave's entry of it found the mailbox full
                 outcomes[eid] = "held"
             else:
-                tried.append((eid, prepared))
-        results = self.client.store.accept_many(
-            [(p.conversation_id, p.envelope.to_bytes(), p.message_id, p.inbound) for _, p in tried])
-        for (eid, prepared), result in zip(tried, results, strict=True):
+                tried.append((eid, checked))
+        results = self.client.intake.accept_many([checked for _, checked in tried])
+        for (eid, checked), result in zip(tried, results, strict=True):
             if isinstance(result, InboxFullError):
-                log.warning("inlet: %s's mailbox is full; entry %s held", prepared.conversation_id, eid.decode())
-                full.add(prepared.conversation_id)
+                log.warning("inlet: %s's mailbox is full; entry %s held", checked.conversation_id, eid.decode())
+                full.add(checked.conversation_id)
                 outcomes[eid] = "held"
             else:
-                outcomes[eid] = "duplicate" if self._preparer.accepted(prepared, result).duplicate else "accepted"
+                outcomes[eid] = "duplicate" if result.duplicate else "accepted"
 
     def _blockers(self, entries: list[Any]) -> dict[str, tuple[int, int]]:
         ids = [eid for eid, _ in entries]

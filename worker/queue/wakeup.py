@@ -87,6 +87,17 @@ def celery_waker(settings: Settings, task: str = DRAIN) -> CeleryWaker:
     return CeleryWaker(conf["broker_url"], task=task, conf=conf)
 
 
+def wake_needed(*, accepted: bool, was_empty: bool, ended_hold: bool, every: bool = False) -> bool:
+    """Whether inputs that just joined a mailbox need a worker woken: the one rule of every way in (the client's
+    accepts, the timer loop's firing). Only the first input waiting needs one (``was_empty``): with more waiting, a
+    wake-up is already queued, or a worker is draining (its commit hands the new input back atomically), or the head
+    waits for its scheduled retry; the sweeper covers a worker that died. Fewer Celery tasks, same guarantees. An
+    input that ended a burst's quiet period (``ended_hold``) wakes one too: the burst is answered now, then the input.
+    ``every``: the producer does not coalesce wake-ups. accept.lua applies the same rule when it pushes the wake-up
+    itself (:class:`AcceptWake`); tests/store/test_store_wake.py holds the two together."""
+    return accepted and (was_empty or ended_hold or every)
+
+
 # Placeholders the captured message carries where each wake-up has its own value (none can occur in the rest).
 _TASK_ID = "@@parley-task-id@@"  # headers.id, headers.root_id, properties.correlation_id
 _DELIVERY_TAG = "@@parley-delivery-tag@@"  # properties.delivery_tag

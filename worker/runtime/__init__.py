@@ -1,6 +1,7 @@
-"""Wiring: builds the Redis client, store, model, chat and channel from :class:`~worker.settings.Settings`.
+"""Wiring: builds the model, chat, channel and service from :class:`~worker.settings.Settings` (the Redis client and
+the store come from :mod:`worker.queue.connections`).
 
-Shared by the Celery tasks, the producer client, the CLI and the demo, so that all of them agree.
+Shared by the Celery tasks, the CLI and the demo, so that all of them agree.
 """
 
 from __future__ import annotations
@@ -8,8 +9,6 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any
-
-import redis
 
 from worker.channels.channel import Channel, ConsoleChannel, WebhookChannel
 from worker.channels.window import ServiceWindow, Template
@@ -20,55 +19,16 @@ from worker.conversation.resident import ResidentCache
 from worker.conversation.tokens import CalibratingModel, UsageCalibratedCounter
 from worker.conversation.tools import Tool
 from worker.http.pool import use_lean_transport
-from worker.queue import sentinel
+from worker.queue.connections import build_store
+from worker.queue.connections import redis_client as redis_client  # an entry point others import from here
 from worker.runtime import compaction_chain
+from worker.runtime.numbers_file import numbers_from_settings
 from worker.service import ConversationService, MediaPreparer, Presence, ServiceConfig, Wake
 from worker.settings import Settings
-from worker.settings.business_numbers import numbers_from_settings
 from worker.store.interfaces import PaceStore
 from worker.store.limits import PaceLimits
-from worker.store.redis_store import ConversationStore, StoreLimits
 
 DEFAULT_MODELS = {"openai": "gpt-4o-mini", "anthropic": "claude-haiku-4-5", "local": "SmolLM2-135M-Instruct"}
-
-
-def redis_client(settings: Settings) -> Any:
-    """A redis-py client for conversation state (a cluster client when ``PARLEY_REDIS_CLUSTER`` is set)."""
-    url = settings.redis.effective_url()
-    if sentinel.is_sentinel(url):
-        return _sentinel_master(sentinel.parse(url), settings)
-    if settings.redis.cluster:
-        from redis.cluster import RedisCluster
-
-        return RedisCluster.from_url(url, max_connections=settings.redis.max_connections)
-    # Blocking: with a threads pool of hundreds, a thread waits for a free connection instead of failing with
-    # "Too many connections"; each holds one only for the length of a command or script.
-    pool = redis.BlockingConnectionPool.from_url(url, max_connections=settings.redis.max_connections, timeout=20,
-                                                 health_check_interval=30, socket_keepalive=True)
-    return redis.Redis(connection_pool=pool)
-
-
-def _sentinel_master(s: sentinel.SentinelURL, settings: Settings) -> Any:
-    """A client of whichever server the sentinels name master now: after a failover its next connection asks them
-    again, and a write the demoted master refuses (READONLY) drops the connection so the retry finds the new one."""
-    from redis.sentinel import Sentinel
-
-    kwargs = {"password": s.sentinel_password} if s.sentinel_password else {}
-    watchers = Sentinel(list(s.sentinels), socket_timeout=2.0,  # type: ignore[no-untyped-call]
-                        sentinel_kwargs={"socket_timeout": 2.0, **kwargs})
-    return watchers.master_for(  # type: ignore[no-untyped-call]
-        s.master, db=s.db, password=s.password, socket_timeout=10.0, socket_keepalive=True,
-        max_connections=settings.redis.max_connections, health_check_interval=30)
-
-
-def build_store(settings: Settings, client: Any = None) -> ConversationStore:
-    store, redis = settings.store, settings.redis
-    limits = StoreLimits(max_inbox=store.max_inbox, dedupe_max_ids=store.dedupe_max_ids, dedupe_ms=store.dedupe_ms,
-                         trace_max=store.trace_max, idle_ttl_ms=store.idle_ttl_ms, tombstone_ms=store.tombstone_ms,
-                         wait_replicas=redis.wait_replicas, wait_timeout_ms=redis.wait_timeout_ms,
-                         record_max=settings.record.stream_limit, max_timers=store.max_timers)
-    return ConversationStore(client if client is not None else redis_client(settings), prefix=settings.redis.key_prefix,
-                             limits=limits)
 
 
 def build_model_from_settings(settings: Settings) -> Model:

@@ -21,7 +21,7 @@ from worker.channels.channel import Channel
 from worker.conversation.chat import Chat
 from worker.conversation.resident import ResidentCache
 from worker.conversation.results import CompactionReport
-from worker.envelopes.inputs import Envelope, Spent
+from worker.envelopes.inputs import Envelope, InputKind, Spent
 from worker.errors import RetryLater
 from worker.service.config import ServiceConfig, Wake, observe_round_trip
 from worker.service.deliver.deliverer import Deliverer
@@ -98,7 +98,7 @@ class ConversationService:
                 metrics.COMPACTIONS.labels("failed" if report.errors else "noop").inc()
                 return False
             metrics.COMPACTION_SAVED.inc(max(0, report.tokens_before - report.tokens_after))
-            env = Envelope(kind="splice", conversation_id=cid, message_id=f"compact-{time.time_ns()}",
+            env = Envelope(kind=InputKind.SPLICE, conversation_id=cid, message_id=f"compact-{time.time_ns()}",
                            state=report.state, spent=_spent(report))
             self.store.accept(cid, env.to_bytes(), env.message_id, max_inbox=1 << 30)
             queued = True

@@ -2,8 +2,9 @@
 
 Each pass reads the conversations whose earliest timer is due from the global due index (one ZRANGEBYSCORE) and
 fires each with one atomic script (:meth:`~worker.store.timers.TimerStore.fire_due`): the due inputs join the
-mailbox through accept's checks, in due order, and a worker is woken when the mailbox was empty (as a producer's
-accept does; the sweeper is the net should that wake-up be lost). Any number of processes run the loop: a timer is
+mailbox through accept's checks, in due order, and a worker is woken by the producers' rule
+(:func:`~worker.queue.wakeup.wake_needed`: the mailbox was empty, or a burst's quiet period ended; the sweeper is the
+net should that wake-up be lost). Any number of processes run the loop: a timer is
 accepted by one of them, once, and the others' passes find nothing due. No Celery countdown is held per timer:
 what is held lives in Redis, so a worker's SIGKILL loses nothing and a Redis restart with AOF keeps it.
 
@@ -22,6 +23,7 @@ from dataclasses import dataclass, field
 
 from worker import metrics
 from worker.errors import StoreUnavailableError
+from worker.queue.wakeup import wake_needed
 from worker.store.interfaces import TimerFiringStore
 
 log = logging.getLogger("parley.timers")
@@ -60,7 +62,7 @@ class TimerLoop:
 
     def _fire(self, cid: str, score: float, now_ms: int) -> int:
         res = self.store.fire_due(cid, now_ms, score, retry_ms=self.retry_ms)
-        if res.accepted and (res.depth_before == 0 or res.ended_hold):
+        if wake_needed(accepted=res.accepted > 0, was_empty=res.depth_before == 0, ended_hold=res.ended_hold):
             self.wake(cid)
         if res.full:
             metrics.TIMERS_HELD_FULL.inc()

@@ -31,7 +31,7 @@ class AcceptResult:
 @dataclass(frozen=True)
 class WakePush:
     """A wake-up the accept script pushes itself onto the broker's queue (``queue``, a list on the same Redis), in
-    the same step, when the input needs one (see :meth:`~worker.store.mailbox.MailboxStore.accept`): ``message`` is
+    the same step, when the input needs one (see :meth:`~worker.store.accepts.AcceptStore.accept`): ``message`` is
     the Celery message, built by :class:`worker.queue.wakeup.AcceptWake`; ``every``: every accepted input pushes it, not
     only the one that needs a wake-up (the producer does not coalesce wake-ups)."""
 

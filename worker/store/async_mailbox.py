@@ -1,9 +1,9 @@
-"""The producer's accept on the event loop: the HTTP API queues an input without a thread hop (issue 29).
+"""The producer's accept on the event loop: the HTTP API queues an input without a thread hop.
 
-It is the blocking store's accept (:meth:`~worker.store.mailbox.MailboxStore.accept`) sent over the loop's own
+It is the blocking store's accept (:meth:`~worker.store.accepts.AcceptStore.accept`) sent over the loop's own
 pipelined connection (:mod:`worker.store.async_scripts`):
-the same ACCEPT script, built with the same KEYS and ARGV by the store itself (``_accept_call``), answered the same
-way (``_accepted``: a duplicate, or :class:`~worker.errors.InboxFullError` for a full mailbox) and with redis-py's
+the same ACCEPT script, built with the same KEYS and ARGV by the store itself (``accept_request``), answered the same
+way (``accept_answer``: a duplicate, or :class:`~worker.errors.InboxFullError` for a full mailbox) and with redis-py's
 errors mapped the same way (an outage is :class:`~worker.errors.StoreUnavailableError`). Nothing of the mailbox's
 semantics lives here, only the transport.
 
@@ -20,43 +20,41 @@ from __future__ import annotations
 import asyncio
 
 from worker.store import lua
+from worker.store.accepts import AcceptStore
 from worker.store.answers import AcceptResult, WakePush
 from worker.store.async_scripts import AsyncScript, AsyncWire, WireSettings
-from worker.store.mailbox import MailboxStore
 from worker.store.redis_errors import async_store_errors
-from worker.store.scripts import AcceptReply
 
 
 class AsyncAccept:
     """:meth:`accept` on the running event loop, for ``store`` (build it with :func:`for_store`)."""
 
-    def __init__(self, store: MailboxStore) -> None:
+    def __init__(self, store: AcceptStore, wire: WireSettings) -> None:
         self.store = store
+        self._wire = wire
         self._loop: asyncio.AbstractEventLoop | None = None
         self._script: AsyncScript | None = None
 
     def _script_for_loop(self) -> AsyncScript:
         loop = asyncio.get_running_loop()
         if self._script is None or self._loop is not loop:
-            settings = WireSettings.of(self.store._client)
-            assert settings is not None  # for_store checked it
-            self._script = AsyncScript(AsyncWire(settings), lua.ACCEPT, self.store._scripts.replication)
+            self._script = AsyncScript(AsyncWire(self._wire), lua.ACCEPT, self.store.replication)
             self._loop = loop
         return self._script
 
     @async_store_errors
     async def accept(self, cid: str, envelope: bytes, input_id: str, *, max_inbox: int | None = None,
-                     inbound: bool = False, wake: WakePush | None = None) -> AcceptResult:
-        """As :meth:`MailboxStore.accept <worker.store.mailbox.MailboxStore.accept>`, awaited on the loop (never on a
+                     inbound: bool = False, ends_burst: bool = False, wake: WakePush | None = None,
+                     reset: bool = False) -> AcceptResult:
+        """As :meth:`AcceptStore.accept <worker.store.accepts.AcceptStore.accept>`, awaited on the loop (never on a
         Cluster: :func:`for_store`)."""
-        limit = max_inbox or self.store.limits.max_inbox
-        script_keys, args = self.store._accept_call(cid, envelope, input_id, limit, inbound, wake=wake)
-        reply = await self._script_for_loop()(script_keys, args, what="accept")
-        return self.store._accepted(cid, AcceptReply.parse(reply), limit)
+        request = self.store.accept_request(cid, envelope, input_id, max_inbox=max_inbox, inbound=inbound,
+                                            ends_burst=ends_burst, wake=wake, reset=reset)
+        reply = await self._script_for_loop()(request.keys, request.args, what="accept")
+        return self.store.accept_answer(request, reply)
 
 
-def for_store(store: MailboxStore) -> AsyncAccept | None:
+def for_store(store: AcceptStore) -> AsyncAccept | None:
     """The event loop's accept for ``store``, or ``None`` when its client does not qualify (see the module)."""
-    if store._cluster or WireSettings.of(store._client) is None:
-        return None
-    return AsyncAccept(store)
+    wire = store.loop_wire()
+    return None if wire is None else AsyncAccept(store, wire)

@@ -26,8 +26,8 @@ class Idle(IntEnum):
     HELD = -2
 
 
-class Accepted(IntEnum):
-    """ACCEPT's answer."""
+class AcceptCode(IntEnum):
+    """ACCEPT's answer (and SCHEDULE's)."""
 
     ACCEPTED = 1
     DUPLICATE = 0

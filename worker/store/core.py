@@ -13,7 +13,8 @@ from worker.store.keys import ConversationKeys, GlobalKeys, RecordKeys
 from worker.store.limits import StoreLimits
 from worker.store.redis_errors import store_errors
 from worker.store.replication import Replication
-from worker.store.scripts import RecordArgs, Scripts
+from worker.store.script_args import RecordArgs
+from worker.store.scripts import Scripts
 
 _KEYS_CACHED = 4096
 # The keys of a conversation that expire when it has been idle ``limits.idle_ttl_ms``. ``paused`` among them: a

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from worker.errors import StoreError
 from worker.store.answers import OutboxHead
-from worker.store.scripts import ClaimReply
+from worker.store.script_replies import ClaimReply
 
 
 def split_entry(entry: bytes) -> tuple[str, bytes]:

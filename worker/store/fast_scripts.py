@@ -14,8 +14,8 @@ matters of that layer and drops the rest:
 - a server that forgot the script (restart, ``SCRIPT FLUSH``, failover to a replica that never loaded it) gets it
   with ``SCRIPT LOAD`` on the same connection, then the call is sent again.
 
-Only a plain :class:`redis.Redis` qualifies (what :func:`worker.runtime.redis_client` builds for a standalone or
-Sentinel-managed server). A Cluster client routes by slot and fakeredis has no wire; both keep redis-py's
+Only a plain :class:`redis.Redis` qualifies (what :func:`worker.queue.connections.redis_client` builds for a standalone
+or Sentinel-managed server). A Cluster client routes by slot and fakeredis has no wire; both keep redis-py's
 ``Script``, and so does a call inside a pipeline (``client=`` given: the WAIT of :mod:`worker.store.replication`).
 """
 

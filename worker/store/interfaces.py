@@ -25,13 +25,13 @@ from worker.store.answers import (
     WakePush,
 )
 from worker.store.limits import PaceLimits
-from worker.store.scripts import FireReply
+from worker.store.script_replies import FireReply
 
 
 @runtime_checkable
 class DrainStore(Protocol):
-    """The mailbox side: accepting inputs, draining them under a fenced lease, compaction's flag and read
-    (:class:`~worker.store.mailbox.MailboxStore`), the turn journal
+    """The mailbox side: accepting inputs (:class:`~worker.store.accepts.AcceptStore`), draining them under a fenced
+    lease, compaction's flag and read (:class:`~worker.store.mailbox.MailboxStore`), the turn journal
     (:class:`~worker.store.journal.TurnJournalStore`) and whether a person has taken the conversation over
     (:class:`~worker.store.pauses.PauseStore`)."""
 

@@ -1,5 +1,5 @@
-"""The mailbox side of the store: what producers and the drain call (accept, begin, commit, release, retries,
-holds, quarantine, the compaction flag and the lease-free state read)."""
+"""The drain's side of the mailbox: begin, commit, release, retries, holds, quarantine, the compaction flag and the
+lease-free state read (producers accept inputs through :mod:`worker.store.accepts`)."""
 
 from __future__ import annotations
 
@@ -8,13 +8,12 @@ from collections.abc import Sequence
 
 import msgpack
 
-from worker.errors import InboxFullError
-from worker.store.answers import AcceptResult, Begin, CommitResult, Pause, Snapshot, StateRead, WakePush
-from worker.store.codes import Accepted, Idle, Refusal, refused
+from worker.store.answers import Begin, CommitResult, Pause, Snapshot, StateRead
+from worker.store.codes import Idle, Refusal, refused
 from worker.store.core import StoreCore
 from worker.store.entry_codec import claimed_head, join_entry, split_all, split_entry
 from worker.store.redis_errors import store_errors
-from worker.store.scripts import AcceptArgs, AcceptReply, CommitReply, accept_call
+from worker.store.script_replies import CommitReply
 
 
 def utc_day(at: float | None = None) -> str:
@@ -23,87 +22,8 @@ def utc_day(at: float | None = None) -> str:
 
 
 class MailboxStore(StoreCore):
-    """Inputs in, state and replies out, one fenced lease holder at a time."""
-
-    @store_errors
-    def accept(self, cid: str, envelope: bytes, input_id: str, *, max_inbox: int | None = None,
-               inbound: bool = False, ends_burst: bool = False, wake: WakePush | None = None,
-               reset: bool = False) -> AcceptResult:
-        """Append an input to the mailbox unless its id was accepted before. ``inbound``: the input is a message the
-        player sent; the time of its first acceptance is kept as the conversation's last inbound message (see
-        :meth:`~worker.store.outbox.OutboxStore.last_inbound`). ``ends_burst``: a game event the model answers, a
-        reset or a person's message; accepted, it ends the hold of a burst's quiet period in the same step
-        (``ended_hold``: wake a worker).
-        ``wake``: the broker is this Redis, and the script pushes this wake-up itself when the input needs one
-        (``woken`` says it did; the caller publishes none then). Ignored on a Cluster (the broker's queue is in
-        another slot): ``woken`` stays False and the caller wakes as before. ``reset``: the input is a reset sent at
-        once; accepted (not a duplicate, not refused), it drops every timer the conversation holds in the same step.
-
-        Raises :class:`~worker.errors.InboxFullError` when the mailbox holds ``max_inbox`` inputs.
-        """
-        limit = max_inbox or self.limits.max_inbox
-        script_keys, args = self._accept_call(cid, envelope, input_id, limit, inbound, ends_burst,  # id checked first
-                                              None if self._cluster else wake, reset)
-        # The sweeper must know of any conversation that might have work, so the pending mark comes first: in
-        # the same script on a standalone Redis (one round trip), before it on a Cluster (another slot). Its score
-        # is when work appeared (see accept.lua): on a Cluster it is stamped after the script that found the mailbox
-        # empty (a sweeper that removed the mark in between, having found the mailbox empty, is undone by it).
-        if self._cluster:
-            self._client.zadd(self.global_keys.pending, {cid: args.now_ms}, nx=True)
-        res = self._accepted(cid, self._scripts.accept(keys=script_keys, args=args), limit)
-        if self._cluster and res.accepted and res.depth == 1:
-            self._client.zadd(self.global_keys.pending, {cid: args.now_ms})
-        return res
-
-    @store_errors
-    def accept_many(self, inputs: Sequence[tuple[str, bytes, str, bool]]) -> list[AcceptResult | InboxFullError]:
-        """:meth:`accept` for each ``(cid, envelope, input_id, inbound)``, sent in one round trip (a pipeline, run in
-        this order): an input of a full mailbox answers its :class:`~worker.errors.InboxFullError` in its place.
-        A Cluster client accepts them one by one. Raises :class:`~worker.errors.StoreUnavailableError` for an
-        outage (some may have gone in: sent again, they are duplicates)."""
-        if self._cluster or not inputs:
-            return [self._accept_or_full(*one) for one in inputs]
-        limit = self.limits.max_inbox
-        pipe = self._client.pipeline(transaction=False)
-        for cid, envelope, input_id, inbound in inputs:
-            script_keys, args = self._accept_call(cid, envelope, input_id, limit, inbound)
-            self._scripts.accept_in(pipe=pipe, keys=script_keys, args=args)
-        replies = self._scripts.replication.execute(pipe, what="accept")
-        return [self._accepted_or_full(cid, AcceptReply.parse(reply), limit)
-                for (cid, *_), reply in zip(inputs, replies, strict=True)]
-
-    def _accept_or_full(self, cid: str, envelope: bytes, input_id: str, inbound: bool) -> AcceptResult | InboxFullError:
-        try:
-            return self.accept(cid, envelope, input_id, inbound=inbound)
-        except InboxFullError as exc:
-            return exc
-
-    @classmethod
-    def _accepted_or_full(cls, cid: str, res: AcceptReply, limit: int) -> AcceptResult | InboxFullError:
-        try:
-            return cls._accepted(cid, res, limit)
-        except InboxFullError as exc:
-            return exc
-
-    def _accept_call(self, cid: str, envelope: bytes, input_id: str, limit: int, inbound: bool,
-                     ends_burst: bool = False, wake: WakePush | None = None,
-                     reset: bool = False) -> tuple[list[str], AcceptArgs]:
-        """ACCEPT's KEYS and ARGV for one input: what the blocking accept above and the event loop's
-        (:class:`~worker.store.async_mailbox.AsyncAccept`) both send."""
-        keys = self.keys(cid)
-        return accept_call(
-            keys=keys, pending=None if self._cluster else self.global_keys.pending, ttl_keys=self._ttl_keys(keys),
-            input_id=input_id, entry=join_entry(input_id, envelope), now_ms=self._now_ms(), max_inbox=limit,
-            dedupe_max=self.limits.dedupe_max_ids, dedupe_ms=self.limits.dedupe_ms, ttl_ms=self.limits.idle_ttl_ms,
-            inbound=inbound, ends_burst=ends_burst, wake=wake, reset=reset)
-
-    @staticmethod
-    def _accepted(cid: str, res: AcceptReply, limit: int) -> AcceptResult:
-        """ACCEPT's reply as the producer sees it; a full mailbox raises :class:`~worker.errors.InboxFullError`."""
-        if res.code == Accepted.FULL:
-            raise InboxFullError(f"conversation {cid} has {res.depth} inputs waiting; the limit is {limit}")
-        return AcceptResult(accepted=res.code == Accepted.ACCEPTED, duplicate=res.code == Accepted.DUPLICATE,
-                            depth=res.depth, ended_hold=res.ended_hold, woken=res.woken)
+    """Inputs taken from the head, state and replies out, one fenced lease holder at a time; inputs come in through
+    :class:`~worker.store.accepts.AcceptStore`."""
 
     @store_errors
     def begin(self, cid: str, lease_ms: int, *, peek: int = 0, have: str = "") -> Begin:

@@ -10,7 +10,7 @@ from worker.store.codes import refused
 from worker.store.core import StoreCore
 from worker.store.entry_codec import claimed_head
 from worker.store.redis_errors import store_errors
-from worker.store.scripts import ClaimReply
+from worker.store.script_replies import ClaimReply
 
 
 class OutboxStore(StoreCore):

@@ -5,10 +5,11 @@ of ``worker/store/lua/``, called through :mod:`worker.store.scripts`), so it is 
 Cluster; the only global keys (the sweeper's ``pending`` set and the dead-letter index) are updated by separate
 commands, ordered so that a crash between them strands nothing.
 
-:class:`ConversationStore` is the composition of nine parts split by who calls them, over one shared core
+:class:`ConversationStore` is the composition of the parts split by who calls them, over one shared core
 (:class:`~worker.store.core.StoreCore`: client, prefix, limits, scripts):
 
-- :class:`~worker.store.mailbox.MailboxStore`: producers and the drain;
+- :class:`~worker.store.accepts.AcceptStore`: producers' inputs into the mailbox;
+- :class:`~worker.store.mailbox.MailboxStore`: the drain;
 - :class:`~worker.store.journal.TurnJournalStore`: the drain's turn journal;
 - :class:`~worker.store.outbox.OutboxStore`: delivery, with the customer-service window's clock;
 - :class:`~worker.store.delivery_statuses.DeliveryStatusStore`: status webhooks, and the ingress's word that it
@@ -31,6 +32,7 @@ from typing import Any
 
 import redis
 
+from worker.store.accepts import AcceptStore
 from worker.store.admin import AdminStore
 from worker.store.answers import (
     AcceptResult,
@@ -66,9 +68,8 @@ __all__ = ["AcceptResult", "Backlog", "Begin", "CommitResult", "ConversationStor
            "split_entry"]
 
 
-class ConversationStore(MailboxStore, TurnJournalStore, OutboxStore, DeliveryStatusStore, SharedPaceStore, AdminStore,
-                        AutoscalingStore, RecordStreamStore, TimerStore, GameContextStore,
-                        PauseStore):
+class ConversationStore(AcceptStore, MailboxStore, TurnJournalStore, OutboxStore, DeliveryStatusStore, SharedPaceStore,
+                        AdminStore, AutoscalingStore, RecordStreamStore, TimerStore, GameContextStore, PauseStore):
     """Conversation storage on Redis (standalone, Sentinel-managed or Cluster)."""
 
 

@@ -21,11 +21,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from worker.errors import InboxFullError
-from worker.store.codes import Accepted
+from worker.store.codes import AcceptCode
 from worker.store.core import StoreCore
 from worker.store.entry_codec import join_entry, split_entry
 from worker.store.redis_errors import store_errors
-from worker.store.scripts import FireArgs, FireReply
+from worker.store.script_args import FireArgs
+from worker.store.script_replies import FireReply
 
 
 @dataclass(frozen=True)
@@ -55,7 +56,7 @@ class TimerStore(StoreCore):
                  reset: bool = False, ends_burst: bool = False) -> Scheduled:
         """Hold an input until ``due_ms``, unless its id is held or was accepted before. ``inbound``,
         ``reset`` and ``ends_burst`` are what the input does when it is accepted (see
-        :meth:`~worker.store.mailbox.MailboxStore.accept`; a reset drops the timers still held behind it).
+        :meth:`~worker.store.accepts.AcceptStore.accept`; a reset drops the timers still held behind it).
 
         Raises :class:`~worker.errors.InboxFullError` when the conversation holds ``limits.max_timers`` timers.
         """
@@ -67,11 +68,11 @@ class TimerStore(StoreCore):
         code, held = self._scripts.schedule(keys=keys, index=None if self._cluster else index, input_id=input_id,
                                             held=flags + join_entry(input_id, envelope), due_ms=due_ms,
                                             max_timers=self.limits.max_timers)
-        if self._cluster and code == Accepted.ACCEPTED:
+        if self._cluster and code == AcceptCode.ACCEPTED:
             self._client.zadd(index, {cid: due_ms}, lt=True)
-        if code == Accepted.FULL:
+        if code == AcceptCode.FULL:
             raise InboxFullError(f"conversation {cid} holds {held} timers; the limit is {self.limits.max_timers}")
-        return Scheduled(code == Accepted.ACCEPTED, code == Accepted.DUPLICATE, held)
+        return Scheduled(code == AcceptCode.ACCEPTED, code == AcceptCode.DUPLICATE, held)
 
     @store_errors
     def cancel_scheduled(self, cid: str, input_id: str) -> bool:

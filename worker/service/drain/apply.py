@@ -20,7 +20,7 @@ from worker import metrics
 from worker.channels.split import split_message
 from worker.conversation.resident import ResidentCache
 from worker.envelopes.inputs import DeadLetter as DeadRecord
-from worker.envelopes.inputs import ReplyRecord, decode_envelope
+from worker.envelopes.inputs import InputKind, ReplyRecord, decode_envelope
 from worker.errors import EnvelopeError
 from worker.observability import tracing
 from worker.service.config import ServiceConfig, Wake, count_pinned_dropped
@@ -48,7 +48,7 @@ from worker.store.interfaces import DrainStore
 log = logging.getLogger("parley.service")
 
 # Bound once: looking a labelled child up costs more than the increment (every turn).
-_MESSAGES_APPLIED = metrics.INPUTS.labels("message", "applied")
+_MESSAGES_APPLIED = metrics.INPUTS.labels(InputKind.MESSAGE, "applied")
 
 
 def apology_for(text: str, cid: str, snap: Snapshot) -> ReplyRecord | None:
@@ -60,7 +60,7 @@ def apology_for(text: str, cid: str, snap: Snapshot) -> ReplyRecord | None:
         env = decode_envelope(snap.input or b"")
     except EnvelopeError:
         return None
-    if env.kind != "message" or env.conversation_id != cid:
+    if env.kind is not InputKind.MESSAGE or env.conversation_id != cid:
         return None
     return ReplyRecord(reply_id=env.message_id, conversation_id=cid, recipient=env.recipient or cid,
                        parts=[text], reply_to=env.reply_to, traceparent=tracing.current())
@@ -95,13 +95,13 @@ class Applier:
         metrics.TURN_SECONDS.observe(time.perf_counter() - a.started)
         kinds = [p.env.kind for p in inputs]
         answered = answers_event(inputs)  # the game's event answered: counted apart from the player's turns
-        _MESSAGES_APPLIED.inc(kinds.count("message"))
-        if "event" in kinds:
-            metrics.INPUTS.labels("event", "answered" if answered else "applied").inc(kinds.count("event"))
+        _MESSAGES_APPLIED.inc(kinds.count(InputKind.MESSAGE))
+        if InputKind.EVENT in kinds:
+            metrics.INPUTS.labels(InputKind.EVENT, "answered" if answered else "applied").inc(kinds.count(InputKind.EVENT))
         metrics.BURST_INPUTS.observe(len(inputs))
         count_pinned_dropped(result.pinned_dropped)
         log.info("turn applied", extra={"conversation_id": run.cid, "message_id": inputs[0].id,
-                                        "kind": "event" if answered else "message",
+                                        "kind": InputKind.EVENT if answered else InputKind.MESSAGE,
                                         "inputs": len(inputs), "parts": len(a.reply.parts),
                                         "finish": result.finish_reason})
         self.after_reply(run, done, (a.data, a.reply))
@@ -136,13 +136,13 @@ class Applier:
         """A paused conversation's turn: its inputs saved in the state, no reply (the person answers)."""
         version = self.commits.quarantine(run, snap, w.quarantine)
         head, last = w.inputs[0].env, w.inputs[-1].env
-        trace: dict[str, Any] = {"paused": True, "notice" if last.kind == "notice" else "user": last.text}
+        trace: dict[str, Any] = {"paused": True, "notice" if last.kind is InputKind.NOTICE else "user": last.text}
         if len(w.inputs) > 1:
             trace["burst"] = [p.id for p in w.inputs]
         done = self.commits.commit(run, version, head, w.state, None, trace, also=w.also, resident=w.resident,
                                    record=self.hooks.entry(run, snap, w, None))
         metrics.PAUSED_TURNS.labels("withheld").inc()
-        for kind in ("message", "event"):
+        for kind in (InputKind.MESSAGE, InputKind.EVENT):
             n = sum(1 for p in w.inputs if p.env.kind == kind)
             if n:
                 metrics.INPUTS.labels(kind, "withheld").inc(n)
@@ -155,7 +155,7 @@ class Applier:
         done = self.commits.commit(run, version, s.env, s.state, s.data, {"operator": True, "reply": s.env.text},
                                    claim_delivery=self.config.delivery.deliver_inline, resident=s.resident,
                                    record=self.hooks.entry(run, snap, s, s.reply))
-        metrics.INPUTS.labels("operator", "applied").inc()
+        metrics.INPUTS.labels(InputKind.OPERATOR, "applied").inc()
         metrics.OPERATOR_MESSAGES.inc()
         self.after_reply(run, done, (s.data, s.reply))
         self._grew(run, s.pinned_dropped, s.needs_compaction)

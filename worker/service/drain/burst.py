@@ -24,7 +24,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from worker.envelopes.inputs import BURSTABLE, Envelope, decode_envelope
+from worker.envelopes.inputs import BURSTABLE, Envelope, InputKind, decode_envelope
 from worker.errors import EnvelopeError
 from worker.settings import Burst
 
@@ -40,7 +40,7 @@ def alone(policy: BurstPolicy, p: Pending) -> bool:
     """A picture without a caption that the model cannot see becomes a short answer, not a turn: it goes alone, in
     its place."""
     env = p.env
-    return (env.kind == "message" and env.media is not None and not policy.reads_images
+    return (env.kind is InputKind.MESSAGE and env.media is not None and not policy.reads_images
             and not (env.text and env.text.strip()))
 
 
@@ -54,7 +54,7 @@ class Pending:
 
 def answers_event(inputs: Sequence[Pending]) -> bool:
     """Whether a turn's ``inputs`` are a game event the model answers (always alone: it ends a burst)."""
-    return len(inputs) == 1 and inputs[0].env.kind == "event" and bool(inputs[0].env.respond)
+    return len(inputs) == 1 and inputs[0].env.answered_event
 
 
 def _joins(policy: BurstPolicy, item: Pending) -> bool:
@@ -98,7 +98,7 @@ def _run(head: Pending, after: Sequence[Pending | None], policy: BurstPolicy,
             closed = True
             break
         run.append(item)
-    while run[-1].env.kind != "message":
+    while run[-1].env.kind is not InputKind.MESSAGE:
         run.pop()  # events after the last message are applied after the reply; the player may still be typing
     return run, closed or len(run) >= limit
 
@@ -112,7 +112,7 @@ def decide(head: Pending, after: Sequence[Pending | None], policy: BurstPolicy, 
     run, closed = _run(head, after, policy, policy.max_messages)
     if closed or not complete:
         return Decision(tuple(run))
-    messages = [p.env.accepted_at for p in run if p.env.kind == "message"]
+    messages = [p.env.accepted_at for p in run if p.env.kind is InputKind.MESSAGE]
     first, last = messages[0], messages[-1]
     if max(messages) > now + CLOCK_SKEW:
         return Decision(tuple(run))
@@ -131,7 +131,7 @@ def extend(burst: Sequence[Pending], after: Sequence[Pending | None], policy: Bu
         if len(burst) + len(run) >= policy.max_messages or item is None or not _joins(policy, item):
             break
         run.append(item)
-    while run and run[-1].env.kind != "message":
+    while run and run[-1].env.kind is not InputKind.MESSAGE:
         run.pop()
     return tuple(burst) + tuple(run)
 

@@ -14,7 +14,7 @@ from dataclasses import replace
 
 from worker import metrics
 from worker.conversation.chat import Chat
-from worker.envelopes.inputs import Envelope, decode_envelope
+from worker.envelopes.inputs import Envelope, InputKind, decode_envelope
 from worker.errors import AuthenticationError, EnvelopeError, InputError, ModelError
 from worker.service.config import ServiceConfig
 from worker.service.drain import failures, recovery
@@ -60,21 +60,21 @@ class Decider:
 
     def _envelope(self, run: DrainRun, env: Envelope, snap: Snapshot) -> Outcome:
         state = run.state_of(snap)
-        if env.kind == "message":
+        if env.kind is InputKind.MESSAGE:
             return self._chat_turn(run, Pending(env.message_id, env), snap)
-        if env.kind == "notice":
+        if env.kind is InputKind.NOTICE:
             return self.hooks.notice(run, Pending(env.message_id, env)) or Notice(env, env.text or "", "producer")
-        if env.kind == "event" and env.respond:
+        if env.kind is InputKind.EVENT and env.respond:
             return self._chat_turn(run, Pending(env.message_id, env), snap)  # the model answers it
-        if env.kind == "event":
+        if env.kind is InputKind.EVENT:
             result = self.chat.apply_event(state, env.text or "", pinned=env.pinned, from_player=bool(env.from_player),
                                            key=env.key)
             return Applied(env, result.state, {"event": env.text}, result.resident,
                            quarantine_of(state, result.state_problem), result.needs_compaction,
                            result.pinned_dropped)
-        if env.kind == "reset":
+        if env.kind is InputKind.RESET:
             return Applied(env, b"", {"reset": True})
-        if env.kind == "operator":
+        if env.kind is InputKind.OPERATOR:
             return speak(self.chat, state, env, run.cid)
         spliced = self.chat.splice(state, env.state or b"")
         return Spliced(env, spliced.state if spliced.applied else None, spliced.applied, spliced.reason,

@@ -19,7 +19,7 @@ from worker.channels.split import split_message
 from worker.conversation import messages as msgs
 from worker.conversation.chat import Chat, State
 from worker.conversation.messages import MediaRef, Message
-from worker.envelopes.inputs import Envelope, ReplyRecord
+from worker.envelopes.inputs import Envelope, InputKind, ReplyRecord
 from worker.envelopes.reply_parts import OutPart, render
 from worker.observability import tracing
 from worker.service.drain.outcomes import Spoken, Withheld, quarantine_of
@@ -28,7 +28,7 @@ from worker.service.drain.outcomes import Spoken, Withheld, quarantine_of
 def _as_said(env: Envelope) -> Message:
     """What the state keeps of one input of a paused turn: a chat message as the player's (a photo by its
     reference: nothing is fetched), an event as the game's (or the player's, when they sent it)."""
-    if env.kind == "event":
+    if env.kind is InputKind.EVENT:
         # A keyed event sets its fact (below) and is kept as a plain event, as an answered keyed event is.
         return msgs.event(env.text or "", pinned=env.pinned and env.key is None, from_player=bool(env.from_player))
     media = MediaRef(env.media.id, env.media.mime_type) if env.media is not None else None
@@ -39,8 +39,8 @@ def withhold(chat: Chat, state: State, paused: Withheld) -> Withheld:
     """``paused`` with the state its inputs make: added in order, no model call."""
     envs = [p.env for p in paused.inputs]
     result = chat.apply_messages(state, [_as_said(e) for e in envs],
-                                 from_player=any(e.kind == "message" or e.from_player for e in envs),
-                                 facts=[(e.key, e.text or "") for e in envs if e.kind == "event" and e.key is not None])
+                                 from_player=any(e.kind is InputKind.MESSAGE or e.from_player for e in envs),
+                                 facts=[(e.key, e.text or "") for e in envs if e.kind is InputKind.EVENT and e.key is not None])
     return Withheld(paused.inputs, paused.until, result.state, result.resident,
                     quarantine_of(state, result.state_problem), result.needs_compaction, result.pinned_dropped)
 

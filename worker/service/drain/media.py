@@ -30,7 +30,7 @@ from worker import metrics
 from worker.conversation import messages as msgs
 from worker.conversation.messages import MediaRef, Message
 from worker.conversation.model import Attachment
-from worker.envelopes.inputs import Envelope
+from worker.envelopes.inputs import Envelope, InputKind
 from worker.errors import InvalidMessageError, MediaRejectedError, MediaTokenError, MediaUnavailableError
 from worker.settings import Media, Webhook
 
@@ -95,7 +95,7 @@ class MediaPreparer:
         only the fetcher's own limit). Raises :class:`MediaUnavailableError` (or :class:`MediaTokenError`) when a
         fetch failed in a way that can pass (retry the input later), :class:`InvalidMessageError` for an envelope
         that is not a message."""
-        if env.kind != "message":
+        if env.kind is not InputKind.MESSAGE:
             raise InvalidMessageError(f"only a message is prepared for a turn, not a {env.kind}")
         caption = env.text or ""
         if env.media is None:

@@ -36,7 +36,7 @@ class Recorder:
         answered a game event (``respond``) is recorded as ``event_turn``, apart from the player's turns."""
         if not self.on:
             return None
-        answered = len(envs) == 1 and envs[0].kind == "event" and bool(envs[0].respond)
+        answered = len(envs) == 1 and envs[0].answered_event
         return entries.turn(cid, inputs=[input_of(e) for e in envs], reply_id=reply.reply_id, parts=[render(p) for p in reply.parts],
                             trail=trail, finish=result.finish_reason, model_calls=result.model_calls,
                             model=self.model, kind="event_turn" if answered else "turn")

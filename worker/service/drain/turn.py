@@ -15,7 +15,7 @@ from worker.conversation.chat import Chat, State, TurnResult
 from worker.conversation.messages import Message
 from worker.conversation.model import Attachment
 from worker.conversation.tools import turn_context
-from worker.envelopes.inputs import ReplyRecord
+from worker.envelopes.inputs import InputKind, ReplyRecord
 from worker.envelopes.reply_parts import OutPart, out_part
 from worker.observability import tracing
 from worker.service.config import ServiceConfig
@@ -118,7 +118,7 @@ class TurnRunner:
         out: list[Message] = []
         attachments: dict[str, Attachment] = {}
         for p in inputs:
-            if p.env.kind == "event":
+            if p.env.kind is InputKind.EVENT:
                 out.append(msgs.event(p.env.text or "", pinned=p.env.pinned, from_player=bool(p.env.from_player)))
                 continue
             prepared = self._prepare(p)

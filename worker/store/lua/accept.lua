@@ -22,8 +22,8 @@
 -- to cut.
 -- The wake-up (issue 33): when the broker is this same Redis, the producer hands over the Celery message kombu would
 -- have LPUSHed (built from kombu's own output, its ids made by the caller: this script stays deterministic) and it is
--- pushed here, in the same step, when the input needs a wake-up by the producer's rule (worker/client/,
--- _needs_wake): accepted, and the first input waiting, or it ended a burst's hold, or wake-ups are not coalesced.
+-- pushed here, in the same step, when the input needs a wake-up by the producers' rule (worker/queue/wakeup.py,
+-- wake_needed): accepted, and the first input waiting, or it ended a burst's hold, or wake-ups are not coalesced.
 -- A reset sent at once joins the order with no timers held behind it (docs/producers.md), so it drops them in the
 -- step that accepts it: a reset refused (FULL) leaves them held, and a producer's retry of it (the same message id, a
 -- duplicate) leaves alone the timers the game held after the first one joined the order.

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from contextlib import AbstractContextManager
 
+from worker.envelopes.inputs import InputKind
 from worker.service.drain.burst import Pending
 from worker.service.drain.hooks.base import DrainHook
 from worker.service.drain.outcomes import Defer
@@ -23,4 +24,4 @@ class Receipts(DrainHook):
 
     def deferred(self, run: DrainRun, defer: Defer) -> None:
         # The player sees their messages read and someone typing while the burst waits.
-        self.presence.acknowledge(run.cid, [p.id for p in defer.inputs if p.env.kind == "message"])
+        self.presence.acknowledge(run.cid, [p.id for p in defer.inputs if p.env.kind is InputKind.MESSAGE])

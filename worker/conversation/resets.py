@@ -1,0 +1,48 @@
+"""When a conversation starts over: after the player's long silence (the idle gap) or on a reset phrase. Only the
+player's turns move the idle clock; what the game said during the silence is kept for the player to come back to."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import replace
+
+from worker.conversation import messages as msgs
+from worker.conversation.messages import Message
+from worker.conversation.state import ConversationState
+
+_PUNCT = re.compile(r"[^\w\s]+")
+
+
+def normalise(text: str) -> str:
+    """A phrase as it is compared: case and punctuation ignored."""
+    return " ".join(_PUNCT.sub(" ", text.casefold()).split())
+
+
+def is_idle(st: ConversationState, now: float, gap: float | None) -> bool:
+    """The player has been silent longer than ``gap``: only their turns move the clock (a steady stream of game
+    events must not keep an abandoned conversation alive), and a player who never spoke has nothing to reset."""
+    last = st.meta.last_activity
+    return gap is not None and st.meta.turns > 0 and bool(last) and now - last > gap
+
+
+def silence(messages: Sequence[Message]) -> list[Message]:
+    """What was said after the player's last exchange (their last message and the model's answer to it): the game's
+    events, the model's answers to the events it answered, a person's messages. A slice that starts with a
+    person's words gets the game's note before it (a history starts on the player's side)."""
+    last = max((i for i, m in enumerate(messages) if m.role == "user"), default=-1)
+    since = last + 1
+    while since < len(messages) and messages[since].role in ("assistant", "tool") and \
+            messages[since].name != msgs.OPERATOR:
+        since += 1  # the model's answer to the player's last message: part of the old conversation
+    return msgs.opening(messages[since:])
+
+
+def fresh_after_idle(st: ConversationState, provider: str, now: float) -> ConversationState:
+    """A new conversation that keeps what was said after the player's last exchange and the keyed facts: what the
+    game told the model during the silence (its events, the answers to the events the model answered, a person's
+    messages: what the player may be answering), and the game's current facts (the target), are the context the
+    player comes back to."""
+    fresh = replace(ConversationState.fresh(provider, now=now), facts=st.facts, preamble_facts=st.facts)
+    kept = silence(st.messages)
+    return fresh.append(*kept) if kept else fresh

@@ -1,0 +1,21 @@
+"""Logs and metrics."""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from pydantic import Field
+
+from worker.settings.group import Group
+
+
+class Observability(Group):
+    """Logs and metrics."""
+
+    heading: ClassVar[str] = "Logs and metrics"
+    log_json: bool = Field(default=False, description="Log JSON lines instead of text.")
+    log_level: str = Field(default="INFO", description="Log level.")
+    metrics_port: int | None = Field(default=None, description="Serve Prometheus metrics on this port in each worker.")
+    backlog_sample: int = Field(default=1000, ge=1, description="Conversations probed per metrics scrape for the autoscaling "
+                                "gauges (parley_queue_waiting_conversations, parley_queue_oldest_input_age_seconds): "
+                                "bounds a scrape's cost; above it the count is scaled from the sample.")
