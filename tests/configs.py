@@ -3,7 +3,8 @@
 :class:`~worker.service.ServiceConfig` defaults to the settings' documented defaults (bursts wait 1.5 s, a drain
 hands back after 100 turns or a second, a dead-lettered message gets an apology). Most tests want the service alone:
 no burst wait, no drain bound, no apology, status webhooks off, no budget reply, no system prompt. ``bare_config``
-builds that, taking the service's knobs by flat names (``lease_ms``, ``drain_max_turns``...) and putting each in its group.
+builds that, taking the service's knobs by flat names (``lease_ms``, ``drain_max_turns``...) and putting each in its
+group.
 """
 
 from __future__ import annotations
