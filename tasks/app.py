@@ -33,7 +33,7 @@ def make_app(settings: Settings | None = None) -> Celery:
         result_backend=None,
         # One (disabled) backend for the process: Celery otherwise builds one per thread, and under the gevent pool
         # per greenlet, i.e. per task, from the configuration each time, left in a greenlet-local that only the
-        # cyclic collector frees (bench/README.md, "Issue 33: worker CPU a turn under steady arrivals"). The disabled
+        # cyclic collector frees. The disabled
         # backend holds no connection or state.
         result_backend_thread_safe=True,
         # At-least-once: ack after the task ran; a killed worker's message comes back.

@@ -54,7 +54,7 @@ def service() -> ConversationService:
 # the full collections that promotion sets off walk the whole heap (the decoded states kept between turns included):
 # at 400 turns/s they took more of a worker's CPU than all its Redis calls. With these, a turn's objects are
 # mostly freed before a collection looks at them; the garbage they leave in cycles waits for at most one pass of
-# the youngest generation (bench/README.md, "Issue 33: worker CPU a turn under steady arrivals").
+# the youngest generation.
 GC_THRESHOLDS = (50_000, 20, 10)
 
 
@@ -63,7 +63,7 @@ def _warm_up() -> None:
 
     Otherwise the first turn of a process pays for the imports and set-up, and every full collection walks
     the many long-lived objects that Celery, pydantic and the providers leave behind, stalling every turn in
-    flight (bench/README.md has the figures). Then the collector is set to :data:`GC_THRESHOLDS`."""
+    flight. Then the collector is set to :data:`GC_THRESHOLDS`."""
     try:
         service()
     except Exception:  # Redis may be down at start-up: the first task builds it instead

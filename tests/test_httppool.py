@@ -11,6 +11,7 @@ import httpx
 import pytest
 
 from worker.http.pool import ClientPool, single_connection
+from worker.testing import CreatedClients
 
 
 class _Server(ThreadingHTTPServer):
@@ -69,14 +70,16 @@ def _post(pool: ClientPool) -> None:
 
 def test_sequential_requests_reuse_one_warm_connection(server: _Server) -> None:
     pool = _pool(server)
+    created = CreatedClients(pool)
     for _ in range(20):
         _post(pool)
-    assert pool.created == 1
+    assert created.count == 1
     assert len(set(server.peers)) == 1  # one TCP connection served all twenty: keep-alive, no new handshakes
 
 
 def test_concurrent_requests_never_share_a_client_and_the_pool_grows_to_the_peak(server: _Server) -> None:
     pool = _pool(server)
+    created = CreatedClients(pool)
     server.gate.clear()  # hold every request until all twelve are inside the server at once
     threads = [threading.Thread(target=_post, args=(pool,)) for _ in range(12)]
     for t in threads:
@@ -89,12 +92,12 @@ def test_concurrent_requests_never_share_a_client_and_the_pool_grows_to_the_peak
     server.gate.set()
     for t in threads:
         t.join(10)
-    assert pool.created == 12 and pool.idle() == 12
+    assert created.count == 12 and pool.idle() == 12
     # Quiet again: the most recently returned client serves, on its open connection.
     before = set(server.peers)
     for _ in range(5):
         _post(pool)
-    assert pool.created == 12 and len(set(server.peers[12:])) == 1 and server.peers[12] in before
+    assert created.count == 12 and len(set(server.peers[12:])) == 1 and server.peers[12] in before
 
 
 def test_each_client_holds_at_most_one_connection(server: _Server) -> None:
@@ -117,6 +120,7 @@ def test_surplus_idle_clients_are_closed(server: _Server) -> None:
 
 def test_a_forked_child_starts_with_an_empty_pool(server: _Server) -> None:
     pool = _pool(server)
+    created = CreatedClients(pool)
     _post(pool)
     assert pool.idle() == 1
     r, w = os.pipe()
@@ -124,7 +128,7 @@ def test_a_forked_child_starts_with_an_empty_pool(server: _Server) -> None:
     if pid == 0:  # the child: its first lease makes a new client, never the parent's socket
         try:
             _post(pool)
-            os.write(w, f"{pool.created}".encode())
+            os.write(w, f"{created.count}".encode())
         finally:
             os._exit(0)
     os.close(w)

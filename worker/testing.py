@@ -4,6 +4,8 @@
   :class:`~worker.service.ConversationService` (or a whole worker) and read what the players would have received.
 - :func:`check_history` says what is wrong with a history a provider would refuse (a tool call without its result,
   a result without its call, ...): a custom compactor's output should always check clean.
+- :func:`reset_tracing` makes tracing decide again from the environment (a test that changes it in one process).
+- :class:`CreatedClients` counts the clients an outbound :class:`~worker.http.pool.ClientPool` makes.
 
 The scripted model that answers without a provider is :class:`worker.ScriptedModel`. Nothing in the product
 imports this module.
@@ -11,13 +13,18 @@ imports this module.
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Sequence
 
+import httpx
+
 from worker.conversation.history import repair_history
 from worker.conversation.messages import Message
+from worker.http.pool import ClientPool
+from worker.observability import tracing
 
-__all__ = ["RecordingChannel", "check_history"]
+__all__ = ["CreatedClients", "RecordingChannel", "check_history", "reset_tracing"]
 
 
 class RecordingChannel:
@@ -47,3 +54,34 @@ def check_history(messages: Sequence[Message]) -> list[str]:
     """The problems :func:`~worker.conversation.history.repair_history` would fix before sending ``messages`` to
     a provider; empty when the history is valid as it is."""
     return list(repair_history(messages)[1].problems)
+
+
+def reset_tracing() -> None:
+    """Decide again from the environment at the next span, shutting down the tracing set up so far (a test that
+    changes the environment in one process)."""
+    with tracing._lock:
+        if tracing._tracing is not None:
+            tracing._tracing.shutdown()
+        tracing._tracing, tracing._decided = None, False
+
+
+class CreatedClients:
+    """Counts the clients ``pool`` makes from now on, in each process apart (a forked child starts its own pool,
+    and its own count): :attr:`count` is this process's."""
+
+    def __init__(self, pool: ClientPool) -> None:
+        self._counts: dict[int, int] = {}
+        self._lock = threading.Lock()
+        make = pool._factory
+
+        def counted() -> httpx.Client:
+            with self._lock:
+                self._counts[os.getpid()] = self._counts.get(os.getpid(), 0) + 1
+            return make()
+
+        pool._factory = counted
+
+    @property
+    def count(self) -> int:
+        with self._lock:
+            return self._counts.get(os.getpid(), 0)

@@ -21,7 +21,7 @@ from worker.errors import (
     SendOutcomeUnknownError,
     WhatsAppTokenError,
 )
-from worker.testing import RecordingChannel
+from worker.testing import CreatedClients, RecordingChannel
 
 
 @pytest.fixture
@@ -145,9 +145,10 @@ def test_timeouts_and_unreachable_are_retryable(api: FakeWhatsApp) -> None:
 
 def test_pooled_client_is_reused(api: FakeWhatsApp) -> None:
     s = sender(api)
+    created = CreatedClients(s._clients)
     for i in range(3):
         s.send_text("447700900123", f"m{i}")
-    assert s._clients.created == 1 and s._clients.idle() == 1 and len(api.sent) == 3
+    assert created.count == 1 and s._clients.idle() == 1 and len(api.sent) == 3
 
 
 @pytest.mark.parametrize("name", fixture_names("send_*.json"))

@@ -13,7 +13,7 @@ from tests.configs import bare_config
 from tests.worker.conftest import Harness, make_harness
 from worker.conversation.scripted import Reply, ScriptedModel
 from worker.conversation.tools import Tool
-from worker.durable_record import database
+from worker.durable_record import database, entries
 from worker.durable_record.exporter import Exporter
 from worker.errors import DatabaseUnavailableError
 from worker.store.redis_store import StoreLimits
@@ -51,7 +51,8 @@ def test_a_turn_with_a_tool_call_reaches_the_database_whole(db: Any, database_ur
     h.run()
     sent = h.channel.sent
     assert len(sent) == 2  # a long reply goes in two parts
-    h.store.record_status(CID, "rec-1", "read")
+    h.store.record_status(CID, "rec-1", "read", record=entries.status(CID, provider_id="rec-1", status="read", detail="",
+                                                                      reply_id=None, part=0))
     exporter = _exporter(h, database_url)
     done = exporter.export_once()
     assert done.exported == 4 and done.unreadable == 0  # event, turn, sent reply, status

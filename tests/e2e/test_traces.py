@@ -23,6 +23,7 @@ from tests.support.otlp_receiver import OtlpReceiver, ReceivedSpan, otel_env
 from tests.support.status_webhooks import IngressServer, StatusPoster
 from tests.support.workers import wait_until
 from worker.observability import tracing
+from worker.testing import reset_tracing
 
 pytestmark = pytest.mark.e2e
 
@@ -38,11 +39,11 @@ def receiver(monkeypatch: pytest.MonkeyPatch) -> Iterator[OtlpReceiver]:
     for key, value in otel_env(r, "parley-webhook").items():
         monkeypatch.setenv(key, value)
     monkeypatch.delenv("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT", raising=False)
-    tracing.reset_for_tests()
+    reset_tracing()
     yield r
-    tracing.reset_for_tests()
+    reset_tracing()
     monkeypatch.undo()
-    tracing.reset_for_tests()
+    reset_tracing()
     r.stop()
 
 

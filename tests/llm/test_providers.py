@@ -27,6 +27,7 @@ from worker.errors import (
 )
 from worker.llm import build_model
 from worker.llm.transport import RetryPolicy, shared_clients
+from worker.testing import CreatedClients
 
 TOOL = Tool(name="lookup", description="Look a place up", handler=lambda place="": {"place": place, "opened": 1900},
             parameters={"type": "object", "properties": {"place": {"type": "string"}}, "required": ["place"]})
@@ -322,11 +323,12 @@ def test_circuit_breaker_opens_and_half_opens(server: ScriptedServer) -> None:
 def test_every_model_of_an_endpoint_shares_one_client_pool(server: ScriptedServer) -> None:
     url = server.url + "/v1"
     assert shared_clients(url) is shared_clients(url)
+    created = CreatedClients(shared_clients(url))
     server.default = openai_text("x")
     a, b = openai_model(server), openai_model(server)
     for _ in range(3):
         assert a.complete(REQ).message.content == b.complete(REQ).message.content == "x"
-    assert shared_clients(url).created == 1  # sequential calls, whichever model makes them, reuse one client
+    assert created.count == 1  # sequential calls, whichever model makes them, reuse one client
 
 
 def test_unknown_provider() -> None:

@@ -81,7 +81,7 @@ def test_every_claim_reads_it_with_the_head(store: ConversationStore) -> None:
     store.release_delivery(CID, token)
     token2, again = store.begin_delivery(CID, 10_000)
     assert token2 is not None and again is not None and again.last_inbound == at
-    store.dead_letter_reply(CID, token2, again.reply_id, b"dead", "test")
+    store.dead_letter_reply(CID, token2, again.reply_id, b"dead")
     store.commit(CID, lease.token, expected_version=2, input_id="wamid.2", new_state=b"s", reply=b"r3")
     claimed = store.claim_next(CID, token2, 10_000)
     assert claimed is not None and claimed.reply_id == "wamid.2" and claimed.last_inbound == at

@@ -29,6 +29,11 @@ def _commit(store: ConversationStore, cid: str, i: int, *, reply: bytes | None =
     store.release(cid, lease.token)
 
 
+def _status(cid: str, provider_id: str, status: str) -> bytes:
+    """The record entry the ingress hands the store with a status webhook (no part named)."""
+    return entries.status(cid, provider_id=provider_id, status=status, detail="", reply_id=None, part=0)
+
+
 def _all(store: ConversationStore) -> list[dict]:  # type: ignore[type-arg]
     out = []
     for stream in store.record_streams():
@@ -40,8 +45,8 @@ def _all(store: ConversationStore) -> list[dict]:  # type: ignore[type-arg]
 def test_nothing_is_recorded_while_the_record_is_off(client: redis.Redis, prefix: str) -> None:
     store = _store(client, prefix, 0)
     _commit(store, CID, 1)
-    store.record_status(CID, "wamid.A", "sent")
-    store.delete(CID)
+    store.record_status(CID, "wamid.A", "sent", record=_status(CID, "wamid.A", "sent"))
+    store.delete(CID, record=entries.deleted(CID))
     assert _all(store) == []
     assert store.record_backlog().entries == 0
 
@@ -74,14 +79,15 @@ def test_statuses_sent_replies_failed_replies_and_deletes_are_recorded(client: r
     t, head = store.begin_delivery(CID, 10_000)
     assert t and head is not None
     store.mark_sent(CID, t, "id-1", 0, "wamid.A", lease_ms=10_000)
-    store.sent_last_claim_next(CID, t, "id-1", "wamid.B", 10_000)
-    assert store.record_status(CID, "wamid.A", "delivered").moved
-    assert not store.record_status(CID, "wamid.A", "sent").moved  # not forward: not recorded again
+    store.sent_last_claim_next(CID, t, "id-1", "wamid.B", 10_000, entries.sent(CID, "id-1"))
+    assert store.record_status(CID, "wamid.A", "delivered", record=_status(CID, "wamid.A", "delivered")).moved
+    # not forward: not recorded again
+    assert not store.record_status(CID, "wamid.A", "sent", record=_status(CID, "wamid.A", "sent")).moved
     _commit(store, CID, 2, reply=b"reply-2")
     t, head = store.begin_delivery(CID, 10_000)
     assert t and head is not None
-    store.dead_letter_reply(CID, t, "id-2", b"dead", "outside_window:131047")
-    store.delete(CID)
+    store.dead_letter_reply(CID, t, "id-2", b"dead", entries.failed(CID, "id-2", "outside_window:131047"))
+    store.delete(CID, record=entries.deleted(CID))
     got = _all(store)
     assert [g["kind"] for g in got] == ["event", "sent", "status", "event", "failed", "delete"]
     sent, status, failed = got[1], got[2], got[4]

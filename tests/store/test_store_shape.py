@@ -9,7 +9,7 @@ import pytest
 
 from tests.support.store_kit import StoreKit, raw
 from worker.store import lua
-from worker.store.interfaces import DeliveryStore, DrainStore, PaceStore, Store, SweeperStore
+from worker.store.interfaces import DeliveryStore, DrainStore, PaceStore, SweeperStore, WorkerStore
 from worker.store.redis_store import ConversationStore
 from worker.store.scripts import Scripts
 
@@ -21,7 +21,7 @@ def store() -> ConversationStore:
     return ConversationStore(fakeredis.FakeRedis(server=fakeredis.FakeServer()), prefix="shape")
 
 
-@pytest.mark.parametrize("protocol", [Store, DrainStore, DeliveryStore, PaceStore, SweeperStore])
+@pytest.mark.parametrize("protocol", [WorkerStore, DrainStore, DeliveryStore, PaceStore, SweeperStore])
 def test_the_redis_store_satisfies_the_protocols(store: ConversationStore, protocol: type) -> None:
     assert isinstance(store, protocol)
     for name, member in vars(protocol).items():

@@ -6,6 +6,7 @@ import pytest
 
 from tests.support.otlp_receiver import OtlpReceiver, otel_env
 from worker.observability import tracing
+from worker.testing import reset_tracing
 
 
 @pytest.fixture
@@ -22,9 +23,9 @@ def traced(receiver: OtlpReceiver, monkeypatch: pytest.MonkeyPatch) -> Iterator[
         monkeypatch.setenv(key, value)
     monkeypatch.delenv("OTEL_SDK_DISABLED", raising=False)
     monkeypatch.delenv("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT", raising=False)
-    tracing.reset_for_tests()
+    reset_tracing()
     assert tracing.enabled()
     yield receiver
-    tracing.reset_for_tests()
+    reset_tracing()
     monkeypatch.undo()
-    tracing.reset_for_tests()
+    reset_tracing()

@@ -13,6 +13,7 @@ import pytest
 from tests.support.otlp_receiver import OtlpReceiver
 from worker.observability import tracing
 from worker.observability.logs import JsonFormatter, TextFormatter
+from worker.testing import reset_tracing
 
 
 def _record() -> logging.LogRecord:
@@ -35,7 +36,7 @@ def test_a_line_inside_a_span_names_its_trace(traced: OtlpReceiver) -> None:
 
 
 def test_off_a_line_has_no_trace_fields() -> None:
-    tracing.reset_for_tests()
+    reset_tracing()
     assert not tracing.enabled()
     line = json.loads(JsonFormatter().format(_record()))
     assert "trace_id" not in line and "span_id" not in line
@@ -58,7 +59,7 @@ def test_a_line_logged_while_tracing_sets_up_does_not_wait_for_it(traced: OtlpRe
         return real()
 
     monkeypatch.setattr(otel.Tracing, "from_env", staticmethod(logging_set_up))
-    tracing.reset_for_tests()
+    reset_tracing()
     done = threading.Event()
     threading.Thread(target=lambda: (tracing.enabled(), done.set()), daemon=True).start()
     try:

@@ -26,6 +26,7 @@ from worker.inlet.amqp import inlet_queue
 from worker.inlet.stream import Inlet
 from worker.observability import tracing
 from worker.store.redis_store import ConversationStore
+from worker.testing import reset_tracing
 
 CID = "447700900123"
 CALLER = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
@@ -108,7 +109,7 @@ def test_an_input_accepted_apart_carries_no_trace_when_tracing_is_off(monkeypatc
     client = ConversationClient(ConversationStore(fakeredis.FakeRedis(), prefix="t"), wake=lambda cid: None)
     monkeypatch.delenv("OTEL_EXPORTER_OTLP_ENDPOINT", raising=False)
     monkeypatch.delenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", raising=False)
-    tracing.reset_for_tests()
+    reset_tracing()
     assert not tracing.enabled()
     off = client.intake.traced(client.inputs.build("message", CID, {"text": "hi"}))
     assert off.envelope.traceparent is None

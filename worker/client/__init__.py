@@ -25,6 +25,7 @@ from typing import Any
 
 from worker.client.builder import CheckedInput, InputBuilder
 from worker.client.intake import Intake, Submitted
+from worker.durable_record import entries
 from worker.envelopes import operator_input
 from worker.envelopes.addresses import validate_conversation_id
 from worker.envelopes.inputs import Media
@@ -170,4 +171,5 @@ class ConversationClient:
         The message ids it had accepted are kept in a tombstone for ``PARLEY_DELETE_TOMBSTONE_SECONDS`` (two days),
         so WhatsApp's retries of old webhooks are ignored as duplicates instead of starting it again; new message
         ids start a fresh conversation."""
-        self.store.delete(validate_conversation_id(conversation_id))
+        cid = validate_conversation_id(conversation_id)
+        self.store.delete(cid, record=entries.deleted(cid))  # kept only where the deployment keeps a record

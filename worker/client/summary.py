@@ -22,14 +22,14 @@ def plain(o: Any) -> Any:
 
 
 GONE = "no longer in the state (compacted away, or the conversation was reset)"
-#: What a turn's trace entry leaves out since issue 33 when it is so (a turn's entry is the one with
+#: What a turn's trace entry leaves out when it is so (a turn's entry is the one with
 #: ``prompt_tokens``): the readers put it back, so an entry reads as it did.
 TURN_USUAL: dict[str, Any] = {"finish": "stop", "model_calls": 1, "tool_calls": 0, "replayed": [0, 0],
                               "cached_tokens": 0, "cache_write_tokens": 0, "reset": None, "parts": 1}
 
 
 def with_texts(entries: list[Any], state: bytes | None) -> list[Any]:
-    """Trace entries as they read before issue 33: a turn's with the fields at their usual value put back
+    """Trace entries whole, as a reader wants them: a turn's with the fields at their usual value put back
     (:data:`TURN_USUAL`) and its texts from ``state`` (the entry references them, ``in_state``, rather than
     repeating them; see :func:`worker.conversation.inspect.marked_texts`): ``user`` or ``event`` and ``reply``, or
     ``texts`` saying they are gone."""

@@ -74,13 +74,14 @@ class ResultExtras:
     reply_parts: tuple[dict[str, Any], ...] = ()
 
 
-#: The most parts one tool call may add to a reply (each is one WhatsApp message).
+#: The most parts one tool call may add to a reply (each goes out as a message of its own).
 MAX_PARTS_PER_RESULT = 10
 
 
 def _reply_parts(value: object, max_chars: int) -> tuple[dict[str, Any], ...]:
-    """A tool's ``"reply_parts"``: a list of parts, each checked against WhatsApp's limits (their JSON form kept).
-    Raises ``ValueError`` (an :class:`~worker.errors.InvalidReplyPartError` is one) saying what is wrong."""
+    """A tool's ``"reply_parts"``: a list of parts, each checked as any reply part is, their JSON form kept. The parts
+    and their bounds travel with the reply (:mod:`worker.envelopes.reply_parts`); the core adds only how many one call
+    may add. Raises ``ValueError`` (an :class:`~worker.errors.InvalidReplyPartError` is one) saying what is wrong."""
     if isinstance(value, list) and len(value) > MAX_PARTS_PER_RESULT:
         raise ValueError(f"'reply_parts' holds {len(value)} parts; at most {MAX_PARTS_PER_RESULT}")
     return tuple(part_json(p) for p in parse_parts(value, "reply_parts"))  # type: ignore[arg-type]

@@ -138,7 +138,7 @@ class Envelope(_Wire):
     # the event a fact that replaces the conversation's fact of that key; ``respond`` has the model answer it.
     key: str | None = Field(None, min_length=1, max_length=MAX_FACT_KEY_CHARS)
     respond: bool | None = None
-    # operator: the parts sent after ``text``, each as its own message: texts as strings, rich parts tagged (issue 31)
+    # operator: the parts sent after ``text``, each as its own message: texts as strings, rich parts tagged
     parts: list[OutPart] | None = None
     # The W3C traceparent of the accept (traces on, worker.observability.tracing): the drain, a retry and a takeover continue its
     # trace. None unless set, so an envelope without it reads as before; an unusable one is no error, only no trace.

@@ -149,7 +149,6 @@ class ClientPool:
         self._idle: deque[tuple[float, httpx.Client]] = deque()  # (given back at, client); newest on the right
         self._lock = threading.Lock()
         self._pid = os.getpid()
-        self.created = 0  # clients made so far in this process (tests and the bench read it)
 
     @contextmanager
     def lease(self) -> Iterator[httpx.Client]:
@@ -166,10 +165,9 @@ class ClientPool:
     def _take(self) -> httpx.Client:
         with self._lock:
             if self._pid != os.getpid():
-                self._idle, self._pid, self.created = deque(), os.getpid(), 0
+                self._idle, self._pid = deque(), os.getpid()
             if self._idle:
                 return self._idle.pop()[1]
-            self.created += 1
         return self._factory()
 
     def _give_back(self, client: httpx.Client) -> None:

@@ -41,6 +41,7 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
 from worker.client import ConversationClient, Submitted
+from worker.durable_record import entries
 from worker.errors import InboxFullError, InputError, StoreError, WebhookTooLargeError
 from worker.ingress import metrics as ingress_metrics
 from worker.ingress.api import endpoints, parse_tokens
@@ -73,7 +74,7 @@ class IngressStore(Protocol):
     """What the ingress needs of the store (``ConversationStore`` has it)."""
 
     def record_status(self, cid: str, provider_id: str, status: str, detail: str = "", *,
-                      reply_id: str | None = None, part: int = 0) -> StatusRecorded: ...
+                      reply_id: str | None = None, part: int = 0, record: bytes | None = None) -> StatusRecorded: ...
 
     def ping(self) -> bool: ...
 
@@ -164,8 +165,10 @@ def _record(client: ConversationClient, store: IngressStore, rec: Record, replie
         with tracing.span(f"status {rec.status}", parent=rec.traceparent, attributes={
                 "gen_ai.conversation.id": rec.conversation_id, "parley.reply.id": rec.reply_id or "",
                 "parley.reply.part": rec.part}):
-            store.record_status(rec.conversation_id, rec.wamid, rec.status, rec.detail(), reply_id=rec.reply_id,
-                                part=rec.part)
+            cid, detail = rec.conversation_id, rec.detail()
+            store.record_status(cid, rec.wamid, rec.status, detail, reply_id=rec.reply_id, part=rec.part,
+                                record=entries.status(cid, provider_id=rec.wamid, status=rec.status, detail=detail,
+                                                      reply_id=rec.reply_id, part=rec.part))
         return "status"
     _report(rec)
     return UNKNOWN_NUMBER if rec.kind == UNKNOWN_NUMBER else "ignored"

@@ -1,6 +1,5 @@
 """The producers' two busiest operations answered straight from the ASGI scope, ahead of Starlette's router: POST
-``/v1/conversations/{conversation_id}/messages`` and ``.../events`` (issue 29: the HTTP API at half the Python
-client's accept rate).
+``/v1/conversations/{conversation_id}/messages`` and ``.../events``.
 
 Why: for a small input, the accept on the event loop is cheap enough that what surrounds it showed: Starlette's
 exception middleware, its router (the routes' patterns tried in order), the :class:`~starlette.requests.Request`, its

@@ -27,6 +27,7 @@ from prometheus_client import Counter
 from worker.client import CheckedInput, ConversationClient
 from worker.errors import InboxFullError, InputError, StoreError
 from worker.inlet.messages import Unacceptable, entry_span, parse_message
+from worker.store import lua
 
 log = logging.getLogger("parley.inlet")
 
@@ -79,7 +80,7 @@ class Inlet:
 
     def __post_init__(self) -> None:
         source = importlib.resources.files("worker.inlet").joinpath("held.lua").read_text()
-        self._held = self.r.register_script(source)
+        self._held = self.r.register_script(lua.resolve(source))  # its ``--! include`` lines: the store's fragments
 
     def ensure_group(self) -> None:
         """Create the group (from the stream's start: entries written before the first inlet ran are not skipped)."""

@@ -3,8 +3,7 @@
 kombu's Redis transport fetches one message per BRPOP: after each one the worker goes round its poll loop,
 registers the socket again and sends the next BRPOP, and the message's entry in the unacked index costs a round
 trip of its own. With 1,000 turns in flight on a 2 s model a process must take 500 messages a second just to keep
-its slots full; one at a time it took about 1,000/s and spent a wave's worth of time refilling them (bench/README.md,
-"Issue 33").
+its slots full; one at a time it took about 1,000/s and spent a wave's worth of time refilling them.
 
 This channel keeps the BRPOP (so an idle worker still blocks, and wakes on the first message), and when that BRPOP
 returns a message it takes up to as many more as the worker has free slots for (``qos.can_consume_max_estimate``,
@@ -91,7 +90,7 @@ class QoS(kombu_redis.QoS):
             super().append(message, delivery_tag)  # type: ignore[no-untyped-call]
 
 
-class Channel(kombu_redis.Channel):
+class BatchingChannel(kombu_redis.Channel):
     """A Redis channel that, after a BRPOP delivered, takes up to the free slots' worth more in one LMPOP."""
 
     QoS = QoS
@@ -149,6 +148,6 @@ class Channel(kombu_redis.Channel):
 
 
 class Transport(kombu_redis.Transport):
-    """kombu's Redis transport with :class:`Channel`."""
+    """kombu's Redis transport with :class:`BatchingChannel`."""
 
-    Channel = Channel
+    Channel = BatchingChannel

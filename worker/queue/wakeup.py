@@ -7,7 +7,7 @@ message the workers' own ``apply_async`` does: msgpack only, on the workers' que
 holds it to the task app's configuration, so the two cannot drift apart.
 
 When the broker is the same plain ``redis://`` server and database as the store (the default), :class:`AcceptWake`
-saves that publish (issue 33): the accept script pushes the wake-up itself, in its own round trip, only when the input
+saves that publish: the accept script pushes the wake-up itself, in its own round trip, only when the input
 needs one. The message is the one kombu's Redis transport would LPUSH for this waker's ``send_task``: captured once
 from kombu and Celery themselves (their own code, run against a Redis client that only records), with the ids and the
 conversation id made placeholders, so nothing of the format is written here by hand.

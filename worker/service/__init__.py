@@ -29,7 +29,7 @@ from worker.service.drain import Drained, Drainer
 from worker.service.drain.media import MediaPreparer, Prepared
 from worker.service.heartbeat import Heartbeat
 from worker.service.presence import Presence
-from worker.store.interfaces import Store
+from worker.store.interfaces import WorkerStore
 
 __all__ = ["ConversationService", "Deliverer", "Drained", "Drainer", "Heartbeat", "MediaPreparer", "Prepared",
            "Presence", "RetryLater", "ServiceConfig", "Wake"]
@@ -51,7 +51,7 @@ class ConversationService:
     conversation's state decoded between its turns (:mod:`worker.conversation.resident`; default about 64 MiB).
     The pace the fleet shares is the channel's own (:mod:`worker.channels.pacing`)."""
 
-    def __init__(self, store: Store, chat: Chat, channel: Channel, wake: Wake,
+    def __init__(self, store: WorkerStore, chat: Chat, channel: Channel, wake: Wake,
                  config: ServiceConfig | None = None, *, heartbeat: Heartbeat | None = None,
                  presence: Presence | None = None, media: MediaPreparer | None = None,
                  residents: ResidentCache | None = None) -> None:

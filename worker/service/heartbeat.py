@@ -41,7 +41,7 @@ class Beat:
     The beat is its own guard for :meth:`committing` (``with beat.committing():`` enters the beat): a guard object
     holding the beat, held by the beat, made each beat a reference cycle, and with its lock, its renew closures and
     what they hold, every turn left about 20 objects (two beats) to the cyclic garbage collector instead of freeing
-    them at once (bench/README.md, "Issue 33: worker CPU a turn under steady arrivals").
+    them at once.
     """
 
     def __init__(self, renew: Renew, what: str, now: float) -> None:

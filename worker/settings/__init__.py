@@ -5,7 +5,7 @@ Standard names where the ecosystem has them (``REDIS_URL``, ``OPENAI_API_KEY``, 
 
 The settings come in groups, each a small frozen object a component takes as it is (as httpx's ``Timeout`` and
 ``Limits`` are): :class:`Redis`, :class:`Broker`, :class:`Llm`, :class:`Tooling`, :class:`Memory`, :class:`Store`,
-:class:`Drain`, :class:`Burst`, :class:`Media`, :class:`Webhook`, :class:`Producers`, :class:`Delivery`, :class:`WhatsApp`,
+:class:`Drain`, :class:`Burst`, :class:`PhotoLimits`, :class:`Webhook`, :class:`Producers`, :class:`Delivery`, :class:`WhatsApp`,
 :class:`Record`, :class:`Budget`, :class:`Observability` and :class:`GameContext`. A knob is declared once, in its group; a unit a component
 wants (milliseconds, a flag) is a property of the group. The environment stays flat: a field's variable is
 ``PARLEY_`` + its flat name (the field's ``validation_alias``, else its name), or a standard name, and
@@ -34,7 +34,7 @@ from pydantic_settings import (
 from worker.settings.delivery import Delivery, WhatsApp
 from worker.settings.drain import Burst, Drain
 from worker.settings.flat_names import FLAT, GROUPS, ROUTE, Regrouped, by_variable, env_name, grouped, knobs
-from worker.settings.ingress import Media, Producers, Webhook
+from worker.settings.ingress import PhotoLimits, Producers, Webhook
 from worker.settings.model import Budget, CompactionStep, GameContext, Llm, Memory, Tooling
 from worker.settings.observability import Observability
 from worker.settings.store import Broker, Record, Redis, Store
@@ -49,9 +49,9 @@ __all__ = [
     "Drain",
     "GameContext",
     "Llm",
-    "Media",
     "Memory",
     "Observability",
+    "PhotoLimits",
     "Producers",
     "Record",
     "Redis",
@@ -80,7 +80,7 @@ class Settings(BaseSettings):
     store: Store = Field(default_factory=lambda: Store())
     drain: Drain = Field(default_factory=lambda: Drain())
     burst: Burst = Field(default_factory=lambda: Burst())
-    media: Media = Field(default_factory=lambda: Media())
+    media: PhotoLimits = Field(default_factory=lambda: PhotoLimits())
     webhook: Webhook = Field(default_factory=lambda: Webhook())
     producers: Producers = Field(default_factory=lambda: Producers())
     delivery: Delivery = Field(default_factory=lambda: Delivery())

@@ -15,14 +15,14 @@ from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, Settings
 from worker.settings.delivery import Delivery, WhatsApp
 from worker.settings.drain import Burst, Drain
 from worker.settings.group import STANDARD
-from worker.settings.ingress import Media, Producers, Webhook
+from worker.settings.ingress import PhotoLimits, Producers, Webhook
 from worker.settings.model import Budget, GameContext, Llm, Memory, Tooling
 from worker.settings.observability import Observability
 from worker.settings.store import Broker, Record, Redis, Store
 
 GROUPS: dict[str, type[Any]] = {
     "redis": Redis, "broker": Broker, "llm": Llm, "tooling": Tooling, "memory": Memory, "store": Store,
-    "drain": Drain, "burst": Burst, "media": Media, "webhook": Webhook, "producers": Producers,
+    "drain": Drain, "burst": Burst, "media": PhotoLimits, "webhook": Webhook, "producers": Producers,
     "delivery": Delivery, "whatsapp": WhatsApp,
     "record": Record, "budget": Budget, "observability": Observability,
     "game_context": GameContext,

@@ -10,7 +10,7 @@ from pydantic_settings import NoDecode
 from worker.settings.group import Group, split_commas
 
 
-class Media(Group):
+class PhotoLimits(Group):
     """Photos players send, fetched for a model that reads images."""
 
     heading: ClassVar[str] = "Photos"

@@ -3,7 +3,6 @@ locks, reads for inspection, dead-letter replay, delete)."""
 
 from __future__ import annotations
 
-from worker.durable_record import entries
 from worker.errors import InvalidConversationIdError
 from worker.store.core import StoreCore
 from worker.store.entry_codec import join_entry, position_score, split_entry
@@ -140,7 +139,7 @@ class AdminStore(StoreCore):
         return out
 
     @store_errors
-    def delete(self, cid: str) -> None:
+    def delete(self, cid: str, record: bytes | None = None) -> None:
         """Delete every key of the conversation and forget it in the global indexes.
 
         The input ids it had accepted stay behind in a tombstone for ``limits.tombstone_ms`` (bounded like the
@@ -149,7 +148,8 @@ class AdminStore(StoreCore):
 
         When the deployment keeps a durable record (this process's setting or the announcement in Redis, see
         :meth:`deployment_record_cap`), the delete is recorded too, and the exporter erases the conversation from
-        PostgreSQL: a game engine or the webhook, which need no database of their own, delete there as well."""
+        PostgreSQL: a game engine or the webhook, which need no database of their own, delete there as well.
+        ``record``: that entry, encoded by the caller (the durable record's ``delete``); ``None`` records nothing."""
         keys = self.keys(cid)
         cap = self.deployment_record_cap()
         # The timer and pause indexes first: a timer held (or a pause set) while the delete runs then keeps its entry
@@ -158,7 +158,7 @@ class AdminStore(StoreCore):
         self._client.zrem(self.global_keys.paused, cid)
         _, recorded = self._scripts.delete(keys=keys, now_ms=self._now_ms(), tomb_ms=self.limits.tombstone_ms,
                                            tomb_max=self.limits.dedupe_max_ids,
-                                           record=self._record_args(cid, entries.deleted(cid) if cap else None, cap))
+                                           record=self._record_args(cid, record if cap else None, cap))
         if recorded is not None:  # the exporter erases it even if the stream's cap drops that record
             self._client.zadd(self.global_keys.record_deletes, {cid: position_score(recorded)})
         self._client.zrem(self.global_keys.pending, cid)

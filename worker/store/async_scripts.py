@@ -3,7 +3,7 @@
 
 Why not ``redis.asyncio``: its per-command layer (pool, timeouts, health checks, event dispatch) costs about twice
 the CPU of the blocking client's round trip (138 µs against 69 µs a PING here, uvloop; a bare asyncio connection
-25 µs), which would have cost the HTTP API more than the thread hop it saves (bench/README.md, issue 29). So
+25 µs), which would have cost the HTTP API more than the thread hop it saves. So
 :class:`AsyncWire` is a bare asyncio protocol with hiredis's reader: one connection per event loop, every caller's
 commands written as they come and the replies handed back in order (Redis answers a connection's commands in the
 order it got them), so concurrent requests share the connection without a pool or a lock, and a caller that is

@@ -5,7 +5,6 @@ mixins over it, composed in :class:`~worker.store.redis_store.ConversationStore`
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 from typing import Any
 
 from worker.envelopes.addresses import validate_conversation_id
@@ -64,10 +63,6 @@ class StoreCore:
     @staticmethod
     def _now_ms() -> int:
         return int(time.time() * 1000)
-
-    def _record_entry(self, build: Callable[..., bytes], *args: Any, **kwargs: Any) -> bytes | None:
-        """``build(*args, **kwargs)``, a durable-record entry, only while the record is on (not built for nothing)."""
-        return build(*args, **kwargs) if self.limits.record_max > 0 else None
 
     def _record_args(self, cid: str, entry: bytes | None, cap: int | None = None) -> RecordArgs:
         """Where ``cid``'s scripts append the durable record, with ``entry``; the keys are named even when the

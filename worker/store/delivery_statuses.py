@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import time
 
-from worker.durable_record import entries
 from worker.store.answers import MessageStatus, StatusRecorded
 from worker.store.core import StoreCore
 from worker.store.redis_errors import store_errors
@@ -24,7 +23,7 @@ class DeliveryStatusStore(StoreCore):
 
     @store_errors
     def record_status(self, cid: str, provider_id: str, status: str, detail: str = "", *,
-                      reply_id: str | None = None, part: int = 0) -> StatusRecorded:
+                      reply_id: str | None = None, part: int = 0, record: bytes | None = None) -> StatusRecorded:
         """Record a delivery status webhook (sent, delivered, read, failed, ...) of message ``provider_id``.
 
         The message's status only moves forward, whatever order the webhooks come in (Meta sends ``read`` without
@@ -32,12 +31,12 @@ class DeliveryStatusStore(StoreCore):
         ``reply_id`` and ``part`` name the reply part the message was (the callback data it was sent with): while
         that part is marked in flight the status is kept with it too, so a deliverer that finds it left in flight
         by a crash knows it reached the provider (see :meth:`~worker.store.outbox.OutboxStore.inflight_outcome`).
-        The latest statuses of the ``limits.statuses_max`` most recent messages are kept."""
-        entry = self._record_entry(entries.status, cid, provider_id=provider_id, status=status, detail=detail,
-                                   reply_id=reply_id, part=part)
+        The latest statuses of the ``limits.statuses_max`` most recent messages are kept. ``record``: the durable
+        record's entry of this status, encoded by the caller, appended only when the status moves forward and the
+        record is on."""
         res = self._scripts.record_status(keys=self.keys(cid), provider_id=provider_id, status=status, detail=detail,
                                           max_kept=self.limits.statuses_max, reply_id=reply_id, part=part,
-                                          record=self._record_args(cid, entry))
+                                          record=self._record_args(cid, record))
         if self._status_announced is not None:  # an ingress that announced itself: statuses keep the word fresh
             self.announce_status_ingress()
         return StatusRecorded(res.moved, res.latest, res.for_part)

@@ -3,7 +3,7 @@ per-command layer.
 
 A turn runs four scripts (accept, begin, commit, the sent mark). Through ``client.evalsha`` each pays redis-py 8's
 command machinery on top of the wire: the observability recorders, the debug-log and maintenance-event checks, the
-per-command lambdas and the pool's timing (bench/README.md, issue 16: about 56 µs of client CPU a call against 45 µs
+per-command lambdas and the pool's timing (about 56 µs of client CPU a call against 45 µs
 for the same EVALSHA sent on a pooled connection, 27 µs over a raw socket). :class:`FastScript` keeps what
 matters of that layer and drops the rest:
 

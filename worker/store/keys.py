@@ -9,7 +9,7 @@ Per conversation (``{prefix}:{{cid}}:<name>``):
 ==============  ==================================================================================
 ``state``       hash: ``version`` (bumped by every commit), ``tag`` (names the stored blob, new with every write of
                 it), ``blen`` (the blob's length in bytes); ``blob``: the opaque state of a conversation last written
-                whole before issue 33 (its next write moves it to ``blob`` below)
+                whole in the older layout (its next write moves it to ``blob`` below)
 ``blob``        list: the opaque state in parts, joined when read: a base, then the frames turns appended (a turn
                 pushes what it adds; a whole write replaces the list), see :mod:`worker.conversation.state`
 ``inbox``       list: accepted inputs, oldest first; each entry is ``<input id>\\n<envelope bytes>``

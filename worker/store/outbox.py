@@ -4,7 +4,6 @@ also reads the clock of WhatsApp's customer-service window here (:meth:`OutboxSt
 
 from __future__ import annotations
 
-from worker.durable_record import entries
 from worker.store.answers import InflightOutcome, OutboxHead
 from worker.store.codes import refused
 from worker.store.core import StoreCore
@@ -50,14 +49,14 @@ class OutboxStore(StoreCore):
 
     @store_errors
     def sent_last_claim_next(self, cid: str, token: int, reply_id: str, provider_id: str,
-                             lease_ms: int) -> OutboxHead | None:
+                             lease_ms: int, record: bytes | None = None) -> OutboxHead | None:
         """Record the last part of the head reply as sent, drop the reply from the outbox, and claim the next one
-        (or give the lease up when none is left), in one round trip."""
-        sent_entry = self._record_entry(entries.sent, cid, reply_id)
+        (or give the lease up when none is left), in one round trip. ``record``: the durable record's entry saying
+        the reply was sent, encoded by the caller (appended only while the record is on)."""
         res = self._scripts.sent_last_claim_next(keys=self.keys(cid), token=token, reply_id=reply_id,
                                                  provider_id=provider_id, delivered_max=self.limits.delivered_max,
                                                  lease_ms=lease_ms,
-                                                 record=self._record_args(cid, sent_entry))
+                                                 record=self._record_args(cid, record))
         return self._claim_result(cid, res)
 
     @staticmethod
@@ -119,13 +118,12 @@ class OutboxStore(StoreCore):
         return n
 
     @store_errors
-    def dead_letter_reply(self, cid: str, token: int, reply_id: str, dead: bytes, reason: str = "") -> None:
-        """Move the outbox head to the dead letters (``dead`` is the record to keep; ``reason`` goes to the
-        durable record)."""
+    def dead_letter_reply(self, cid: str, token: int, reply_id: str, dead: bytes, record: bytes | None = None) -> None:
+        """Move the outbox head to the dead letters (``dead`` is the dead letter to keep; ``record``: the durable
+        record's entry saying the reply failed, encoded by the caller, appended only while the record is on)."""
         self._client.zadd(self.global_keys.dead_index, {cid: self._now_ms()})  # index first, as in commit
-        record = self._record_args(cid, self._record_entry(entries.failed, cid, reply_id, reason))
         code = self._scripts.dead_reply(keys=self.keys(cid), token=token, reply_id=reply_id, dead_entry=dead,
-                                        dead_max=self.limits.dead_max, record=record)
+                                        dead_max=self.limits.dead_max, record=self._record_args(cid, record))
         if code < 0:
             raise refused(code, cid=cid, lease=f"delivery of {reply_id}")
 

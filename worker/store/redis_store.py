@@ -52,7 +52,7 @@ from worker.store.autoscaling import AutoscalingStore
 from worker.store.delivery_statuses import DeliveryStatusStore
 from worker.store.entry_codec import join_entry, split_entry
 from worker.store.game_context import GameContextStore
-from worker.store.interfaces import DeliveryStore, DrainStore, PaceStore, Store, SweeperStore
+from worker.store.interfaces import DeliveryStore, DrainStore, PaceStore, SweeperStore, WorkerStore
 from worker.store.journal import TurnJournalStore
 from worker.store.limits import PaceLimits, StoreLimits
 from worker.store.mailbox import MailboxStore
@@ -62,10 +62,31 @@ from worker.store.record_streams import RecordStreamStore
 from worker.store.shared_pace import SharedPaceStore
 from worker.store.timers import TimerStore
 
-__all__ = ["AcceptResult", "Backlog", "Begin", "CommitResult", "ConversationStore", "DeliveryStore", "DrainStore",
-           "JournalRead", "OutboxHead", "Pace", "PaceLimits", "PaceStore", "RecordBacklog", "Snapshot", "StateRead",
-           "Store", "StoreLimits", "StreamEntry", "SweeperStore", "WakePush", "from_url", "join_entry",
-           "split_entry"]
+__all__ = [
+    "AcceptResult",
+    "Backlog",
+    "Begin",
+    "CommitResult",
+    "ConversationStore",
+    "DeliveryStore",
+    "DrainStore",
+    "JournalRead",
+    "OutboxHead",
+    "Pace",
+    "PaceLimits",
+    "PaceStore",
+    "RecordBacklog",
+    "Snapshot",
+    "StateRead",
+    "StoreLimits",
+    "StreamEntry",
+    "SweeperStore",
+    "WakePush",
+    "WorkerStore",
+    "from_url",
+    "join_entry",
+    "split_entry",
+]
 
 
 class ConversationStore(AcceptStore, MailboxStore, TurnJournalStore, OutboxStore, DeliveryStatusStore, SharedPaceStore,
@@ -73,7 +94,7 @@ class ConversationStore(AcceptStore, MailboxStore, TurnJournalStore, OutboxStore
     """Conversation storage on Redis (standalone, Sentinel-managed or Cluster)."""
 
 
-def _satisfies_store(store: ConversationStore) -> Store:
+def _satisfies_store(store: ConversationStore) -> WorkerStore:
     """Never called: mypy checks here that the Redis store satisfies the protocol the service depends on."""
     return store
 

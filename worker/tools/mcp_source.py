@@ -67,7 +67,6 @@ class McpServer:
         self.retry_seconds = min(retry_seconds, refresh_seconds)
         self.listed: list[mt.Tool] = []
         self.up = False
-        self.listings = 0  # tool listings done (tests read it)
         self._session: ClientSession | None = None
         self._first = threading.Event()
         self._wake: asyncio.Event | None = None
@@ -128,7 +127,7 @@ class McpServer:
             cursor = page.nextCursor
             if not cursor:
                 break
-        self.listed, self.listings = [t for t in tools if self._usable_schema(t)], self.listings + 1
+        self.listed = [t for t in tools if self._usable_schema(t)]
 
     def _usable_schema(self, tool: mt.Tool) -> bool:
         """Whether a listed tool's input schema is a valid JSON schema: checked when the tools are listed (and

@@ -93,15 +93,6 @@ def enabled() -> bool:
     return (_tracing if _decided else _get()) is not None
 
 
-def reset_for_tests() -> None:
-    """Decide again from the environment at the next span (tests that change it in one process)."""
-    global _tracing, _decided
-    with _lock:
-        if _tracing is not None:
-            _tracing.shutdown()
-        _tracing, _decided = None, False
-
-
 def span(name: str, *, parent: str | None = None, links: Sequence[str | None] = (), kind: Kind = "internal",
          attributes: Attributes | None = None) -> AbstractContextManager[Span]:
     """A span around the block, the current one inside it. ``parent``: a stored ``traceparent`` to continue (None:

@@ -31,6 +31,7 @@ from functools import partial
 
 from worker import metrics
 from worker.channels.channel import Channel, RichChannel, Sent, WindowedChannel
+from worker.durable_record import entries
 from worker.envelopes.inputs import DeadLetter, ReplyRecord, decode_reply, part_callback
 from worker.envelopes.reply_parts import ReactionPart, render
 from worker.errors import (
@@ -129,7 +130,8 @@ class Deliverer:
         except EnvelopeError as exc:
             dead = DeadLetter(what="reply", id=head.reply_id, reason="malformed", detail=str(exc),
                               payload=head.record)
-            self.store.dead_letter_reply(run.cid, run.token, head.reply_id, dead.to_bytes(), "malformed")
+            self.store.dead_letter_reply(run.cid, run.token, head.reply_id, dead.to_bytes(),
+                                         entries.failed(run.cid, head.reply_id, "malformed"))
             return 0, self._claim(run, partial(self.store.claim_next, run.cid, run.token, self.config.drain.lease_ms))
         if head.crashed_in_window:
             provider_id = self.crashed.settle(run.cid, run.token, record.reply_id, head.part)  # or RetryLater
@@ -144,7 +146,7 @@ class Deliverer:
         cid, token, lease_ms, part = run.cid, run.token, self.config.drain.lease_ms, head.part
         if part == len(record.parts) - 1:
             return 0, self._claim(run, partial(self.store.sent_last_claim_next, cid, token, record.reply_id,
-                                               provider_id, lease_ms))
+                                               provider_id, lease_ms, entries.sent(cid, record.reply_id)))
         self.store.mark_sent(cid, token, record.reply_id, part, provider_id, lease_ms)
         self.store.mark_inflight(cid, token, record.reply_id, part + 1)
         return self._send_record(run, record, part + 1, head.last_inbound)
@@ -195,7 +197,8 @@ class Deliverer:
                 metrics.REPLY_LATENCY.observe(max(0.0, time.time() - record.accepted_at))
             if part == last or sent.rest:
                 return part - start + 1, self._claim(run, partial(
-                    self.store.sent_last_claim_next, cid, token, record.reply_id, sent.message_id, lease_ms))
+                    self.store.sent_last_claim_next, cid, token, record.reply_id, sent.message_id, lease_ms,
+                    entries.sent(cid, record.reply_id)))
             self.store.mark_sent(cid, token, record.reply_id, part, sent.message_id, lease_ms)
         raise AssertionError("unreachable: the last part returns")  # pragma: no cover
 
@@ -243,4 +246,5 @@ class Deliverer:
         metrics.DEAD_LETTERS.labels("reply", reason or str(code or "delivery")).inc()
         dead = DeadLetter(what="reply", id=record.reply_id, reason=named, detail=detail[:2000],
                           payload=record.to_bytes())
-        self.store.dead_letter_reply(run.cid, run.token, record.reply_id, dead.to_bytes(), named)
+        self.store.dead_letter_reply(run.cid, run.token, record.reply_id, dead.to_bytes(),
+                                     entries.failed(run.cid, record.reply_id, named))

@@ -19,8 +19,7 @@ import msgpack
 from worker import metrics
 from worker.channels.split import split_message
 from worker.conversation.resident import ResidentCache
-from worker.envelopes.inputs import DeadLetter as DeadRecord
-from worker.envelopes.inputs import InputKind, ReplyRecord, decode_envelope
+from worker.envelopes.inputs import DeadLetter, InputKind, ReplyRecord, decode_envelope
 from worker.errors import EnvelopeError
 from worker.observability import tracing
 from worker.service.config import ServiceConfig, Wake, count_pinned_dropped
@@ -30,7 +29,7 @@ from worker.service.drain.hooks.base import Hooks
 from worker.service.drain.outcomes import (
     Answer,
     Applied,
-    DeadLetter,
+    DeadLettered,
     Defer,
     HandBack,
     Notice,
@@ -75,7 +74,7 @@ class Applier:
         self.commits = Committer(store, config, residents)
         self._by_kind: dict[type, Callable[[DrainRun, Snapshot, Any], CommitResult | None]] = {
             Answer: self._answer, Notice: self._notice, Applied: self._applied, Spliced: self._spliced,
-            DeadLetter: self._dead, Defer: self._defer, HandBack: self._hand_back, Retry: self._retry,
+            DeadLettered: self._dead, Defer: self._defer, HandBack: self._hand_back, Retry: self._retry,
             Withheld: self._withheld, Spoken: self._spoken}
 
     def apply(self, run: DrainRun, snap: Snapshot, outcome: Outcome) -> CommitResult | None:
@@ -180,14 +179,14 @@ class Applier:
             count_pinned_dropped(s.pinned_dropped)
         return done
 
-    def _dead(self, run: DrainRun, snap: Snapshot, d: DeadLetter) -> CommitResult:
+    def _dead(self, run: DrainRun, snap: Snapshot, d: DeadLettered) -> CommitResult:
         """Dead-letter the head input, with the configured apology when it is a player's chat message."""
         input_id = snap.input_id or ""
         log.error("input dead-lettered", extra={"conversation_id": run.cid, "message_id": input_id,
                                                 "reason": d.reason, "detail": d.detail})
         metrics.DEAD_LETTERS.labels("input", d.reason).inc()
         metrics.INPUTS.labels(d.kind, "dead").inc()
-        dead = DeadRecord(what="input", id=input_id, reason=d.reason, detail=d.detail[:2000],
+        dead = DeadLetter(what="input", id=input_id, reason=d.reason, detail=d.detail[:2000],
                           payload=snap.input or b"", attempts=d.attempts)
         entry = {"at": time.time(), "id": input_id, "dead": d.reason, "detail": d.detail[:500]}
         apology = apology_for(self.config.drain.dead_letter_reply, run.cid, snap)

@@ -22,7 +22,7 @@ from worker.service.drain.burst import Pending, answers_event
 from worker.service.drain.handoff import speak
 from worker.service.drain.hooks.base import Hooks
 from worker.service.drain.media import MediaPreparer
-from worker.service.drain.outcomes import Applied, DeadLetter, Defer, Notice, Outcome, Retry, Spliced, quarantine_of
+from worker.service.drain.outcomes import Applied, DeadLettered, Defer, Notice, Outcome, Retry, Spliced, quarantine_of
 from worker.service.drain.run import DrainRun
 from worker.service.drain.stored_journal import StoreJournal
 from worker.service.drain.turn import TurnRunner
@@ -47,14 +47,14 @@ class Decider:
             if env.message_id != input_id or env.conversation_id != run.cid:
                 raise EnvelopeError("envelope does not belong to this mailbox entry")
         except EnvelopeError as exc:
-            return DeadLetter("malformed", "malformed", str(exc), attempts)
+            return DeadLettered("malformed", "malformed", str(exc), attempts)
         if attempts > self.config.drain.max_attempts:
-            return DeadLetter(env.kind, "too_many_attempts",
+            return DeadLettered(env.kind, "too_many_attempts",
                               f"gave up after {attempts - 1} attempts that crashed the worker", attempts - 1)
         try:
             return self._envelope(run, env, snap)
         except InputError as exc:
-            return DeadLetter(env.kind, "invalid_input", str(exc), attempts)
+            return DeadLettered(env.kind, "invalid_input", str(exc), attempts)
         except ModelError as exc:
             return self._failed(run, env, snap, attempts, exc)
 
@@ -104,7 +104,7 @@ class Decider:
             if verdict.reason == "context_length":
                 metrics.CONTEXT_OVERFLOWS.labels("dead").inc()
                 detail = f"still too long after compaction: {exc}"
-            return DeadLetter(env.kind, verdict.reason, detail, attempts)
+            return DeadLettered(env.kind, verdict.reason, detail, attempts)
         if verdict.action == "retry":
             log.warning("model unavailable; will retry", extra={"conversation_id": run.cid, "kind": env.kind,
                                                                 "message_id": env.message_id, "retry": retries,
@@ -128,14 +128,14 @@ class Decider:
         compacted = recovery.compact_for_context(self.chat, run.state_of(snap))
         if compacted is None:
             metrics.CONTEXT_OVERFLOWS.labels("dead").inc()
-            return DeadLetter(env.kind, "context_length", f"{exc} (nothing left to compact)", attempts)
+            return DeadLettered(env.kind, "context_length", f"{exc} (nothing left to compact)", attempts)
         log.warning("prompt longer than the model's context window; compacted, retrying the turn once",
                     extra={"conversation_id": run.cid, "message_id": env.message_id, "error": str(exc)})
         try:
             # No tag: the compacted blob is not the stored state this worker may hold decoded.
             outcome = self._envelope(run, env, replace(snap, state=compacted, tag=""))
         except InputError as bad:
-            return DeadLetter(env.kind, "invalid_input", str(bad), attempts)
+            return DeadLettered(env.kind, "invalid_input", str(bad), attempts)
         except ModelError as again:
             return self._failed(run, env, snap, attempts, again, compacted=True)
         metrics.CONTEXT_OVERFLOWS.labels("recovered").inc()

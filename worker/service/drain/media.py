@@ -32,14 +32,14 @@ from worker.conversation.messages import MediaRef, Message
 from worker.conversation.model import Attachment
 from worker.envelopes.inputs import Envelope, InputKind
 from worker.errors import InvalidMessageError, MediaRejectedError, MediaTokenError, MediaUnavailableError
-from worker.settings import Media, Webhook
+from worker.settings import PhotoLimits, Webhook
 
 log = logging.getLogger("parley.service")
 
 # What the model reads for a photo it cannot see, before the caption.
 UNSEEN_CAPTION_PREFIX = "[The player sent a photo you cannot see, with this caption:] "
 DEFAULT_UNSUPPORTED_REPLY: str = Webhook().unsupported_reply
-DEFAULT_TURN_MAX_BYTES: int = Media().turn_max_bytes
+DEFAULT_TURN_MAX_BYTES: int = PhotoLimits().turn_max_bytes
 
 
 class Fetcher(Protocol):

@@ -94,7 +94,7 @@ class Spliced:
 
 
 @dataclass(frozen=True)
-class DeadLetter:
+class DeadLettered:
     """Give the head input up (``kind``: the envelope's, or ``malformed``), with the reason ops see."""
 
     kind: str
@@ -163,5 +163,5 @@ class Spoken:
     pinned_dropped: int = 0
 
 
-Outcome = Answer | Notice | Applied | Spliced | DeadLetter | Defer | HandBack | Retry | Withheld | Spoken
+Outcome = Answer | Notice | Applied | Spliced | DeadLettered | Defer | HandBack | Retry | Withheld | Spoken
 """Every outcome the drainer applies (a :class:`Quarantine` rides in the commit it precedes)."""

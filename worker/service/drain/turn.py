@@ -135,7 +135,7 @@ class TurnRunner:
 
 def turn_trace(result: TurnResult, said: str, text: str | None, reply_chars: int, parts: int) -> dict[str, Any]:
     """A turn's trace entry. The texts stay in the state, which the entry references (``in_state``, found again by
-    ``parley trace`` and ``parley show``): repeating them took more of Redis than the history itself (issue 33). Only
+    ``parley trace`` and ``parley show``): repeating them took more of Redis than the history itself. Only
     a reply the state does not hold (a reset phrase's) is written out. Fields at their usual value
     (:data:`worker.client.summary.TURN_USUAL`) are left out; the readers put them back."""
     trace: dict[str, Any] = usage_trace(result.usage)

@@ -20,7 +20,7 @@
 -- accepted, it ends the hold of a burst's quiet period ('b', set by DEFER) in the same step, so the caller wakes a
 -- worker that answers the burst now and then the input. A retry's hold ('1') stays: its backoff is not the event's
 -- to cut.
--- The wake-up (issue 33): when the broker is this same Redis, the producer hands over the Celery message kombu would
+-- The wake-up: when the broker is this same Redis, the producer hands over the Celery message kombu would
 -- have LPUSHed (built from kombu's own output, its ids made by the caller: this script stays deterministic) and it is
 -- pushed here, in the same step, when the input needs a wake-up by the producers' rule (worker/queue/wakeup.py,
 -- wake_needed): accepted, and the first input waiting, or it ended a burst's hold, or wake-ups are not coalesced.

@@ -9,8 +9,8 @@
 -- else the lease is taken with a new token.
 -- The state's tag changes with every write of the blob (see COMMIT): when the caller already holds the state with
 -- that tag (decoded, from its last turn on this conversation), the blob is not sent again (nor read). The blob is
--- blob_key's parts (see stored_blob, the caller joins them); a state last written whole before issue 33 is still
--- in the state hash's blob field.
+-- blob_key's parts (see stored_blob, the caller joins them); a state last written whole in the older layout is
+-- still in the state hash's blob field.
 --! include head_id
 --! include next_token
 --! include codes

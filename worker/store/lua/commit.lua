@@ -14,7 +14,7 @@
 -- The tag names the blob written: the writer's token and the new version, unique over the conversation's lives
 -- (tokens never repeat, see next_token), so a worker that kept a state decoded knows when it is still the stored one.
 -- The blob is the list blob_key: a base, then the frames turns appended (the state hash's blen counts its bytes).
--- Mode set writes the blob whole (a state of before issue 33 leaves the hash's blob field then); mode append pushes
+-- Mode set writes the blob whole (a state in the older layout leaves the hash's blob field then); mode append pushes
 -- the bytes a turn added, refused as VERSION_MOVED unless the stored blob is append_at bytes long (the one the
 -- writer's state was encoded from): a turn writes what it adds, not the history. A list, not a string APPENDed to:
 -- APPEND grows a string's allocation greedily (up to twice its length), a list's nodes stay within a few percent.

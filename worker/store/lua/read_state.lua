@@ -2,8 +2,8 @@
 -- KEYS: state, blob_key
 -- ARGV: have (the tag of the state the caller holds, '' none: then the blob is always sent)
 -- Returns: {blob (its parts, see stored_blob) or false (none, or the caller's), version, tag}
--- The blob is blob_key's (a base and the frames appended to it); a state last written whole before issue 33 is still
--- in the state hash's blob field until its next write.
+-- The blob is blob_key's (a base and the frames appended to it); a state last written whole in the older layout is
+-- still in the state hash's blob field until its next write.
 --! include stored_blob
 local state = KEYS[1]
 local blob_key = KEYS[2]

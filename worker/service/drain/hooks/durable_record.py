@@ -8,7 +8,7 @@ from typing import Any
 
 from worker.envelopes.inputs import ReplyRecord
 from worker.service.drain.hooks.base import DrainHook
-from worker.service.drain.outcomes import Answer, Applied, DeadLetter, Notice, Outcome, Spliced, Spoken, Withheld
+from worker.service.drain.outcomes import Answer, Applied, DeadLettered, Notice, Outcome, Spliced, Spoken, Withheld
 from worker.service.drain.recording import Recorder
 from worker.service.drain.run import DrainRun
 from worker.store.answers import Snapshot
@@ -39,6 +39,6 @@ class DurableRecord(DrainHook):
             return r.applied("withheld", cid, [p.env for p in outcome.inputs])
         if isinstance(outcome, Spoken):  # the person's words: the reply's parts (its input carries no more)
             return r.applied("operator", cid, [], reply, input_id=outcome.env.message_id)
-        if isinstance(outcome, DeadLetter):
+        if isinstance(outcome, DeadLettered):
             return r.dead(cid, snap.input_id or "", snap.input, outcome.reason, outcome.detail, reply)
         return None
