@@ -29,9 +29,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import redis
 from worker_bench import Peers
 
+from worker.channels.pacing import Pacer
 from worker.channels.whatsapp import WhatsAppSender
 from worker.envelopes.inputs import ReplyRecord
-from worker.service import Deliverer, Heartbeat, Pacer, ServiceConfig
+from worker.service import Deliverer, Heartbeat, ServiceConfig
 from worker.settings import Delivery
 from worker.store.redis_store import ConversationStore, PaceLimits, StoreLimits
 
@@ -56,9 +57,9 @@ def deliver_all(url: str, prefix: str, wa_url: str, limit: float, cids: list[str
     """One worker process: THREADS threads deliver ``cids`` until they run out or the deadline passes."""
     store = ConversationStore(redis.Redis.from_url(url, max_connections=THREADS * 2), prefix=prefix,
                               limits=StoreLimits(max_inbox=10))
-    sender = WhatsAppSender(phone_number_id=SENDER, access_token="bench", base_url=wa_url)
     pacer = Pacer(store, SENDER, PaceLimits(per_second=limit, burst=10), max_sleep=2.0)
-    deliverer = Deliverer(store, sender, ServiceConfig(delivery=Delivery(status_webhooks=False)), Heartbeat(3.0, 600.0), pacer=pacer)
+    sender = WhatsAppSender(phone_number_id=SENDER, access_token="bench", base_url=wa_url, pacer=pacer)
+    deliverer = Deliverer(store, sender, ServiceConfig(delivery=Delivery(status_webhooks=False)), Heartbeat(3.0, 600.0))
     todo = iter(cids)
     lock = threading.Lock()
 

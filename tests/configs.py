@@ -3,7 +3,8 @@
 :class:`~worker.service.ServiceConfig` defaults to the settings' documented defaults (bursts wait 1.5 s, a drain
 hands back after 100 turns or a second, a dead-lettered message gets an apology). Most tests want the service alone:
 no burst wait, no drain bound, no apology, status webhooks off, no budget reply, no system prompt. ``bare_config``
-builds that, taking the service's knobs by the names the service reads them (``lease_ms``, ``drain_max_turns``...).
+builds that, taking the service's knobs by flat names (``lease_ms``, ``drain_max_turns``...) and putting each in its
+group.
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ def bare_burst(quiet: float = 0.0, max_wait: float = 8.0, max_messages: int = 20
 def bare_config(*, lease_ms: int | None = None, resend_grace_ms: int | None = None,
                 status_webhooks: bool | None = False, burst: Burst | None = None, **knobs: Any) -> ServiceConfig:
     """The bare service with ``knobs`` changed (``system_prompt``, ``record``, ``model_name``, ``max_hold_ms`` as
-    ServiceConfig takes them; the rest by the path the service reads)."""
+    ServiceConfig takes them; the rest by flat name, put in their group)."""
     drain = {_DRAIN[k]: knobs.pop(k) for k in list(knobs) if k in _DRAIN}
     delivery: dict[str, Any] = {_DELIVERY[k]: knobs.pop(k) for k in list(knobs) if k in _DELIVERY}
     budget = {_BUDGET[k]: knobs.pop(k) for k in list(knobs) if k in _BUDGET}

@@ -7,11 +7,13 @@ import pytest
 from pydantic import ValidationError
 
 from worker.channels.channel import ConsoleChannel
+from worker.channels.pacing import Pacer
 from worker.channels.whatsapp import WhatsAppSender
 from worker.channels.window import Template
 from worker.queue.connections import build_store
-from worker.runtime import build_channel, build_pacer
+from worker.runtime import build_channel, pace_channel
 from worker.settings import Settings
+from worker.store.interfaces import PaceStore
 from worker.store.limits import PaceLimits
 
 WHATSAPP = {"whatsapp_phone_number_id": "106540352242922", "whatsapp_access_token": "tok"}
@@ -42,15 +44,27 @@ def test_only_a_whatsapp_sender_is_paced() -> None:
     s = Settings(**WHATSAPP, whatsapp_messages_per_second=200, whatsapp_burst=20, whatsapp_recipient_per_minute=30,
                  whatsapp_recipient_burst=5, whatsapp_pace_max_sleep=1.5)
     store = build_store(s, fakeredis.FakeRedis(server=fakeredis.FakeServer()))
-    pacer = build_pacer(s, store, build_channel(s))
-    assert pacer is not None and pacer.sender == "106540352242922" and pacer.max_sleep == 1.5
+    channel, console = build_channel(s), ConsoleChannel()
+    assert isinstance(channel, WhatsAppSender)
+    pace_channel(s, store, channel)
+    pace_channel(s, store, console)
+    pacer = channel.pacer
+    assert isinstance(pacer, Pacer) and pacer.sender == "106540352242922" and pacer.max_sleep == 1.5
     assert pacer.limits == PaceLimits(per_second=200, burst=20, recipient_per_second=0.5, recipient_burst=5)
-    assert build_pacer(s, store, ConsoleChannel()) is None
+    assert getattr(console, "pacer", None) is None
 
 
 def test_with_both_limits_off_there_is_no_pacer_and_no_round_trip() -> None:
     s = Settings(**WHATSAPP, whatsapp_messages_per_second=0, whatsapp_recipient_per_minute=0)
     store = build_store(s, fakeredis.FakeRedis(server=fakeredis.FakeServer()))
-    assert build_pacer(s, store, build_channel(s)) is None
+    assert paced(s, store).pacer is None
     one = Settings(**WHATSAPP, whatsapp_messages_per_second=0, whatsapp_recipient_per_minute=6)
-    assert build_pacer(one, store, build_channel(one)) is not None
+    assert paced(one, store).pacer is not None
+
+
+def paced(s: Settings, store: PaceStore) -> WhatsAppSender:
+    """The settings' WhatsApp sender, given its pace as the service is."""
+    channel = build_channel(s)
+    assert isinstance(channel, WhatsAppSender)
+    pace_channel(s, store, channel)
+    return channel

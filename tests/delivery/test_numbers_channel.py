@@ -38,8 +38,7 @@ def test_each_numbers_sends_go_to_its_url_with_its_token(wa: FakeWhatsApp) -> No
     ch = channel(wa)
     ch.send_text(PLAYER, "from main")
     ch.send_text(f"{QUIZ}.{PLAYER}", "from quiz")
-    ch.send_reply(f"{QUIZ}.US.13491208655302741918", ["to a username"], reply_to=None, last_inbound=time.time(),
-                  pace=lambda: None)
+    ch.send_reply(f"{QUIZ}.US.13491208655302741918", ["to a username"], reply_to=None, last_inbound=time.time())
     assert [(s["path"], h["authorization"]) for s, h in zip(wa.sent, wa.headers, strict=True)] == [
         (f"/v21.0/{MAIN}/messages", "Bearer token-main"),
         (f"/v21.0/{QUIZ}/messages", "Bearer token-quiz"),
@@ -91,8 +90,7 @@ def test_a_rich_part_goes_from_the_number_the_player_wrote_to(wa: FakeWhatsApp) 
 
     ch = channel(wa)
     pin = out_part({"type": "location", "latitude": 53.9921, "longitude": -1.5418, "name": "Harrogate Theatre"})
-    ch.send_reply(f"{QUIZ}.{PLAYER}", [pin, "see you there"], reply_to=None, last_inbound=time.time(),
-                  pace=lambda: None)
+    ch.send_reply(f"{QUIZ}.{PLAYER}", [pin, "see you there"], reply_to=None, last_inbound=time.time())
     assert [(s["path"], h["authorization"], s["body"]["type"]) for s, h in zip(wa.sent, wa.headers, strict=True)] == [
         (f"/v21.0/{QUIZ}/messages", "Bearer token-quiz", "location")]
     assert wa.sent[0]["body"]["to"] == PLAYER

@@ -26,13 +26,21 @@ def api() -> Iterator[FakeWhatsApp]:
     a.stop()
 
 
-def sender(api: FakeWhatsApp, template: Template | None = None, hours: float = 24) -> WhatsAppSender:
+def sender(api: FakeWhatsApp, template: Template | None = None, hours: float = 24,
+           pacer: Paces | None = None) -> WhatsAppSender:
     return WhatsAppSender(phone_number_id="106540352242922", access_token="tok", base_url=api.base_url,
-                          window=ServiceWindow(hours * HOUR, template), clock=lambda: NOW)
+                          window=ServiceWindow(hours * HOUR, template), clock=lambda: NOW, pacer=pacer)
 
 
-def no_pace() -> None:
-    pass
+class Paces:
+    """A pace that lets every send go at once and writes down whom each was to."""
+
+    def __init__(self) -> None:
+        self.admitted: list[str] = []
+
+    def admit(self, recipient: str) -> float:
+        self.admitted.append(recipient)
+        return 0.0
 
 
 def test_only_whatsapp_has_a_window() -> None:
@@ -49,17 +57,17 @@ def test_the_window_is_24_hours_from_the_last_message(last: float | None, open_:
 
 
 def test_inside_the_window_the_part_goes_as_text(api: FakeWhatsApp) -> None:
-    sent = sender(api).send_reply(TO, ["one", "two"], reply_to="wamid.in", last_inbound=NOW - HOUR, pace=no_pace)
+    sent = sender(api).send_reply(TO, ["one", "two"], reply_to="wamid.in", last_inbound=NOW - HOUR)
     assert sent.message_id == "wamid.out1" and not sent.rest
     assert api.sent[0]["body"]["type"] == "text" and api.sent[0]["body"]["text"]["body"] == "one"
 
 
 def test_outside_the_window_the_rest_goes_as_one_template(api: FakeWhatsApp) -> None:
-    paces: list[int] = []
-    s = sender(api, Template("game_update", "en_GB"))
+    paces = Paces()
+    s = sender(api, Template("game_update", "en_GB"), pacer=paces)
     sent = s.send_reply(TO, ["Part one.\nWith a line.", "Part two."], reply_to="wamid.in",
-                        last_inbound=NOW - 25 * HOUR, pace=lambda: paces.append(1))
-    assert sent.rest and sent.message_id == "wamid.out1" and paces == [1]
+                        last_inbound=NOW - 25 * HOUR)
+    assert sent.rest and sent.message_id == "wamid.out1" and paces.admitted == [TO]
     assert api.received == [{
         "messaging_product": "whatsapp", "recipient_type": "individual", "to": TO, "type": "template",
         "template": {"name": "game_update", "language": {"code": "en_GB"},
@@ -69,23 +77,25 @@ def test_outside_the_window_the_rest_goes_as_one_template(api: FakeWhatsApp) -> 
 
 
 def test_outside_the_window_without_a_template_nothing_is_called(api: FakeWhatsApp) -> None:
-    paces: list[int] = []
+    paces = Paces()
     with pytest.raises(OutsideWindowError) as info:
-        sender(api).send_reply(TO, ["hi"], reply_to=None, last_inbound=None, pace=lambda: paces.append(1))
-    assert info.value.code is None and api.received == [] and paces == []
+        sender(api, pacer=paces).send_reply(TO, ["hi"], reply_to=None, last_inbound=None)
+    assert info.value.code is None and api.received == [] and paces.admitted == []
 
 
 def test_131047_is_answered_with_the_template_once(api: FakeWhatsApp) -> None:
     api.fail(131047, message="Re-engagement message")
-    sent = sender(api, Template("game_update")).send_reply(TO, ["hi"], reply_to=None, last_inbound=NOW - HOUR,
-                                                           pace=no_pace)
+    paces = Paces()
+    sent = sender(api, Template("game_update"), pacer=paces).send_reply(TO, ["hi"], reply_to=None,
+                                                                        last_inbound=NOW - HOUR)
     assert sent.rest and [b["type"] for b in api.received] == ["text", "template"]
+    assert paces.admitted == [TO, TO]  # each call keeps the pace
 
 
 def test_131047_without_a_template_is_outside_the_window(api: FakeWhatsApp) -> None:
     api.fail(131047, message="Re-engagement message")
     with pytest.raises(OutsideWindowError) as info:
-        sender(api).send_reply(TO, ["hi"], reply_to=None, last_inbound=NOW - HOUR, pace=no_pace)
+        sender(api).send_reply(TO, ["hi"], reply_to=None, last_inbound=NOW - HOUR)
     assert info.value.code == 131047 and len(api.received) == 1
 
 
@@ -93,14 +103,13 @@ def test_a_failing_template_is_not_tried_again(api: FakeWhatsApp) -> None:
     api.fail(131047, message="Re-engagement message")
     api.fail(132001, message="Template name does not exist in the translation")
     with pytest.raises(DeliveryPermanentError) as info:
-        sender(api, Template("gone")).send_reply(TO, ["hi"], reply_to=None, last_inbound=NOW - HOUR, pace=no_pace)
+        sender(api, Template("gone")).send_reply(TO, ["hi"], reply_to=None, last_inbound=NOW - HOUR)
     assert info.value.code == 132001 and not isinstance(info.value, OutsideWindowError)
     assert [b["type"] for b in api.received] == ["text", "template"]
 
 
 def test_business_scoped_ids_get_the_template_in_recipient(api: FakeWhatsApp) -> None:
-    sender(api, Template("t")).send_reply("US.13491208655302741918", ["hi"], reply_to=None, last_inbound=None,
-                                          pace=no_pace)
+    sender(api, Template("t")).send_reply("US.13491208655302741918", ["hi"], reply_to=None, last_inbound=None)
     body = api.received[0]
     assert body["recipient"] == "US.13491208655302741918" and "to" not in body
 

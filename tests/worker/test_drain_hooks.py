@@ -78,7 +78,7 @@ class Spy(DrainHook):
 
 def _with(h: Harness, *hooks: DrainHook) -> Harness:
     s = h.service
-    s.drainer = Drainer(h.store, s.chat, s.wake, s.config, s.heartbeat, hooks=[Photos(), *hooks])
+    s.drainer = Drainer(h.store, s.chat, s.wake, s.config, s.heartbeat, deliverer=s.deliverer, hooks=[Photos(), *hooks])
     return h
 
 

@@ -1,5 +1,5 @@
-"""The pacer in the deliverer: short waits are slept through, long ones become a later delivery that holds no worker
-(and counts no failure, leaves no part in flight), and the parts of a reply keep their order."""
+"""The pace a channel keeps, through the deliverer: short waits are slept through, long ones become a later delivery
+that holds no worker (and counts no failure, leaves no part in flight), and the parts of a reply keep their order."""
 
 from __future__ import annotations
 
@@ -11,8 +11,10 @@ from prometheus_client import REGISTRY
 from tests.support.store_kit import raw
 from tests.worker.conftest import Harness, make_harness
 from worker import ScriptedModel
-from worker.service import Pacer, RetryLater
+from worker.channels.pacing import Pacer
+from worker.errors import RetryLater
 from worker.store.limits import PaceLimits
+from worker.testing import RecordingChannel
 
 CID = "447700900123"
 SENDER = "106540352242922"
@@ -30,10 +32,23 @@ class Sleeps:
         time.sleep(seconds)
 
 
+class PacedChannel(RecordingChannel):
+    """A recording channel that keeps its pace before each send, as the WhatsApp sender does."""
+
+    pacer: Pacer | None = None
+
+    def send_text(self, recipient: str, text: str, *, reply_to: str | None = None,
+                  callback_data: str | None = None) -> str:
+        if self.pacer is not None:
+            self.pacer.admit(recipient)
+        return super().send_text(recipient, text, reply_to=reply_to, callback_data=callback_data)
+
+
 def paced(limits: PaceLimits, max_sleep: float = 2.0) -> tuple[Harness, Sleeps]:
-    h = make_harness(ScriptedModel(default=lambda req: "ack:" + req.messages[-1].content))
+    channel = PacedChannel()
+    h = make_harness(ScriptedModel(default=lambda req: "ack:" + req.messages[-1].content), channel=channel)
     sleeps = Sleeps()
-    h.service.deliverer.pacer = Pacer(h.store, SENDER, limits, max_sleep=max_sleep, sleep=sleeps)
+    channel.pacer = Pacer(h.store, SENDER, limits, max_sleep=max_sleep, sleep=sleeps)
     return h, sleeps
 
 
@@ -95,7 +110,8 @@ def test_a_long_wait_hands_the_reply_to_a_later_delivery() -> None:
 
 def test_the_pacer_asks_again_after_a_recipients_wait() -> None:
     h, sleeps = paced(PaceLimits(per_second=0, recipient_per_second=5, recipient_burst=1))
-    pacer = h.service.deliverer.pacer
+    assert isinstance(h.channel, PacedChannel)
+    pacer = h.channel.pacer
     assert pacer is not None
     assert pacer.admit("alice") == 0
     waited = pacer.admit("alice")

@@ -286,7 +286,7 @@ def seeing_harness(fetcher: Pictures, turn_max_bytes: int = 8 << 20, **burst: ob
     media = MediaPreparer(fetcher, reads_images=True, unsupported_reply="text only", turn_max_bytes=turn_max_bytes)
     h.service.media = media
     h.service.drainer = Drainer(h.store, h.service.chat, h.service.wake, h.service.config, h.service.heartbeat,
-                                media=media)
+                                deliverer=h.service.deliverer, media=media)
     return h
 
 

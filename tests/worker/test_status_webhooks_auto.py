@@ -45,7 +45,7 @@ def _crashed_worker(server: RedisServer, **env: Any) -> tuple[Harness, CrashingC
     reached WhatsApp just before the process died."""
     settings = Settings(_env_file=None, **env)  # type: ignore[call-arg]
     config = bare_config(system_prompt="You are a test.", deliver_inline=False, resend_grace_ms=60_000,
-                           status_webhooks=service_config(settings).status_webhooks)  # as production maps it
+                           status_webhooks=service_config(settings).delivery.statuses)  # as production maps it
     ch = CrashingChannel()
     h = make_harness(channel=ch, config=config, redis_client=server.client())
     queue(h)

@@ -126,7 +126,7 @@ def photo_harness(api: FakeWhatsApp, health: TokenHealth) -> Harness:
     media = MediaPreparer(fetcher, reads_images=True)
     h.service.media = media
     h.service.drainer = Drainer(h.store, h.service.chat, h.service.wake, h.service.config, h.service.heartbeat,
-                                media=media)
+                                deliverer=h.service.deliverer, media=media)
     return h
 
 

@@ -4,7 +4,8 @@ A recipient made by :meth:`worker.settings.business_numbers.Numbers.address` (``
 on the default number) picks the number's :class:`~worker.channels.whatsapp.WhatsAppSender`: its URL
 (``{base}/{phone_number_id}/messages``) and its token. Each number has its own
 :class:`~worker.channels.token.TokenHealth` (:func:`number_token`, which its photo fetcher shares), so a rejected
-token holds only that number's replies, with that number's backoff and gauge series: the others go on. Photos a
+token holds only that number's replies, with that number's backoff and gauge series: the others go on; each
+number's sender keeps its own pace (its throughput, its pair rate with each player). Photos a
 player sends are fetched with the token of the number they wrote to (:func:`fetcher_for`).
 A recipient naming a number that is no longer configured is refused for good
 (:class:`~worker.errors.DeliveryPermanentError`: dead-lettered with the reason, never sent from another number).
@@ -15,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import TypeVar
 
-from worker.channels.channel import Pace, Sent
+from worker.channels.channel import Sent
 from worker.channels.token import TokenHealth, for_number
 from worker.channels.whatsapp import WhatsAppSender
 from worker.envelopes.reply_parts import OutPart
@@ -57,19 +58,15 @@ class NumbersChannel:
                                          "the reply is not sent from another number")
         return sender, player
 
-    def route(self, recipient: str) -> tuple[str, str]:
-        """``(phone_number_id, player)``: the pace's keys of a send to ``recipient``."""
-        return self.numbers.route(recipient)
-
     def send_text(self, recipient: str, text: str, *, reply_to: str | None = None,
                   callback_data: str | None = None) -> str:
         sender, player = self.sender_for(recipient)
         return sender.send_text(player, text, reply_to=reply_to, callback_data=callback_data)
 
     def send_reply(self, recipient: str, parts: Sequence[OutPart], *, reply_to: str | None,
-                   last_inbound: float | None, pace: Pace, callback_data: str | None = None) -> Sent:
+                   last_inbound: float | None, callback_data: str | None = None) -> Sent:
         sender, player = self.sender_for(recipient)
-        return sender.send_reply(player, parts, reply_to=reply_to, last_inbound=last_inbound, pace=pace,
+        return sender.send_reply(player, parts, reply_to=reply_to, last_inbound=last_inbound,
                                  callback_data=callback_data)
 
     def mark_read(self, message_id: str, *, typing: bool) -> None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import itertools
 import sys
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, TextIO, runtime_checkable
 
@@ -59,8 +59,12 @@ class Sent:
     rest: bool = False
 
 
-Pace = Callable[[], None]
-"""Called right before each API call of a send: waits for the shared pace (or raises to retry later)."""
+class Pace(Protocol):
+    """The pace a sender keeps, which it owns (:class:`~worker.channels.pacing.Pacer`: the limits the fleet shares).
+    ``admit(recipient)`` returns once the next send to ``recipient`` may go, having waited for it; a slot far off
+    raises :class:`~worker.errors.RetryLater` instead (nothing sent, nothing taken)."""
+
+    def admit(self, recipient: str) -> float: ...
 
 
 @runtime_checkable
@@ -68,10 +72,10 @@ class WindowedChannel(Protocol):
     """A channel whose free-form messages go through only within a window after the player's last message. It sends
     ``parts[0]``, or, outside the window, a template carrying every part left, or raises
     :class:`~worker.errors.OutsideWindowError` before any call when it has no template. ``last_inbound`` is when the
-    player's last message was accepted (None: unknown); ``pace`` is called before each API call it makes."""
+    player's last message was accepted (None: unknown). It keeps its own pace before each API call it makes."""
 
     def send_reply(self, recipient: str, parts: Sequence[OutPart], *, reply_to: str | None,
-                   last_inbound: float | None, pace: Pace, callback_data: str | None = None) -> Sent: ...
+                   last_inbound: float | None, callback_data: str | None = None) -> Sent: ...
 
 
 class ConsoleChannel:

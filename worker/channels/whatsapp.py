@@ -141,14 +141,16 @@ class WhatsAppSender:
     ``send_text`` returns the message id (wamid) or raises :class:`DeliveryRetryableError` /
     :class:`DeliveryPermanentError` / :class:`WhatsAppTokenError`. ``token`` is told of every send the API refused
     for the token and of every send it accepted (default: the process's state of ``phone_number_id``,
-    :func:`~worker.channels.token.for_number`).
+    :func:`~worker.channels.token.for_number`). ``pacer`` is the pace the number keeps, taken before every message it
+    posts (:class:`~worker.channels.pacing.Pacer`, the limits the fleet shares; None: no pace).
     """
 
     def __init__(self, *, phone_number_id: str, access_token: str, base_url: str = DEFAULT_BASE_URL,
                  timeout: float = 15.0, connect_timeout: float = 5.0, transport: httpx.BaseTransport | None = None,
                  window: ServiceWindow | None = None, clock: Callable[[], float] = time.time,
-                 token: TokenHealth | None = None) -> None:
+                 token: TokenHealth | None = None, pacer: Pace | None = None) -> None:
         self.phone_number_id = phone_number_id
+        self.pacer = pacer
         self.window = window or ServiceWindow()
         self.token = token or for_number(phone_number_id)
         self._clock = clock
@@ -182,23 +184,22 @@ class WhatsAppSender:
         return body
 
     def send_reply(self, recipient: str, parts: Sequence[OutPart], *, reply_to: str | None,
-                   last_inbound: float | None, pace: Pace, callback_data: str | None = None) -> Sent:
+                   last_inbound: float | None, callback_data: str | None = None) -> Sent:
         """Send ``parts[0]`` within the customer-service window; outside it (known from ``last_inbound``, or from a
         131047 answer) send the rest of the reply as the template, once, or raise :class:`OutsideWindowError`
-        (before any call when the window was known to be closed). ``pace`` runs before each call. ``callback_data``
+        (before any call when the window was known to be closed). Each call keeps the pace. ``callback_data``
         names the part (the template carries the first part's: a crash right after it may resend the rest)."""
         if not self.window.is_open(last_inbound, self._clock()):
-            return self._outside_window(recipient, parts, pace, why="window", callback_data=callback_data)
-        pace()
+            return self._outside_window(recipient, parts, why="window", callback_data=callback_data)
         try:
-            return Sent(self._post(self.body(recipient, parts[0], reply_to, callback_data)))
+            return Sent(self._post(recipient, self.body(recipient, parts[0], reply_to, callback_data)))
         except DeliveryPermanentError as exc:
             if exc.code != RE_ENGAGEMENT:
                 raise
-            return self._outside_window(recipient, parts, pace, why=str(RE_ENGAGEMENT), cause=exc,
+            return self._outside_window(recipient, parts, why=str(RE_ENGAGEMENT), cause=exc,
                                         callback_data=callback_data)
 
-    def _outside_window(self, recipient: str, parts: Sequence[OutPart], pace: Pace, *, why: str,
+    def _outside_window(self, recipient: str, parts: Sequence[OutPart], *, why: str,
                         cause: DeliveryPermanentError | None = None, callback_data: str | None = None) -> Sent:
         code = cause.code if cause is not None else None
         if self.window.template is None:
@@ -206,19 +207,21 @@ class WhatsAppSender:
             seen = "the API answered 131047" if cause is not None else "the player's last message is older"
             raise OutsideWindowError(f"outside the customer-service window ({seen}) and no template is configured",
                                      code=code, status=cause.status if cause is not None else None) from cause
-        pace()
         # The template's own errors (a name Meta does not know, throttling) propagate as they are: no second try.
         # Rich parts (interactive ones cannot go outside the window) stand in the parameter as the text the state has.
-        wamid = self._post(self.template_body(recipient, render_all(parts), callback_data))
+        wamid = self._post(recipient, self.template_body(recipient, render_all(parts), callback_data))
         metrics.OUTSIDE_WINDOW.labels("template", why).inc()
         return Sent(wamid, rest=True)
 
     def send_text(self, recipient: str, text: str, *, reply_to: str | None = None,
                   callback_data: str | None = None) -> str:
-        return self._post(self.body(recipient, text, reply_to, callback_data))
+        return self._post(recipient, self.body(recipient, text, reply_to, callback_data))
 
-    def _post(self, body: dict[str, Any]) -> str:
-        """Send one message; its wamid, or the classified error."""
+    def _post(self, recipient: str, body: dict[str, Any]) -> str:
+        """Send one message to ``recipient`` once the pace lets it go (:class:`RetryLater` when that is far off);
+        its wamid, or the classified error."""
+        if self.pacer is not None:
+            self.pacer.admit(recipient)
         try:
             with self._clients.lease() as client:
                 response = client.post(self.url, json=body)

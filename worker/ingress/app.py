@@ -82,26 +82,20 @@ class IngressStore(Protocol):
 @dataclass(frozen=True)
 class _Replies:
     """The configured short answers: ``unsupported`` (what Parley cannot read) and ``refused`` (what it must refuse
-    as it is); empty = the deployment chose silence. With several ``numbers``, a number's own system prompt goes
-    with its players' turns."""
+    as it is); empty = the deployment chose silence. ``numbers``: the business numbers the webhooks are routed by
+    (several numbers only; a number's own system prompt is the turn's to apply, see
+    :mod:`worker.service.number_turns`)."""
 
     unsupported: str
     refused: str
     numbers: Numbers | None = None
 
-    def system_prompt(self, cid: str) -> str | None:
-        """The system prompt of the number ``cid`` is on, when it has its own (several numbers only)."""
-        if self.numbers is None:
-            return None
-        number = self.numbers.get(self.numbers.route(cid)[0])
-        return number.system_prompt if number is not None else None
-
 
 def _submit(client: ConversationClient, rec: InboundMessage | InboundEvent | InboundNotice,
-            unsupported_reply: str, system: str | None = None) -> Submitted:
+            unsupported_reply: str) -> Submitted:
     if isinstance(rec, InboundMessage):
         return client.send_message(rec.conversation_id, rec.text, message_id=rec.wamid, reply_to=rec.thread,
-                                   recipient=rec.sender, media=rec.media, system=system)
+                                   recipient=rec.sender, media=rec.media)
     if isinstance(rec, InboundEvent):
         # Not pinned: where the player stood or what they thought of one reply matters now, not forever.
         return client.send_event(rec.conversation_id, rec.text, message_id=rec.wamid, from_player=True)
@@ -124,7 +118,7 @@ def _input(client: ConversationClient, rec: InboundMessage | InboundEvent | Inbo
         _report(Unsupported(kind=rec.type, wamid=rec.wamid, reason=f"{rec.reason}; no short answer configured"))
         return "ignored"
     try:
-        r = _submit(client, rec, replies.unsupported, replies.system_prompt(rec.conversation_id))
+        r = _submit(client, rec, replies.unsupported)
     except InboxFullError:  # an InputError too, but retrying later does help: never drop it
         raise
     except InputError as exc:  # oversize text, a lone surrogate, ...: retrying the batch would not help

@@ -23,7 +23,7 @@ from worker.queue.connections import build_store
 from worker.queue.connections import redis_client as redis_client  # an entry point others import from here
 from worker.runtime import compaction_chain
 from worker.runtime.numbers_file import numbers_from_settings
-from worker.service import ConversationService, MediaPreparer, Pacer, Presence, ServiceConfig, Wake
+from worker.service import ConversationService, MediaPreparer, Presence, ServiceConfig, Wake
 from worker.settings import Settings
 from worker.store.interfaces import PaceStore
 from worker.store.limits import PaceLimits
@@ -134,20 +134,22 @@ def service_window(settings: Settings) -> ServiceWindow:
     return ServiceWindow(settings.whatsapp.window_seconds, template)
 
 
-def build_pacer(settings: Settings, store: PaceStore, channel: Channel) -> Pacer | None:
-    """The pace the fleet shares for a WhatsApp sender number; None for the channels that have no such limits."""
+def pace_channel(settings: Settings, store: PaceStore, channel: Channel) -> None:
+    """Give each WhatsApp sender of ``channel`` the pace the fleet shares for its number (with several numbers, each
+    its own); the other channels have no such limits."""
     from worker.channels.by_number import NumbersChannel
+    from worker.channels.pacing import Pacer
     from worker.channels.whatsapp import WhatsAppSender
 
-    if not isinstance(channel, WhatsAppSender | NumbersChannel):
-        return None
     if settings.whatsapp.messages_per_second <= 0 and settings.whatsapp.recipient_per_minute <= 0:
-        return None  # both limits off: no round trip to Redis per send
+        return  # both limits off: no round trip to Redis per send
+    senders = (list(channel.senders.values()) if isinstance(channel, NumbersChannel)
+               else [channel] if isinstance(channel, WhatsAppSender) else [])
     limits = PaceLimits(per_second=settings.whatsapp.messages_per_second, burst=settings.whatsapp.burst,
                         recipient_per_second=settings.whatsapp.recipient_per_second,
                         recipient_burst=settings.whatsapp.recipient_burst)
-    route = channel.route if isinstance(channel, NumbersChannel) else None
-    return Pacer(store, channel.phone_number_id, limits, max_sleep=settings.whatsapp.pace_max_sleep, route=route)
+    for sender in senders:
+        sender.pacer = Pacer(store, sender.phone_number_id, limits, max_sleep=settings.whatsapp.pace_max_sleep)
 
 
 def build_media_preparer(settings: Settings, model: Model) -> MediaPreparer:
@@ -227,6 +229,7 @@ def build_service(settings: Settings, wake: Wake, *, model: Model | None = None,
         tools = [*tools, *offered_reply_tools(settings, channel, {t.name for t in tools})]
     chat = build_chat(settings, model, tools=tools, tool_source=source)
     store = build_store(settings)
+    pace_channel(settings, store, channel)
     return ConversationService(
         store,
         chat,
@@ -235,7 +238,6 @@ def build_service(settings: Settings, wake: Wake, *, model: Model | None = None,
         service_config(settings),
         presence=build_presence(settings, channel),
         media=build_media_preparer(settings, chat.model),
-        pacer=build_pacer(settings, store, channel),
         residents=ResidentCache(settings.store.state_cache_bytes),
     )
 

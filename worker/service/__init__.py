@@ -14,7 +14,6 @@ marks and the typing indicator meanwhile, and :mod:`worker.service.config` holds
 
 from __future__ import annotations
 
-import logging
 import time
 
 from worker import metrics
@@ -23,20 +22,17 @@ from worker.conversation.chat import Chat
 from worker.conversation.resident import ResidentCache
 from worker.conversation.results import CompactionReport
 from worker.envelopes.inputs import Envelope, InputKind, Spent
-from worker.errors import DeliveryError, RetryLater, StoreError
+from worker.errors import RetryLater
 from worker.service.config import ServiceConfig, Wake, observe_round_trip
 from worker.service.deliver.deliverer import Deliverer
-from worker.service.deliver.pacing import Pacer
-from worker.service.drain import Claimed, Drained, Drainer, Written
+from worker.service.drain import Drained, Drainer
 from worker.service.drain.media import MediaPreparer, Prepared
 from worker.service.heartbeat import Heartbeat
 from worker.service.presence import Presence
 from worker.store.interfaces import WorkerStore
 
-__all__ = ["ConversationService", "Deliverer", "Drained", "Drainer", "Heartbeat", "MediaPreparer", "Pacer",
-           "Prepared", "Presence", "RetryLater", "ServiceConfig", "Wake"]
-
-log = logging.getLogger("parley.service")
+__all__ = ["ConversationService", "Deliverer", "Drained", "Drainer", "Heartbeat", "MediaPreparer", "Prepared",
+           "Presence", "RetryLater", "ServiceConfig", "Wake"]
 
 
 def _spent(report: CompactionReport) -> Spent | None:
@@ -53,13 +49,12 @@ class ConversationService:
     ``media`` prepares a message envelope for its turn (a photo fetched for a model that reads images, else its
     caption or the short answer; :mod:`worker.service.drain.media`); the default fetches nothing. ``residents`` keeps each
     conversation's state decoded between its turns (:mod:`worker.conversation.resident`; default about 64 MiB).
-    ``pacer`` holds every send to the pace the fleet shares (:mod:`worker.service.deliver.pacing`); the default sends at
-    once."""
+    The pace the fleet shares is the channel's own (:mod:`worker.channels.pacing`)."""
 
     def __init__(self, store: WorkerStore, chat: Chat, channel: Channel, wake: Wake,
                  config: ServiceConfig | None = None, *, heartbeat: Heartbeat | None = None,
                  presence: Presence | None = None, media: MediaPreparer | None = None,
-                 pacer: Pacer | None = None, residents: ResidentCache | None = None) -> None:
+                 residents: ResidentCache | None = None) -> None:
         self.store = store
         self.chat = chat
         self.channel = channel
@@ -67,26 +62,23 @@ class ConversationService:
         self.config = config or ServiceConfig()
         if chat.observer is None:
             chat.observer = observe_round_trip
-        self.heartbeat = heartbeat or Heartbeat(self.config.lease_ms / 3000, self.config.max_hold_ms / 1000)
+        self.heartbeat = heartbeat or Heartbeat(self.config.drain.lease_ms / 3000, self.config.max_hold_ms / 1000)
         # Off unless given: the runtime builds it from the settings (PARLEY_TYPING_INDICATOR) and the channel.
         self.presence = presence if presence is not None else Presence.disabled()
         self.media = media or MediaPreparer()
-        self.deliverer = Deliverer(store, channel, self.config, self.heartbeat, pacer=pacer)
+        self.deliverer = Deliverer(store, channel, self.config, self.heartbeat)
         self.residents = residents if residents is not None else ResidentCache()
-        self.drainer = Drainer(store, chat, wake, self.config, self.heartbeat, presence=self.presence,
-                               media=self.media, residents=self.residents)
+        self.drainer = Drainer(store, chat, wake, self.config, self.heartbeat, deliverer=self.deliverer,
+                               presence=self.presence, media=self.media, residents=self.residents)
 
     def drain(self, cid: str) -> int:
-        """Apply every input waiting for ``cid``, in order (see :meth:`Drainer.drain`), then deliver the reply the
-        drain ended with; returns how many inputs were applied."""
-        drained = self.drainer.drain(cid)
-        if drained.replied:
-            self._deliver_after_drain(cid, drained.delivery, drained.reply)
-        return drained.applied
+        """Apply every input waiting for ``cid``, in order, then deliver the reply the drain ended with (see
+        :meth:`Drainer.drain`); returns how many inputs were applied."""
+        return self.drainer.drain(cid).applied
 
-    def deliver(self, cid: str, *, claimed: Claimed | None = None, reply: Written | None = None) -> int:
+    def deliver(self, cid: str) -> int:
         """Send every reply waiting in ``cid``'s outbox, in order (see :meth:`Deliverer.deliver`)."""
-        return self.deliverer.deliver(cid, claimed, reply)
+        return self.deliverer.deliver(cid)
 
     def queue_compaction(self, cid: str) -> bool:
         """Compute a compaction off to the side and queue it as a splice input; returns whether one was queued.
@@ -115,33 +107,3 @@ class ConversationService:
         finally:
             if not queued:
                 self.store.clear_compacting(cid)
-
-    def _deliver_after_drain(self, cid: str, claimed: Claimed | None, reply: Written | None = None) -> None:
-        """Deliver the replies this drain committed, in this task (one Celery hop fewer per turn), or ask for a
-        deliver task when ``deliver_inline`` is off. A failure never fails the drain, which has committed: it
-        becomes a scheduled delivery (and the sweeper is the net under that)."""
-        if not self.config.deliver_inline:
-            self.wake("deliver", cid)
-            return
-        try:
-            # A typing indicator still on its way would show again after the reply: let it land first.
-            self.presence.settle(cid)
-            self.deliver(cid, claimed=claimed, reply=reply)
-            return
-        except RetryLater as exc:
-            self._wake_delivery(cid, exc.countdown)
-            return
-        except (StoreError, DeliveryError) as exc:  # Redis trouble, a lost delivery lease, a channel error
-            log.warning("inline delivery failed; handing it to a deliver task",
-                        extra={"conversation_id": cid, "error": f"{type(exc).__name__}: {exc}"})
-        except Exception:
-            metrics.UNEXPECTED_ERRORS.labels("inline_delivery").inc()
-            log.exception("inline delivery hit an unexpected error; handing it to a deliver task",
-                          extra={"conversation_id": cid})
-        self._wake_delivery(cid, 1.0)
-
-    def _wake_delivery(self, cid: str, countdown: float) -> None:
-        try:
-            self.wake("deliver", cid, countdown=countdown)
-        except Exception:  # the broker is down: nothing is lost, the reply waits in the outbox
-            log.exception("could not schedule delivery; the sweeper will", extra={"conversation_id": cid})

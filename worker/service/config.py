@@ -31,7 +31,8 @@ class ServiceConfig:
     it: a running turn renews it every ``lease_ms / 3`` (see :mod:`worker.service.heartbeat`), so it can be short
     and a dead worker's conversations are taken over soon. ``max_hold_ms`` bounds the time between two commits
     that the heartbeat covers (a task's hard time limit): a turn stuck past it loses the conversation, and the fence
-    refuses its commit. The properties are the paths the service reads, each a group's field or unit.
+    refuses its commit. The service reads each knob from its group (``config.drain.max_attempts``,
+    ``config.delivery.deliver_inline``...), the unit it wants being the group's own property.
     """
 
     drain: Drain = field(default_factory=Drain)
@@ -47,67 +48,6 @@ class ServiceConfig:
     game_context: GameContext = field(default_factory=GameContext)
     context_source: ContextSource | None = None  # the game's live context (worker.game_context), when configured
     numbers: NumberTurns | None = None  # several WhatsApp numbers: each one's system prompt and tools for its turns
-
-    @property
-    def lease_ms(self) -> int:
-        return self.drain.lease_ms
-
-    @property
-    def max_attempts(self) -> int:
-        return self.drain.max_attempts
-
-    @property
-    def max_model_retries(self) -> int:
-        return self.drain.max_model_retries
-
-    @property
-    def max_bad_response_retries(self) -> int:
-        return self.drain.max_bad_response_retries
-
-    @property
-    def max_retry_delay(self) -> float:
-        return self.drain.max_retry_delay
-
-    @property
-    def drain_max_turns(self) -> int:
-        return self.drain.max_turns
-
-    @property
-    def drain_max_seconds(self) -> float:
-        return self.drain.max_seconds
-
-    @property
-    def dead_letter_reply(self) -> str:
-        return self.drain.dead_letter_reply
-
-    @property
-    def delivery_max_attempts(self) -> int:
-        return self.delivery.max_attempts
-
-    @property
-    def delivery_part_interval(self) -> float:
-        return self.delivery.part_interval
-
-    @property
-    def status_webhooks(self) -> bool | None:
-        """An ingress records status webhooks (see worker.service.deliver.inflight); None: when one says so in Redis."""
-        return self.delivery.statuses
-
-    @property
-    def resend_grace_ms(self) -> int:
-        return self.delivery.resend_grace_ms
-
-    @property
-    def deliver_inline(self) -> bool:
-        return self.delivery.deliver_inline
-
-    @property
-    def daily_token_budget(self) -> int:
-        return self.budget.daily_token_budget
-
-    @property
-    def token_budget_reply(self) -> str:
-        return self.budget.token_budget_reply
 
 
 # Bound once: looking a labelled child up costs more than the increment (several per model round trip).

@@ -5,7 +5,8 @@ player's message (where the turn's own ``system`` still wins), a game event the 
 one. A number's ``tools_file`` adds its HTTP tools to the deployment's for those same turns; a tool of the same
 name as a deployment's takes its place there (the quiz line's ``hint`` is not the main line's). The conversation
 names its number (:meth:`~worker.settings.business_numbers.Numbers.route`), so a turn retried on another worker after a crash gets
-the same prompt and tools.
+the same prompt and tools. This is the one place a number's prompt is decided: the ingress queues a player's message
+as it came, and every turn (whatever brought it) reads the worker's numbers file.
 """
 
 from __future__ import annotations

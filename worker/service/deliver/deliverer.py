@@ -8,8 +8,8 @@ task, turn or sweep resumes it.
 
 The platform's rules: a windowed channel (WhatsApp) is given the player's last message time and decides itself
 between the text, the template and :class:`~worker.errors.OutsideWindowError` (dead-lettered as ``outside_window``);
-every API call first waits for the shared pace (:mod:`worker.service.deliver.pacing`), whose long waits end the delivery
-with :class:`RetryLater` without counting a failure.
+a channel that keeps a pace (WhatsApp's sender, :mod:`worker.channels.pacing`) takes it before each API call, and its
+long waits end the delivery with :class:`RetryLater` without counting a failure.
 
 Two failures are not the reply's: a rejected access token (:class:`~worker.errors.WhatsAppTokenError`) holds the
 conversation's delivery, nothing counted against the reply and nothing dead-lettered, retried with backoff (up to
@@ -46,7 +46,6 @@ from worker.errors import (
 from worker.observability import tracing
 from worker.service.config import ServiceConfig
 from worker.service.deliver.inflight import CrashedSends
-from worker.service.deliver.pacing import Pacer
 from worker.service.heartbeat import Beat, Heartbeat
 from worker.store.answers import OutboxHead
 from worker.store.interfaces import DeliveryStore
@@ -80,13 +79,12 @@ class Deliverer:
     """Sends a conversation's waiting replies part by part, in order, through the channel."""
 
     def __init__(self, store: DeliveryStore, channel: Channel, config: ServiceConfig,
-                 heartbeat: Heartbeat, *, pacer: Pacer | None = None) -> None:
+                 heartbeat: Heartbeat) -> None:
         self.store = store
         self.channel = channel
         self.config = config
         self.heartbeat = heartbeat
         self.crashed = CrashedSends(store, config)
-        self.pacer = pacer
         # Checked once: an isinstance against a runtime Protocol walks its members (tens of µs a reply).
         self.windowed: WindowedChannel | None = channel if isinstance(channel, WindowedChannel) else None
         self.rich: RichChannel | None = channel if isinstance(channel, RichChannel) else None
@@ -107,11 +105,11 @@ class Deliverer:
         if claimed is not None:
             token, head = claimed
         else:
-            maybe_token, head = self.store.begin_delivery(cid, self.config.lease_ms)
+            maybe_token, head = self.store.begin_delivery(cid, self.config.drain.lease_ms)
             if maybe_token is None:
                 return 0
             token = maybe_token
-        lease_ms = self.config.lease_ms
+        lease_ms = self.config.drain.lease_ms
         sent = 0
         with self.heartbeat.holding(lambda: self.store.renew_delivery_lease(cid, token, lease_ms),
                                     lambda: self.store.release_delivery(cid, token), "delivery") as beat:
@@ -134,7 +132,7 @@ class Deliverer:
                               payload=head.record)
             self.store.dead_letter_reply(run.cid, run.token, head.reply_id, dead.to_bytes(),
                                          entries.failed(run.cid, head.reply_id, "malformed"))
-            return 0, self._claim(run, partial(self.store.claim_next, run.cid, run.token, self.config.lease_ms))
+            return 0, self._claim(run, partial(self.store.claim_next, run.cid, run.token, self.config.drain.lease_ms))
         if head.crashed_in_window:
             provider_id = self.crashed.settle(run.cid, run.token, record.reply_id, head.part)  # or RetryLater
             if provider_id is not None:
@@ -145,7 +143,7 @@ class Deliverer:
                         provider_id: str) -> tuple[int, OutboxHead | None]:
         """Mark ``part`` (in flight, known to have reached the provider) sent without sending it, then go on with
         the rest of the reply, or with the next reply when it was the last part."""
-        cid, token, lease_ms, part = run.cid, run.token, self.config.lease_ms, head.part
+        cid, token, lease_ms, part = run.cid, run.token, self.config.drain.lease_ms, head.part
         if part == len(record.parts) - 1:
             return 0, self._claim(run, partial(self.store.sent_last_claim_next, cid, token, record.reply_id,
                                                provider_id, lease_ms, entries.sent(cid, record.reply_id)))
@@ -159,12 +157,12 @@ class Deliverer:
         the next claimed head (None when the outbox is empty and the lease was given up). ``inbound``: when the
         player last wrote, as the claim read it (the time only moves forward, so a stale read can only be stricter);
         only a windowed channel looks at it."""
-        cid, token, lease_ms = run.cid, run.token, self.config.lease_ms
+        cid, token, lease_ms = run.cid, run.token, self.config.drain.lease_ms
         last = len(record.parts) - 1
         for part in range(start, len(record.parts)):
             if part > start:
-                if self.config.delivery_part_interval:
-                    time.sleep(self.config.delivery_part_interval)
+                if self.config.delivery.part_interval:
+                    time.sleep(self.config.delivery.part_interval)
                 self.store.mark_inflight(cid, token, record.reply_id, part)
             try:
                 with _send_span(cid, record, part):
@@ -181,7 +179,7 @@ class Deliverer:
                     self.store.clear_inflight(cid, token)  # else kept: the next attempt settles it as a crash's
                 metrics.DELIVERIES.labels("unknown" if isinstance(exc, SendOutcomeUnknownError) else "retry").inc()
                 failures = self.store.note_delivery_failure(cid, token, record.reply_id)
-                if failures < self.config.delivery_max_attempts:
+                if failures < self.config.delivery.max_attempts:
                     raise RetryLater(f"channel unavailable: {exc}",
                                      exc.retry_after or min(300.0, 2.0 ** failures)) from exc
                 self._dead_reply(run, record, f"gave up after {failures} attempts: {exc}", exc.code)
@@ -205,19 +203,18 @@ class Deliverer:
         raise AssertionError("unreachable: the last part returns")  # pragma: no cover
 
     def _send_part(self, cid: str, record: ReplyRecord, part: int, inbound: float | None) -> Sent:
-        """One API call (two when a windowed channel answers a closed window with the template), each paced; the
-        part goes with callback data naming it, which its status webhooks carry back (see inflight)."""
+        """One API call (two when a windowed channel answers a closed window with the template), each paced by the
+        channel that keeps a pace; the part goes with callback data naming it, which its status webhooks carry back
+        (see inflight)."""
         # A reaction names the player's message wherever it stands in the reply; other parts quote it only first.
         reacts = isinstance(record.parts[part], ReactionPart)
         reply_to = record.reply_to if part == 0 or reacts else None
         if reacts and reply_to is None:  # a reply that answers no message (an operator's): the player's latest
             reply_to = self.store.last_message(cid)
-        pace = partial(self._pace, record.recipient)
         callback = part_callback(cid, record.reply_id, part, tracing.current())
         if self.windowed is not None:
             return self.windowed.send_reply(record.recipient, record.parts[part:], reply_to=reply_to,
-                                           last_inbound=inbound, pace=pace, callback_data=callback)
-        pace()
+                                           last_inbound=inbound, callback_data=callback)
         sending = record.parts[part]
         if isinstance(sending, str) or self.rich is None:
             return Sent(self.channel.send_text(record.recipient, render(sending), reply_to=reply_to,
@@ -227,12 +224,8 @@ class Deliverer:
     def _held_for(self, exc: WhatsAppTokenError) -> float:
         """Seconds until the held delivery probes the token again: exponential in the refusals in a row, with
         jitter (so held conversations do not all probe at once), up to ``max_retry_delay``."""
-        backoff = min(self.config.max_retry_delay, 2.0 ** min(exc.refusals, 10))
+        backoff = min(self.config.drain.max_retry_delay, 2.0 ** min(exc.refusals, 10))
         return backoff * (0.5 + random.random() / 2)
-
-    def _pace(self, recipient: str) -> None:
-        if self.pacer is not None:
-            self.pacer.admit(recipient)
 
     @staticmethod
     def _claim(run: DeliveryRun, claim: Callable[[], OutboxHead | None]) -> OutboxHead | None:

@@ -57,19 +57,19 @@ class CrashedSends:
             metrics.DUPLICATE_SENDS_AVOIDED.inc()
             log.info(SAVED_LOG, extra={**extra, "status": seen.status, "provider_id": seen.provider_id})
             return seen.provider_id or ""
-        left_ms = self.config.resend_grace_ms - seen.waited_ms
+        left_ms = self.config.delivery.resend_grace_ms - seen.waited_ms
         if left_ms > 0:
             metrics.INFLIGHT_RECHECKS.inc()
             # Look again a few times within the grace: a status that comes early ends the wait early.
-            countdown = min(left_ms, max(500, self.config.resend_grace_ms // 4)) / 1000
+            countdown = min(left_ms, max(500, self.config.delivery.resend_grace_ms // 4)) / 1000
             raise RetryLater(f"part {part} of {reply_id} was left in flight; waiting {left_ms} ms more for a status "
                              "webhook before resending it", countdown)
         return self._resend(extra, f"no status webhook within {seen.waited_ms} ms")
 
     def _statuses_recorded(self) -> bool:
         """PARLEY_STATUS_WEBHOOKS true or false, or with auto whether an ingress announced it records them."""
-        if self.config.status_webhooks is not None:
-            return self.config.status_webhooks
+        if self.config.delivery.statuses is not None:
+            return self.config.delivery.statuses
         return self.store.status_ingress_announced()
 
     @staticmethod

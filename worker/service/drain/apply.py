@@ -1,8 +1,8 @@
 """Applying an outcome: one method per kind, each with the one store call that makes it happen.
 
-A commit (the turn's answer, a notice, an event or a reset, a splice, a dead letter) removes the input, records its
-id as applied and writes the state, the reply, the trace and the record entry in one step, refusing a stale token;
-a deferral or a hand-back gives the lease up with the input still at the head; a retry holds the conversation and
+A commit (the turn's answer, a notice, an event or a reset, a splice, a dead letter) is written by the
+:class:`~worker.service.drain.commit.Committer`; here each kind builds what it commits and counts what it did. A
+deferral or a hand-back gives the lease up with the input still at the head; a retry holds the conversation and
 raises :class:`~worker.service.config.RetryLater`. Every call that may give the lease up runs inside the beat's
 ``committing`` (see :class:`~worker.service.heartbeat.Beat`).
 """
@@ -11,19 +11,20 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
 import msgpack
 
 from worker import metrics
 from worker.channels.split import split_message
-from worker.conversation.resident import Resident, ResidentCache
-from worker.envelopes.inputs import DeadLetter, Envelope, InputKind, ReplyRecord, decode_envelope
+from worker.conversation.resident import ResidentCache
+from worker.envelopes.inputs import DeadLetter, InputKind, ReplyRecord, decode_envelope
 from worker.errors import EnvelopeError
 from worker.observability import tracing
 from worker.service.config import ServiceConfig, Wake, count_pinned_dropped
 from worker.service.drain.burst import answers_event
+from worker.service.drain.commit import Committer
 from worker.service.drain.hooks.base import Hooks
 from worker.service.drain.outcomes import (
     Answer,
@@ -33,7 +34,6 @@ from worker.service.drain.outcomes import (
     HandBack,
     Notice,
     Outcome,
-    Quarantine,
     Retry,
     Spliced,
     Spoken,
@@ -70,7 +70,8 @@ class Applier:
 
     def __init__(self, store: DrainStore, config: ServiceConfig, wake: Wake, residents: ResidentCache,
                  hooks: Hooks) -> None:
-        self.store, self.config, self.wake, self.residents, self.hooks = store, config, wake, residents, hooks
+        self.store, self.config, self.wake, self.hooks = store, config, wake, hooks
+        self.commits = Committer(store, config, residents)
         self._by_kind: dict[type, Callable[[DrainRun, Snapshot, Any], CommitResult | None]] = {
             Answer: self._answer, Notice: self._notice, Applied: self._applied, Spliced: self._spliced,
             DeadLettered: self._dead, Defer: self._defer, HandBack: self._hand_back, Retry: self._retry,
@@ -83,12 +84,13 @@ class Applier:
         return self._by_kind[type(outcome)](run, snap, outcome)
 
     def _answer(self, run: DrainRun, snap: Snapshot, a: Answer) -> CommitResult:
-        version = self._quarantine(run, snap, a.quarantine)
+        version = self.commits.quarantine(run, snap, a.quarantine)
         result, inputs = a.result, a.inputs
         # Inline delivery starts in the commit that ends the drain (if it does): one round trip fewer per reply.
-        done = self._commit(run, version, inputs[0].env, result.state, a.data, a.trace,
-                            claim_delivery=self.config.deliver_inline, also=a.also, resident=result.resident,
-                            tokens=a.trail.usage.total, record=self.hooks.entry(run, snap, a, a.reply))
+        done = self.commits.commit(run, version, inputs[0].env, result.state, a.data, a.trace,
+                                   claim_delivery=self.config.delivery.deliver_inline, also=a.also,
+                                   resident=result.resident, tokens=a.trail.usage.total,
+                                   record=self.hooks.entry(run, snap, a, a.reply))
         metrics.TURN_SECONDS.observe(time.perf_counter() - a.started)
         kinds = [p.env.kind for p in inputs]
         answered = answers_event(inputs)  # the game's event answered: counted apart from the player's turns
@@ -113,30 +115,31 @@ class Applier:
                              parts=split_message(n.text), reply_to=last.reply_to, accepted_at=env.accepted_at,
                              traceparent=tracing.current())
         data = record.to_bytes()
-        done = self._commit(run, snap.version, env, None, data, {"notice": n.why, "reply": n.text},
-                            claim_delivery=self.config.deliver_inline, also=[e.message_id for e in also],
-                            record=self.hooks.entry(run, snap, n, record))
+        done = self.commits.commit(run, snap.version, env, None, data, {"notice": n.why, "reply": n.text},
+                                   claim_delivery=self.config.delivery.deliver_inline,
+                                   also=[e.message_id for e in also], record=self.hooks.entry(run, snap, n, record))
         metrics.INPUTS.labels(env.kind, "applied").inc(1 + len(also))
         metrics.NOTICES.labels(n.why).inc()
         self.after_reply(run, done, (data, record))
         return done
 
     def _applied(self, run: DrainRun, snap: Snapshot, a: Applied) -> CommitResult:
-        version = self._quarantine(run, snap, a.quarantine)
-        done = self._commit(run, version, a.env, a.state, None, a.trace, resident=a.resident,
-                            record=self.hooks.entry(run, snap, a, None))
+        version = self.commits.quarantine(run, snap, a.quarantine)
+        done = self.commits.commit(run, version, a.env, a.state, None, a.trace, resident=a.resident,
+                                   record=self.hooks.entry(run, snap, a, None))
         metrics.INPUTS.labels(a.env.kind, "applied").inc()
         self._grew(run, a.pinned_dropped, a.needs_compaction)
         return done
 
     def _withheld(self, run: DrainRun, snap: Snapshot, w: Withheld) -> CommitResult:
         """A paused conversation's turn: its inputs saved in the state, no reply (the person answers)."""
-        version = self._quarantine(run, snap, w.quarantine)
+        version = self.commits.quarantine(run, snap, w.quarantine)
         head, last = w.inputs[0].env, w.inputs[-1].env
         trace: dict[str, Any] = {"paused": True, "notice" if last.kind is InputKind.NOTICE else "user": last.text}
         if len(w.inputs) > 1:
             trace["burst"] = [p.id for p in w.inputs]
-        done = self._commit(run, version, head, w.state, None, trace, also=w.also, resident=w.resident, record=self.hooks.entry(run, snap, w, None))
+        done = self.commits.commit(run, version, head, w.state, None, trace, also=w.also, resident=w.resident,
+                                   record=self.hooks.entry(run, snap, w, None))
         metrics.PAUSED_TURNS.labels("withheld").inc()
         for kind in (InputKind.MESSAGE, InputKind.EVENT):
             n = sum(1 for p in w.inputs if p.env.kind == kind)
@@ -147,10 +150,10 @@ class Applier:
 
     def _spoken(self, run: DrainRun, snap: Snapshot, s: Spoken) -> CommitResult:
         """An operator's message: queued like a reply and added to the state, in one commit."""
-        version = self._quarantine(run, snap, s.quarantine)
-        done = self._commit(run, version, s.env, s.state, s.data, {"operator": True, "reply": s.env.text},
-                            claim_delivery=self.config.deliver_inline, resident=s.resident,
-                            record=self.hooks.entry(run, snap, s, s.reply))
+        version = self.commits.quarantine(run, snap, s.quarantine)
+        done = self.commits.commit(run, version, s.env, s.state, s.data, {"operator": True, "reply": s.env.text},
+                                   claim_delivery=self.config.delivery.deliver_inline, resident=s.resident,
+                                   record=self.hooks.entry(run, snap, s, s.reply))
         metrics.INPUTS.labels(InputKind.OPERATOR, "applied").inc()
         metrics.OPERATOR_MESSAGES.inc()
         self.after_reply(run, done, (s.data, s.reply))
@@ -167,9 +170,9 @@ class Applier:
     def _spliced(self, run: DrainRun, snap: Snapshot, s: Spliced) -> CommitResult:
         # The summariser's tokens were spent whether or not the splice still applies: they count either way.
         spent = s.env.spent
-        done = self._commit(run, snap.version, s.env, s.state, None,
-                            {"splice": s.applied, "reason": s.reason, "kept_new": s.kept_new},
-                            record=self.hooks.entry(run, snap, s, None), tokens=spent.total if spent else 0)
+        done = self.commits.commit(run, snap.version, s.env, s.state, None,
+                                   {"splice": s.applied, "reason": s.reason, "kept_new": s.kept_new},
+                                   record=self.hooks.entry(run, snap, s, None), tokens=spent.total if spent else 0)
         self.store.clear_compacting(run.cid)
         metrics.COMPACTIONS.labels("spliced" if s.applied else "stale").inc()
         if s.applied:  # a stale splice changed nothing, so it dropped nothing
@@ -186,12 +189,13 @@ class Applier:
         dead = DeadLetter(what="input", id=input_id, reason=d.reason, detail=d.detail[:2000],
                           payload=snap.input or b"", attempts=d.attempts)
         entry = {"at": time.time(), "id": input_id, "dead": d.reason, "detail": d.detail[:500]}
-        apology = apology_for(self.config.dead_letter_reply, run.cid, snap)
+        apology = apology_for(self.config.drain.dead_letter_reply, run.cid, snap)
         data = apology.to_bytes() if apology else None
-        done = self._store_commit(run, snap.version, input_id, new_state=None, reply=data,
+        done = self.commits.write(run, snap.version, input_id, new_state=None, reply=data,
                                   trace=msgpack.packb(entry, use_bin_type=True), dead=dead.to_bytes(),
-                                  claim_delivery_ms=self.config.lease_ms if data and self.config.deliver_inline
-                                  else 0, record=self.hooks.entry(run, snap, d, apology))
+                                  claim_delivery_ms=self.config.drain.lease_ms
+                                  if data and self.config.delivery.deliver_inline else 0,
+                                  record=self.hooks.entry(run, snap, d, apology))
         if data:
             self.after_reply(run, done)
         return done
@@ -220,18 +224,6 @@ class Applier:
     def _retry(self, run: DrainRun, snap: Snapshot, r: Retry) -> None:
         retry_later(self.store, self.config, run.cid, r.retries, r.reason, r.retry_after)
 
-    def _quarantine(self, run: DrainRun, snap: Snapshot, q: Quarantine | None) -> int:
-        """Set the unusable stored state aside before the commit; returns the version that commit expects."""
-        if q is None:
-            return snap.version
-        log.warning("unusable state quarantined; starting fresh",
-                    extra={"conversation_id": run.cid, "reason": q.reason, "detail": q.detail})
-        metrics.QUARANTINED.labels(q.reason).inc()
-        version = self.store.quarantine(run.cid, run.token, q.blob, f"{q.reason}: {q.detail}",
-                                        expected_version=snap.version)
-        self._keep(run, "", None)
-        return version
-
     def after_reply(self, run: DrainRun, done: CommitResult, reply: Written | None = None) -> None:
         """A commit queued a reply (``reply``, when the caller has it decoded): deliver it in this task when the
         drain ends here, else alongside."""
@@ -247,56 +239,3 @@ class Applier:
         if not run.compact:
             run.compact = True
             self.wake("compact", run.cid)
-
-    def _commit(self, run: DrainRun, version: int, env: Envelope, new_state: bytes | None, reply: bytes | None,
-                trace: dict[str, Any], *, claim_delivery: bool = False, also: Sequence[str] = (),
-                resident: Resident | None = None, record: bytes | None = None, tokens: int = 0) -> CommitResult:
-        """``resident``: ``new_state`` decoded, kept for the next turn when the commit lands; ``record``: the
-        durable record's entry (see :class:`~worker.service.drain.recording.Recorder`)."""
-        entry = {"at": time.time(), "id": env.message_id, "kind": env.kind, **trace}
-        done = self._store_commit(run, version, env.message_id, new_state=new_state, reply=reply,
-                                  trace=msgpack.packb(entry, use_bin_type=True), dead=None,
-                                  claim_delivery_ms=self.config.lease_ms if claim_delivery else 0, also=also,
-                                  record=record, tokens=tokens,
-                                  appended=_appended(resident, new_state, run.stored))
-        if new_state is not None:
-            self._keep(run, done.tag, resident)
-        return done
-
-    def _keep(self, run: DrainRun, tag: str, resident: Resident | None) -> None:
-        """The stored state is now ``tag`` (``''``: none): keep ``resident`` as it, or forget what was kept."""
-        run.kept = (tag, resident) if tag and resident is not None else None
-        self.residents.put(run.cid, tag, resident)
-
-    def _store_commit(self, run: DrainRun, version: int, input_id: str, *, new_state: bytes | None,
-                      reply: bytes | None, trace: bytes, dead: bytes | None, claim_delivery_ms: int = 0,
-                      also: Sequence[str] = (), record: bytes | None = None, tokens: int = 0,
-                      appended: tuple[int, int] | None = None) -> CommitResult:
-        """The commit, with the heartbeat held off while it runs and stopped when it gave the lease up."""
-        with run.beat.committing(), tracing.span("commit", attributes={"parley.input.id": input_id}):
-            done = self.store.commit(run.cid, run.token, expected_version=version, input_id=input_id,
-                                     new_state=new_state, reply=reply, trace=trace, dead=dead,
-                                     lease_ms=self.config.lease_ms, claim_delivery_ms=claim_delivery_ms,
-                                     also=also, peek=self.config.burst.peek, record=record, tokens=tokens,
-                                     appended_to=appended[0] if appended else None,
-                                     folded_from=appended[1] if appended else None)
-            if done.next is None:
-                run.beat.end()
-        run.applied += 1 + len(also)
-        return done
-
-
-def _appended(resident: Resident | None, new_state: bytes | None, stored: bytes | None) -> tuple[int, int] | None:
-    """When ``new_state`` is the stored blob with bytes appended, or with its loose frames folded (format 5): the
-    stored blob's length and where the new bytes start (the commit then sends only those), else None (written
-    whole). The resident says what its blob was made on; that must be the very blob the store holds (a turn retried
-    on a state compacted under the lease appended to the compacted blob instead)."""
-    if resident is None or not new_state or stored is None:
-        return None
-    append = resident.append_of(new_state)
-    if append is None or len(stored) != append.basis:
-        return None
-    cut = append.cut
-    if memoryview(stored)[:cut] != memoryview(new_state)[:cut] or stored[cut:] != append.replaced:
-        return None
-    return append.basis, cut

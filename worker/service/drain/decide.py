@@ -48,7 +48,7 @@ class Decider:
                 raise EnvelopeError("envelope does not belong to this mailbox entry")
         except EnvelopeError as exc:
             return DeadLettered("malformed", "malformed", str(exc), attempts)
-        if attempts > self.config.max_attempts:
+        if attempts > self.config.drain.max_attempts:
             return DeadLettered(env.kind, "too_many_attempts",
                               f"gave up after {attempts - 1} attempts that crashed the worker", attempts - 1)
         try:

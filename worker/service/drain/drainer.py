@@ -10,7 +10,8 @@ The guarantees, and where they come from:
 
 The head input is decided first (:class:`~worker.service.drain.decide.Decider`: an outcome, nothing written),
 then the outcome is applied (:class:`~worker.service.drain.apply.Applier`: one store call per kind). The features
-of a drain plug in as hooks (:mod:`worker.service.drain.hooks`).
+of a drain plug in as hooks (:mod:`worker.service.drain.hooks`). The reply the drain ended with goes on down to the
+deliverer, with the delivery its last commit started (:mod:`worker.service.drain.handover`).
 """
 
 from __future__ import annotations
@@ -27,11 +28,12 @@ from worker.errors import StaleLeaseError
 from worker.service.config import ServiceConfig, Wake
 from worker.service.drain.apply import Applier
 from worker.service.drain.decide import Decider
+from worker.service.drain.handover import Delivers, Handover
 from worker.service.drain.hooks import DrainHook, Hooks, build_hooks
 from worker.service.drain.hooks.traces import input_span
 from worker.service.drain.media import MediaPreparer
 from worker.service.drain.outcomes import HandBack
-from worker.service.drain.run import Claimed, DrainRun, Written
+from worker.service.drain.run import DrainRun
 from worker.service.heartbeat import Heartbeat
 from worker.service.presence import Presence
 from worker.store.answers import Snapshot
@@ -42,24 +44,22 @@ log = logging.getLogger("parley.service")
 
 @dataclass(frozen=True)
 class Drained:
-    """What a drain did: inputs applied, whether its last commit queued a reply (to deliver now), the delivery that
-    commit started, if it did, and that reply (its delivery need not decode it again)."""
+    """What a drain did: the inputs it applied."""
 
     applied: int
-    replied: bool = False
-    delivery: Claimed | None = None
-    reply: Written | None = None
 
 
 class Drainer:
-    """Applies a conversation's inputs under its lease. ``hooks``: the features' hooks (default: those the
-    configuration turns on, :func:`~worker.service.drain.hooks.build_hooks`)."""
+    """Applies a conversation's inputs under its lease, then hands the reply it ended with to ``deliverer``.
+    ``hooks``: the features' hooks (default: those the configuration turns on,
+    :func:`~worker.service.drain.hooks.build_hooks`)."""
 
     def __init__(self, store: DrainStore, chat: Chat, wake: Wake, config: ServiceConfig,
-                 heartbeat: Heartbeat, *, presence: Presence | None = None,
+                 heartbeat: Heartbeat, *, deliverer: Delivers, presence: Presence | None = None,
                  media: MediaPreparer | None = None, residents: ResidentCache | None = None,
                  hooks: Sequence[DrainHook] | None = None) -> None:
         self.chat = chat
+        self.handover = Handover(deliverer, wake, inline=config.delivery.deliver_inline)
         # Each conversation's state as this worker last wrote or read it, decoded: a turn on it skips the decode,
         # and the begin script skips sending a blob this worker already holds.
         self.residents = residents if residents is not None else ResidentCache(0)
@@ -100,7 +100,7 @@ class Drainer:
         self.applier = Applier(self._store, self.config, self.wake, self.residents, self.hooks)
 
     def drain(self, cid: str) -> Drained:
-        """Apply every input waiting for ``cid``, in order.
+        """Apply every input waiting for ``cid``, in order, then deliver the reply the drain ended with.
 
         Returns 0 at once when another worker holds the conversation (it will see our input: the commit that
         empties the mailbox also gives the lease up, atomically), when nothing waits, or when the head input
@@ -108,7 +108,7 @@ class Drainer:
         the model is unavailable; the input stays at the head of the mailbox and the lease is given up so the retry
         (or the sweeper) resumes it.
         """
-        store, lease_ms = self._store, self.config.lease_ms
+        store, lease_ms = self._store, self.config.drain.lease_ms
         kept = self.residents.entry(cid)
         begin = store.begin(cid, lease_ms, peek=self.config.burst.peek, have=kept[0] if kept else "")
         if begin.status != "ok" or begin.snapshot is None:
@@ -140,4 +140,5 @@ class Drainer:
             log.warning("lease lost; another worker owns the conversation", extra={"conversation_id": cid})
             return Drained(run.applied if run else 0)
         assert run is not None  # the body ran
-        return Drained(run.applied, run.replied, run.delivery, run.reply)
+        self.handover.hand_over(run, self._presence)
+        return Drained(run.applied)

@@ -67,7 +67,7 @@ def decide(exc: ModelError, retries: int, config: ServiceConfig, *, compacted: b
     if not exc.retryable:
         return Verdict("dead", "model_rejected")
     if isinstance(exc, ModelResponseError):
-        budget, reason = config.max_bad_response_retries, "model_bad_response"
+        budget, reason = config.drain.max_bad_response_retries, "model_bad_response"
     else:
-        budget, reason = config.max_model_retries, "model_unavailable"
+        budget, reason = config.drain.max_model_retries, "model_unavailable"
     return Verdict("retry" if retries <= budget else "dead", reason)

@@ -65,7 +65,7 @@ def retry_later(store: DrainStore, config: ServiceConfig, cid: str, retries: int
                 retry_after: float | None = None) -> NoReturn:
     """Hold the conversation and raise :class:`RetryLater` after an exponential backoff with jitter (up to
     ``max_retry_delay``), or the provider's ``Retry-After`` when that is longer."""
-    backoff = min(config.max_retry_delay, 2.0 ** min(retries, 10))
+    backoff = min(config.drain.max_retry_delay, 2.0 ** min(retries, 10))
     countdown = max(retry_after or 0.0, backoff * (0.5 + random.random() / 2))
     # Expire a little before the scheduled retry fires, so the retry is never turned away.
     store.hold(cid, int(countdown * 1000) - 250)

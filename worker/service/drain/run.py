@@ -28,7 +28,7 @@ class DrainRun:
     applied: int = 0
     replied: bool = False
     delivery: Claimed | None = None  # the delivery the last commit started, if it did
-    reply: Written | None = None  # the reply the last commit queued, when it queued one (see Drained)
+    reply: Written | None = None  # the reply the last commit queued, when it queued one (see handover)
     started: float = 0.0  # time.monotonic() when the drain took the lease
     compact: bool = False  # this drain has asked for a compaction already
     stored: bytes | None = None  # the blob the store holds for the snapshot being applied (an append goes onto it)

@@ -26,8 +26,8 @@ def build_hooks(store: DrainStore, config: ServiceConfig, presence: Presence) ->
     goes out while a person has taken over; the budget before a photo's short answer). A feature that is off is left
     out, so it costs a turn nothing."""
     hooks: list[DrainHook] = [Paused(store)]
-    if config.daily_token_budget:
-        hooks.append(DailyBudget(store, config.daily_token_budget, config.token_budget_reply))
+    if config.budget.daily_token_budget:
+        hooks.append(DailyBudget(store, config.budget.daily_token_budget, config.budget.token_budget_reply))
     hooks.append(Photos())
     if config.burst.peek:
         hooks.append(Bursts(config.burst))
@@ -39,8 +39,8 @@ def build_hooks(store: DrainStore, config: ServiceConfig, presence: Presence) ->
         hooks.append(DurableRecord(config.model_name))
     if config.context_source is not None:
         hooks.append(GameContextHook(store, config.context_source, config.game_context))
-    if config.drain_max_turns or config.drain_max_seconds:
-        hooks.append(Fairness(config.drain_max_turns, config.drain_max_seconds))
+    if config.drain.max_turns or config.drain.max_seconds:
+        hooks.append(Fairness(config.drain.max_turns, config.drain.max_seconds))
     if tracing.enabled():
         hooks.append(TurnSpans())
     return hooks

@@ -27,30 +27,28 @@ MAX_ROUNDS = 3
 
 
 class Pacer:
-    """Admits one send at a time from ``sender`` (the phone number id) under ``limits``. With several numbers,
-    ``route`` maps a recipient to ``(phone_number_id, player)``: each number has its own throughput bucket and
-    its own pair buckets, as the platform counts them (:mod:`worker.settings.business_numbers`)."""
+    """Admits one send at a time from ``sender`` (the phone number id) under ``limits``: the sender's own
+    (:class:`~worker.channels.whatsapp.WhatsAppSender` keeps one). With several numbers each number's sender has its
+    own pacer, so each number has its own throughput bucket and its own pair buckets, as the platform counts them
+    (:mod:`worker.settings.business_numbers`)."""
 
     def __init__(self, store: PaceStore, sender: str, limits: PaceLimits, *, max_sleep: float = 2.0,
-                 sleep: Callable[[float], None] = time.sleep,
-                 route: Callable[[str], tuple[str, str]] | None = None) -> None:
+                 sleep: Callable[[float], None] = time.sleep) -> None:
         self.store = store
         self.sender = sender
         self.limits = limits
         self.max_sleep = max_sleep
         self._sleep = sleep
-        self._route = route
 
     def admit(self, recipient: str) -> float:
         """Wait for the next slot to ``recipient``; returns the seconds waited.
 
         Raises :class:`RetryLater` (nothing taken) when the slot is more than ``max_sleep`` away."""
         waited = 0.0
-        sender, recipient = self._route(recipient) if self._route is not None else (self.sender, recipient)
         # Asking again after a recipient's wait finds the slot unless another conversation to the same player took
         # it meanwhile: a few rounds, then the wait goes to a later task rather than holding this worker.
         for _ in range(MAX_ROUNDS):
-            pace = self.store.pace(sender, recipient, self.limits, max_wait=self.max_sleep)
+            pace = self.store.pace(self.sender, recipient, self.limits, max_wait=self.max_sleep)
             if pace.wait > self.max_sleep:
                 break
             if pace.wait > 0:
