@@ -66,7 +66,7 @@ def main() -> None:
         timed(svc.chat, "run_turn", "run_turn (core + model call)", t)
         timed(svc.store, "commit", "commit (state, reply, trace: one script)", t)
         timed(svc.channel, "send_text", "WhatsApp send (HTTP)", t)
-        timed(svc, "deliver", "deliver (send + sent mark; claim in commit)", t)
+        timed(svc.deliverer, "deliver", "deliver (send + sent mark; claim in commit)", t)
         for i in range(args.turns):
             cid = f"4479{i % 50:08d}"  # fifty conversations with growing, short histories
             client.send_message(cid, f"question {i}", message_id=f"q{i}")
