@@ -20,6 +20,9 @@ Which "compact" is which:
 A compactor that calls a model (the summariser) calls it through
 :func:`~worker.conversation.observe.complete_observed`, so the round trip reaches ``Chat.observer``.
 :class:`Compose` runs several in order, each only when its own trigger fires on the state so far.
+
+One file of about 450 lines on purpose: the driver flattens :class:`Compose` and :class:`Hysteresis`, and
+:class:`Hysteresis` runs the driver, so split apart the strategies and the driver would import each other.
 """
 
 from __future__ import annotations
