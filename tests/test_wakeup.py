@@ -169,3 +169,45 @@ def test_a_message_that_cannot_be_captured_leaves_the_wake_up_to_kombu(monkeypat
     assert published == [CID, OTHER]
     assert wake.push(CID) is None
     assert sum("publishing it through kombu" in r.getMessage() for r in caplog.records) == 1  # logged once
+
+
+def test_a_producers_first_accept_and_send_from_many_threads_at_once_fail_none(monkeypatch: pytest.MonkeyPatch) -> None:
+    """What each producer thread does first (the HTTP API's threads, a game engine's): capture the accept's wake-up
+    template, then publish a wake-up. kombu's pool limit is one for the whole process, and a first use with another
+    limit resizes every pool of the process while other threads use or add theirs ("dictionary changed size during
+    iteration", "Can't shrink pool when in use"). The window is widened here by a pause inside kombu's resize."""
+    import threading
+    import time
+
+    from kombu.resource import Resource
+
+    from worker.queue.wakeup import capture
+
+    real_resize = Resource.resize  # every kombu pool (connections, producers) is a Resource
+
+    def slow_resize(self: Resource, *args: object, **kwargs: object) -> object:
+        time.sleep(0.002)
+        return real_resize(self, *args, **kwargs)
+
+    monkeypatch.setattr(Resource, "resize", slow_resize)
+    limit = 13
+    conf = {"broker_url": "redis://127.0.0.1:1/0", "broker_pool_limit": limit}  # never connected: capture records
+    wakers = [CeleryWaker(f"memory://race-{uuid.uuid4().hex}", pool_limit=limit) for _ in range(16)]
+    errors: list[BaseException] = []
+    start = threading.Barrier(len(wakers))
+
+    def first_accept_and_send(waker: CeleryWaker) -> None:
+        start.wait()
+        try:
+            capture(conf)
+            waker("c1")
+        except BaseException as exc:  # the failures under test are RuntimeErrors out of kombu
+            errors.append(exc)
+
+    threads = [threading.Thread(target=first_accept_and_send, args=(w,)) for w in wakers]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert errors == []
+    assert {w.app.pool.limit for w in wakers} == {limit}  # no capture shrank a waker's pool

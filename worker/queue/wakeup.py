@@ -19,6 +19,7 @@ import base64
 import logging
 import os
 import re
+import threading
 import uuid
 from collections.abc import Callable
 from typing import Any
@@ -53,7 +54,24 @@ class CeleryWaker:
         self.app = producer_app(broker_url, transport_options=transport_options, pool_limit=pool_limit, conf=conf)
 
     def __call__(self, conversation_id: str) -> None:
+        pool_ready(self.app)
         self.app.send_task(self.task, args=[conversation_id], queue=QUEUE, serializer="msgpack")
+
+
+#: kombu keeps one registry of connection pools for the whole process, and the first use of a Celery app's pool
+#: resizes every pool in it (``kombu.pools.set_limit``) while another thread may be adding its own: two producers'
+#: first sends at once failed with "dictionary changed size during iteration", after their inputs were accepted.
+_POOL_SETUP = threading.Lock()
+
+
+def pool_ready(app: Any) -> None:
+    """Make ``app``'s broker pools (connections, producers), if it has none yet, under the process's one lock: Celery
+    makes them lazily on the first send (and again after a fork), each adding to kombu's registry; later sends take
+    them without touching it."""
+    # Celery's own lazy attributes: reading them is free, making them is what needs the lock.
+    if app._pool is None or app.amqp._producer_pool is None:
+        with _POOL_SETUP:
+            app.amqp.producer_pool  # noqa: B018  (the property makes the producer pool and, first, the connections')
 
 
 def producer_app(broker_url: str, *, transport_options: dict[str, Any] | None = None, pool_limit: int = 10,
@@ -154,8 +172,11 @@ def capture(conf: dict[str, Any], task: str = DRAIN) -> tuple[str, bytes]:
         pass
 
     Transport.Channel = Channel
-    app = producer_app(conf["broker_url"], conf={**conf, "broker_transport": Transport, "broker_pool_limit": 1})
+    # The pool limit stays the producers' own: kombu's pool limit is one for the whole process, and an app with another
+    # one resizes every pool in it on first use (shrinking the waker's pool, or failing a send using it).
+    app = producer_app(conf["broker_url"], conf={**conf, "broker_transport": Transport})
     try:
+        pool_ready(app)
         app.send_task(task, args=[_CID], queue=QUEUE, serializer="msgpack", task_id=_TASK_ID)
     finally:
         app.close()
