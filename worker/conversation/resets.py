@@ -20,6 +20,17 @@ def normalise(text: str) -> str:
     return " ".join(_PUNCT.sub(" ", text.casefold()).split())
 
 
+def reset_phrase_at(messages: Sequence[Message], phrases: set[str]) -> int | None:
+    """The index of the last of ``messages`` that is a reset phrase (the player's text, not a photo's caption,
+    equal to one of ``phrases`` once normalised), or ``None``. A turn that takes in several messages (a burst:
+    "start over", then "hi") starts over there: what came before it goes with the old conversation, what came
+    after it is the new one's first words."""
+    if not phrases:
+        return None
+    return max((i for i, m in enumerate(messages)
+                if m.role == "user" and m.media is None and normalise(m.content) in phrases), default=None)
+
+
 def is_idle(st: ConversationState, now: float, gap: float | None) -> bool:
     """The player has been silent longer than ``gap``: only their turns move the clock (a steady stream of game
     events must not keep an abandoned conversation alive), and a player who never spoke has nothing to reset."""
