@@ -340,3 +340,18 @@ def test_a_history_a_person_opens_gets_the_games_note_first_once() -> None:
     after = chat.apply_messages(started, [operator("Sam here.")]).state
     assert [m.content for m in decode_state(after).messages] == ["hi", "Sam here."]
     assert decode_state(chat.apply_messages(started, []).state).messages == decode_state(started).messages
+
+
+def test_a_reset_phrase_among_the_turn_s_messages_starts_over_before_the_messages_after_it(clock: Clock) -> None:
+    from worker.conversation import messages as msgs
+
+    model = ScriptedModel(default=lambda req: "reply to " + req.messages[-1].content)
+    chat = Chat(model=model, reset_phrases=["start over"], clock=clock)
+    _, state = chat.chat_with_state(None, user="hello")
+    result = chat.run_turn(state, messages=[msgs.user("old words"), msgs.user("Start over."),
+                                            msgs.event("the player moved")], user="hi")
+    assert result.reset == "phrase" and result.reply == "reply to hi"
+    assert [m.content for m in model.requests[-1].messages] == ["the player moved", "hi"]
+    # A photo whose caption is the phrase is not the player asking to start over.
+    photo = msgs.user("start over", media=msgs.MediaRef(id="m1", mime_type="image/jpeg"))
+    assert chat.run_turn(result.state, messages=[photo], user="and now").reset is None

@@ -83,3 +83,37 @@ def test_what_the_player_comes_back_to_survives_the_idle_reset(clock: Clock) -> 
     chat.run_turn(state, user="hi Sam")
     assert [m.content for m in model.requests[-1].messages if m.role != "system"] == [
         OPERATOR_FIRST, "Sam here.", "hi Sam"]
+
+
+def test_pinned_items_survive_the_idle_reset_and_an_explicit_reset_clears_them(clock: Clock) -> None:
+    """A pinned item is pinned because it stays true ("joined team Owls"): the player's silence does not end it,
+    whether it was still in the history or already compacted into the pinned items; the player's reset phrase
+    does."""
+    from worker import KeepLastExchanges
+    from worker.conversation.prompt import PINNED_HEADING
+
+    model = ScriptedModel()
+    chat = Chat(model=model, idle_gap_seconds=3600, clock=clock, compactor=KeepLastExchanges(1),
+                reset_phrases=("start over",))
+    state = chat.apply_event(None, "the player joined team Owls", pinned=True).state
+    _, state = chat.chat_with_state(state, user="which team am I on?")
+    _, state = chat.chat_with_state(state, user="and now?")
+    _, state = chat.chat_with_state(state, user="and then?")
+    state = chat.compact(state)
+    state = chat.apply_event(state, "the player found the lantern", pinned=True).state
+    _, state = chat.chat_with_state(state, user="what do I carry?")
+    before = decode_state(state)  # one pinned item compacted out of the history, one still in it
+    assert [m.content for m in before.pinned] == ["the player joined team Owls"]
+    assert "the player found the lantern" in [m.content for m in before.messages]
+    clock.advance(5000)
+    result = chat.run_turn(state, user="back again")
+    assert result.reset == "idle_gap"
+    preamble = model.requests[-1].system or ""
+    assert PINNED_HEADING in preamble
+    assert "the player joined team Owls" in preamble and "the player found the lantern" in preamble
+    assert "which team am I on?" not in " ".join(m.content for m in model.requests[-1].messages)
+    # A reset the player asks for clears them.
+    state = chat.run_turn(result.state, user="start over").state
+    chat.run_turn(state, user="hello")
+    assert "team Owls" not in (model.requests[-1].system or "")
+    assert not decode_state(chat.run_turn(state, user="hi").state).pinned

@@ -152,3 +152,22 @@ def test_with_coalescing_off_every_message_gets_its_own_request_and_reply(cluste
     for cid, s in sent.items():
         assert check_conversation(cluster, cid, s) == [[text] for _, text in s]
         assert replies(cluster, cid) == [(f"ack:{text}", mid) for mid, text in s]
+
+
+@pytest.mark.parametrize("cluster", [{"env": {**BURSTS_ON["env"], "PARLEY_RESET_PHRASES": '["start over"]'}}],
+                         indirect=True)
+def test_a_reset_phrase_inside_a_burst_starts_over_before_the_message_after_it(cluster: Cluster) -> None:
+    cluster.start_worker("b1")
+    cid = "447701400001"
+    before = run_players(cluster, {cid: [[0.0]]})
+    settle(cluster, before)
+    client = cluster.client()
+    client.send_message(cid, "Start over!", message_id="wamid.reset", reply_to="wamid.reset")
+    time.sleep(0.05)  # well within the quiet period: one burst
+    client.send_message(cid, f"{cid} hi", message_id="wamid.hi", reply_to="wamid.hi")
+    settle(cluster, {cid: [("wamid.hi", f"{cid} hi")]})
+    assert replies(cluster, cid)[-1] == (f"ack:{cid} hi", "wamid.hi")
+    with cluster.llm.lock:
+        last = [r for r in cluster.llm.requests if not is_summary(r)][-1]
+    said = [str(m.get("content", "")) for m in last["messages"] if m.get("role") != "system"]
+    assert said == [f"{cid} hi"]  # the old history and the phrase never reached the model

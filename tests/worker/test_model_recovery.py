@@ -13,7 +13,7 @@ import pytest
 from tests.configs import bare_config
 from tests.support.store_kit import raw
 from tests.worker.conftest import Harness, make_harness
-from worker import KeepLastExchanges, ScriptedModel, TokenBudget, metrics
+from worker import KeepLastExchanges, ScriptedModel, Summarize, TokenBudget, metrics
 from worker.conversation import ModelRequest, Usage
 from worker.conversation.scripted import Reply
 from worker.conversation.state import decode_state
@@ -164,3 +164,26 @@ def test_cached_prompt_tokens_reach_the_trace_and_the_metrics() -> None:
             entry["cache_write_tokens"]) == (3000, 20, 2048, 512)
     assert _count(metrics.TOKENS, "cached") == cached + 2048
     assert _count(metrics.TOKENS, "cache_write") == written + 512
+
+
+def test_the_summariser_tokens_of_a_context_length_compaction_count_with_the_turn() -> None:
+    turn, summary = Usage(prompt_tokens=300, completion_tokens=20), Usage(prompt_tokens=400, completion_tokens=40)
+
+    def answer(req: ModelRequest) -> Reply:
+        if req.purpose == "summarize":
+            return Reply("They talked.", usage=summary)
+        return Reply(_echo(req), usage=turn)
+
+    model = ScriptedModel(default=answer)
+    h = make_harness(model, compactor=Summarize(model, keep_last=1, batch=1))
+    for i in range(3):  # the follow-up compactions are set aside: only the one under the lease spends
+        h.client.send_message(CID, f"q{i}", message_id=f"pre{i}")
+        h.run(defer=("compact",))
+    before = h.store.tokens_today(CID)
+    model.push(ContextLengthError(TOO_LONG, provider="openai", status=400))
+    h.client.send_message(CID, "long one", message_id="m1")
+    h.run(defer=("compact",))
+    assert h.channel.sent[-1][1].startswith("ack:long one")
+    assert any(r.purpose == "summarize" for r in model.requests)  # compacted under the lease by the summariser
+    # The retried turn's own tokens and the summariser's, in the day's budget as one turn's.
+    assert h.store.tokens_today(CID) - before == 320 + 440

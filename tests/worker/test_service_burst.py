@@ -113,6 +113,43 @@ def test_a_reset_closes_the_burst_before_it() -> None:
     assert h.store.read_state(CID).blob in (None, b"")
 
 
+def test_a_reset_phrase_inside_a_burst_starts_over_before_the_messages_after_it() -> None:
+    """The player types "start over" then "hi" within the quiet period: one turn, on a fresh conversation, answering
+    "hi" (the old history and what came before the phrase in the burst are gone). The last phrase counts."""
+    model = ScriptedModel(default=echo_all)
+    h = make_harness(model, config=config(), reset_phrases=("start over", "reset"))
+    h.client.send_message(CID, "my secret plan", message_id="wamid.0")
+    settle(h)
+    h.client.send_message(CID, "blah", message_id="wamid.1")
+    h.client.send_message(CID, "Start over!", message_id="wamid.2")
+    h.client.send_event(CID, "User has just tagged the Pump Room", message_id="evt-1")
+    h.client.send_message(CID, "reset", message_id="wamid.3")
+    h.client.send_message(CID, "hi", message_id="wamid.4")
+    h.run()
+    settle(h)
+    assert h.channel.sent[-1][1] == "user:hi"
+    assert [m.content for m in model.requests[-1].messages] == ["hi"]  # the old history never reached the model
+    st = decode_state(h.store.read_state(CID).blob)
+    assert [(m.role, m.content) for m in st.messages] == [("user", "hi"), ("assistant", "user:hi")]
+    trace = msgpack.unpackb(h.store.trace(CID)[-1])
+    assert trace["reset"] == "phrase" and trace["burst"] == ["wamid.1", "wamid.2", "evt-1", "wamid.3", "wamid.4"]
+    assert h.store.inbox_depth(CID) == 0
+
+
+def test_a_burst_that_ends_on_a_reset_phrase_gets_the_reset_reply_without_a_model_call() -> None:
+    model = ScriptedModel(default=echo_all)
+    h = make_harness(model, config=config(), reset_phrases=("start over",), reset_reply="Fresh start!")
+    h.client.send_message(CID, "my secret plan", message_id="wamid.0")
+    settle(h)
+    calls = len(model.requests)
+    h.client.send_message(CID, "hmm", message_id="wamid.1")
+    h.client.send_message(CID, "start over", message_id="wamid.2")
+    h.run()
+    settle(h)
+    assert h.channel.sent[-1][1] == "Fresh start!" and len(model.requests) == calls
+    assert not decode_state(h.store.read_state(CID).blob).messages
+
+
 def test_a_burst_is_capped_at_max_messages() -> None:
     h = make_harness(ScriptedModel(default=echo_all), config=config(quiet=60.0, max_messages=2))
     for i in range(5):

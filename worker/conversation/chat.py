@@ -63,7 +63,9 @@ class Chat(ChatTurn):
 
     Lifecycle (both off unless configured): ``idle_gap_seconds`` — a turn after that much silence starts
     a fresh conversation; ``reset_phrases`` — a user text equal to one of them (case and punctuation
-    ignored) starts a fresh conversation and is answered with ``reset_reply`` without calling the model.
+    ignored) starts a fresh conversation and is answered with ``reset_reply`` without calling the model. A turn
+    with several new user messages (``messages``, a burst) starts over at the last phrase among them: the
+    messages after it are the new conversation's first, and the model answers them.
     """
 
     model: Model

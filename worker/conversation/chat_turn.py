@@ -18,7 +18,7 @@ from worker.conversation.messages import Message
 from worker.conversation.model import Attachment, ModelRequest, ModelResponse
 from worker.conversation.observe import complete_observed
 from worker.conversation.prompt import FactPlacement, render_after_history, render_preamble, stable_chars
-from worker.conversation.resets import fresh_after_idle, is_idle, normalise
+from worker.conversation.resets import fresh_after_idle, is_idle, reset_phrase_at
 from worker.conversation.results import TurnResult
 from worker.conversation.state import ConversationState, Memo
 from worker.conversation.tokens import CountedPrefix
@@ -73,16 +73,19 @@ class ChatTurn(ChatState):
         loaded = self.load(state)
         st = loaded.state
         reset = "idle_gap" if lifecycle and loaded.problem is None and state and is_idle(st, now, self.idle_gap_seconds) else None
-        if lifecycle and self._phrases and turn_user.media is None and normalise(turn_user.content) in self._phrases:
+        phrase_at = reset_phrase_at([*added, turn_user], self._phrases) if lifecycle else None
+        if phrase_at is not None:
             reset = "phrase"
         if reset == "idle_gap":
             st = fresh_after_idle(st, self.provider, now)
         elif reset is not None:
             st = ConversationState.fresh(self.provider, now=now)
-        if reset == "phrase":
+        if phrase_at == len(added):  # the turn ends on the phrase: nothing after it for the model to answer
             encoded = self._encode(st)
             return TurnResult(reply=self.reset_reply, state=encoded.blob, reset=reset,
                               state_problem=loaded.problem, resident=encoded.resident)
+        if phrase_at is not None:  # what came after the phrase opens the new conversation; the model answers it
+            added = added[phrase_at + 1:]
         checked = _Checked(None if reset else loaded.clean)
         loop = self._tool_loop(system, extra_preamble, journal or NoJournal(), files, checked, tools, after_history)
         out = loop.run(st.append(*added, turn_user))

@@ -22,7 +22,17 @@ from worker.service.drain.burst import Pending, answers_event
 from worker.service.drain.handoff import speak
 from worker.service.drain.hooks.base import Hooks
 from worker.service.drain.media import MediaPreparer
-from worker.service.drain.outcomes import Applied, DeadLettered, Defer, Notice, Outcome, Retry, Spliced, quarantine_of
+from worker.service.drain.outcomes import (
+    Answer,
+    Applied,
+    DeadLettered,
+    Defer,
+    Notice,
+    Outcome,
+    Retry,
+    Spliced,
+    quarantine_of,
+)
 from worker.service.drain.run import DrainRun
 from worker.service.drain.stored_journal import StoreJournal
 from worker.service.drain.turn import TurnRunner
@@ -133,10 +143,13 @@ class Decider:
                     extra={"conversation_id": run.cid, "message_id": env.message_id, "error": str(exc)})
         try:
             # No tag: the compacted blob is not the stored state this worker may hold decoded.
-            outcome = self._envelope(run, env, replace(snap, state=compacted, tag=""))
+            outcome = self._envelope(run, env, replace(snap, state=compacted.state, tag=""))
         except InputError as bad:
             return DeadLettered(env.kind, "invalid_input", str(bad), attempts)
         except ModelError as again:
             return self._failed(run, env, snap, attempts, again, compacted=True)
         metrics.CONTEXT_OVERFLOWS.labels("recovered").inc()
+        if isinstance(outcome, Answer):
+            # The summariser ran for this turn: its tokens count in the day's budget and the record as the turn's.
+            compacted.add_to(outcome.trail.usage)
         return outcome

@@ -24,6 +24,7 @@ from typing import NoReturn
 from worker.conversation.chat import Chat, State
 from worker.conversation.compaction import TokenBudget
 from worker.conversation.model import Usage
+from worker.durable_record.entries import TurnUsage
 from worker.errors import AuthenticationError, RetryLater
 from worker.service.config import ServiceConfig
 from worker.store.interfaces import DrainStore
@@ -72,20 +73,38 @@ def retry_later(store: DrainStore, config: ServiceConfig, cid: str, retries: int
     raise RetryLater(reason, countdown)
 
 
-def compact_for_context(chat: Chat, state: State) -> bytes | None:
+@dataclasses.dataclass(frozen=True)
+class ContextCompaction:
+    """A state compacted under the lease for a context-length retry, with what its model calls spent (a
+    summariser's tokens, each try's usage and model)."""
+
+    state: bytes
+    spent: tuple[tuple[Usage | None, str | None], ...] = ()
+
+    def add_to(self, usage: TurnUsage) -> None:
+        """Count what the compaction spent in ``usage`` (the retried turn's: its commit adds them to the day's
+        budget and its record entry to the usage ``parley usage`` reports)."""
+        for tokens, model in self.spent:
+            usage.add(tokens, model)
+
+
+def compact_for_context(chat: Chat, state: State) -> ContextCompaction | None:
     """The state compacted for a retry after a context-length error, or ``None`` when nothing could be dropped.
 
     First the configured chain (only its due steps, as the follow-up task would); when none of its triggers
     fired, its budget is above what this model takes (a wrong ``PARLEY_CONTEXT_WINDOW``, or a prompt the
-    counts underestimate), so the oldest exchanges are dropped down to half the prompt."""
+    counts underestimate), so the oldest exchanges are dropped down to half the prompt. What the first try's
+    model calls spent counts even when the second one compacts: it was paid for all the same."""
     if not state:
         return None
     report = chat.compact_with_report(state)
     if report.changed:
-        return report.state
+        return ContextCompaction(report.state, ((report.usage, report.model),))
     half = max(1, report.tokens_before // 2)
     forced = dataclasses.replace(chat, compactor=TokenBudget(half, half)).compact_with_report(state)
-    return forced.state if forced.changed else None
+    if not forced.changed:
+        return None
+    return ContextCompaction(forced.state, ((report.usage, report.model), (forced.usage, forced.model)))
 
 
 def usage_trace(usage: Usage | None) -> dict[str, int | None]:
