@@ -80,6 +80,25 @@ def test_bad_arguments_are_an_error_result_the_model_reads_and_the_turn_goes_on(
     assert [t for _, t, _ in h.channel.sent] == ["Sorry, here it is in words."]
 
 
+@pytest.mark.parametrize("tool, arguments, field", [
+    ("react", {"emoji": "lol"}, "reaction.emoji"),
+    ("react", {"emoji": "🎉🎉🎉"}, "reaction.emoji"),
+    ("send_image", {"link": "http://example.com/clue.png"}, "image.link"),
+    ("send_buttons", {"text": "Pick", "buttons": [{"id": "yes ", "title": "Yes"}]}, "buttons.buttons.0.id"),
+    ("send_list", {"text": "Pick", "button": "Places", "sections": [{"rows": [{"id": " r1", "title": "R"}]}]},
+     "list.sections.0.rows.0.id"),
+])
+def test_what_whatsapp_would_refuse_is_an_error_result_the_model_reads(tool: str, arguments: dict[str, object],
+                                                                        field: str) -> None:
+    model = ScriptedModel([Reply(tool_calls=((tool, arguments),)), "In words, then."], default=None)
+    h = make_harness(model, tools=reply_tools())
+    h.client.send_message(CID, "options?", message_id="m1")
+    h.run()
+    [result] = [m for m in model.requests[1].messages if m.role == "tool"]
+    assert result.is_error and field in result.content, result.content
+    assert [t for _, t, _ in h.channel.sent] == ["In words, then."]
+
+
 def test_a_game_tool_adds_parts_with_reply_parts_and_the_model_reads_the_rest() -> None:
     def next_clue() -> dict[str, object]:
         return {"clue": 7, "reply_parts": [{"type": "location", **PIN}]}
