@@ -66,6 +66,11 @@ def test_an_operator_message_and_an_answered_event_may_name_their_recipient(api:
     ("operator-messages", {"text": "hi", "parts": [{"type": "location", "latitude": 91, "longitude": 0}]},
      "parts.0.latitude"),
     ("operator-messages", {"text": "hi", "parts": [{"type": "text", "text": " "}]}, "parts.0.text"),
+    ("operator-messages", {"text": "hi", "parts": [{"type": "reaction", "emoji": "lol"}]}, "parts.0.emoji"),
+    ("operator-messages", {"text": "hi", "parts": [{"type": "buttons", "text": "Go?", "buttons": [
+        {"id": " a", "title": "A"}]}]}, "parts.0.buttons.0.id"),
+    ("operator-messages", {"text": "hi", "parts": [{"type": "image", "link": "http://x.test/a.png"}]},
+     "parts.0.link"),
     ("operator-messages", {"text": " "}, "text"),
     ("operator-messages", {"text": "hi", "pinned": True}, "pinned"),
     ("pause", {"seconds": 0}, "seconds"),

@@ -101,6 +101,14 @@ _ROW = {"id": "r", "title": "Row"}
     ({"type": "location_request", "text": " "}, "part.text"),
     ({"type": "reaction", "emoji": ""}, "part.emoji"),
     ({"type": "reaction", "emoji": "👍", "message_id": "x"}, "part.message_id"),
+    ({"type": "image", "link": "http://example.com/a.png"}, "part.link"),  # https only
+    ({"type": "reaction", "emoji": "lol"}, "part.emoji"),  # one emoji, not a word
+    ({"type": "reaction", "emoji": "👍👍👍"}, "part.emoji"),  # one emoji, not three
+    ({"type": "reaction", "emoji": "a"}, "part.emoji"),  # one grapheme, but no emoji
+    ({"type": "buttons", "text": "Go?", "buttons": [{"id": " yes", "title": "Yes"}]}, "part.buttons.0.id"),
+    ({"type": "buttons", "text": "Go?", "buttons": [{"id": "yes\n", "title": "Yes"}]}, "part.buttons.0.id"),
+    ({"type": "list", "text": "Where?", "button": "Go", "sections": [{"rows": [{"id": "r ", "title": "R"}]}]},
+     "part.sections.0.rows.0.id"),
     ({"type": "sticker"}, "part.type"),
     ("text", "part.type"),
 ])
@@ -118,6 +126,16 @@ def test_the_limits_themselves_are_accepted() -> None:
                                          for i in range(10)]}]},
         {"type": "location", "latitude": -90, "longitude": 180},
     ])
+
+
+@pytest.mark.parametrize("emoji", ["👍", "❤", "❤️", "👍🏽", "🇫🇷", "1️⃣", "👨‍👩‍👧", "🏳️‍🌈", "©️"])
+def test_a_reaction_of_one_emoji_with_its_modifiers_and_joiners_is_accepted(emoji: str) -> None:
+    assert parse_part({"type": "reaction", "emoji": emoji}) == ReactionPart(type="reaction", emoji=emoji)
+
+
+def test_ids_with_spaces_inside_are_accepted() -> None:
+    part = parse_part({"type": "buttons", "text": "Go?", "buttons": [{"id": "go north", "title": "North"}]})
+    assert isinstance(part, ButtonsPart) and part.buttons[0].id == "go north"
 
 
 def _old_record_bytes(parts: list[str]) -> bytes:

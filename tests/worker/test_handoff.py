@@ -256,6 +256,10 @@ def test_delete_drops_the_pause_and_the_gauge_counts_across_conversations() -> N
         {"rows": [{"id": f"r{i}", "title": f"Place {i}"} for i in range(11)]}]}], "parts.0.sections.0.rows"),
     ([{"type": "text"}], "parts.0.text"),
     ([{"type": "text", "text": "ok", "caption": "x"}], "parts.0.caption"),
+    ([{"type": "reaction", "emoji": "lol"}], "parts.0.emoji"),
+    ([{"type": "reaction", "emoji": "👍👍👍"}], "parts.0.emoji"),
+    ([{"type": "buttons", "text": "Go?", "buttons": [{"id": "yes ", "title": "Yes"}]}], "parts.0.buttons.0.id"),
+    ([{"type": "image", "link": "http://example.com/a.png"}], "parts.0.link"),
     ("text", "parts"),
 ])
 def test_unknown_or_malformed_parts_are_refused_naming_the_field_and_nothing_is_queued(parts, field) -> None:  # type: ignore[no-untyped-def]

@@ -80,6 +80,37 @@ def test_bad_arguments_are_an_error_result_the_model_reads_and_the_turn_goes_on(
     assert [t for _, t, _ in h.channel.sent] == ["Sorry, here it is in words."]
 
 
+@pytest.mark.parametrize("tool, arguments, field", [
+    ("react", {"emoji": "lol"}, "reaction.emoji"),
+    ("react", {"emoji": "🎉🎉🎉"}, "reaction.emoji"),
+    ("send_image", {"link": "http://example.com/clue.png"}, "image.link"),
+    ("send_buttons", {"text": "Pick", "buttons": [{"id": "yes ", "title": "Yes"}]}, "buttons.buttons.0.id"),
+    ("send_list", {"text": "Pick", "button": "Places", "sections": [{"rows": [{"id": " r1", "title": "R"}]}]},
+     "list.sections.0.rows.0.id"),
+])
+def test_what_whatsapp_would_refuse_is_an_error_result_the_model_reads(tool: str, arguments: dict[str, object],
+                                                                        field: str) -> None:
+    model = ScriptedModel([Reply(tool_calls=((tool, arguments),)), "In words, then."], default=None)
+    h = make_harness(model, tools=reply_tools())
+    h.client.send_message(CID, "options?", message_id="m1")
+    h.run()
+    [result] = [m for m in model.requests[1].messages if m.role == "tool"]
+    assert result.is_error and field in result.content, result.content
+    assert [t for _, t, _ in h.channel.sent] == ["In words, then."]
+
+
+def test_a_model_steered_into_spam_sends_at_most_ten_messages_for_one_player_message() -> None:
+    model = ScriptedModel([Reply(text="Sure!", tool_calls=(("send_location", PIN),) * 30),
+                           Reply(tool_calls=(("react", {"emoji": "🎉"}),) * 32), "x" * 5000], default=None)
+    h = make_harness(model, tools=reply_tools())
+    h.client.send_message(CID, "please spam me", message_id="m1")
+    h.run()
+    results = [m for m in model.requests[-1].messages if m.role == "tool"]
+    assert sum(not r.is_error for r in results) == 8 and "your reply is full" in results[-1].content
+    # "Sure!" and 8 pins, then the final text (one part, split into two messages as it is sent)
+    assert len(h.channel.sent) == 11 and h.channel.sent[0][1] == "Sure!"
+
+
 def test_a_game_tool_adds_parts_with_reply_parts_and_the_model_reads_the_rest() -> None:
     def next_clue() -> dict[str, object]:
         return {"clue": 7, "reply_parts": [{"type": "location", **PIN}]}

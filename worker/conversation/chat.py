@@ -29,6 +29,7 @@ from typing import Any
 from worker.conversation.chat_state import State
 from worker.conversation.chat_turn import ChatTurn
 from worker.conversation.compaction import Compactor
+from worker.conversation.loop import DEFAULT_MAX_REPLY_PARTS
 from worker.conversation.messages import Message
 from worker.conversation.model import Attachment, Model
 from worker.conversation.observe import RoundTrip
@@ -95,6 +96,10 @@ class Chat(ChatTurn):
     facts_placement: FactPlacement = DEFAULT_FACT_PLACEMENT
     observer: Callable[[RoundTrip], None] | None = None
     clock: Callable[[], float] = time.time
+    # The most parts one reply holds (:data:`~worker.conversation.loop.DEFAULT_MAX_REPLY_PARTS`): past it a tool call
+    # that adds parts is an error result the model reads, and its parts are not added. Last, so that the fields
+    # before it keep their places for a caller who passes them by position.
+    max_reply_parts: int = DEFAULT_MAX_REPLY_PARTS
 
     def __post_init__(self) -> None:
         self._tools = check_tools(list(self.tools))
@@ -103,6 +108,8 @@ class Chat(ChatTurn):
             raise ValueError("max_tool_iterations must be >= 0")
         if self.max_pinned < 0:
             raise ValueError("max_pinned must be >= 0")
+        if self.max_reply_parts < 1:
+            raise ValueError("max_reply_parts must be >= 1 (the final text is one)")
 
     # --- contract API ----------------------------------------------------------------------------
 

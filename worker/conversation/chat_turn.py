@@ -52,6 +52,7 @@ class ChatTurn(ChatState):
     fallback_reply: str
     tool_source: Callable[[], Sequence[Tool]] | None
     max_tool_iterations: int
+    max_reply_parts: int
     max_tool_result_chars: int
     tool_timeout: float
     max_tokens: int | None
@@ -150,7 +151,7 @@ class ChatTurn(ChatState):
         return ToolLoop(call=self._call, request_for=request_for, tools=tools,
                         max_tool_iterations=self.max_tool_iterations, fallback_reply=self.fallback_reply,
                         tool_timeout=self.tool_timeout, max_tool_result_chars=self.max_tool_result_chars,
-                        journal=journal)
+                        journal=journal, max_reply_parts=self.max_reply_parts)
 
 
 def _encodable(response: ModelResponse) -> ModelResponse:

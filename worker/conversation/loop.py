@@ -21,6 +21,16 @@ from worker.envelopes.reply_parts import out_part, render_all
 
 ToolChoice = Literal["auto", "none"]
 
+#: The most parts one reply holds unless the chat says otherwise: each part a tool adds, each text the model wrote
+#: beside calls that added parts, and the final text count one (a long text once, before it is split into messages).
+#: Every part is a message of its own on the player's phone: a model steered into "spam me" stops here.
+DEFAULT_MAX_REPLY_PARTS = 10
+
+#: What the model reads for a call whose parts would take the reply past its cap.
+REPLY_FULL = ("Error: your reply is full: it holds at most {limit} parts, your final text counting one, and {held} "
+              "are in it, so the {count} part(s) this call returned were not added and will not be sent. Whatever "
+              "else the call did stands. Add no more parts; say what is left in your final text.")
+
 
 @dataclass(slots=True)
 class LoopOutcome:
@@ -54,6 +64,28 @@ def _added_parts(message: Message, results: Sequence[Message]) -> list[str | dic
     return parts
 
 
+@dataclass(slots=True)
+class _ReplyRoom:
+    """The parts a reply holds as one round's calls add theirs: ``beside`` (1 when the model wrote text beside the
+    round's calls) joins the reply with the round's first part, as :func:`_added_parts` puts it there."""
+
+    held: int
+    beside: int
+    opened: bool = False
+
+    def take(self, count: int, limit: int) -> bool:
+        """Add ``count`` parts when the reply stays within ``limit``; whether they were added."""
+        if count and self.held + count + (0 if self.opened else self.beside) > limit:
+            return False
+        self.add(count)
+        return True
+
+    def add(self, count: int) -> None:
+        """Add ``count`` parts whatever the limit (a recorded result: the first run decided)."""
+        if count:
+            self.held, self.opened = self.held + count + (0 if self.opened else self.beside), True
+
+
 def with_tool_facts(st: ConversationState, results: Sequence[Message]) -> ConversationState:
     """``st`` with the facts game tools' ``results`` set, in call order (a later one with the same key wins)."""
     for result in results:
@@ -79,6 +111,7 @@ class ToolLoop:
     tool_timeout: float
     max_tool_result_chars: int
     journal: TurnJournal = field(default_factory=NoJournal)
+    max_reply_parts: int = DEFAULT_MAX_REPLY_PARTS
 
     def run(self, st: ConversationState) -> LoopOutcome:
         """Loop until the model answers in text; after ``max_tool_iterations`` rounds of tools, ask once
@@ -101,7 +134,8 @@ class ToolLoop:
             message = response.message
             if step >= len(replay):
                 self.journal.record_round(step, response)  # before any of its tools runs
-            results = [self._result(step, call, recorded, out, replayed=step < len(replay))
+            room = _ReplyRoom(held=len(out.parts), beside=1 if message.content.strip() else 0)
+            results = [self._result(step, call, recorded, out, room, replayed=step < len(replay))
                        for call in message.tool_calls]
             st = with_tool_facts(st.append(message, *(_without_facts(r) for r in results)), results)
             out.parts += _added_parts(message, results)
@@ -122,13 +156,16 @@ class ToolLoop:
         return response
 
     def _result(self, step: int, call: ToolCall, recorded: Mapping[tuple[int, str], Message],
-                out: LoopOutcome, *, replayed: bool) -> Message:
+                out: LoopOutcome, room: _ReplyRoom, *, replayed: bool) -> Message:
         """The recorded result of ``call`` when there is one (the tool is not called again), else run the tool
         and record its result before the model sees it. In a ``replayed`` round a call without a recorded result
-        may already have run (the worker died inside it): a tool that is not idempotent is not called again."""
+        may already have run (the worker died inside it): a tool that is not idempotent is not called again.
+        Parts that would take the reply past ``max_reply_parts`` (one kept for the final text) are not added: the
+        model reads an error result instead, recorded as it is, so a replay adds what the first run added."""
         result = recorded.get((step, call.id))
         if result is not None:
             out.replayed_results += 1
+            room.add(len(result.reply_parts))
             return result
         tool = self.tools.get(call.name)
         if replayed and tool is not None and not tool.idempotent:
@@ -138,6 +175,9 @@ class ToolLoop:
             return result
         result = run_tool(self.tools, call, default_timeout=self.tool_timeout, max_chars=self.max_tool_result_chars)
         out.tool_calls += 1
+        if not room.take(len(result.reply_parts), self.max_reply_parts - 1):
+            result = replace(result, is_error=True, reply_parts=(), content=REPLY_FULL.format(
+                limit=self.max_reply_parts, held=room.held, count=len(result.reply_parts)))
         self.journal.record_result(step, result)
         return result
 

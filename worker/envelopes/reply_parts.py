@@ -12,7 +12,9 @@ the message; button id at most 256 characters; body text at most 1024), ``intera
 20; at most 10 sections and 10 rows in all; section title 24; row title 24, row description 72, row id 200, unique),
 ``location-request-messages`` (body text 1024), ``image-messages`` (caption 1024) and ``location-messages``
 (latitude and longitude in degrees). The body of a list is documented up to 4096 characters; Parley keeps every
-interactive body at 1024, the strictest of them, so one rule holds for all.
+interactive body at 1024, the strictest of them, so one rule holds for all. Beyond the numbers, refused at once
+too: a reaction that is not one emoji (WhatsApp refuses it, after the turn was committed), a button or row id with
+white space at either end (what a tap returns may not be the id sent), an image link that is not https.
 """
 
 from __future__ import annotations
@@ -20,7 +22,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, model_validator
+import regex
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator, model_validator
 
 from worker.errors import InvalidReplyPartError
 
@@ -52,6 +55,23 @@ class _Part(BaseModel):
 SOME_TEXT = r"\S"
 
 
+#: An id: not blank, and no white space at either end (WhatsApp trims or refuses it; the tap would not match).
+TRIMMED = r"^\S(?:[\s\S]*\S)?$"
+#: A link Meta's servers fetch for the player: https only (a plain http link can be read and changed on the way).
+HTTPS_LINK = r"^https://\S+$"
+
+# One user-perceived character (an extended grapheme cluster, Unicode's rule as the ``regex`` package implements
+# it) that is an emoji: a pictograph (with any skin tone, variation selector or joined sequence), a flag (two
+# regional indicators) or a keycap ("1" + U+FE0F + U+20E3).
+_ONE_GRAPHEME = regex.compile(r"\X", regex.VERSION1)
+_EMOJI_MARK = regex.compile(r"\p{Extended_Pictographic}|\p{Regional_Indicator}|\u20e3")
+
+
+def is_one_emoji(text: str) -> bool:
+    """Whether ``text`` is exactly one emoji (one grapheme cluster that is an emoji), as a reaction must be."""
+    return _ONE_GRAPHEME.fullmatch(text) is not None and _EMOJI_MARK.search(text) is not None
+
+
 def _body(limit: int) -> Any:
     return Field(min_length=1, max_length=limit, pattern=SOME_TEXT)
 
@@ -67,7 +87,7 @@ class ImagePart(_Part):
     """A picture: a public ``link`` (https) or an uploaded ``media_id``, one of them, with an optional caption."""
 
     type: Literal["image"]
-    link: str | None = Field(None, min_length=1, max_length=MAX_LINK_CHARS, pattern=r"^https?://\S+$")
+    link: str | None = Field(None, min_length=1, max_length=MAX_LINK_CHARS, pattern=HTTPS_LINK)
     media_id: str | None = Field(None, min_length=1, max_length=256)
     caption: str | None = Field(None, max_length=MAX_CAPTION)
 
@@ -98,7 +118,7 @@ class LocationRequestPart(_Part):
 class Button(_Part):
     """A reply button: its ``id`` comes back when the player taps it, its ``title`` is what they see."""
 
-    id: str = Field(min_length=1, max_length=MAX_BUTTON_ID, pattern=SOME_TEXT)
+    id: str = Field(min_length=1, max_length=MAX_BUTTON_ID, pattern=TRIMMED)
     title: str = Field(min_length=1, max_length=MAX_BUTTON_TITLE, pattern=SOME_TEXT)
 
 
@@ -119,7 +139,7 @@ class ButtonsPart(_Part):
 class Row(_Part):
     """One choice of a list."""
 
-    id: str = Field(min_length=1, max_length=MAX_ROW_ID, pattern=SOME_TEXT)
+    id: str = Field(min_length=1, max_length=MAX_ROW_ID, pattern=TRIMMED)
     title: str = Field(min_length=1, max_length=MAX_ROW_TITLE, pattern=SOME_TEXT)
     description: str | None = Field(None, max_length=MAX_ROW_DESCRIPTION)
 
@@ -155,6 +175,13 @@ class ReactionPart(_Part):
 
     type: Literal["reaction"]
     emoji: str = Field(min_length=1, max_length=MAX_EMOJI_CHARS, pattern=SOME_TEXT)
+
+    @field_validator("emoji")
+    @classmethod
+    def _one_emoji(cls, emoji: str) -> str:
+        if not is_one_emoji(emoji):
+            raise ValueError(f"a reaction is one emoji, got {emoji!r}")
+        return emoji
 
 
 def _no_repeats(what: str, values: list[str]) -> None:

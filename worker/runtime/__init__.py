@@ -87,6 +87,7 @@ def build_chat(settings: Settings, model: Model | None = None, *, tools: Any = (
         tool_source=tool_source,
         tool_timeout=settings.tooling.tool_timeout,
         max_tool_iterations=settings.tooling.max_tool_iterations,
+        max_reply_parts=settings.tooling.max_reply_parts,
         auto_compact=False,  # the worker compacts in a follow-up task
         idle_gap_seconds=settings.memory.idle_gap_seconds,
         reset_phrases=settings.memory.reset_phrases,

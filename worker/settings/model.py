@@ -91,6 +91,10 @@ class Tooling(Group):
     mcp_refresh_seconds: float = Field(default=60.0, description="Re-list an MCP server's tools this often even without "
                                        "a tools/list_changed notification, and retry a server that was down.")
     max_tool_iterations: int = Field(default=10, description="Most rounds of tool calls in one turn.")
+    max_reply_parts: int = Field(default=10, ge=1, description="Most parts one reply holds (each a WhatsApp message of "
+                                 "its own), its final text included, counted before a long text is split: past it a "
+                                 "tool call that adds parts (a reply tool, a game tool's `reply_parts`) is an error "
+                                 "result the model reads, and its parts are not sent.")
 
 
 class Memory(Group):
