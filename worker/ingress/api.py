@@ -57,8 +57,8 @@ SCOPES: tuple[Scope, ...] = ("producer", "operator")
 #: Seconds a client is asked to wait after a 429 (a full mailbox drains at the model's pace) or a 503 (an outage).
 RETRY_AFTER_FULL = 5
 RETRY_AFTER_UNAVAILABLE = 2
-#: JSON objects one body may hold: a producer's body is one flat object.
-MAX_BODY_OBJECTS = 16
+#: The most JSON objects any endpoint's valid body holds (each endpoint refuses past its own body's ``max_objects``).
+MAX_BODY_OBJECTS = max(op.body.max_objects for op in OPERATIONS if op.body is not None)
 #: A body up to this size is parsed on the event loop (tens of microseconds); a larger one in a worker thread.
 SMALL_BODY_BYTES = 8 * 1024
 _SCOPE_PREFIX = re.compile(r"[a-z]+")
@@ -146,7 +146,9 @@ class ProducerApi:
         """The body parsed and validated (CPU only), or the answer that refuses it."""
         assert op.body is not None
         try:
-            obj: Any = decode_webhook(raw, max_objects=MAX_BODY_OBJECTS) if raw.strip() else {}
+            obj: Any = (decode_webhook(raw, max_objects=op.body.max_objects,
+                                       endpoint=f"{op.method} {op.path} (the most a valid body holds)")
+                        if raw.strip() else {})
         except WebhookTooLargeError as exc:
             return problem(413, str(exc))
         except ValueError as exc:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
