@@ -265,10 +265,15 @@ def _in_thread(fn: Callable[..., Response]) -> Run:
 async def serve(api: ProducerApi, op: Operation, run: Run, call: Call) -> Response:
     """One request's answer: authenticate, read the body within the limit, ``run`` it (on the loop or in a worker
     thread), map a store outage to 503; in a span that goes on with the producer's own trace, when its request
-    carries one (W3C traceparent), through the input's; the outcome counted."""
-    with tracing.span(f"{call.method} {op.operation_id}", parent=call.traceparent, kind="server",
+    carries one (W3C traceparent) and a known token, through the input's; the outcome counted.
+
+    The token is checked before the span starts: a caller without one must not place spans in a trace of its
+    choosing (nor have them sampled by its flag), so its request's span starts a trace of its own."""
+    scope = _scope_of(call.authorization, api.tokens)
+    parent = call.traceparent if scope is not None else None
+    with tracing.span(f"{call.method} {op.operation_id}", parent=parent, kind="server",
                       attributes={"http.request.method": call.method}) as span:
-        response = await _answer(api, op, run, call)
+        response = await _answer(api, op, run, call, scope)
         span.set("http.response.status_code", response.status_code)
     _counted(op.operation_id, response.status_code).inc()
     return response
@@ -280,8 +285,7 @@ def _counted(operation: str, status: int) -> Counter:
     return ingress_metrics.API_REQUESTS.labels(operation, str(status))
 
 
-async def _answer(api: ProducerApi, op: Operation, run: Run, call: Call) -> Response:
-    scope = _scope_of(call.authorization, api.tokens)
+async def _answer(api: ProducerApi, op: Operation, run: Run, call: Call, scope: Scope | None) -> Response:
     if scope is None:
         return problem(401, "a valid bearer token is required", headers={"WWW-Authenticate": "Bearer"})
     if not _allows(scope, op.scope):
