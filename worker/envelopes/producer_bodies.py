@@ -21,7 +21,7 @@ from typing import Annotated, Any, ClassVar, Literal
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSchema
 
 from worker.envelopes.due_time import RFC3339, parse_rfc3339
-from worker.envelopes.inputs import FACT_KEY_PATTERN, MAX_FACT_KEY_CHARS, MAX_ID_CHARS, InputKind
+from worker.envelopes.inputs import FACT_KEY_PATTERN, MAX_FACT_KEY_CHARS, MAX_ID_CHARS, MAX_SYSTEM_CHARS, InputKind
 from worker.envelopes.operator_input import MAX_PARTS, MAX_PAUSE_SECONDS
 from worker.envelopes.reply_parts import MAX_BUTTONS, MAX_LIST_ROWS, MAX_SECTIONS, PART_TYPES, Part
 
@@ -68,7 +68,8 @@ class MessageBody(ProducerBody):
                                  description="The channel's id of the message the reply answers (WhatsApp threads it).")
     recipient: str | None = Field(None, min_length=1, max_length=MAX_ID_CHARS,
                                   description="Where the reply goes. Default: the conversation id.")
-    system: str | None = Field(None, description="Replaces the configured system prompt for this turn.")
+    system: str | None = Field(None, max_length=MAX_SYSTEM_CHARS,
+                               description="Replaces the configured system prompt for this turn.")
     at: At | None = None
 
 

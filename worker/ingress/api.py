@@ -44,7 +44,14 @@ from worker.envelopes.producer_bodies import (
     Scope,
     field_of,
 )
-from worker.errors import ConfigurationError, InboxFullError, InputError, StoreError, WebhookTooLargeError
+from worker.errors import (
+    ConfigurationError,
+    EnvelopeTooLargeError,
+    InboxFullError,
+    InputError,
+    StoreError,
+    WebhookTooLargeError,
+)
 from worker.ingress import metrics as ingress_metrics
 from worker.ingress.body import TooLarge, read_body
 from worker.ingress.parse import decode_webhook
@@ -120,6 +127,8 @@ def _input_error(exc: InputError) -> JSONResponse:
     if isinstance(exc, InboxFullError):
         return problem(429, f"the conversation's mailbox is full, retry later: {exc}",
                        headers={"Retry-After": str(RETRY_AFTER_FULL)})
+    if isinstance(exc, EnvelopeTooLargeError):
+        return problem(413, str(exc))
     return problem(422, str(exc), exc.field)
 
 
