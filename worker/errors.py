@@ -11,6 +11,7 @@ The tree::
     │   ├── InvalidConversationIdError
     │   ├── EnvelopeError
     │   ├── OversizeInputError
+    │   │   └── EnvelopeTooLargeError
     │   ├── InvalidTextError
     │   ├── InvalidScheduleError
     │   └── WebhookTooLargeError
@@ -100,6 +101,11 @@ class EnvelopeError(InputError):
 
 class OversizeInputError(InputError):
     """Raised when a text, envelope or state is larger than the configured limit."""
+
+
+class EnvelopeTooLargeError(OversizeInputError):
+    """Raised when an input, encoded as its envelope, is larger than an envelope may be (``MAX_ENVELOPE_BYTES``):
+    stored, it could never be read back. The HTTP API answers 413."""
 
 
 class InvalidReplyPartError(InvalidMessageError):

@@ -151,3 +151,9 @@ PAUSED_TURNS = Counter("parley_paused_turns_total", "Turns of paused conversatio
                        "answering before the pause).", ["outcome"])
 OPERATOR_MESSAGES = Counter("parley_operator_messages_total",
                             "Operators' messages applied (queued to be sent, and added to the state).")
+WEBHOOK_CHANGES_SKIPPED = Counter("parley_webhook_changes_skipped_total",
+                                  "Changes of signed webhooks skipped, their messages and statuses not applied (the "
+                                  "POST is answered 200), by reason: unknown_number (for a business number the "
+                                  "deployment does not serve: neither WHATSAPP_PHONE_NUMBER_ID nor one of "
+                                  "PARLEY_WHATSAPP_NUMBERS_FILE) or no_number (names none while a number is "
+                                  "configured).", ["reason"])

@@ -10,7 +10,9 @@ import jsonschema
 import pytest
 
 from tests.api.test_api import CID, OPERATOR, PRODUCER, Api
-from worker.envelopes.producer_bodies import OPERATIONS
+from worker.envelopes.operator_input import MAX_PARTS
+from worker.envelopes.producer_bodies import OPERATIONS, OperatorMessageBody
+from worker.envelopes.reply_parts import MAX_LIST_ROWS, MAX_SECTIONS
 from worker.ingress.openapi import document
 
 BASE = f"/v1/conversations/{CID}"
@@ -94,3 +96,41 @@ def test_the_document_describes_the_handoff_answers() -> None:
     state = {**doc["components"]["schemas"]["PauseState"], "components": doc["components"]}
     validator = jsonschema.Draft202012Validator(state)
     assert validator.is_valid({"conversation_id": CID, "paused": True, "until": 1.5, "was_paused": None})
+
+
+def _largest_list(tag: str) -> dict[str, Any]:
+    """A list part holding as many objects as one may: MAX_SECTIONS sections of one row each (MAX_LIST_ROWS in all)."""
+    sections = [{"title": f"S{i}", "rows": [{"id": f"{tag}{i}", "title": f"Row {i}"}]} for i in range(MAX_SECTIONS)]
+    return {"type": "list", "text": "Pick one", "button": "Choices", "sections": sections}
+
+
+def test_an_operator_message_with_a_full_list_and_buttons_is_accepted(api: Api) -> None:
+    ten_rows = {"type": "list", "text": "Pick one", "button": "Choices",
+                "sections": [{"rows": [{"id": f"r{i}", "title": f"Row {i}"} for i in range(MAX_LIST_ROWS)]}]}
+    buttons = {"type": "buttons", "text": "Go?", "buttons": [{"id": c, "title": c.upper()} for c in "abc"]}
+    body = {"text": "Sam here.", "message_id": "op1", "parts": [ten_rows, buttons]}
+    r = api.http.post(f"{BASE}/operator-messages", headers=OPERATOR, json=body)
+    assert (r.status_code, r.json()) == (202, {"input_id": "op1", "duplicate": False}), r.text
+    [env] = api.inputs()
+    assert [p["type"] for p in env["parts"]] == ["list", "buttons"]
+
+
+def test_the_largest_valid_operator_message_is_accepted(api: Api) -> None:
+    parts = [_largest_list(f"p{i}-") for i in range(MAX_PARTS)]
+    body = {"text": "Sam here.", "message_id": "op1", "parts": parts}
+    assert OperatorMessageBody.max_objects == 1 + sum(1 + len(p["sections"]) * 2 for p in parts)
+    r = api.http.post(f"{BASE}/operator-messages", headers=OPERATOR, json=body)
+    assert r.status_code == 202, r.text
+
+
+def test_a_body_past_its_endpoints_objects_is_a_413_naming_the_endpoint(api: Api) -> None:
+    r = api.http.post(f"/v1/conversations/{CID}/messages", headers=PRODUCER,
+                      json={"text": "hi", "system": {"a": {}}})
+    assert r.status_code == 413
+    assert "POST /v1/conversations/{conversation_id}/messages" in r.json()["error"]
+    assert "webhook" not in r.json()["error"]
+    parts = [_largest_list(f"p{i}-") for i in range(MAX_PARTS)]
+    parts[0]["sections"][0]["rows"][0]["extra"] = {}
+    r = api.http.post(f"{BASE}/operator-messages", headers=OPERATOR, json={"text": "hi", "parts": parts})
+    assert r.status_code == 413 and "/operator-messages" in r.json()["error"]
+    assert api.inputs() == []

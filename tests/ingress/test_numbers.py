@@ -5,9 +5,11 @@ a webhook for a number that is not configured is refused, counted and answered 2
 from __future__ import annotations
 
 import copy
+import logging
 from typing import Any
 
 import fakeredis
+import pytest
 from prometheus_client import REGISTRY
 from starlette.testclient import TestClient
 
@@ -16,7 +18,9 @@ from tests.support.whatsapp_fixtures import needs_fixtures
 from worker.client import ConversationClient
 from worker.envelopes.inputs import decode_envelope
 from worker.ingress.app import create_app
+from worker.runtime.numbers_file import served_numbers
 from worker.settings.business_numbers import Number, Numbers
+from worker.settings.delivery import WhatsApp
 from worker.store.redis_store import ConversationStore
 
 MAIN, QUIZ, STRANGER = "106540352242922", "106540352242923", "999000111222333"
@@ -111,3 +115,44 @@ def test_one_number_without_a_file_keeps_todays_ids_whatever_number_the_webhook_
     assert rig.post(batch(on_number(text, QUIZ))).json()["accepted"] == 1
     [env] = rig.envelopes(PLAYER)
     assert env.system is None
+
+
+def skipped_count(reason: str = "unknown_number") -> float:
+    return REGISTRY.get_sample_value("parley_webhook_changes_skipped_total", {"reason": reason}) or 0.0
+
+
+def test_the_ingress_serves_the_one_configured_number_the_file_or_every_number_when_none_is_set() -> None:
+    one = served_numbers(WhatsApp(phone_number_id=MAIN))
+    assert one is not None and [n.phone_number_id for n in one.all] == [MAIN]
+    assert served_numbers(WhatsApp()) is None  # the demo: no number configured
+
+
+def test_one_configured_number_skips_the_changes_for_another_number_of_the_account(
+        caplog: pytest.LogCaptureFixture) -> None:
+    rig = NumbersRig(numbers=served_numbers(WhatsApp(phone_number_id=MAIN)))
+    text = fixture_payload("inbound_text.json")
+    before = skipped_count()
+    with caplog.at_level(logging.WARNING, logger="parley.ingress"):
+        r = rig.post(batch(on_number(text, STRANGER), on_number(text, MAIN, wamid="wamid.main")))
+        again = rig.post(batch(on_number(text, STRANGER, wamid="wamid.stranger-2")))
+    assert r.status_code == again.status_code == 200  # Meta's retries would not make the number served
+    assert (r.json()["accepted"], r.json()["ignored"]) == (1, 1)
+    assert skipped_count() == before + 2
+    [env] = rig.envelopes(PLAYER)  # only the served number's message, answered from it
+    assert env.message_id == "wamid.main"
+    assert rig.store.inbox(f"{STRANGER}.{PLAYER}") == []
+    lines = [rec for rec in caplog.records if STRANGER in rec.getMessage()]
+    assert len(lines) == 1 and "skipped" in lines[0].getMessage()  # once per number
+
+
+def test_with_no_number_configured_every_number_is_accepted_and_that_is_said_once_at_start(
+        caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.WARNING, logger="parley.ingress"):
+        rig = NumbersRig(numbers=None)
+    assert [r.getMessage() for r in caplog.records if "no WhatsApp business number" in r.getMessage()] != []
+    caplog.clear()
+    before = skipped_count()
+    text = fixture_payload("inbound_text.json")
+    assert rig.post(batch(on_number(text, STRANGER))).json()["accepted"] == 1
+    assert skipped_count() == before and len(rig.envelopes(PLAYER)) == 1
+    assert [r for r in caplog.records if "no WhatsApp business number" in r.getMessage()] == []

@@ -113,3 +113,22 @@ def test_an_input_accepted_apart_carries_no_trace_when_tracing_is_off(monkeypatc
     assert not tracing.enabled()
     off = client.intake.traced(client.inputs.build("message", CID, {"text": "hi"}))
     assert off.envelope.traceparent is None
+
+
+@pytest.mark.parametrize("authorization", [None, "Bearer not-a-token", "Basic game-token"])
+def test_an_unauthenticated_request_never_joins_the_callers_trace(traced: OtlpReceiver,
+                                                                   authorization: str | None) -> None:
+    store = ConversationStore(fakeredis.FakeRedis(server=fakeredis.FakeServer()), prefix="t")
+    client = ConversationClient(store, wake=lambda cid: None)
+    http = TestClient(create_app(client, store, app_secret="s", verify_token="v", api_tokens="game-token"))
+    headers = {"traceparent": CALLER} | ({"Authorization": authorization} if authorization else {})
+    r = http.post(f"/v1/conversations/{CID}/messages", json={"text": "Where next?"}, headers=headers)
+    assert r.status_code == 401
+    known = http.post(f"/v1/conversations/{CID}/reset", headers={"Authorization": "Bearer game-token",
+                                                                  "traceparent": CALLER})
+    assert known.status_code == 202  # a known token's request goes on with the caller's trace: the export is done
+    tracing.flush()
+    assert traced.wait_for(lambda: bool(traced.named("POST reset")), 10)
+    [refused] = traced.named("POST send_message")
+    assert refused.parent == "" and refused.trace_id != trace_id(CALLER)
+    assert [s.name for s in traced.trace(trace_id(CALLER) or "") if s.name.startswith("POST")] == ["POST reset"]

@@ -12,8 +12,16 @@ from typing import TYPE_CHECKING, Any
 from worker.envelopes import operator_input
 from worker.envelopes.addresses import validate_conversation_id
 from worker.envelopes.due_time import due_ms
-from worker.envelopes.inputs import Envelope, InputKind, Media, build_envelope
-from worker.errors import EnvelopeError, OversizeInputError
+from worker.envelopes.inputs import (
+    MAX_ENVELOPE_BYTES,
+    MAX_SYSTEM_CHARS,
+    Envelope,
+    InputKind,
+    Media,
+    build_envelope,
+)
+from worker.envelopes.trace_context import MAX_TRACEPARENT_CHARS
+from worker.errors import EnvelopeError, EnvelopeTooLargeError, OversizeInputError
 
 if TYPE_CHECKING:
     from worker.client import ConversationClient
@@ -95,17 +103,42 @@ class InputBuilder:
                                     message_id=message_id, parts=texts, recipient=recipient))
 
     def check(self, env: Envelope, *, at: datetime | None = None) -> CheckedInput:
-        """Refuse what the envelope's own checks do not (the input limit, an ``at`` too far ahead)."""
+        """Refuse what the envelope's own checks do not (the input limit, the system prompt's, the encoded envelope's,
+        an ``at`` too far ahead)."""
         limit = self._client.max_text_chars
         if env.text is not None and env.kind.within_input_limit and len(env.text) > limit:
             err = OversizeInputError(f"text is {len(env.text)} characters; the limit is {limit}")
             err.field = "text"
             raise err
+        if env.system is not None and len(env.system) > MAX_SYSTEM_CHARS:
+            err = OversizeInputError(f"system is {len(env.system)} characters; the limit is {MAX_SYSTEM_CHARS}")
+            err.field = "system"
+            raise err
+        _check_encoded_size(env)
         due = due_ms(at) if at is not None else None
         if due is not None:
             # Held, it is accepted into the mailbox when due: that is its accept time (a reply's wait is timed from it).
             env = env.model_copy(update={"accepted_at": due / 1000})
         return CheckedInput(env, env.opens_window, due)
+
+
+#: What an encoded envelope holds besides its free texts (ids, media, fact key, the traceparent its accept adds, numbers,
+#: msgpack's framing), at four UTF-8 bytes a character: a generous bound on all of them together.
+_BOUNDED_FIELDS_BYTES = 64 << 10
+
+
+def _check_encoded_size(env: Envelope) -> None:
+    """Refuse an input whose envelope, encoded with the traceparent its accept may add, is over
+    ``MAX_ENVELOPE_BYTES``: stored, it could never be decoded (dead-lettered at best, held a year as a timer at worst).
+    A bound on the size (every character at most four UTF-8 bytes) settles nearly every input without encoding it
+    twice; only a long one, or one with parts, is encoded here."""
+    free_chars = len(env.text or "") + len(env.system or "")
+    if env.parts is None and env.state is None and 4 * free_chars + _BOUNDED_FIELDS_BYTES <= MAX_ENVELOPE_BYTES:
+        return
+    size = len(env.to_bytes()) + MAX_TRACEPARENT_CHARS + 16  # the traceparent, its key and framing
+    if size > MAX_ENVELOPE_BYTES:
+        raise EnvelopeTooLargeError(f"the input is {size} bytes encoded; an input's envelope is at most "
+                                    f"{MAX_ENVELOPE_BYTES} bytes")
 
 
 def _envelope(**fields: Any) -> Envelope:

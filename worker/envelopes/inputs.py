@@ -26,6 +26,9 @@ from worker.errors import EnvelopeError, InputError, InvalidConversationIdError,
 ENVELOPE_VERSION = 1
 MAX_ENVELOPE_BYTES = 4 << 20
 MAX_ID_CHARS = 256
+#: A turn's own system prompt (``system``): a few times the default input limit, so one input cannot carry megabytes
+#: the model is asked to read on every retry (and the envelope stays far within MAX_ENVELOPE_BYTES).
+MAX_SYSTEM_CHARS = 64_000
 
 class InputKind(StrEnum):
     """What an input is. The value is what travels (a mailbox entry, a timer, the inlet's JSON, the HTTP API), so an

@@ -16,14 +16,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSchema
 
 from worker.envelopes.due_time import RFC3339, parse_rfc3339
-from worker.envelopes.inputs import FACT_KEY_PATTERN, MAX_FACT_KEY_CHARS, MAX_ID_CHARS, InputKind
+from worker.envelopes.inputs import FACT_KEY_PATTERN, MAX_FACT_KEY_CHARS, MAX_ID_CHARS, MAX_SYSTEM_CHARS, InputKind
 from worker.envelopes.operator_input import MAX_PARTS, MAX_PAUSE_SECONDS
-from worker.envelopes.reply_parts import PART_TYPES, Part
+from worker.envelopes.reply_parts import MAX_BUTTONS, MAX_LIST_ROWS, MAX_SECTIONS, PART_TYPES, Part
 
 #: A message id: the producer's own id of the input (a game event's id, a wamid); resubmitting it is harmless.
 MessageId = Annotated[str, Field(min_length=1, max_length=MAX_ID_CHARS, pattern="^[^\n\x00]*$", description=(
@@ -40,12 +40,19 @@ At = Annotated[datetime, BeforeValidator(parse_rfc3339), WithJsonSchema({
         "Hold the input until this time (RFC 3339 with an offset, e.g. 2026-11-25T19:30:00Z), then it joins the "
         "conversation's order; now or past: at once; at most 366 days ahead. Cancel one not yet due with DELETE .../scheduled/{message_id} "
         "(give a message_id to do so).")})]
+#: The most JSON objects one valid reply part holds: a list (itself, its sections, its rows: at most MAX_LIST_ROWS in
+#: all) or a buttons part (itself and its buttons); every other part is one object.
+MAX_PART_OBJECTS = max(1 + MAX_SECTIONS + MAX_LIST_ROWS, 1 + MAX_BUTTONS)
 
 
 class ProducerBody(BaseModel):
     """A body of the producers' API: strict JSON types, no field the engine cannot honour."""
 
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+    #: The most JSON objects a valid body holds: the decoder refuses a body past it (413) before it is walked. A body
+    #: is one flat object unless it says otherwise.
+    max_objects: ClassVar[int] = 1
 
     def arguments(self) -> dict[str, Any]:
         """The client method's keyword arguments (the fields left out stay at the client's defaults)."""
@@ -61,7 +68,8 @@ class MessageBody(ProducerBody):
                                  description="The channel's id of the message the reply answers (WhatsApp threads it).")
     recipient: str | None = Field(None, min_length=1, max_length=MAX_ID_CHARS,
                                   description="Where the reply goes. Default: the conversation id.")
-    system: str | None = Field(None, description="Replaces the configured system prompt for this turn.")
+    system: str | None = Field(None, max_length=MAX_SYSTEM_CHARS,
+                               description="Replaces the configured system prompt for this turn.")
     at: At | None = None
 
 
@@ -103,6 +111,8 @@ class OperatorMessageBody(ProducerBody):
         "location, location_request, buttons, list, reaction), each checked against WhatsApp's limits."))
     recipient: str | None = Field(None, min_length=1, max_length=MAX_ID_CHARS,
                                   description="Where it goes. Default: the conversation id.")
+
+    max_objects: ClassVar[int] = 1 + MAX_PARTS * MAX_PART_OBJECTS
 
 
 class PauseBody(ProducerBody):

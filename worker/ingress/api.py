@@ -44,7 +44,14 @@ from worker.envelopes.producer_bodies import (
     Scope,
     field_of,
 )
-from worker.errors import ConfigurationError, InboxFullError, InputError, StoreError, WebhookTooLargeError
+from worker.errors import (
+    ConfigurationError,
+    EnvelopeTooLargeError,
+    InboxFullError,
+    InputError,
+    StoreError,
+    WebhookTooLargeError,
+)
 from worker.ingress import metrics as ingress_metrics
 from worker.ingress.body import TooLarge, read_body
 from worker.ingress.parse import decode_webhook
@@ -57,8 +64,8 @@ SCOPES: tuple[Scope, ...] = ("producer", "operator")
 #: Seconds a client is asked to wait after a 429 (a full mailbox drains at the model's pace) or a 503 (an outage).
 RETRY_AFTER_FULL = 5
 RETRY_AFTER_UNAVAILABLE = 2
-#: JSON objects one body may hold: a producer's body is one flat object.
-MAX_BODY_OBJECTS = 16
+#: The most JSON objects any endpoint's valid body holds (each endpoint refuses past its own body's ``max_objects``).
+MAX_BODY_OBJECTS = max(op.body.max_objects for op in OPERATIONS if op.body is not None)
 #: A body up to this size is parsed on the event loop (tens of microseconds); a larger one in a worker thread.
 SMALL_BODY_BYTES = 8 * 1024
 _SCOPE_PREFIX = re.compile(r"[a-z]+")
@@ -120,6 +127,8 @@ def _input_error(exc: InputError) -> JSONResponse:
     if isinstance(exc, InboxFullError):
         return problem(429, f"the conversation's mailbox is full, retry later: {exc}",
                        headers={"Retry-After": str(RETRY_AFTER_FULL)})
+    if isinstance(exc, EnvelopeTooLargeError):
+        return problem(413, str(exc))
     return problem(422, str(exc), exc.field)
 
 
@@ -146,7 +155,9 @@ class ProducerApi:
         """The body parsed and validated (CPU only), or the answer that refuses it."""
         assert op.body is not None
         try:
-            obj: Any = decode_webhook(raw, max_objects=MAX_BODY_OBJECTS) if raw.strip() else {}
+            obj: Any = (decode_webhook(raw, max_objects=op.body.max_objects,
+                                       endpoint=f"{op.method} {op.path} (the most a valid body holds)")
+                        if raw.strip() else {})
         except WebhookTooLargeError as exc:
             return problem(413, str(exc))
         except ValueError as exc:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
@@ -263,10 +274,15 @@ def _in_thread(fn: Callable[..., Response]) -> Run:
 async def serve(api: ProducerApi, op: Operation, run: Run, call: Call) -> Response:
     """One request's answer: authenticate, read the body within the limit, ``run`` it (on the loop or in a worker
     thread), map a store outage to 503; in a span that goes on with the producer's own trace, when its request
-    carries one (W3C traceparent), through the input's; the outcome counted."""
-    with tracing.span(f"{call.method} {op.operation_id}", parent=call.traceparent, kind="server",
+    carries one (W3C traceparent) and a known token, through the input's; the outcome counted.
+
+    The token is checked before the span starts: a caller without one must not place spans in a trace of its
+    choosing (nor have them sampled by its flag), so its request's span starts a trace of its own."""
+    scope = _scope_of(call.authorization, api.tokens)
+    parent = call.traceparent if scope is not None else None
+    with tracing.span(f"{call.method} {op.operation_id}", parent=parent, kind="server",
                       attributes={"http.request.method": call.method}) as span:
-        response = await _answer(api, op, run, call)
+        response = await _answer(api, op, run, call, scope)
         span.set("http.response.status_code", response.status_code)
     _counted(op.operation_id, response.status_code).inc()
     return response
@@ -278,8 +294,7 @@ def _counted(operation: str, status: int) -> Counter:
     return ingress_metrics.API_REQUESTS.labels(operation, str(status))
 
 
-async def _answer(api: ProducerApi, op: Operation, run: Run, call: Call) -> Response:
-    scope = _scope_of(call.authorization, api.tokens)
+async def _answer(api: ProducerApi, op: Operation, run: Run, call: Call, scope: Scope | None) -> Response:
     if scope is None:
         return problem(401, "a valid bearer token is required", headers={"WWW-Authenticate": "Bearer"})
     if not _allows(scope, op.scope):

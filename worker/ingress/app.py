@@ -25,8 +25,9 @@ worker processes, see :mod:`worker.ingress.multiproc`).
 from __future__ import annotations
 
 import logging
+import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, Protocol
 
@@ -40,13 +41,14 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
+from worker import metrics
 from worker.client import ConversationClient, Submitted
 from worker.durable_record import entries
 from worker.errors import InboxFullError, InputError, StoreError, WebhookTooLargeError
 from worker.ingress import metrics as ingress_metrics
 from worker.ingress.api import endpoints, parse_tokens
 from worker.ingress.body import TooLarge, read_body
-from worker.ingress.business_number import UNKNOWN_NUMBER
+from worker.ingress.business_number import UNKNOWN_NUMBER, SkippedChange, skipped_changes
 from worker.ingress.fast_inputs import FastInputs
 from worker.ingress.parse import (
     InboundEvent,
@@ -64,7 +66,7 @@ from worker.ingress.parse import (
     verify_signature,
 )
 from worker.observability import tracing
-from worker.settings.business_numbers import Numbers
+from worker.settings.business_numbers import SETTING, Numbers
 from worker.store.answers import StatusRecorded
 
 log = logging.getLogger("parley.ingress")
@@ -206,9 +208,37 @@ def _default(setting: str, given: Any) -> Any:
 
 
 def _report(rec: Unsupported) -> None:
-    level = (logging.WARNING if rec.reason.startswith(("invalid conversation id", "no sender"))
-             or rec.kind == UNKNOWN_NUMBER else logging.DEBUG)
+    # A record for a number not served is logged with its change, once per number (_SkipLog): Meta sends every
+    # number of the account, so a warning per record would flood the log.
+    level = logging.WARNING if rec.reason.startswith(("invalid conversation id", "no sender")) else logging.DEBUG
     log.log(level, "webhook record ignored: %s: %s", rec.kind, rec.reason, extra={"message_id": rec.wamid})
+
+
+class _SkipLog:
+    """Counts the changes skipped for their number, and logs the first of each number (per process): a number of the
+    account the deployment does not serve sends all day, and one line says what to change."""
+
+    #: Numbers remembered as logged; past it a number is logged again (bounded, whatever a signed body names).
+    MAX_NUMBERS = 1000
+
+    def __init__(self) -> None:
+        self._logged: set[str | None] = set()
+        self._lock = threading.Lock()
+
+    def skipped(self, changes: list[SkippedChange]) -> None:
+        for change in changes:
+            metrics.WEBHOOK_CHANGES_SKIPPED.labels(change.reason).inc()
+            with self._lock:
+                first = change.phone_number_id not in self._logged
+                if first:
+                    if len(self._logged) >= self.MAX_NUMBERS:
+                        self._logged.clear()
+                    self._logged.add(change.phone_number_id)
+            if first:
+                log.warning("webhook changes for business number %s skipped (answered 200, not applied): the "
+                            "deployment serves only WHATSAPP_PHONE_NUMBER_ID and %s; logged once per number, "
+                            "counted in parley_webhook_changes_skipped_total", change.phone_number_id or "(none named)",
+                            SETTING, extra={"phone_number_id": change.phone_number_id, "reason": change.reason})
 
 
 @dataclass(frozen=True)
@@ -221,6 +251,7 @@ class _Ingress:
     location_as: LocationAs
     replies: _Replies
     max_age: float
+    skips: _SkipLog = field(default_factory=_SkipLog)
 
     def handle(self, raw: bytes | bytearray, signature: str | None) -> Response:
         """Verify, parse and apply one webhook body (blocking: runs in a worker thread, never on the event loop,
@@ -268,6 +299,8 @@ class _Ingress:
         except ValueError as exc:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
             raise ValueError(f"not JSON ({exc})") from None
         check_update_count(body)
+        if self.replies.numbers is not None:
+            self.skips.skipped(skipped_changes(body, self.replies.numbers))
         return parse_webhook(body, location_as=self.location_as, numbers=self.replies.numbers)
 
 
@@ -301,6 +334,9 @@ def create_app(client: ConversationClient, store: IngressStore, *, app_secret: s
     large_bodies = anyio.CapacityLimiter(2)
     if not app_secret:
         log.error("no WhatsApp app secret configured: every webhook POST will be refused (401)")
+    if numbers is None:
+        log.warning("no WhatsApp business number configured (WHATSAPP_PHONE_NUMBER_ID, %s): webhooks for every "
+                    "number are accepted and answered", SETTING)
 
     async def handshake(request: Request) -> Response:
         q = request.query_params
@@ -356,7 +392,7 @@ def _signature_health() -> dict[str, Any]:
 
 def _from_env() -> Starlette:
     from worker.observability.logs import configure_logging
-    from worker.runtime.numbers_file import numbers_from_settings
+    from worker.runtime.numbers_file import served_numbers
     from worker.settings import get_settings
 
     s = get_settings()
@@ -372,7 +408,7 @@ def _from_env() -> Starlette:
                       unsupported_reply=s.webhook.unsupported_reply, refused_reply=s.webhook.refused_reply,
                       max_age_seconds=s.webhook.max_age_seconds, max_body_bytes=s.webhook.max_body_bytes,
                       api_tokens=s.producers.api_tokens.get_secret_value() if s.producers.api_tokens else "",
-                      numbers=numbers_from_settings(s.whatsapp))
+                      numbers=served_numbers(s.whatsapp))
 
 
 class _LazyApp:

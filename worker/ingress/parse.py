@@ -229,19 +229,20 @@ MAX_WEBHOOK_ITEMS = 10_000
 MAX_WEBHOOK_OBJECTS = 100_000
 
 
-def decode_webhook(raw: bytes | bytearray, max_objects: int = MAX_WEBHOOK_OBJECTS) -> Any:
-    """The JSON of a webhook body. Raises ``ValueError`` when it is not JSON (or nested too deep), and
-    :class:`WebhookTooLargeError` as soon as it has decoded more than ``max_objects`` objects: a body of millions
-    of tiny objects is refused early instead of costing seconds and hundreds of MB. (The hook also hands the GIL
-    to other threads between objects, which the decoder alone would hold until it ends.)"""
+def decode_webhook(raw: bytes | bytearray, max_objects: int = MAX_WEBHOOK_OBJECTS,
+                   endpoint: str = "the webhook (Meta sends at most 1000 updates in one POST)") -> Any:
+    """The JSON of a webhook body (or of another endpoint's: ``endpoint`` names it in the error). Raises
+    ``ValueError`` when it is not JSON (or nested too deep), and :class:`WebhookTooLargeError` as soon as it has
+    decoded more than ``max_objects`` objects: a body of millions of tiny objects is refused early instead of costing
+    seconds and hundreds of MB. (The hook also hands the GIL to other threads between objects, which the decoder
+    alone would hold until it ends.)"""
     left = max_objects
 
     def count(obj: dict[str, Any]) -> dict[str, Any]:
         nonlocal left
         left -= 1
         if left < 0:
-            raise WebhookTooLargeError(f"more than {max_objects} JSON objects in one webhook (Meta sends at most "
-                                      f"1000 updates)")
+            raise WebhookTooLargeError(f"more than {max_objects} JSON objects in one body of {endpoint}")
         return obj
 
     # The cyclic GC stays out of the decode: JSON makes no cycles, and a body of millions of small arrays would

@@ -109,6 +109,18 @@ def _problems(exc: ValidationError, data: Any) -> str:
     return "; ".join(out)
 
 
+def served_numbers(whatsapp: WhatsApp) -> Numbers | None:
+    """The numbers the webhook ingress serves: the file's (:func:`numbers_from_settings`), else the one number of
+    ``WHATSAPP_PHONE_NUMBER_ID`` (Meta sends the account's other numbers' webhooks too: those are skipped), else
+    ``None``: no number configured (the demo), every change is accepted. The ingress never sends: a token it lacks is
+    not needed."""
+    numbers = numbers_from_settings(whatsapp)
+    if numbers is not None or not whatsapp.phone_number_id:
+        return numbers
+    token = whatsapp.access_token.get_secret_value() if whatsapp.access_token else ""
+    return Numbers(Number(whatsapp.phone_number_id, token))
+
+
 def numbers_from_settings(whatsapp: WhatsApp) -> Numbers | None:
     """The numbers of the settings' WhatsApp group: the file's when ``PARLEY_WHATSAPP_NUMBERS_FILE`` is set,
     else ``None`` (one number, from ``WHATSAPP_PHONE_NUMBER_ID``, with today's ids)."""
