@@ -59,3 +59,25 @@ def test_the_inlets_json_still_parses(raw: str) -> None:
 
 def test_the_pinned_bytes_are_what_the_code_writes_today() -> None:
     assert stored() == PINNED_STORED
+
+
+def test_parts_an_older_worker_queued_still_decode_though_they_would_be_refused_now() -> None:
+    """Checks added to the reply parts later (https links, trimmed ids, one-emoji reactions) refuse what is built
+    now; a reply or an operator's input already stored by an older worker goes out as it was accepted."""
+    import msgpack
+
+    from worker.envelopes.reply_parts import parse_part
+    from worker.errors import InvalidReplyPartError
+
+    old_parts = [{"type": "image", "link": "http://example.org/a.png"},
+                 {"type": "buttons", "text": "Go?", "buttons": [{"id": " y ", "title": "Yes"}]},
+                 {"type": "reaction", "emoji": "lol"}]
+    reply = msgpack.packb({"v": 1, "reply_id": "r-old", "conversation_id": "447700900123",
+                           "recipient": "447700900123", "parts": old_parts, "created_at": 1.0})
+    assert [p.type for p in decode_reply(reply).parts] == ["image", "buttons", "reaction"]  # type: ignore[union-attr]
+    operator = msgpack.packb({"v": 1, "kind": "operator", "conversation_id": "447700900123", "message_id": "o-old",
+                              "text": "hi", "parts": old_parts, "accepted_at": 1.0})
+    assert len(decode_envelope(operator).parts or []) == 3
+    for part in old_parts:
+        with pytest.raises(InvalidReplyPartError):
+            parse_part(part)

@@ -19,7 +19,7 @@ import msgpack
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 
 from worker.envelopes.addresses import validate_conversation_id
-from worker.envelopes.reply_parts import OutPart
+from worker.envelopes.reply_parts import STORED, OutPart
 from worker.envelopes.trace_context import MAX_TRACEPARENT_CHARS, valid_traceparent
 from worker.errors import EnvelopeError, InputError, InvalidConversationIdError, InvalidTextError
 
@@ -355,7 +355,7 @@ def decode_envelope(data: bytes) -> Envelope:
     """Parse an envelope from the wire, or raise :class:`~worker.errors.EnvelopeError` saying what is wrong."""
     obj = _unpack(data, "envelope")
     try:
-        return Envelope.model_validate(obj)
+        return Envelope.model_validate(obj, context=STORED)
     except InvalidConversationIdError as exc:
         raise EnvelopeError(str(exc)) from None
     except ValidationError as exc:
@@ -365,7 +365,7 @@ def decode_envelope(data: bytes) -> Envelope:
 def decode_reply(data: bytes) -> ReplyRecord:
     """Parse an outbox record, or raise :class:`~worker.errors.EnvelopeError`."""
     try:
-        return ReplyRecord.model_validate(_unpack(data, "reply record"))
+        return ReplyRecord.model_validate(_unpack(data, "reply record"), context=STORED)
     except ValidationError as exc:
         raise EnvelopeError(f"malformed reply record: {_describe(exc)}") from None
 

@@ -23,7 +23,16 @@ from collections.abc import Sequence
 from typing import Annotated, Any, Literal
 
 import regex
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    TypeAdapter,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from worker.errors import InvalidReplyPartError
 
@@ -60,6 +69,22 @@ TRIMMED = r"^\S(?:[\s\S]*\S)?$"
 #: A link Meta's servers fetch for the player: https only (a plain http link can be read and changed on the way).
 HTTPS_LINK = r"^https://\S+$"
 
+#: The validation context under which stored records (a reply in the outbox, an operator's input in a mailbox) are
+#: read back: the checks added after a record may have been written (https links, trimmed ids, one-emoji reactions)
+#: hold for what is built now, not for what an older worker already queued, which goes out as it was accepted.
+STORED = {"stored": True}
+
+
+def _stored(info: ValidationInfo) -> bool:
+    return isinstance(info.context, dict) and bool(info.context.get("stored"))
+
+
+def _strict(pattern: str, what: str, value: str | None, info: ValidationInfo) -> str | None:
+    # fullmatch: a Python "$" would also match before a final newline, which pydantic's patterns do not
+    if value is not None and not _stored(info) and regex.fullmatch(pattern.strip("^$"), value) is None:
+        raise ValueError(what)
+    return value
+
 # One user-perceived character (an extended grapheme cluster, Unicode's rule as the ``regex`` package implements
 # it) that is an emoji: a pictograph (with any skin tone, variation selector or joined sequence), a flag (two
 # regional indicators) or a keycap ("1" + U+FE0F + U+20E3).
@@ -87,9 +112,14 @@ class ImagePart(_Part):
     """A picture: a public ``link`` (https) or an uploaded ``media_id``, one of them, with an optional caption."""
 
     type: Literal["image"]
-    link: str | None = Field(None, min_length=1, max_length=MAX_LINK_CHARS, pattern=HTTPS_LINK)
+    link: str | None = Field(None, min_length=1, max_length=MAX_LINK_CHARS, pattern=r"^https?://\S+$")
     media_id: str | None = Field(None, min_length=1, max_length=256)
     caption: str | None = Field(None, max_length=MAX_CAPTION)
+
+    @field_validator("link")
+    @classmethod
+    def _https(cls, link: str | None, info: ValidationInfo) -> str | None:
+        return _strict(HTTPS_LINK, "an image link must be https://", link, info)
 
     @model_validator(mode="after")
     def _one_source(self) -> ImagePart:
@@ -118,8 +148,13 @@ class LocationRequestPart(_Part):
 class Button(_Part):
     """A reply button: its ``id`` comes back when the player taps it, its ``title`` is what they see."""
 
-    id: str = Field(min_length=1, max_length=MAX_BUTTON_ID, pattern=TRIMMED)
+    id: str = Field(min_length=1, max_length=MAX_BUTTON_ID, pattern=SOME_TEXT)
     title: str = Field(min_length=1, max_length=MAX_BUTTON_TITLE, pattern=SOME_TEXT)
+
+    @field_validator("id")
+    @classmethod
+    def _trimmed(cls, value: str, info: ValidationInfo) -> str:
+        return _strict(TRIMMED, "an id has no white space at either end", value, info) or value
 
 
 class ButtonsPart(_Part):
@@ -139,9 +174,14 @@ class ButtonsPart(_Part):
 class Row(_Part):
     """One choice of a list."""
 
-    id: str = Field(min_length=1, max_length=MAX_ROW_ID, pattern=TRIMMED)
+    id: str = Field(min_length=1, max_length=MAX_ROW_ID, pattern=SOME_TEXT)
     title: str = Field(min_length=1, max_length=MAX_ROW_TITLE, pattern=SOME_TEXT)
     description: str | None = Field(None, max_length=MAX_ROW_DESCRIPTION)
+
+    @field_validator("id")
+    @classmethod
+    def _trimmed(cls, value: str, info: ValidationInfo) -> str:
+        return _strict(TRIMMED, "an id has no white space at either end", value, info) or value
 
 
 class Section(_Part):
@@ -178,8 +218,8 @@ class ReactionPart(_Part):
 
     @field_validator("emoji")
     @classmethod
-    def _one_emoji(cls, emoji: str) -> str:
-        if not is_one_emoji(emoji):
+    def _one_emoji(cls, emoji: str, info: ValidationInfo) -> str:
+        if not _stored(info) and not is_one_emoji(emoji):
             raise ValueError(f"a reaction is one emoji, got {emoji!r}")
         return emoji
 
