@@ -84,6 +84,11 @@ class InputError(ParleyError, ValueError):
 
     field: str | None = None
 
+    def __init__(self, *args: object, field: str | None = None) -> None:
+        super().__init__(*args)
+        if field is not None:
+            self.field = field
+
 
 class InvalidMessageError(InputError):
     """Raised when a message a caller adds has an unknown role, empty content or a malformed tool call."""

@@ -107,13 +107,10 @@ class InputBuilder:
         an ``at`` too far ahead)."""
         limit = self._client.max_text_chars
         if env.text is not None and env.kind.within_input_limit and len(env.text) > limit:
-            err = OversizeInputError(f"text is {len(env.text)} characters; the limit is {limit}")
-            err.field = "text"
-            raise err
+            raise OversizeInputError(f"text is {len(env.text)} characters; the limit is {limit}", field="text")
         if env.system is not None and len(env.system) > MAX_SYSTEM_CHARS:
-            err = OversizeInputError(f"system is {len(env.system)} characters; the limit is {MAX_SYSTEM_CHARS}")
-            err.field = "system"
-            raise err
+            raise OversizeInputError(f"system is {len(env.system)} characters; the limit is {MAX_SYSTEM_CHARS}",
+                                     field="system")
         _check_encoded_size(env)
         due = due_ms(at) if at is not None else None
         if due is not None:
