@@ -7,7 +7,8 @@ run.
 Each round runs, for each tree in turn (the order alternates), a child process with that tree first on its path,
 against one redis-server of its own: a service with an instant scripted model and a recording channel (no HTTP, so
 what is left is the drain's Python, the store's round trips and the inline delivery), 300 warm-up turns, then
-``--n`` turns on 50 conversations, each an accepted message and ``service.drain``. Measured per turn around the
+``--n`` turns on 50 conversations, each an accepted message (as varied as players' messages: bench/player_texts.py,
+the same ones for both trees) and ``service.drain``. Measured per turn around the
 drain: CPU (``time.process_time``) and wall time; then 200 more drains under cProfile, for the Python function
 calls per drain (a count the load of a shared machine does not move, unlike the times). Two configurations: ``plain`` (the defaults: one turn per
 message, no budget, no record, no bound, presence off) and ``features`` (double-text merging, a daily budget, the
@@ -26,6 +27,7 @@ import time
 import uuid
 from typing import Any
 
+from player_texts import player_message
 from two_trees import options, run_alternating
 
 
@@ -59,7 +61,7 @@ def child(port: int, n: int, features: bool) -> dict[str, float]:
     profile = cProfile.Profile()
     for i in range(300 + n + 200):
         cid = f"4477{i % 50:06d}"
-        client.send_message(cid, f"question {i}", message_id=f"wamid.q{i}")
+        client.send_message(cid, player_message(i), message_id=f"wamid.q{i}")
         if i >= 300 + n:  # the last 200 counted in Python calls (no timing: the profiler slows them)
             profile.runcall(service.drain, cid)
             continue
