@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pathlib
+
 import pytest
 
 from worker.errors import ConfigurationError
@@ -72,3 +74,23 @@ def test_a_tool_factory_reading_a_setting_by_its_flat_name_still_gets_it_with_a_
         assert settings.burst_quiet_seconds == 2.5  # type: ignore[attr-defined]
     with pytest.raises(AttributeError):
         settings.no_such_setting  # type: ignore[attr-defined]  # noqa: B018
+
+
+def test_the_system_prompt_comes_from_its_file_when_one_is_named(monkeypatch: pytest.MonkeyPatch,
+                                                                 tmp_path: pathlib.Path) -> None:
+    """A game's prompt runs to many lines: PARLEY_SYSTEM_PROMPT_FILE names a file (the config folder's) whose text
+    every turn gets, in place of PARLEY_SYSTEM_PROMPT; a file that cannot be read is a clear error at start."""
+    from worker.runtime import service_config
+
+    prompt = tmp_path / "system_prompt.txt"
+    prompt.write_text("You are the quiz master of Harrogate.\nAsk one question at a time.\n", encoding="utf-8")
+    monkeypatch.setenv("PARLEY_SYSTEM_PROMPT_FILE", str(prompt))
+    assert service_config(Settings(_env_file=None)).system_prompt == (
+        "You are the quiz master of Harrogate.\nAsk one question at a time.")
+    monkeypatch.setenv("PARLEY_SYSTEM_PROMPT_FILE", str(tmp_path / "missing.txt"))
+    with pytest.raises(ConfigurationError, match="PARLEY_SYSTEM_PROMPT_FILE"):
+        service_config(Settings(_env_file=None))
+    (tmp_path / "empty.txt").write_text("\n")
+    monkeypatch.setenv("PARLEY_SYSTEM_PROMPT_FILE", str(tmp_path / "empty.txt"))
+    with pytest.raises(ConfigurationError, match="is empty"):
+        service_config(Settings(_env_file=None))

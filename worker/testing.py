@@ -23,6 +23,7 @@ from worker.conversation.history import repair_history
 from worker.conversation.messages import Message
 from worker.http.pool import ClientPool
 from worker.observability import tracing
+from worker.observability.tracing.pseudonyms import PSEUDONYMS
 
 __all__ = ["CreatedClients", "RecordingChannel", "check_history", "reset_tracing"]
 
@@ -63,6 +64,7 @@ def reset_tracing() -> None:
         if tracing._tracing is not None:
             tracing._tracing.shutdown()
         tracing._tracing, tracing._decided = None, False
+    PSEUDONYMS.configure(key=None, plain=False)  # the key (or the source of it) of an earlier test's store forgotten
 
 
 class CreatedClients:

@@ -13,6 +13,7 @@ import hashlib
 import hmac
 import json
 import pathlib
+import re
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -29,6 +30,24 @@ def procfile() -> dict[str, str]:
     return {name: command.strip() for name, _, command in
             (line.partition(":") for line in (ROOT / "Procfile").read_text().splitlines())
             if name.strip() and not name.startswith("#")}
+
+
+EXAMPLE_ENV = ROOT / "docker" / ".env.example"
+CONFIG_DIR = ROOT / "docker" / "config"
+CONFIG_MOUNT = "/etc/parley"  # where compose mounts docker/config/ (read-only) in every Parley process
+
+_LINE = re.compile(r"^(#\s*)?([A-Z][A-Z0-9_]*)=(\S*)")
+
+
+def example_env() -> tuple[dict[str, str], dict[str, str]]:
+    """docker/.env.example: the variables it sets, and those it documents in a comment (``# NAME=value``)."""
+    active: dict[str, str] = {}
+    commented: dict[str, str] = {}
+    for line in EXAMPLE_ENV.read_text().splitlines():
+        m = _LINE.match(line.strip())
+        if m:
+            (commented if m.group(1) else active)[m.group(2)] = m.group(3)
+    return active, commented
 
 
 def track() -> set[str]:

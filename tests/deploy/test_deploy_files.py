@@ -14,6 +14,7 @@ import sys
 import threading
 import time
 
+import pytest
 import yaml
 
 from tests.deploy import needs
@@ -47,7 +48,7 @@ def test_compose_file_is_valid_and_uses_known_settings() -> None:
         svc = services[name]
         assert svc["build"]["dockerfile"] == "docker/Dockerfile"
         assert (ROOT / svc["build"]["context"].replace("..", ".")).exists() or svc["build"]["context"] == ".."
-        unknown = set(svc["environment"]) - known
+        unknown = set(svc["environment"]) - known - _otel(svc["environment"])
         assert not unknown, f"{name}: unknown settings {unknown}"
     assert services["worker"]["command"][:4] == ["celery", "-A", "tasks", "worker"]
     # Supervised: a process that exits (a crash, a kill) is started again; the sweeper resumes its work.
@@ -55,7 +56,12 @@ def test_compose_file_is_valid_and_uses_known_settings() -> None:
     # The durable record: PostgreSQL and the exporter, behind the "record" profile.
     assert services["exporter"]["profiles"] == ["record"] and services["postgres"]["profiles"] == ["record"]
     assert "parley exporter" in " ".join(services["exporter"]["command"])
-    assert not set(services["exporter"]["environment"]) - known
+    assert not set(services["exporter"]["environment"]) - known - _otel(services["exporter"]["environment"])
+
+
+def _otel(names: object) -> set[str]:
+    """OpenTelemetry's own variables (OTEL_SERVICE_NAME, ...): the SDK reads them, no Parley setting."""
+    return {n for n in names if isinstance(n, str) and n.startswith("OTEL_")}  # type: ignore[attr-defined]
 
 
 def test_dockerfile_copies_what_exists() -> None:
@@ -63,6 +69,9 @@ def test_dockerfile_copies_what_exists() -> None:
     for src in re.findall(r"^COPY (\S+)", text, flags=re.M):
         assert (ROOT / src).exists(), src
     assert "parley health" in text
+    # Traces need OpenTelemetry's SDK in the image: setting OTEL_EXPORTER_OTLP_ENDPOINT in docker/.env is enough.
+    [extras] = re.findall(r'^ARG EXTRAS="([^"]*)"', text, flags=re.M)
+    assert "otel" in extras.split(","), extras
 
 
 def _env_without_parley(**extra: str) -> dict[str, str]:
@@ -132,7 +141,18 @@ def _reads(process: str, redis_url: str, database_url: str) -> set[str]:
     return set(json.loads(done.stdout.strip().splitlines()[-1]))
 
 
-def test_every_process_gets_the_deployment_settings_its_code_reads() -> None:
+@pytest.fixture(scope="module")
+def reads() -> dict[str, set[str]]:
+    """The settings each Procfile process's entry point reads."""
+    server = start_redis()
+    try:
+        with fresh_database() as database_url:
+            return {name: _reads(name, server.url, database_url) for name in needs.procfile()}
+    finally:
+        server.stop()
+
+
+def test_every_process_gets_the_deployment_settings_its_code_reads(reads: dict[str, set[str]]) -> None:
     """A setting the compose file configures for one process must reach every process whose entry point reads it,
     with the same value: the webhook wakes workers through PARLEY_BROKER_URL (on Redis where no worker listens,
     every message waited for the sweeper) and records statuses and deletes (PARLEY_DATABASE_URL). What a process
@@ -144,17 +164,63 @@ def test_every_process_gets_the_deployment_settings_its_code_reads() -> None:
         entry = shlex.split(command)[:2]
         assert " ".join(entry) in " ".join(compose[name]["command"]), (name, entry)
     field = _field_of_env()
-    given = {name: {field[k]: str(v) for k, v in compose[name]["environment"].items()} for name in procfile}
+    given = {name: {field[k]: str(v) for k, v in compose[name]["environment"].items() if k in field}
+             for name in procfile}
     configured = set().union(*given.values()) - PER_PROCESS
-    server = start_redis()
-    try:
-        with fresh_database() as database_url:
-            reads = {name: _reads(name, server.url, database_url) for name in procfile}
-    finally:
-        server.stop()
     for name in procfile:
         missing = (reads[name] & configured) - set(given[name])
         assert not missing, f"compose's {name} reads {sorted(missing)} but is not given them"
     for setting in configured:
         values = {given[n][setting] for n in procfile if setting in given[n] and setting in reads[n]}
         assert len(values) <= 1, f"{setting} differs between processes: {values}"
+
+
+def _env_files(service: dict[str, object]) -> list[str]:
+    """The env files a compose service names (short form or ``{path, required}``)."""
+    given = service.get("env_file", [])
+    entries = [given] if isinstance(given, str | dict) else list(given)  # type: ignore[call-overload]
+    return [e if isinstance(e, str) else str(e["path"]) for e in entries]
+
+
+def test_one_env_file_and_one_config_folder_reach_every_setting_each_process_reads(reads: dict[str, set[str]]) -> None:
+    """An operator edits docker/.env and docker/config/ and nothing else: every Procfile process's service reads the
+    one .env (compose's env_file) and mounts the config folder read-only; a value the compose file sets for a
+    setting the process reads interpolates that same variable (so .env decides it), unless it is the process's own
+    (a metrics port). What a process reads is found by running it (tests/deploy/needs.py), over every setting of
+    worker/settings (docs/configuration.md's table): a new one reaches every process through the env file."""
+    compose = yaml.safe_load((ROOT / "docker" / "compose.yaml").read_text())["services"]
+    field = _field_of_env()
+    for name in needs.procfile():
+        svc = compose[name]
+        assert _env_files(svc) == [".env"], f"{name} reads no docker/.env"
+        assert f"./config:{needs.CONFIG_MOUNT}:ro" in svc["volumes"], f"{name} does not mount docker/config/"
+        for var, value in svc["environment"].items():
+            setting = field.get(var)
+            if setting is None or setting in PER_PROCESS or setting not in reads[name]:
+                continue
+            assert re.fullmatch(r"\$\{" + re.escape(var) + r"(:-[^}]*)?\}", str(value)), (
+                f"compose's {name} fixes {var} to {value!r}: docker/.env cannot set it")
+
+
+def test_the_example_env_names_the_game_files_in_the_config_folder(reads: dict[str, set[str]]) -> None:
+    """Every setting naming a file (the system prompt, the tools, the numbers) that a process reads is in
+    docker/.env.example, pointing into the mounted config folder at a file docker/config/ ships; the example sets
+    only known settings (and OpenTelemetry's variables, and the ``${VAR}`` the config files read)."""
+    active, commented = needs.example_env()
+    documented = {**commented, **active}
+    field = _field_of_env()
+    read = set().union(*reads.values())
+    files = {var: setting for var, setting in field.items()
+             if setting.endswith("_file") and setting in read and var.startswith("PARLEY_")}
+    assert {"PARLEY_SYSTEM_PROMPT_FILE", "PARLEY_TOOLS_FILE", "PARLEY_WHATSAPP_NUMBERS_FILE"} <= set(files)
+    for var in files:
+        assert var in documented, f"docker/.env.example does not name {var}"
+        path = pathlib.PurePosixPath(documented[var])
+        assert path.parent == pathlib.PurePosixPath(needs.CONFIG_MOUNT), (var, path)
+        assert (needs.CONFIG_DIR / path.name).is_file(), f"docker/config/ has no {path.name} ({var})"
+    referenced = set(re.findall(r"\$\{([A-Z0-9_]+)\}", "".join(
+        p.read_text() for p in needs.CONFIG_DIR.iterdir() if p.is_file())))
+    unknown = set(documented) - set(field) - _otel(documented) - referenced
+    assert not unknown, f"docker/.env.example names unknown variables {unknown}"
+    assert referenced <= set(documented), f"the config files read {referenced - set(documented)}, not in the example"
+    assert "OTEL_EXPORTER_OTLP_ENDPOINT" in documented

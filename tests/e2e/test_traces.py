@@ -23,6 +23,8 @@ from tests.support.otlp_receiver import OtlpReceiver, ReceivedSpan, otel_env
 from tests.support.status_webhooks import IngressServer, StatusPoster
 from tests.support.workers import wait_until
 from worker.observability import tracing
+from worker.observability.tracing.pseudonyms import pseudonym
+from worker.store.trace_ids import fleet_trace_key
 from worker.testing import reset_tracing
 
 pytestmark = pytest.mark.e2e
@@ -116,8 +118,13 @@ def test_a_players_message_is_one_connected_trace_from_the_webhook_to_the_status
         "turn", "turn", "drain", "drain")
     assert parent("status sent") == parent("status delivered") == "send"
     chat = next(s for s in spans if s.name == "chat gpt-4o-mini").attributes
+    # The player's number is the fleet's one pseudonym, in the webhook's process and the worker's alike.
+    shown = pseudonym(PLAYER, fleet_trace_key(cluster.redis.client(), cluster.env["PARLEY_KEY_PREFIX"]))
     assert (chat["gen_ai.operation.name"], chat["gen_ai.provider.name"], chat["gen_ai.request.model"],
-            chat["gen_ai.conversation.id"]) == ("chat", "openai", "gpt-4o-mini", PLAYER)
+            chat["gen_ai.conversation.id"]) == ("chat", "openai", "gpt-4o-mini", shown)
+    assert {(s.service, s.attributes["gen_ai.conversation.id"]) for s in spans
+            if s.name in ("accept", "turn", "send", "status sent")} == {("parley-webhook", shown),
+                                                                          ("parley-worker", shown)}
     assert chat["gen_ai.usage.input_tokens"] > 0 and chat["gen_ai.usage.output_tokens"] > 0
     assert "gen_ai.usage.cache_read.input_tokens" in chat
     tool = next(s for s in spans if s.name == "execute_tool look").attributes

@@ -13,6 +13,7 @@ import pytest
 from tests.support.otlp_receiver import OtlpReceiver
 from worker.observability import tracing
 from worker.observability.logs import JsonFormatter, TextFormatter
+from worker.observability.tracing.pseudonyms import PSEUDONYMS
 from worker.testing import reset_tracing
 
 
@@ -29,7 +30,10 @@ def test_a_line_inside_a_span_names_its_trace(traced: OtlpReceiver) -> None:
         text = TextFormatter("%(message)s").format(_record())
     assert parent is not None
     _, trace_id, span_id, _ = parent.split("-")
-    assert (line["trace_id"], line["span_id"], line["conversation_id"]) == (trace_id, span_id, "447700900123")
+    # The conversation id as the spans show it (a pseudonym of the player's number), on a line a trace links to.
+    assert (line["trace_id"], line["span_id"], line["conversation_id"]) == (
+        trace_id, span_id, PSEUDONYMS.show("447700900123"))
+    assert "447700900123" not in json.dumps(line) + text
     assert f'"trace_id": "{trace_id}"' in text
     tracing.flush()
     assert traced.wait_for(lambda: any(s.trace_id == trace_id for s in traced.named("drain")))

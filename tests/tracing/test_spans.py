@@ -20,6 +20,7 @@ from worker.conversation.scripted import Reply
 from worker.conversation.tools import Tool
 from worker.errors import RateLimitedError
 from worker.observability import tracing
+from worker.observability.tracing.pseudonyms import PSEUDONYMS
 from worker.service import RetryLater
 
 CID = "447700900321"
@@ -76,7 +77,7 @@ def test_a_message_is_one_connected_trace_from_the_accept_to_the_send(traced: Ot
     assert first["gen_ai.operation.name"] == "chat"
     assert first["gen_ai.provider.name"] == first["gen_ai.system"] == "openai"
     assert first["gen_ai.request.model"] == "gpt-4o-mini"
-    assert first["gen_ai.conversation.id"] == CID
+    assert first["gen_ai.conversation.id"] == PSEUDONYMS.show(CID) != CID  # the player's number: a pseudonym
     assert (first["gen_ai.usage.input_tokens"], first["gen_ai.usage.output_tokens"],
             first["gen_ai.usage.cache_read.input_tokens"]) == (40, 5, 32)
     assert first["gen_ai.response.finish_reasons"] == ["tool_calls"]
@@ -84,7 +85,7 @@ def test_a_message_is_one_connected_trace_from_the_accept_to_the_send(traced: Ot
     assert tool.attributes["gen_ai.operation.name"] == "execute_tool"
     assert tool.attributes["gen_ai.tool.name"] == "look"
     assert tool.attributes["gen_ai.tool.call.id"].startswith("call_")
-    assert tool.attributes["gen_ai.conversation.id"] == CID
+    assert tool.attributes["gen_ai.conversation.id"] == PSEUDONYMS.show(CID)
     # Content is off by default: the player's words appear on no span.
     assert not any(SECRET_WORDS in json.dumps(s.attributes) for s in spans)
     assert not any(k in s.attributes for s in spans for k in (

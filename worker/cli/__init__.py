@@ -268,6 +268,9 @@ def _build_parser() -> argparse.ArgumentParser:
     from worker.cli import handoff
 
     handoff.add_parsers(sub)
+    from worker.cli import pseudonym
+
+    pseudonym.add_parser(sub)
     return parser
 
 

@@ -110,7 +110,7 @@ class AmqpInlet:
                 with entry_span(msg.conversation_id, (message.headers or {}).get("traceparent")):
                     duplicate = self._accept(msg, body, message.properties)
             except InboxFullError:
-                log.warning("inlet: %s's mailbox is full; the queue waits", msg.conversation_id)
+                log.warning("inlet: a mailbox is full; the queue waits", extra={"conversation_id": msg.conversation_id})
             except InputError as exc:
                 self._dead(message, body, dead, f"{exc.field}: {exc}" if exc.field else str(exc))
                 return

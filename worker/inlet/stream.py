@@ -185,7 +185,7 @@ class Inlet:
                     done = self.client.intake.accept(checked)
                 outcomes[eid] = "duplicate" if done.duplicate else "accepted"
             except InboxFullError:
-                log.warning("inlet: %s's mailbox is full; entry %s held", cid, eid.decode())
+                log.warning("inlet: a mailbox is full; entry %s held", eid.decode(), extra={"conversation_id": cid})
                 held.add(cid)
                 outcomes[eid] = "held"
             except InputError as exc:
@@ -217,7 +217,8 @@ class Inlet:
         results = self.client.intake.accept_many([checked for _, checked in tried])
         for (eid, checked), result in zip(tried, results, strict=True):
             if isinstance(result, InboxFullError):
-                log.warning("inlet: %s's mailbox is full; entry %s held", checked.conversation_id, eid.decode())
+                log.warning("inlet: a mailbox is full; entry %s held", eid.decode(),
+                            extra={"conversation_id": checked.conversation_id})
                 full.add(checked.conversation_id)
                 outcomes[eid] = "held"
             else:

@@ -2,7 +2,9 @@
 
 Fields passed with ``extra=`` (conversation_id, message_id, ...) are part of every JSON line. Message text
 is never logged (the conversation's trace in Redis keeps it). With tracing on (docs/operations.md, "Traces"), a
-line logged inside a span carries its ``trace_id`` and ``span_id``, so a log search and a trace backend meet.
+line logged inside a span carries its ``trace_id`` and ``span_id``, so a log search and a trace backend meet; such a
+line shows the conversation id as its spans do (a pseudonym unless ``PARLEY_TRACE_PLAIN_IDS``), since whoever reads
+the trace backend reads it too.
 """
 
 from __future__ import annotations
@@ -13,9 +15,23 @@ import time
 from typing import Any
 
 from worker.observability import tracing
+from worker.observability.tracing.pseudonyms import ID_LOG_FIELDS, PSEUDONYMS
 from worker.settings import Settings
 
 _STD = set(vars(logging.LogRecord("x", 0, "x", 0, "", None, None))) | {"message", "asctime", "taskName"}
+
+
+def _fields(record: logging.LogRecord) -> dict[str, Any]:
+    """The record's ``extra`` fields and, inside a span, its trace and span ids (the conversation id then shown as
+    the span shows it)."""
+    out = {k: v for k, v in record.__dict__.items() if k not in _STD and not k.startswith("_")}
+    linked = _trace_fields()
+    if linked:
+        for key in ID_LOG_FIELDS.intersection(out):
+            if isinstance(out[key], str):
+                out[key] = PSEUDONYMS.show(out[key])
+        out.update(linked)
+    return out
 
 
 def _trace_fields() -> dict[str, str]:
@@ -38,10 +54,7 @@ class JsonFormatter(logging.Formatter):
             "logger": record.name,
             "event": record.getMessage(),
         }
-        for key, value in record.__dict__.items():
-            if key not in _STD and not key.startswith("_"):
-                out[key] = value
-        out.update(_trace_fields())
+        out.update(_fields(record))
         if record.exc_info:
             out["exc"] = self.formatException(record.exc_info)
         return json.dumps(out, default=str, ensure_ascii=False)
@@ -50,8 +63,7 @@ class JsonFormatter(logging.Formatter):
 class TextFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
         base = super().format(record)
-        extra = {k: v for k, v in record.__dict__.items() if k not in _STD and not k.startswith("_")}
-        extra.update(_trace_fields())
+        extra = _fields(record)
         return f"{base} {json.dumps(extra, default=str)}" if extra else base
 
 

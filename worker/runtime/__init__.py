@@ -197,7 +197,7 @@ def service_config(settings: Settings) -> ServiceConfig:
 
         turns = NumberTurns(numbers, number_tools(numbers, settings))
     return ServiceConfig(drain=settings.drain, delivery=settings.delivery, burst=settings.burst,
-                         budget=settings.budget, system_prompt=settings.llm.system_prompt,
+                         budget=settings.budget, system_prompt=settings.llm.prompt(),
                          model_name=settings.llm.model, record=settings.record.enabled,
                          max_hold_ms=settings.broker.task_time_limit_ms,
                          game_context=settings.game_context, context_source=load_context_source(settings),

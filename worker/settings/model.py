@@ -4,11 +4,13 @@ token budget and the game's live context."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Annotated, ClassVar, Literal
 
 from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import NoDecode
 
+from worker.errors import ConfigurationError
 from worker.settings.group import STANDARD, Group, split_commas
 
 CompactionStep = Literal["tools", "summarize", "keep_last", "budget"]
@@ -60,6 +62,23 @@ class Llm(Group):
                                            "thinking, at least 1024); 0 = off. Added to the answer's max tokens.")
     system_prompt: str = Field(default="You are a friendly, concise game assistant chatting over WhatsApp.",
                                description="Default system prompt; a turn may carry its own.")
+    system_prompt_file: str | None = Field(default=None, description="A UTF-8 text file holding the default system "
+                                           "prompt, read once at start; it takes the place of PARLEY_SYSTEM_PROMPT "
+                                           "(a game's prompt runs to many lines, which an environment variable "
+                                           "holds badly).")
+
+    def prompt(self) -> str:
+        """The default system prompt: the file's text when PARLEY_SYSTEM_PROMPT_FILE is set, else
+        PARLEY_SYSTEM_PROMPT. Raises ConfigurationError when the file cannot be read or holds nothing."""
+        if not self.system_prompt_file:
+            return self.system_prompt
+        try:
+            text = Path(self.system_prompt_file).read_text(encoding="utf-8").strip()
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ConfigurationError(f"PARLEY_SYSTEM_PROMPT_FILE: cannot read {self.system_prompt_file}: {exc}") from None
+        if not text:
+            raise ConfigurationError(f"PARLEY_SYSTEM_PROMPT_FILE: {self.system_prompt_file} is empty")
+        return text
 
     def effective_provider(self) -> str:
         if self.provider != "auto":

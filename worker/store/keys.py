@@ -59,7 +59,9 @@ loop), ``{prefix}:lock:<name>`` (short locks), ``{prefix}:record-on`` (the durab
 cap, written by ``parley db upgrade`` and the exporter, read by every delete), ``{prefix}:record-deletes`` (zset: the
 deletes the exporter has yet to erase from PostgreSQL) and ``{prefix}:status-ingress`` (an
 ingress records status webhooks: set when it starts and as statuses come, expiring a day after the last) and
-``{prefix}:paused`` (zset: paused conversations, scored by the ms their pause ends, ``+inf`` for none: the gauge).
+``{prefix}:paused`` (zset: paused conversations, scored by the ms their pause ends, ``+inf`` for none: the gauge)
+and ``{prefix}:trace-id-key`` (the random key of the pseudonyms traces show for conversation ids, when
+``PARLEY_TRACE_ID_KEY`` is unset: created once, never expires, see :mod:`worker.store.trace_ids`).
 
 The durable record (only while ``PARLEY_DATABASE_URL`` is set): ``{prefix}:{{rec.<n>}}:records`` (stream: what each
 commit, status and delete did, for the exporter to copy to PostgreSQL) and ``{prefix}:{{rec.<n>}}:dropped`` (counter:
@@ -183,6 +185,11 @@ class GlobalKeys:
         """Paused conversations (zset, scored by the ms each pause ends, ``+inf`` for none): what the
         ``parley_paused_conversations`` gauge counts, fleet-wide."""
         return f"{self.prefix}:paused"
+
+    @property
+    def trace_id_key(self) -> str:
+        """The fleet's key for the pseudonyms of conversation ids in traces (string, hex; created once)."""
+        return f"{self.prefix}:trace-id-key"
 
 
 @dataclass(frozen=True)

@@ -21,6 +21,7 @@ from worker.conversation import observe, tools
 from worker.envelopes.trace_context import valid_traceparent
 from worker.observability.tracing import Attributes, Kind, Span
 from worker.observability.tracing.genai import ModelCalls, ToolCalls
+from worker.observability.tracing.pseudonyms import ID_ATTRIBUTES, PSEUDONYMS, shown
 
 _KINDS = {"internal": trace.SpanKind.INTERNAL, "server": trace.SpanKind.SERVER, "client": trace.SpanKind.CLIENT,
           "producer": trace.SpanKind.PRODUCER, "consumer": trace.SpanKind.CONSUMER}
@@ -29,7 +30,7 @@ _PROPAGATOR = TraceContextTextMapPropagator()
 #: The providers this module made (a test may make several in one process; only the first becomes the global one).
 _MADE: set[int] = set()
 
-#: The conversation the model and tool calls of this context belong to (``gen_ai.conversation.id``).
+#: The conversation the model and tool calls of this context belong to (``gen_ai.conversation.id``), as spans show it.
 CONVERSATION: ContextVar[str | None] = ContextVar("parley_trace_conversation", default=None)
 
 
@@ -43,7 +44,8 @@ class _Live(Span):
 
     def set(self, key: str, value: str | int | float | bool | None) -> None:
         if value is not None:
-            self._span.set_attribute(key, value)
+            self._span.set_attribute(key, PSEUDONYMS.show(value) if key in ID_ATTRIBUTES and isinstance(value, str)
+                                     else value)
 
 
 def _resource() -> Resource:
@@ -88,12 +90,12 @@ class Tracing:
         linked = [trace.Link(trace.get_current_span(c).get_span_context())
                   for c in (context_of(tp) for tp in links) if c is not None]
         with self.tracer.start_as_current_span(name, context=context_of(parent), kind=_KINDS[kind],
-                                               attributes=attributes, links=linked) as s:
+                                               attributes=shown(attributes), links=linked) as s:
             yield _Live(s)
 
     def record(self, name: str, start: float, end: float, *, parent: str | None,
                attributes: Attributes | None) -> None:
-        s = self.tracer.start_span(name, context=context_of(parent), attributes=attributes,
+        s = self.tracer.start_span(name, context=context_of(parent), attributes=shown(attributes),
                                    start_time=int(start * 1e9))
         s.end(end_time=int(max(start, end) * 1e9))
 
@@ -105,7 +107,7 @@ class Tracing:
 
     @contextmanager
     def conversation(self, cid: str) -> Iterator[None]:
-        token = CONVERSATION.set(cid)
+        token = CONVERSATION.set(PSEUDONYMS.show(cid))
         try:
             yield
         finally:
