@@ -243,3 +243,14 @@ def test_the_setting_is_read_from_the_environment(monkeypatch: pytest.MonkeyPatc
 
     monkeypatch.setenv("PARLEY_API_TOKENS_FILE", os.devnull)
     assert Settings(_env_file=None).producers.api_tokens_file == os.devnull  # type: ignore[call-arg]
+
+
+def test_the_openapi_document_names_the_answers_of_a_limited_token(game_a_file: Path) -> None:
+    doc = _app(_fake_store(), file=game_a_file).get("/v1/openapi.json").json()
+    for path, methods in doc["paths"].items():
+        for method, op in methods.items():
+            responses = op["responses"]
+            assert "outside" in responses["404"]["description"], (path, method)
+            assert "Retry-After" in responses["429"]["headers"], (path, method)
+            assert "per_second" in responses["429"]["description"]
+            assert "recipient" in responses["422"]["description"]

@@ -329,6 +329,8 @@ async def _answer(api: ProducerApi, op: Operation, run: Run, call: Call, grant: 
             return problem(403, f"this token's scope ({grant.role}) does not allow {op.operation_id}")
         cid = call.params["conversation_id"]
         if not api.reaches(grant, cid):
+            log.info("API token %s asked for %s on %s, outside its reach: answered 404", grant.name, op.operation_id,
+                     cid, extra={"conversation_id": cid})
             return no_conversation(cid)
         try:
             raw = await call.read(api.body_limit) if op.body is not None else b""
