@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -136,15 +137,28 @@ def _real_store(server: RedisServer) -> ConversationStore:
 
 def test_a_tokens_rate_is_counted_over_the_fleet(server: RedisServer, tmp_path: Path) -> None:
     file = _write(tmp_path / "t.json", [{"token": "game-a-token", "scope": "producer", "per_second": 2}])
-    one, two = _app(_real_store(server), file=file), _app(_real_store(server), file=file)
+    apps = [_app(_real_store(server), file=file), _app(_real_store(server), file=file)]
     body = {"text": "x"}
-    assert one.post(f"/v1/conversations/{A_CID}/events", headers=GAME_A, json=body).status_code == 202
-    assert two.post(f"/v1/conversations/{A_CID}/events", headers=GAME_A, json=body).status_code == 202
-    r = one.post(f"/v1/conversations/{A_CID}/events", headers=GAME_A, json=body)
-    assert r.status_code == 429, r.text
-    assert r.headers["Retry-After"].isdigit() and int(r.headers["Retry-After"]) >= 1
-    assert two.get(f"/v1/conversations/{A_CID}", headers=GAME_A).status_code == 429  # any request counts
-    assert two.post(f"/v1/conversations/{A_CID}/events", headers=WIDE, json=body).status_code == 202  # its own
+    accepted: list[int] = []
+    refused = None
+    start = time.monotonic()
+    for i in range(12):  # the two instances in turn, until one refuses
+        r = apps[i % 2].post(f"/v1/conversations/{A_CID}/events", headers=GAME_A, json=body)
+        if r.status_code == 429:
+            refused, at = r, time.monotonic()
+            break
+        assert r.status_code == 202, r.text
+        accepted.append(i % 2)
+    assert refused is not None, "never refused"
+    # GCRA: a burst of 2, then one every 0.5 s, over both instances together (each counting alone would take 4).
+    assert len(accepted) <= 2 + int(2 * (at - start)), accepted
+    assert set(accepted) == {0, 1}
+    assert refused.headers["Retry-After"].isdigit() and int(refused.headers["Retry-After"]) >= 1
+    assert refused.json() == {"error": "this token's rate (2 a second) is spent, retry later", "field": None}
+    again = apps[1].get(f"/v1/conversations/{A_CID}", headers=GAME_A)
+    if time.monotonic() - at < 0.25:  # still inside the wait: any request counts, a read too
+        assert again.status_code == 429
+    assert apps[0].post(f"/v1/conversations/{A_CID}/events", headers=WIDE, json=body).status_code == 202  # its own
     keys = [k.decode() for k in redis.Redis(port=server.port).scan_iter("fleet:{api:*")]
     assert len(keys) == 1 and "game-a-token" not in keys[0]
 
