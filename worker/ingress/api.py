@@ -158,8 +158,10 @@ class ProducerApi:
     def reaches(self, grant: Grant, address: str) -> bool:
         """Whether ``grant`` reaches the conversation (or the reply recipient) ``address``, on the business number
         its id names (none known when no number is configured)."""
-        by_number = self.numbers is not None and grant.numbers is not None
-        return grant.allows(address, self.numbers.route(address)[0] if by_number and self.numbers else None)
+        number = None
+        if grant.numbers is not None and self.numbers is not None:  # only a token limited to numbers needs it
+            number = self.numbers.route(address)[0]
+        return grant.allows(address, number)
 
     def rate_wait(self, grant: Grant) -> float:
         """0 when the token may make this request, else the seconds until it may (blocking: one round trip)."""
