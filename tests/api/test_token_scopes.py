@@ -232,19 +232,19 @@ def test_a_file_alone_turns_the_api_on(game_a_file: Path) -> None:
 
 
 @pytest.mark.parametrize(("tokens", "says"), [
-    ([{"token": "a", "scope": "producer", "conversation_prefixes": ["game-a:"]}], "cannot start a conversation id"),
-    ([{"token": "a", "scope": "producer", "conversation_prefixes": [""]}], "empty prefix"),
-    ([{"token": "a", "scope": "producer", "numbers": []}], "numbers"),
-    ([{"token": "a", "scope": "producer", "numbers": ["12a"]}], "digits only"),
-    ([{"token": "a", "scope": "producer", "per_second": 0}], "per_second"),
-    ([{"token": "a", "scope": "producer"}, {"token": "a", "scope": "operator", "name": "twice"}], "same token"),
-    ([{"token": "a", "scope": "producer", "scopes": "x"}], "scopes"),
+    ([{"token": "s3cr3t-value", "scope": "producer", "conversation_prefixes": ["game-a:"]}], "cannot start a conversation id"),
+    ([{"token": "s3cr3t-value", "scope": "producer", "conversation_prefixes": [""]}], "empty prefix"),
+    ([{"token": "s3cr3t-value", "scope": "producer", "numbers": []}], "numbers"),
+    ([{"token": "s3cr3t-value", "scope": "producer", "numbers": ["12a"]}], "digits only"),
+    ([{"token": "s3cr3t-value", "scope": "producer", "per_second": 0}], "per_second"),
+    ([{"token": "s3cr3t-value", "scope": "producer"}, {"token": "s3cr3t-value", "scope": "operator", "name": "twice"}], "same token"),
+    ([{"token": "s3cr3t-value", "scope": "producer", "scopes": "x"}], "scopes"),
 ])
 def test_a_bad_file_at_start_is_a_clear_error_that_never_shows_the_token(tmp_path: Path, tokens: list[dict[str, Any]],
                                                                        says: str) -> None:
     with pytest.raises(ConfigurationError, match=says) as caught:
         load_grants(_write(tmp_path / "t.json", tokens))
-    assert "PARLEY_API_TOKENS_FILE" in str(caught.value)
+    assert "PARLEY_API_TOKENS_FILE" in str(caught.value) and "s3cr3t-value" not in str(caught.value)
 
 
 def test_a_token_in_both_sources_is_refused_at_start(game_a_file: Path) -> None:
