@@ -48,6 +48,7 @@ def _accept_through_the_api(store: ConversationStore, receiver: OtlpReceiver) ->
     [request] = receiver.named("POST send_message")
     [accept] = receiver.named("accept")
     assert request.parent == CALLER[36:52] and request.trace_id == trace_id(CALLER)
+    assert request.attributes["parley.api.token"] == "PARLEY_API_TOKENS[0]"  # the token's name, never the token
     assert accept.parent == request.span_id
     assert stored is not None and stored[36:52] == accept.span_id  # the envelope holds the accept's context
 

@@ -1,21 +1,24 @@
 """The producers' HTTP API under ``/v1/``, on the webhook process: a game engine in any language queues messages,
 events and resets, deletes a conversation and reads its summary, with the Python client's guarantees.
 
-Authentication: ``Authorization: Bearer <token>``, the tokens from ``PARLEY_API_TOKENS`` (see :func:`parse_tokens`),
-compared in constant time against every configured token. No tokens: the API is off (404).
+Authentication: ``Authorization: Bearer <token>``, the tokens from ``PARLEY_API_TOKENS`` (see :func:`parse_tokens`)
+and ``PARLEY_API_TOKENS_FILE`` (:mod:`worker.ingress.api_tokens`), compared in constant time against every configured
+token. No tokens: the API is off (404). A token of the file may be limited to some conversations (by id prefix, by
+business number, :meth:`~worker.settings.api_tokens.Grant.allows`): any other conversation is answered 404 as one that
+does not exist, and a ``recipient`` outside them 422; and to a rate, counted over every ingress process (429).
 
 Answers (the OpenAPI document at ``GET /v1/openapi.json`` says the same, see :mod:`worker.ingress.openapi`): 202
 ``{"input_id", "duplicate"}``; 401 (no or unknown token, with ``WWW-Authenticate: Bearer``); 403 (the token's scope
 does not cover the operation); 400 (not JSON); 422 (a field is wrong: ``{"error", "field"}``); 413 (body over
-``PARLEY_WEBHOOK_MAX_BODY_BYTES``); 429 (the conversation's mailbox is full) and 503 (Redis unavailable), both with
-``Retry-After``: the same request with the same message id can be sent again safely.
+``PARLEY_WEBHOOK_MAX_BODY_BYTES``); 429 (the conversation's mailbox is full, or the token's rate is spent) and 503
+(Redis unavailable), both with ``Retry-After``: the same request with the same message id can be sent again safely.
 """
 
 from __future__ import annotations
 
-import hmac
 import json
 import logging
+import math
 import re
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
@@ -53,9 +56,12 @@ from worker.errors import (
     WebhookTooLargeError,
 )
 from worker.ingress import metrics as ingress_metrics
+from worker.ingress.api_tokens import TokenSource
 from worker.ingress.body import TooLarge, read_body
 from worker.ingress.parse import decode_webhook
 from worker.observability import tracing
+from worker.settings.api_tokens import Grant
+from worker.settings.business_numbers import Numbers
 from worker.store.answers import Pause
 
 log = logging.getLogger("parley.api")
@@ -94,22 +100,19 @@ def parse_tokens(raw: str) -> list[tuple[bytes, Scope]]:
     return out
 
 
-def _scope_of(header: str | None, tokens: list[tuple[bytes, Scope]]) -> Scope | None:
-    """The scope of the request's bearer token, ``None`` when it has none or an unknown one. Every configured token
-    is compared (in constant time), so the answer's timing says nothing about which one came close."""
-    scheme, _, given = (header or "").partition(" ")
-    if scheme.lower() != "bearer":
-        return None
-    candidate = given.strip().encode("utf-8", "replace")
-    found: Scope | None = None
-    for token, scope in tokens:
-        if hmac.compare_digest(candidate, token) and found != "operator":
-            found = scope
-    return found
+def fixed_grants(raw: str) -> tuple[Grant, ...]:
+    """The tokens of ``PARLEY_API_TOKENS`` (:func:`parse_tokens`): each reaches every conversation, at any rate."""
+    return tuple(Grant(token, scope, f"PARLEY_API_TOKENS[{i}]") for i, (token, scope) in enumerate(parse_tokens(raw)))
 
 
 def _allows(held: Scope, needed: Scope) -> bool:
     return held == "operator" or needed == "producer"
+
+
+def no_conversation(cid: str) -> JSONResponse:
+    """404 for a conversation Parley knows nothing of, and the same for one the token does not reach (so a token
+    cannot tell another game's conversations from ones that do not exist)."""
+    return problem(404, f"no conversation {cid}")
 
 
 def problem(status: int, error: str, field: str | None = None, headers: dict[str, str] | None = None) -> JSONResponse:
@@ -147,12 +150,26 @@ class ProducerApi:
     event loop (``None`` when the store cannot: the blocking client then runs in a worker thread)."""
 
     client: ConversationClient
-    tokens: list[tuple[bytes, Scope]]
+    tokens: TokenSource
     body_limit: int
     on_loop: AsyncClient | None = None
+    numbers: Numbers | None = None
 
-    def body(self, op: Operation, raw: bytes | bytearray) -> ProducerBody | Response:
-        """The body parsed and validated (CPU only), or the answer that refuses it."""
+    def reaches(self, grant: Grant, address: str) -> bool:
+        """Whether ``grant`` reaches the conversation (or the reply recipient) ``address``, on the business number
+        its id names (none known when no number is configured)."""
+        number = None
+        if grant.numbers is not None and self.numbers is not None:  # only a token limited to numbers needs it
+            number = self.numbers.route(address)[0]
+        return grant.allows(address, number)
+
+    def rate_wait(self, grant: Grant) -> float:
+        """0 when the token may make this request, else the seconds until it may (blocking: one round trip)."""
+        return self.client.store.api_slot(grant.digest, grant.per_second) if grant.per_second else 0.0
+
+    def body(self, op: Operation, raw: bytes | bytearray, grant: Grant) -> ProducerBody | Response:
+        """The body parsed and validated (CPU only), or the answer that refuses it (a ``recipient`` the token does
+        not reach too)."""
         assert op.body is not None
         try:
             obj: Any = (decode_webhook(raw, max_objects=op.body.max_objects,
@@ -163,14 +180,18 @@ class ProducerApi:
         except ValueError as exc:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
             return problem(400, f"the body is not JSON: {exc}")
         try:
-            return op.body.model_validate(obj)
+            body = op.body.model_validate(obj)
         except ValidationError as exc:
             err = exc.errors(include_url=False)[0]
             return problem(422, f"{field_of(err['loc']) or 'body'}: {err['msg']}", field_of(err["loc"]))
+        recipient = getattr(body, "recipient", None)
+        if recipient is not None and not self.reaches(grant, recipient):
+            return problem(422, "recipient: outside the conversations this token may reach", "recipient")
+        return body
 
-    def input(self, op: Operation, cid: str, raw: bytes | bytearray) -> Response:
+    def input(self, op: Operation, cid: str, raw: bytes | bytearray, grant: Grant) -> Response:
         """Validate one body and queue its input (blocking: runs in a worker thread)."""
-        body = self.body(op, raw)
+        body = self.body(op, raw, grant)
         return body if isinstance(body, Response) else self.submit(op, cid, body)
 
     def submit(self, op: Operation, cid: str, body: ProducerBody) -> Response:
@@ -191,13 +212,14 @@ class ProducerApi:
         except InputError as exc:
             return _input_error(exc)
 
-    async def input_on_loop(self, op: Operation, cid: str, raw: bytes | bytearray) -> Response:
+    async def input_on_loop(self, op: Operation, cid: str, raw: bytes | bytearray, grant: Grant) -> Response:
         """:meth:`input` with a plain input (:attr:`~worker.client.builder.CheckedInput.plain`) accepted on the loop;
         a body past :data:`SMALL_BODY_BYTES` is parsed in a worker thread, so a large one never holds the loop. What is
         not a plain input (a reset, a scheduled input, an answered event) is accepted in a worker thread, and so are a
         pause and a resume."""
         assert op.kind is not None and self.on_loop is not None
-        body = self.body(op, raw) if len(raw) <= SMALL_BODY_BYTES else await run_in_threadpool(self.body, op, raw)
+        body = (self.body(op, raw, grant) if len(raw) <= SMALL_BODY_BYTES
+                else await run_in_threadpool(self.body, op, raw, grant))
         if isinstance(body, Response):
             return body
         if op.kind in PAUSE_KINDS:
@@ -232,14 +254,15 @@ class ProducerApi:
         except InputError as exc:
             return _input_error(exc)
         if not known(view):
-            return problem(404, f"no conversation {cid}")
+            return no_conversation(cid)
         return Response(json.dumps(view, default=plain), media_type="application/json")
 
 
 Handler = Callable[[Request], Awaitable[Response]]
 
 
-#: An endpoint's work: the conversation id, the raw body and the path's other parameters (``message_id``).
+#: An endpoint's work: the conversation id, the raw body, the request's token and the path's other parameters
+#: (``message_id``).
 Run = Callable[..., Awaitable[Response]]
 
 
@@ -265,8 +288,8 @@ class Call:
 
 
 def _in_thread(fn: Callable[..., Response]) -> Run:
-    async def run(cid: str, raw: bytes | bytearray, **params: str) -> Response:
-        return await run_in_threadpool(partial(fn, cid, raw, **params))
+    async def run(cid: str, raw: bytes | bytearray, grant: Grant, **params: str) -> Response:
+        return await run_in_threadpool(partial(fn, cid, raw, grant, **params))
 
     return run
 
@@ -278,11 +301,12 @@ async def serve(api: ProducerApi, op: Operation, run: Run, call: Call) -> Respon
 
     The token is checked before the span starts: a caller without one must not place spans in a trace of its
     choosing (nor have them sampled by its flag), so its request's span starts a trace of its own."""
-    scope = _scope_of(call.authorization, api.tokens)
-    parent = call.traceparent if scope is not None else None
+    grant = api.tokens.find(call.authorization)
+    parent = call.traceparent if grant is not None else None
+    attributes = {"http.request.method": call.method, **({"parley.api.token": grant.name} if grant else {})}
     with tracing.span(f"{call.method} {op.operation_id}", parent=parent, kind="server",
-                      attributes={"http.request.method": call.method}) as span:
-        response = await _answer(api, op, run, call, scope)
+                      attributes=attributes) as span:
+        response = await _answer(api, op, run, call, grant)
         span.set("http.response.status_code", response.status_code)
     _counted(op.operation_id, response.status_code).inc()
     return response
@@ -294,20 +318,30 @@ def _counted(operation: str, status: int) -> Counter:
     return ingress_metrics.API_REQUESTS.labels(operation, str(status))
 
 
-async def _answer(api: ProducerApi, op: Operation, run: Run, call: Call, scope: Scope | None) -> Response:
-    if scope is None:
+async def _answer(api: ProducerApi, op: Operation, run: Run, call: Call, grant: Grant | None) -> Response:
+    if grant is None:
         return problem(401, "a valid bearer token is required", headers={"WWW-Authenticate": "Bearer"})
-    if not _allows(scope, op.scope):
-        return problem(403, f"this token's scope ({scope}) does not allow {op.operation_id}")
     try:
-        raw = await call.read(api.body_limit) if op.body is not None else b""
-    except TooLarge:
-        return problem(413, f"body larger than {api.body_limit} bytes")
-    except ClientDisconnect:
-        return Response(status_code=400)
-    try:
+        # Counted before anything else is looked at: a token probing for conversations spends its rate too.
+        wait = await run_in_threadpool(api.rate_wait, grant) if grant.per_second else 0.0
+        if wait > 0:
+            return problem(429, f"this token's rate ({grant.per_second:g} a second) is spent, retry later",
+                           headers={"Retry-After": str(max(1, math.ceil(wait)))})
+        if not _allows(grant.role, op.scope):
+            return problem(403, f"this token's scope ({grant.role}) does not allow {op.operation_id}")
+        cid = call.params["conversation_id"]
+        if not api.reaches(grant, cid):
+            log.info("API token %s asked for %s on %s, outside its reach: answered 404", grant.name, op.operation_id,
+                     cid, extra={"conversation_id": cid})
+            return no_conversation(cid)
+        try:
+            raw = await call.read(api.body_limit) if op.body is not None else b""
+        except TooLarge:
+            return problem(413, f"body larger than {api.body_limit} bytes")
+        except ClientDisconnect:
+            return Response(status_code=400)
         extra = {k: v for k, v in call.params.items() if k != "conversation_id"}
-        return await run(call.params["conversation_id"], raw, **extra)
+        return await run(cid, raw, grant, **extra)
     except StoreError as exc:  # Redis down, failing over, refusing writes: the same request can be sent again
         log.error("API %s not done, answering 503: %s", op.operation_id, exc)
         return problem(503, "storage unavailable, retry later", headers={"Retry-After": str(RETRY_AFTER_UNAVAILABLE)})
@@ -342,16 +376,18 @@ def _run(api: ProducerApi, op: Operation) -> Run:
     if op.kind is not None:
         return partial(api.input_on_loop, op) if api.on_loop is not None else _in_thread(partial(api.input, op))
     fn = {"cancel_scheduled": api.cancel_scheduled, "delete": api.delete}.get(op.operation_id, api.summary)
-    return _in_thread(partial(lambda f, cid, _raw, **params: f(cid, **params), fn))
+    return _in_thread(partial(lambda f, cid, _raw, _grant, **params: f(cid, **params), fn))
 
 
-def endpoints(client: ConversationClient, tokens: list[tuple[bytes, Scope]], body_limit: int) -> Endpoints | None:
-    """The producers' API (``None`` when no token is configured: the API is off and ``/v1/`` answers 404)."""
-    if not tokens:
+def endpoints(client: ConversationClient, tokens: TokenSource, body_limit: int,
+              numbers: Numbers | None = None) -> Endpoints | None:
+    """The producers' API (``None`` when no token is configured: the API is off and ``/v1/`` answers 404).
+    ``numbers``: the business numbers, which a token limited to numbers is checked against."""
+    if not tokens.on:
         return None
     from worker.ingress.openapi import document
 
-    api = ProducerApi(client, tokens, body_limit, AsyncClient.for_client(client))
+    api = ProducerApi(client, tokens, body_limit, AsyncClient.for_client(client), numbers)
     runs = {op.operation_id: _run(api, op) for op in OPERATIONS}
     by_path: dict[str, dict[str, Handler]] = {}
     for op in OPERATIONS:

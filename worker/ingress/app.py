@@ -46,7 +46,8 @@ from worker.client import ConversationClient, Submitted
 from worker.durable_record import entries
 from worker.errors import InboxFullError, InputError, StoreError, WebhookTooLargeError
 from worker.ingress import metrics as ingress_metrics
-from worker.ingress.api import endpoints, parse_tokens
+from worker.ingress.api import endpoints, fixed_grants
+from worker.ingress.api_tokens import TokenSource
 from worker.ingress.body import TooLarge, read_body
 from worker.ingress.business_number import UNKNOWN_NUMBER, SkippedChange, skipped_changes
 from worker.ingress.fast_inputs import FastInputs
@@ -316,13 +317,15 @@ LARGE_BODY_BYTES = 256 * 1024
 def create_app(client: ConversationClient, store: IngressStore, *, app_secret: str, verify_token: str,
                max_body_bytes: int | None = None, location_as: LocationAs | None = None,
                unsupported_reply: str | None = None, refused_reply: str | None = None,
-               max_age_seconds: float | None = None, api_tokens: str = "",
+               max_age_seconds: float | None = None, api_tokens: str = "", api_tokens_file: str | None = None,
                numbers: Numbers | None = None, fast_inputs: bool = True) -> Starlette:
     """An ingress bound to a producer client and a store (tests pass fakeredis-backed ones). ``location_as``,
     ``unsupported_reply``, ``refused_reply``, ``max_age_seconds`` and ``max_body_bytes`` are ``PARLEY_LOCATION_AS``,
     ``PARLEY_UNSUPPORTED_REPLY``, ``PARLEY_REFUSED_REPLY``, ``PARLEY_WEBHOOK_MAX_AGE_SECONDS`` and
     ``PARLEY_WEBHOOK_MAX_BODY_BYTES`` (default: the settings' defaults; a max age of 0 turns the age check off).
-    ``api_tokens`` (``PARLEY_API_TOKENS``) turns the producers' API under ``/v1/`` on (:mod:`worker.ingress.api`).
+    ``api_tokens`` (``PARLEY_API_TOKENS``) and ``api_tokens_file`` (``PARLEY_API_TOKENS_FILE``, read again when it
+    changes; a bad one raises :class:`ConfigurationError`) turn the producers' API under ``/v1/`` on
+    (:mod:`worker.ingress.api`).
     ``numbers`` (``PARLEY_WHATSAPP_NUMBERS_FILE``) routes each change to its business number's conversations.
     ``fast_inputs``: the API's messages and events answered ahead of the router (:mod:`worker.ingress.fast_inputs`;
     off only to compare the answers and the cost with the routes')."""
@@ -371,7 +374,7 @@ def create_app(client: ConversationClient, store: IngressStore, *, app_secret: s
     async def metrics(request: Request) -> Response:
         return Response(await run_in_threadpool(ingress_metrics.exposition), media_type=CONTENT_TYPE_LATEST)
 
-    api = endpoints(client, parse_tokens(api_tokens), body_limit)
+    api = endpoints(client, TokenSource(fixed_grants(api_tokens), api_tokens_file), body_limit, numbers)
     return Starlette(routes=[
         Route("/webhook", handshake, methods=["GET"]),
         Route("/webhook", receive, methods=["POST"]),
@@ -408,6 +411,7 @@ def _from_env() -> Starlette:
                       unsupported_reply=s.webhook.unsupported_reply, refused_reply=s.webhook.refused_reply,
                       max_age_seconds=s.webhook.max_age_seconds, max_body_bytes=s.webhook.max_body_bytes,
                       api_tokens=s.producers.api_tokens.get_secret_value() if s.producers.api_tokens else "",
+                      api_tokens_file=s.producers.api_tokens_file,
                       numbers=served_numbers(s.whatsapp))
 
 

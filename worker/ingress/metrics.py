@@ -27,6 +27,10 @@ API_REQUESTS = Counter("parley_api_requests_total",
                        "Requests to the producers' HTTP API (/v1/), by operation (send_message, send_event, reset, "
                        "delete, summary) and HTTP status (202 accepted, 401/403 refused token or scope, 400/422 bad "
                        "input, 413 too large, 429 mailbox full, 503 Redis unavailable, ...).", ["operation", "status"])
+API_TOKENS_FILE_LOADS = Counter("parley_api_tokens_file_loads_total",
+                                "Reads of PARLEY_API_TOKENS_FILE after it changed, by outcome: loaded (its tokens "
+                                "apply from the next request) or refused (not readable or not valid: the last good "
+                                "tokens stay, the error is logged).", ["outcome"])
 # The newest of every worker's value ("max"): an alert compares the two to see a wrong app secret.
 _LAST_VALID = "parley_webhook_last_valid_signature_timestamp_seconds"
 _LAST_BAD = "parley_webhook_last_bad_signature_timestamp_seconds"

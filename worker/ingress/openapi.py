@@ -28,12 +28,18 @@ _BODIES: tuple[type[BaseModel], ...] = (*KINDS.values(), *HANDOFF.values(), Text
 _BODY_NAMES = {body.__name__ for body in _BODIES}
 _RETRY = {"Retry-After": {"description": "Seconds to wait before sending the same request again.",
                           "schema": {"type": "integer", "minimum": 0}}}
+_OUT_OF_REACH = ("The token is limited (PARLEY_API_TOKENS_FILE: `conversation_prefixes`, `numbers`) and this "
+                 "conversation is outside it: answered exactly as a conversation that does not exist.")
 _ERRORS: dict[str, tuple[str, dict[str, Any]]] = {
-    "401": ("No bearer token, or not one of PARLEY_API_TOKENS.",
+    "401": ("No bearer token, or not one of PARLEY_API_TOKENS and PARLEY_API_TOKENS_FILE (a token removed from the "
+            "file is refused within a second).",
             {"WWW-Authenticate": {"description": "`Bearer`", "schema": {"type": "string"}}}),
     "403": ("The token's scope does not allow this operation.", {}),
-    "422": ("A field is wrong (`field` names it; `conversation_id` for the path).", {}),
-    "429": ("The conversation's mailbox is full: send the same request (same message_id) again later.", _RETRY),
+    "404": (_OUT_OF_REACH, {}),
+    "422": ("A field is wrong (`field` names it; `conversation_id` for the path; `recipient` when it is outside the "
+            "conversations the token is limited to).", {}),
+    "429": ("The conversation's mailbox is full, or the token's `per_second` (counted over every ingress process) is "
+            "spent: send the same request (same message_id) again after Retry-After seconds.", _RETRY),
     "503": ("Redis is unavailable: send the same request (same message_id) again later.", _RETRY),
 }
 _BODY_ERRORS: dict[str, tuple[str, dict[str, Any]]] = {
@@ -60,14 +66,18 @@ def _responses(op: Operation) -> dict[str, Any]:
     elif op.operation_id == "cancel_scheduled":
         ok = {"200": {"description": "Cancelled: it will never be applied.", "content": _json(Cancelled)},
               "404": {"description": "No input with this message id is held (never scheduled, cancelled before, or "
-                                     "already due and accepted).", "content": _json(Problem)}}
+                                     "already due and accepted), or the conversation is outside the token's reach.",
+                      "content": _json(Problem)}}
     elif op.method == "DELETE":
         ok = {"204": {"description": "Deleted."}}
     else:
         ok = {"200": {"description": "The conversation's summary.", "content": _json(Summary)},
-              "404": {"description": "Parley knows nothing of this conversation.", "content": _json(Problem)}}
+              "404": {"description": "Parley knows nothing of this conversation, or it is outside the token's "
+                                     "reach (the same answer).", "content": _json(Problem)}}
     errors = {**_ERRORS, **(_BODY_ERRORS if op.kind is not None else {})}
     for status, (text, headers) in sorted(errors.items()):
+        if status in ok:  # the operation's own 404 says it already
+            continue
         ok[status] = {"description": text, "content": _json(Problem), **({"headers": headers} if headers else {})}
     return ok
 

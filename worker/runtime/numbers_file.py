@@ -5,14 +5,13 @@ manifest, which sits above the settings, hence this module in the wiring."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from worker.errors import ConfigurationError
+from worker.runtime.config_file import read_config
 from worker.settings.business_numbers import SETTING, Number, Numbers
 from worker.settings.delivery import WhatsApp
 from worker.tools.manifest import expand_vars, load_manifest
@@ -50,15 +49,7 @@ def load_numbers(path: str | Path, *, default_id: str | None = None, default_tok
     entry. ``default_id``/``default_token`` are ``WHATSAPP_PHONE_NUMBER_ID``/``WHATSAPP_ACCESS_TOKEN``."""
     file = Path(path)
     where = f"{SETTING} {file}"
-    try:
-        text = file.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ConfigurationError(f"{where}: cannot read it ({exc.strerror or exc})") from exc
-    is_json = file.suffix.lower() == ".json"
-    try:
-        data = json.loads(text) if is_json else yaml.safe_load(text)
-    except (ValueError, yaml.YAMLError) as exc:
-        raise ConfigurationError(f"{where}: not valid {'JSON' if is_json else 'YAML'}: {exc}") from exc
+    data = read_config(file, where)
     try:
         specs = _File.model_validate(data if data is not None else {}).numbers
     except ValidationError as exc:

@@ -70,7 +70,16 @@ class Producers(Group):
     api_tokens: SecretStr | None = Field(default=None, description="Bearer tokens of the producers' HTTP API under /v1/ "
                                          "on the webhook process, comma-separated: `token` (scope producer: queue "
                                          "inputs, read a summary) or `operator:token` (also delete). Several tokens "
-                                         "let producers rotate them. Unset or empty: the API is off (404).")
+                                         "let producers rotate them. Unset or empty (and no PARLEY_API_TOKENS_FILE): "
+                                         "the API is off (404).")
+    api_tokens_file: str | None = Field(default=None, description="YAML or JSON file of more API tokens, each "
+                                        "`{token (${VAR} read from the environment), name, scope (producer or "
+                                        "operator), numbers, conversation_prefixes, per_second}`: a token limited "
+                                        "to numbers or prefixes gets 404 for any other conversation and 422 for a "
+                                        "recipient outside them; past per_second (counted over every ingress "
+                                        "process) 429 with Retry-After. Adds to PARLEY_API_TOKENS; read again "
+                                        "within a second of a change (a bad change keeps the last good tokens). "
+                                        "See docs/security.md.")
     inlet_stream: str = Field(default="parley:inlet", min_length=1, description="Redis stream `parley inlet` consumes: "
                               "each entry one field `envelope` holding the JSON of a queue message (docs/producers.md).")
     inlet_group: str = Field(default="parley-inlet", min_length=1, description="The inlet's consumer group on "

@@ -72,6 +72,9 @@ stream of their own slot (see :class:`RecordKeys`).
 Per sender phone number (``{prefix}:{{wa:<phone number id>}}:<name>``, a hash tag of their own, so the pacing script
 touches one slot): ``rate`` (the number's throughput bucket) and ``to:<recipient>`` (the pair bucket of one
 recipient, shared by every conversation that writes to them). Both expire on their own once idle.
+
+Per token of the producers' API with a rate (``{prefix}:{{api:<digest>}}:rate``, the digest of the token, never
+the token): the token's request bucket, shared by every ingress process; it expires on its own once idle.
 """
 
 from __future__ import annotations
@@ -206,6 +209,18 @@ class PaceKeys:
 
     def recipient(self, recipient: str) -> str:
         return f"{self.prefix}:{{wa:{_safe(self.sender)}}}:to:{_safe(recipient)}"
+
+
+@dataclass(frozen=True)
+class ApiTokenKeys:
+    """The rate bucket of one token of the producers' API (:attr:`worker.settings.api_tokens.Grant.digest`)."""
+
+    prefix: str
+    digest: str
+
+    @property
+    def rate(self) -> str:
+        return f"{self.prefix}:{{api:{_safe(self.digest)}}}:rate"
 
 
 def _safe(part: str) -> str:

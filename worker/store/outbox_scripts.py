@@ -95,3 +95,8 @@ class OutboxScripts(ScriptGroup):
                          args=PaceArgs(rate_interval_us, rate_tolerance_us, recipient_interval_us,
                                        recipient_tolerance_us, max_wait_us))
         return PaceReply(int(res[0]) == 1, int(res[1]), int(res[2]))
+
+    def take_slot(self, *, bucket: str, interval_us: int, tolerance_us: int) -> PaceReply:
+        """One bucket of PACE alone (the recipient's limit off, no wait): a slot taken now, or the wait for one."""
+        res = self._pace(keys=[bucket, bucket], args=PaceArgs(interval_us, tolerance_us, 0, 0, 0))
+        return PaceReply(int(res[0]) == 1, int(res[1]), int(res[2]))
