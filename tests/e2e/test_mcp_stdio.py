@@ -44,7 +44,7 @@ def mark() -> Iterator[str]:
 
 def _start(cluster: Cluster, tmp_path: Path, pool: str, mark: str, stubborn: bool = False) -> WorkerProcess:
     """A worker whose turns call mcp-server-time, or (``stubborn``) a server that outlives its closed stdin."""
-    server = {"command": mcp_server_time(), "args": ["--local-timezone", "UTC"], "env": {"PARLEY_TEST_MARK": mark}}
+    server = {**mcp_server_time(), "env": {"PARLEY_TEST_MARK": mark}}
     if stubborn:  # the shell sleeps on after the server exits: only the SDK's SIGTERM ends it
         server = {"command": "sh", "args": ["-c", f"{sys.executable} -m tests.support.mcp_stdio; sleep 300"],
                   "env": {"PARLEY_TEST_MARK": mark, "PYTHONPATH": str(ROOT)}}

@@ -1,30 +1,28 @@
-"""Stdio MCP servers for the tests: the published reference server ``mcp-server-time`` (in a virtual environment of
-its own, made by scripts/install-mcp-servers: it needs the SDK 2.x, Parley's client is on 1.x), and
+"""Stdio MCP servers for the tests: the published reference server ``mcp-server-time`` (a dev dependency), and
 ``python -m tests.support.mcp_stdio`` (the SDK's FastMCP over stdio), whose ``environment`` tool answers with the
 environment it was given, ``pid`` with its process id and ``nap`` sleeps."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
-import subprocess
+import sys
 import time
 from pathlib import Path
+from typing import Any
 
-from tests.support.redis_server import in_ci, skip_or_fail
+from tests.support.redis_server import skip_or_fail
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def mcp_server_time() -> str:
-    """The path of ``mcp-server-time``: installed by scripts/install-mcp-servers in CI when missing; skipped
-    elsewhere, failed in CI when it cannot be had."""
-    found = Path(os.environ.get("PARLEY_MCP_SERVERS_VENV", ROOT / ".venv-mcp-servers")) / "bin" / "mcp-server-time"
-    if not found.exists() and in_ci():
-        subprocess.run([str(ROOT / "scripts" / "install-mcp-servers")], check=True, timeout=900)
-    if not found.exists():
-        skip_or_fail("no mcp-server-time (scripts/install-mcp-servers installs it)")
-    return str(found)
+def mcp_server_time(*args: str) -> dict[str, Any]:
+    """The manifest entry of the published ``mcp-server-time`` (the dev extras install it), run by this
+    interpreter so that any virtual environment does: skipped when it is missing, failed in CI."""
+    if importlib.util.find_spec("mcp_server_time") is None:
+        skip_or_fail("no mcp-server-time (pip install -e '.[dev]')")
+    return {"command": sys.executable, "args": ["-m", "mcp_server_time", "--local-timezone", "UTC", *args]}
 
 
 def main() -> None:

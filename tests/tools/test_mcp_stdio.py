@@ -40,10 +40,6 @@ def _settings(tmp_path: Path, *servers: dict[str, Any]) -> Settings:
     return Settings(tools_file=str(tmp_path / "tools.json"), tool_timeout=5.0)
 
 
-def _time_server() -> dict[str, Any]:
-    return {"command": mcp_server_time(), "args": ["--local-timezone", "UTC"]}
-
-
 def _test_server() -> dict[str, Any]:
     return {"command": sys.executable, "args": ["-m", "tests.support.mcp_stdio"],
             "env": {"PYTHONPATH": "${PARLEY_TEST_ROOT}", "GAME_REGION": "north"}}
@@ -67,13 +63,13 @@ def _call(lt: LoadedTools, name: str, **args: object) -> tuple[str, bool]:
 
 @pytest.fixture()
 def time_tools(tmp_path: Path) -> Iterator[LoadedTools]:
-    lt = load_tools(_settings(tmp_path, _time_server()))
+    lt = load_tools(_settings(tmp_path, mcp_server_time()))
     yield lt
     lt.close()
 
 
 def test_a_command_entry_offers_the_servers_tools_and_the_chat_gets_its_answer(time_tools: LoadedTools) -> None:
-    assert not _children("mcp-server-time")  # started on first use, not at load
+    assert not _children("mcp_server_time")  # started on first use, not at load
     model = ScriptedModel([Reply(tool_calls=(("get_current_time", {"timezone": "Europe/Oslo"}),)), "it is late"])
     assert time_tools.mcp is not None
     chat = Chat(model=model, tool_source=time_tools.mcp.tools)
@@ -83,12 +79,12 @@ def test_a_command_entry_offers_the_servers_tools_and_the_chat_gets_its_answer(t
     assert result.role == "tool" and not result.is_error
     answer = json.loads(result.content)
     assert answer["timezone"] == "Europe/Oslo" and answer["datetime"].startswith(time.strftime("%Y-", time.gmtime()))
-    assert len(_children("mcp-server-time")) == 1
+    assert len(_children("mcp_server_time")) == 1
 
 
 def test_a_killed_server_is_started_again_for_the_next_call(time_tools: LoadedTools) -> None:
     assert not _call(time_tools, "get_current_time", timezone="UTC")[1]
-    [first] = _children("mcp-server-time")
+    [first] = _children("mcp_server_time")
     first.send_signal(signal.SIGKILL)
     assert time_tools.mcp is not None
     [server] = time_tools.mcp.servers
@@ -96,7 +92,7 @@ def test_a_killed_server_is_started_again_for_the_next_call(time_tools: LoadedTo
     text, error = _call(time_tools, "get_current_time", timezone="Asia/Tokyo")
     assert not error, text
     assert json.loads(text)["timezone"] == "Asia/Tokyo"
-    [second] = _children("mcp-server-time")
+    [second] = _children("mcp_server_time")
     assert second.pid != first.pid
 
 
@@ -119,13 +115,13 @@ def test_a_call_in_flight_when_the_server_dies_is_an_error_result_and_the_next_c
 
 
 def test_shutdown_leaves_no_child(tmp_path: Path) -> None:
-    lt = load_tools(_settings(tmp_path, _time_server()))
+    lt = load_tools(_settings(tmp_path, mcp_server_time()))
     assert not _call(lt, "get_current_time", timezone="UTC")[1]
-    [child] = _children("mcp-server-time")
+    [child] = _children("mcp_server_time")
     started = time.monotonic()
     stop_mcp_processes()
     assert not child.is_running() or child.status() == psutil.STATUS_ZOMBIE
-    assert not _children("mcp-server-time")
+    assert not _children("mcp_server_time")
     assert time.monotonic() - started < 5
     lt.close()
 
