@@ -63,7 +63,7 @@ def _start(cluster: Cluster, tmp_path: Path, pool: str, mark: str, stubborn: boo
     return w
 
 
-@pytest.mark.parametrize("pool", ["prefork", "threads"])
+@pytest.mark.parametrize("pool", ["prefork", "threads", "gevent"])
 def test_a_worker_runs_the_stdio_server_per_process_and_stops_it(cluster: Cluster, tmp_path: Path, pool: str,
                                                                  mark: str) -> None:
     w = _start(cluster, tmp_path, pool, mark)
@@ -72,7 +72,7 @@ def test_a_worker_runs_the_stdio_server_per_process_and_stops_it(cluster: Cluste
     parents = {s.ppid() for s in servers}
     assert servers and len(servers) <= (2 if pool == "prefork" else 1)
     # the main process never starts one under prefork: each is a pool child's own
-    assert (w.proc.pid in parents) == (pool == "threads"), (w.proc.pid, parents)
+    assert (w.proc.pid in parents) == (pool != "prefork"), (w.proc.pid, parents)
     w.stop()
     assert wait_until(lambda: not _servers(mark), 10), [s.cmdline() for s in _servers(mark)]
 
