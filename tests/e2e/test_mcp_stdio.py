@@ -91,3 +91,11 @@ def test_a_killed_worker_leaves_no_server(cluster: Cluster, tmp_path: Path, mark
     assert _servers(mark)
     w.kill(signal.SIGKILL)  # no shutdown signal: each server sees its stdin close and exits by itself
     assert wait_until(lambda: not _servers(mark), 10), [s.cmdline() for s in _servers(mark)]
+
+
+def test_a_command_that_cannot_be_found_stops_the_worker_at_start(cluster: Cluster, tmp_path: Path) -> None:
+    (tmp_path / "tools.yaml").write_text("mcp_servers:\n  - command: mcp-server-tiem\n")
+    cluster.env["PARLEY_TOOLS_FILE"] = str(tmp_path / "tools.yaml")
+    w = cluster.start_worker("w1", pool="prefork", concurrency=1)
+    assert wait_until(lambda: not w.alive(), 30), w.log()
+    assert "mcp_servers (command 'mcp-server-tiem'): no such executable" in w.log()
