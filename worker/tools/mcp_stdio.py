@@ -80,7 +80,7 @@ class McpStdioServer(McpServer):
             with self._lock:
                 if self._pid != os.getpid():  # a fresh process (or a forked child): nothing inherited is ours
                     self.up, self._session, self._stopping, self.young_deaths = False, None, False, 0
-                    self._first = threading.Event()
+                    self._first, self._wake = threading.Event(), None
                     self._future = asyncio.run_coroutine_threadsafe(self._keep_session(), self.bridge.loop)
                     self._pid = os.getpid()
                     with _started_lock:
@@ -100,7 +100,7 @@ class McpStdioServer(McpServer):
             if self._stopping:
                 break
             self.young_deaths = self.young_deaths + 1 if time.monotonic() - began < STABLE_SECONDS else 0
-            if self.young_deaths > 1:  # the first death after a run that lasted: again at once
+            if self.young_deaths > 1:  # dying young again: wait (a first death is started again at once)
                 delay = min(MAX_RESTART_DELAY, FIRST_RESTART_DELAY * 2 ** (self.young_deaths - 2))
                 log.warning("MCP server %s: starting it again in %.1f s", self.label, delay)
                 self._first.set()  # the turns meanwhile go on without its tools
