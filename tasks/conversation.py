@@ -259,6 +259,15 @@ def _stop_sweeper(**_: Any) -> None:
     _stop.set()
 
 
+@signals.worker_shutdown.connect
+@signals.worker_process_shutdown.connect
+def _stop_mcp_processes(**_: Any) -> None:
+    """The stdio MCP servers this process started end with it (a prefork child, or the threads/gevent worker)."""
+    from worker.tools import stop_mcp_processes
+
+    stop_mcp_processes()
+
+
 @app.task(name="parley.noop", acks_late=True)
 def noop(*_: Any) -> None:
     """Does nothing: the baseline the benchmarks compare Parley's path with."""

@@ -7,6 +7,9 @@ the configuration fails there, as a :class:`~worker.errors.ConfigurationError`.
 
 from __future__ import annotations
 
+import os
+import shutil
+import sys
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -15,13 +18,13 @@ from worker.errors import ConfigurationError, ToolError
 from worker.http.urls import redact_url
 from worker.settings.business_numbers import Numbers
 from worker.tools.http_source import http_tools, idempotency_key
-from worker.tools.manifest import McpServerSpec, expand_headers, load_manifest
+from worker.tools.manifest import McpServerSpec, McpSpec, McpStdioSpec, expand_env, expand_headers, load_manifest
 from worker.tools.python_source import load_entry_points, load_reference
 
 if TYPE_CHECKING:  # the MCP SDK takes about half a second to import: only deployments with MCP servers pay it
     from worker.tools.mcp_source import McpSource
 
-__all__ = ["LoadedTools", "fixed_tools", "idempotency_key", "load_tools", "number_tools"]
+__all__ = ["LoadedTools", "fixed_tools", "idempotency_key", "load_tools", "number_tools", "stop_mcp_processes"]
 
 # How long the worker's start waits for each MCP server's first tool listing.
 MCP_START_WAIT = 10.0
@@ -39,14 +42,14 @@ class LoadedTools:
             self.mcp.stop()
 
 
-def fixed_tools(settings: Any) -> tuple[list[Tool], list[McpServerSpec]]:
+def fixed_tools(settings: Any) -> tuple[list[Tool], list[McpSpec]]:
     """The tools whose set never changes (Python, then the manifest's HTTP tools) and the MCP servers to open;
     no connection is made, so the worker's main process can check the configuration before it forks."""
     fixed: list[Tool] = []
     if settings.tooling.tools:
         fixed.extend(load_reference(settings.tooling.tools, settings))
     fixed.extend(load_entry_points(settings))
-    servers: list[McpServerSpec] = []
+    servers: list[McpSpec] = []
     if settings.tooling.tools_file:
         manifest = load_manifest(settings.tooling.tools_file)
         fixed.extend(http_tools(manifest.tools, where=f"PARLEY_TOOLS_FILE {settings.tooling.tools_file}",
@@ -54,7 +57,10 @@ def fixed_tools(settings: Any) -> tuple[list[Tool], list[McpServerSpec]]:
         servers.extend(manifest.mcp_servers)
     servers.extend(_env_servers(settings))
     for s in servers:
-        expand_headers(s.headers, f"mcp_servers ({redact_url(s.url)})")
+        if isinstance(s, McpStdioSpec):
+            _check_command(s)
+        else:
+            expand_headers(s.headers, f"mcp_servers ({redact_url(s.url)})")
     try:
         check_tools(fixed)
     except ToolError as exc:
@@ -80,6 +86,22 @@ def number_tools(numbers: Numbers, settings: Any) -> dict[str, tuple[Tool, ...]]
     return out
 
 
+def _check_command(spec: McpStdioSpec) -> None:
+    """A stdio server's ``env`` expands and its command can be found (on the ``PATH`` it will be given), so a typo
+    stops the worker at start instead of leaving every turn without the server's tools."""
+    env = expand_env(spec)
+    if shutil.which(spec.command, path=env.get("PATH", os.environ.get("PATH"))) is None:
+        raise ConfigurationError(f"mcp_servers (command {spec.command!r}): no such executable "
+                                 f"(not a file that can be run, nor found on PATH)")
+
+
+def stop_mcp_processes() -> None:
+    """End the stdio MCP servers this process started (worker shutdown); nothing when it started none."""
+    stdio = sys.modules.get("worker.tools.mcp_stdio")
+    if stdio is not None:
+        stdio.stop_all()
+
+
 def _env_servers(settings: Any) -> list[McpServerSpec]:
     """The servers of ``PARLEY_MCP_SERVERS``, each with its headers from ``PARLEY_MCP_HEADERS`` (keyed by the URL as
     written there). Headers for a server that is not in the list are refused: a mistyped key would otherwise send
@@ -101,12 +123,21 @@ def load_tools(settings: Any, *, mcp_start_wait: float = MCP_START_WAIT) -> Load
     fixed, servers = fixed_tools(settings)
     if not servers:
         return LoadedTools(fixed)
+    from mcp import StdioServerParameters
+
     from worker.tools.mcp_source import EventLoopThread, McpServer, McpSource
+    from worker.tools.mcp_stdio import McpStdioServer
 
     bridge = EventLoopThread()
-    source = McpSource([McpServer(s.url, headers=expand_headers(s.headers, f"mcp_servers ({redact_url(s.url)})"),
-                                  bridge=bridge, call_timeout=settings.tooling.tool_timeout,
-                                  refresh_seconds=settings.tooling.mcp_refresh_seconds) for s in servers],
-                       taken=[t.name for t in fixed])
+    timing = {"call_timeout": settings.tooling.tool_timeout, "refresh_seconds": settings.tooling.mcp_refresh_seconds}
+    opened: list[McpServer] = []
+    for s in servers:
+        if isinstance(s, McpStdioSpec):  # started by the first turn of each process that uses it
+            params = StdioServerParameters(command=s.command, args=s.args, env=expand_env(s))
+            opened.append(McpStdioServer(params, bridge=bridge, start_wait=mcp_start_wait, **timing))
+        else:
+            headers = expand_headers(s.headers, f"mcp_servers ({redact_url(s.url)})")
+            opened.append(McpServer(s.url, headers=headers, bridge=bridge, **timing))
+    source = McpSource(opened, taken=[t.name for t in fixed])
     source.start(mcp_start_wait)
     return LoadedTools(fixed, source)

@@ -10,10 +10,10 @@ import json
 import os
 import re
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, ValidationError, field_validator
 
 from worker.conversation.tools import schema_validator
 from worker.errors import ConfigurationError, ToolError
@@ -57,6 +57,30 @@ class McpServerSpec(BaseModel):
     headers: dict[str, str] = Field(default_factory=dict)
 
 
+class McpStdioSpec(BaseModel):
+    """One MCP server over stdio: ``command`` with ``args``, run by each worker process with a minimal environment
+    (``PATH``, ``HOME``, ``USER``, ``LOGNAME``, ``SHELL``, ``TERM``) plus ``env``, never the worker's own secrets."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    command: str = Field(min_length=1)
+    args: list[str] = Field(default_factory=list)
+    env: dict[str, str] = Field(default_factory=dict)
+
+
+def _transport(entry: Any) -> str | None:
+    """Which kind of MCP server an ``mcp_servers`` entry is: ``url`` (streamable HTTP) or ``command`` (stdio)."""
+    if isinstance(entry, BaseModel):
+        return "command" if isinstance(entry, McpStdioSpec) else "url"
+    if isinstance(entry, dict):
+        return "command" if "command" in entry else "url"
+    return None
+
+
+McpSpec = Annotated[Annotated[McpServerSpec, Tag("url")] | Annotated[McpStdioSpec, Tag("command")],
+                    Discriminator(_transport)]
+
+
 class ContextSpec(BaseModel):
     """The game's live context: ``POST url`` at the start of every turn; the answer's ``system`` text joins that
     turn's system prompt (:mod:`worker.game_context`)."""
@@ -72,7 +96,7 @@ class Manifest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     tools: list[HttpToolSpec] = Field(default_factory=list)
-    mcp_servers: list[McpServerSpec] = Field(default_factory=list)
+    mcp_servers: list[McpSpec] = Field(default_factory=list)
     context: ContextSpec | None = None
 
 
@@ -81,6 +105,13 @@ def expand_headers(headers: dict[str, str], where: str, env: dict[str, str] | No
     (a missing token would otherwise be sent as an empty one and fail every call)."""
     env = dict(os.environ) if env is None else env
     return {key: expand_vars(value, f"header {key!r}", where, env) for key, value in headers.items()}
+
+
+def expand_env(spec: McpStdioSpec, env: dict[str, str] | None = None) -> dict[str, str]:
+    """A stdio server's ``env`` with ``${VAR}`` read from the environment, as in a header."""
+    env = dict(os.environ) if env is None else env
+    return {key: expand_vars(value, f"env {key!r}", f"mcp_servers (command {spec.command!r})", env)
+            for key, value in spec.env.items()}
 
 
 def expand_vars(value: str, what: str, where: str, env: dict[str, str] | None = None) -> str:

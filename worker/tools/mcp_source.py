@@ -1,4 +1,5 @@
-"""MCP tools: the tools of Model Context Protocol servers over the streamable HTTP transport (official ``mcp`` SDK).
+"""MCP tools: the tools of Model Context Protocol servers over the streamable HTTP transport (official ``mcp`` SDK);
+:mod:`worker.tools.mcp_stdio` adds the stdio transport on the same session loop.
 
 The worker is synchronous (threads or gevent pools) and the SDK is asyncio, so each process runs one event loop in
 a daemon thread (:class:`EventLoopThread`) and every server keeps one session open on it. A tool call from a worker
@@ -15,9 +16,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import re
 import threading
-from collections.abc import Coroutine, Sequence
+from collections.abc import AsyncIterator, Coroutine, Sequence
+from contextlib import asynccontextmanager
 from datetime import timedelta
 from typing import Any, TypeVar
 
@@ -39,18 +42,30 @@ _NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 
 
 class EventLoopThread:
-    """An asyncio loop in a daemon thread; :meth:`run` waits for a coroutine from any other thread."""
+    """An asyncio loop in a daemon thread, started on first use in each process (a forked child inherits no
+    threads); :meth:`run` waits for a coroutine from any other thread."""
 
     def __init__(self) -> None:
-        self.loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self.loop.run_forever, name="parley-mcp-loop", daemon=True)
-        self._thread.start()
+        self._lock = threading.Lock()
+        self._pid = 0
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop:
+        if self._loop is None or self._pid != os.getpid():
+            with self._lock:
+                if self._loop is None or self._pid != os.getpid():
+                    loop = asyncio.new_event_loop()
+                    threading.Thread(target=loop.run_forever, name="parley-mcp-loop", daemon=True).start()
+                    self._loop, self._pid = loop, os.getpid()
+        return self._loop
 
     def run(self, coro: Coroutine[Any, Any, T], timeout: float) -> T:
         return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
 
     def stop(self) -> None:
-        self.loop.call_soon_threadsafe(self.loop.stop)
+        if self._loop is not None and self._pid == os.getpid():
+            self._loop.call_soon_threadsafe(self._loop.stop)
 
 
 class McpServer:
@@ -92,7 +107,7 @@ class McpServer:
                 await self._session_once()
             except Exception as exc:  # the server is down or broke the session: reconnect later
                 if self.up or not self._first.is_set():
-                    log.warning("MCP server %s is unavailable: %s", self.label, _describe(exc))
+                    log.warning("MCP server %s is unavailable: %s", self.label, describe_error(exc))
             self.up, self._session = False, None
             self._first.set()
             if not self._stopping:
@@ -100,9 +115,7 @@ class McpServer:
 
     async def _session_once(self) -> None:
         assert self._wake is not None
-        # The read timeout stays long: the GET stream that carries notifications is idle most of the time.
-        http = httpx.AsyncClient(headers=self.headers, timeout=httpx.Timeout(self.call_timeout, read=300))
-        async with http, streamable_http_client(self.url, http_client=http) as (read_stream, write_stream, _), \
+        async with self._transport() as (read_stream, write_stream), \
                 ClientSession(read_stream, write_stream, message_handler=self._on_message) as session:
             await session.initialize()
             await self._list(session)
@@ -117,6 +130,14 @@ class McpServer:
                 if self._stopping or not self.up:
                     return  # a call found the server gone: start a new session
                 await self._list(session)
+
+    @asynccontextmanager
+    async def _transport(self) -> AsyncIterator[tuple[Any, Any]]:
+        """The session's read and write streams: here over HTTP (the stdio subclass: a child process's pipes)."""
+        # The read timeout stays long: the GET stream that carries notifications is idle most of the time.
+        http = httpx.AsyncClient(headers=self.headers, timeout=httpx.Timeout(self.call_timeout, read=300))
+        async with http, streamable_http_client(self.url, http_client=http) as (read_stream, write_stream, _):
+            yield read_stream, write_stream
 
     async def _list(self, session: ClientSession) -> None:
         tools: list[mt.Tool] = []
@@ -158,7 +179,7 @@ class McpServer:
             TOOL_CALLS.labels("mcp", outcome).inc()
             if outcome == "failed" and not isinstance(exc, McpError):  # McpError: the server answered
                 self._lost()
-            raise ToolError(f"MCP tool {name} failed: {_describe(exc)}") from exc
+            raise ToolError(f"MCP tool {name} failed: {describe_error(exc)}") from exc
         TOOL_CALLS.labels("mcp", "error_result" if result.isError else "ok").inc()
         return _result_value(name, result)
 
@@ -220,7 +241,7 @@ def _result_value(name: str, result: mt.CallToolResult) -> Any:
     return result.structuredContent
 
 
-def _describe(exc: BaseException) -> str:
+def describe_error(exc: BaseException) -> str:
     """The innermost useful message of an exception group (the SDK's task groups wrap everything), its URLs
     redacted (httpx names the URL it failed on, token and all)."""
     while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
