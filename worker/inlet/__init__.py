@@ -9,13 +9,13 @@ import os
 import signal
 import socket
 import threading
-import time
 from collections.abc import Callable
 from types import FrameType
 from typing import Any
 
 import redis
 
+from worker.inlet.backoff import backoff, pause
 from worker.settings import Settings
 
 log = logging.getLogger("parley.inlet")
@@ -64,14 +64,21 @@ def run_inlet(settings: Settings, *, consumer: str | None = None, once: bool = F
         return 0
     log.info("inlet %s consuming %s (group %s)", inlet.consumer, inlet.stream, inlet.group)
     _start_amqp(settings, inlet.client, lambda: stopping)
-    ready = False
+    ready, failures = False, 0
     while not stopping:
         try:
             if not ready:
                 inlet.ensure_group()
                 ready = True
             inlet.step()
+            failures = 0
         except redis.RedisError as exc:
+            failures += 1
             log.error("inlet: Redis unavailable, trying again: %s", exc)
-            time.sleep(1.0)
+            pause(backoff(failures), lambda: stopping)
+        except Exception:  # anything else: the entries stay pending, the loop goes on after a pause
+            failures += 1
+            log.exception("inlet: a round failed, trying again")
+            pause(backoff(failures), lambda: stopping)
     return 0
+

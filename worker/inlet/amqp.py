@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -27,6 +26,7 @@ from kombu.messaging import Consumer, Producer
 
 from worker.client import ConversationClient
 from worker.errors import InboxFullError, InputError, StoreError
+from worker.inlet.backoff import backoff, pause
 from worker.inlet.messages import QueueMessage, Unacceptable, entry_span, parse_message
 from worker.inlet.stream import ENTRIES
 
@@ -51,18 +51,6 @@ def message_id_of(queue: str, body: bytes, properties: dict[str, Any]) -> str:
     return f"{queue}/sha256:{hashlib.sha256(body).hexdigest()[:32]}"
 
 
-def _pause(seconds: float, stopping: Callable[[], bool]) -> bool:
-    """Wait ``seconds`` unless asked to stop first (True then): a held queue's backoff grows to half a minute, and a
-    SIGTERM should not wait that long."""
-    deadline = time.monotonic() + seconds
-    while not stopping():
-        left = deadline - time.monotonic()
-        if left <= 0:
-            return False
-        time.sleep(min(left, 0.2))
-    return True
-
-
 class AmqpInlet:
     """Consumes the queue until ``stopping()`` says so."""
 
@@ -72,12 +60,22 @@ class AmqpInlet:
         self.retry_seconds, self.max_retry_seconds = retry_seconds, max_retry_seconds
 
     def run(self, stopping: Callable[[], bool]) -> None:
+        """Consume until ``stopping()``; any failure (RabbitMQ away, an error handling a message, which stays
+        unacknowledged and comes again) is logged and the connection made again after a growing pause: the thread
+        never ends while the process runs."""
+        failures = 0
         while not stopping():
             try:
                 self._consume(stopping)
+                failures = 0
             except (OSError, ConnectionError) as exc:  # amqp's connection errors are OSErrors
+                failures += 1
                 log.error("inlet: RabbitMQ unavailable, trying again: %s", exc)
-                time.sleep(self.retry_seconds)
+                pause(backoff(failures, first=self.retry_seconds, most=self.max_retry_seconds), stopping)
+            except Exception:
+                failures += 1
+                log.exception("inlet: the RabbitMQ consumer failed, connecting again")
+                pause(backoff(failures, first=self.retry_seconds, most=self.max_retry_seconds), stopping)
 
     def _consume(self, stopping: Callable[[], bool]) -> None:
         with Connection(self.url, transport_options={"confirm_publish": True}) as conn:  # type: ignore[no-untyped-call]
@@ -121,7 +119,7 @@ class AmqpInlet:
                 ENTRIES.labels("duplicate" if duplicate else "accepted").inc()
                 return
             ENTRIES.labels("held").inc()
-            if _pause(wait, stopping):
+            if pause(wait, stopping):
                 return  # not acknowledged: RabbitMQ delivers it again, first, to the next consumer
             wait = min(wait * 2, self.max_retry_seconds)
 
