@@ -57,7 +57,9 @@ def run_inlet(settings: Settings, *, consumer: str | None = None, once: bool = F
                              health_check_interval=30)
     inlet = Inlet(r, ConversationClient.from_env(), settings.producers.inlet_stream, settings.producers.inlet_group,
                   consumer or f"{socket.gethostname()}-{os.getpid()}", batch=settings.producers.inlet_batch,
-                  claim_idle_ms=int(settings.producers.inlet_claim_idle_seconds * 1000))
+                  claim_idle_ms=int(settings.producers.inlet_claim_idle_seconds * 1000),
+                  retry_budget=settings.producers.inlet_retry_budget, dead_max=settings.producers.inlet_dead_max,
+                  dead_max_age_s=settings.producers.inlet_dead_max_age_seconds)
     if once:
         inlet.ensure_group()
         inlet.step()
