@@ -194,10 +194,10 @@ class Inlet:
         log.warning("inlet: entry %s moved to %s: %s", entry.entry_id.decode(), dead_stream(self.stream), reason)
         pipe.xadd(dead_stream(self.stream), {"entry_id": entry.entry_id, "reason": reason, "consumer": self.consumer,
                                              FIELD: entry.fields.get(FIELD, b"")},
-                  maxlen=self.dead_max, approximate=True)
+                  maxlen=self.dead_max, approximate=False)  # exact: dead letters are rare, the bound is a promise
         # Bounded in age too: the ids are times, so the letters older than the age are one range.
         pipe.xtrim(dead_stream(self.stream), minid=f"{int((time.time() - self.dead_max_age_s) * 1000)}-0",
-                   approximate=True)
+                   approximate=False)
 
 
 def _parse(fields: dict[bytes, bytes]) -> Any:
