@@ -30,7 +30,8 @@ def _start_amqp(settings: Settings, client: Any, stopping: Callable[[], bool]) -
         return
     from worker.inlet.amqp import AmqpInlet
 
-    amqp = AmqpInlet(url, client, settings.producers.inlet_queue)
+    amqp = AmqpInlet(url, client, settings.producers.inlet_queue, dead_max=settings.producers.inlet_dead_max,
+                     dead_max_age_s=settings.producers.inlet_dead_max_age_seconds)
     threading.Thread(target=amqp.run, args=(stopping,), name="inlet-amqp", daemon=True).start()
     log.info("inlet consuming the RabbitMQ queue %s", settings.producers.inlet_queue)
 

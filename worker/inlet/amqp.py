@@ -20,6 +20,7 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
+from amqp.exceptions import PreconditionFailed  # type: ignore[import-untyped]
 from kombu.connection import Connection
 from kombu.entity import Queue
 from kombu.messaging import Consumer, Producer
@@ -39,9 +40,16 @@ def inlet_queue(name: str) -> Queue:
                  queue_arguments={"x-queue-type": "quorum", "x-single-active-consumer": True})
 
 
-def dead_queue(name: str) -> Queue:
+def dead_queue(name: str, *, max_length: int | None = None, max_age_s: float | None = None) -> Queue:
+    """``<name>.dead``, bounded: RabbitMQ drops its oldest message past ``max_length`` and expires one older than
+    ``max_age_s`` (none given: the queue as a producer or an operator reading it declares it, whatever its bounds)."""
+    bounds: dict[str, Any] = {}
+    if max_length is not None:
+        bounds["x-max-length"] = max_length
+    if max_age_s is not None:
+        bounds["x-message-ttl"] = int(max_age_s * 1000)
     return Queue(f"{name}.dead", routing_key=f"{name}.dead", durable=True,  # type: ignore[no-untyped-call]
-                 queue_arguments={"x-queue-type": "quorum"})
+                 queue_arguments={"x-queue-type": "quorum", **bounds}, no_declare=not bounds)
 
 
 def message_id_of(queue: str, body: bytes, properties: dict[str, Any]) -> str:
@@ -55,9 +63,10 @@ class AmqpInlet:
     """Consumes the queue until ``stopping()`` says so."""
 
     def __init__(self, url: str, client: ConversationClient, queue: str, *, retry_seconds: float = 1.0,
-                 max_retry_seconds: float = 30.0) -> None:
+                 max_retry_seconds: float = 30.0, dead_max: int = 10_000, dead_max_age_s: float = 2 * 86400.0) -> None:
         self.url, self.client, self.queue = url, client, queue
         self.retry_seconds, self.max_retry_seconds = retry_seconds, max_retry_seconds
+        self.dead_max, self.dead_max_age_s = dead_max, dead_max_age_s
 
     def run(self, stopping: Callable[[], bool]) -> None:
         """Consume until ``stopping()``; any failure (RabbitMQ away, an error handling a message, which stays
@@ -79,9 +88,8 @@ class AmqpInlet:
 
     def _consume(self, stopping: Callable[[], bool]) -> None:
         with Connection(self.url, transport_options={"confirm_publish": True}) as conn:  # type: ignore[no-untyped-call]
-            channel = conn.channel()  # type: ignore[no-untyped-call]
+            channel = self._declare_dead(conn)
             dead = Producer(channel)  # type: ignore[no-untyped-call]
-            dead_queue(self.queue)(channel).declare()  # type: ignore[no-untyped-call]
 
             def on_message(message: Any) -> None:
                 self._handle(message, dead, stopping)
@@ -94,6 +102,23 @@ class AmqpInlet:
                         conn.drain_events(timeout=1)  # type: ignore[no-untyped-call]
                     except TimeoutError:
                         continue
+
+    def _declare_dead(self, conn: Any) -> Any:
+        """Declare ``<queue>.dead`` with its bounds; a channel to go on with. A deployment whose dead queue was
+        declared before it had bounds keeps it as it is (RabbitMQ refuses to declare a queue again with other
+        arguments, PRECONDITION_FAILED, and closes the channel): the inlet goes on with it, unbounded, and says how
+        to bound it (docs/producers.md: a policy, or delete the queue once read)."""
+        channel = conn.channel()
+        try:
+            dead_queue(self.queue, max_length=self.dead_max,  # type: ignore[no-untyped-call]
+                       max_age_s=self.dead_max_age_s)(channel).declare()
+        except PreconditionFailed as exc:
+            log.warning("inlet: %s.dead exists without the bounds PARLEY_INLET_DEAD_MAX and "
+                        "PARLEY_INLET_DEAD_MAX_AGE_SECONDS ask for (%s); kept unbounded: bound it with a policy "
+                        "(max-length, message-ttl) or delete it once read (docs/producers.md)", self.queue, exc)
+            channel = conn.channel()  # the refused declare closed the other one
+            channel.queue_declare(f"{self.queue}.dead", passive=True)
+        return channel
 
     def _handle(self, message: Any, dead: Any, stopping: Callable[[], bool]) -> None:
         body = bytes(message.body if isinstance(message.body, bytes) else str(message.body).encode())

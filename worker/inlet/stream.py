@@ -69,7 +69,7 @@ class Inlet:
     block_ms: int = 1000
     retry_budget: int = 0
     dead_max: int = 10_000
-    dead_max_age_s: float = 7 * 86400.0
+    dead_max_age_s: float = 2 * 86400.0
     held: HeldEntries = field(default_factory=HeldEntries, init=False)
     _index: PendingIndex = field(init=False, repr=False)
     _newest: bytes = field(default=b"0-0", init=False)

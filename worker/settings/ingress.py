@@ -88,7 +88,9 @@ class Producers(Group):
     inlet_dead_max: int = Field(default=10_000, ge=1, description="Most entries the inlet's dead letters keep: "
                                 "`<stream>:dead` is trimmed to about this many (the oldest go), the RabbitMQ "
                                 "`<queue>.dead` drops its oldest past it (`x-max-length`).")
-    inlet_dead_max_age_seconds: float = Field(default=7 * 86400.0, gt=0, description="Oldest an inlet dead letter is "
+    inlet_dead_max_age_seconds: float = Field(default=2 * 86400.0, gt=0, description="Oldest an inlet dead letter is "
                                               "kept: older entries of `<stream>:dead` are trimmed as new ones come, "
-                                              "`<queue>.dead` expires them (`x-message-ttl`). The inlet's stream "
-                                              "itself loses each entry once acknowledged.")
+                                              "`<queue>.dead` expires them (`x-message-ttl`). At most "
+                                              "PARLEY_DELETE_TOMBSTONE_SECONDS, so a deleted conversation's "
+                                              "tombstone outlives its dead letters (a replay is refused by it). The "
+                                              "inlet's stream itself loses each entry once acknowledged.")
