@@ -103,3 +103,25 @@ def test_a_dead_queue_declared_before_its_bounds_is_kept_and_used(vhost: Vhost, 
     assert [body for body, _ in _dead(vhost.url)] == [b"{not json"]
     assert [m for m, _ in client.store.inbox("c1")] == ["e1"]
     assert any("exists without the bounds" in r.getMessage() for r in caplog.records)
+
+
+def test_parley_inlet_lists_the_dead_letters_and_refuses_a_deleted_conversations_replay(
+        server: RedisServer, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    from worker.cli import main
+
+    monkeypatch.setenv("REDIS_URL", server.url)
+    monkeypatch.setenv("PARLEY_KEY_PREFIX", "t")  # the rig's store
+    rig = Rig(server)
+    rig.publish(kind="message", conversation_id="c1", text="hello", message_id="m1")
+    _too_long(rig, "c1")
+    _too_long(rig, "c2")
+    rig.inlet("a").step()
+    rig.client.delete("c1")
+    c1, c2 = dead_letters(rig.r, STREAM)
+    assert main(["inlet", "--dead"]) == 0
+    listed = capsys.readouterr().out
+    assert f"{c1.id} (entry {c1.entry_id}, c1): text" in listed and f"{c2.id} (entry {c2.entry_id}, c2)" in listed
+    assert main(["inlet", "--replay", c1.id]) == 2
+    assert "c1 was deleted after it" in capsys.readouterr().err
+    assert main(["inlet", "--replay", c2.id]) == 0
+    assert [d.id for d in dead_letters(rig.r, STREAM)] == [c1.id] and rig.r.xlen(STREAM) == 1
