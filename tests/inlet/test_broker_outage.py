@@ -124,3 +124,27 @@ def test_the_client_and_the_timer_loop_go_on_when_the_wake_up_fails(server: Redi
     assert loop.run_once() == 2  # both fired, though each wake-up failed
     assert client.store.inbox_depth("447700900124") == 1 and client.store.inbox_depth("447700900125") == 1
     assert _failed() == before + 3
+
+
+def test_parley_inlet_keeps_consuming_the_stream_while_the_broker_refuses(server: RedisServer) -> None:
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    env = {**os.environ, "REDIS_URL": server.url, "PARLEY_BROKER_URL": f"redis://127.0.0.1:{free_port()}/0",
+           "PARLEY_LOG_LEVEL": "WARNING"}
+    proc = subprocess.Popen([sys.executable, "-m", "worker.cli", "inlet"], env=env)
+    store = ConversationStore(server.client())
+    try:
+        for n, cid in enumerate((CID, "447700900124"), start=1):  # the second after the first one's wake-up failed
+            server.client().xadd("parley:inlet", {"envelope": json.dumps(
+                {"kind": "message", "conversation_id": cid, "text": "hi", "message_id": f"s{n}"})})
+            deadline = time.monotonic() + 30
+            while store.inbox_depth(cid) < 1 and time.monotonic() < deadline and proc.poll() is None:
+                time.sleep(0.1)
+            assert proc.poll() is None, "parley inlet ended on a failed wake-up"
+            assert [m for m, _ in store.inbox(cid)] == [f"s{n}"]
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(15) == 0
