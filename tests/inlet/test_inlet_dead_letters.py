@@ -106,11 +106,15 @@ def test_a_dead_queue_declared_before_its_bounds_is_kept_and_used(vhost: Vhost, 
 
 
 def test_parley_inlet_lists_the_dead_letters_and_refuses_a_deleted_conversations_replay(
-        server: RedisServer, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+        server: RedisServer, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+        request: pytest.FixtureRequest) -> None:
     from worker.cli import main
+    from worker.settings import get_settings
 
     monkeypatch.setenv("REDIS_URL", server.url)
     monkeypatch.setenv("PARLEY_KEY_PREFIX", "t")  # the rig's store
+    get_settings.cache_clear()  # read once per process: this test's environment, then whatever comes next's
+    request.addfinalizer(get_settings.cache_clear)
     rig = Rig(server)
     rig.publish(kind="message", conversation_id="c1", text="hello", message_id="m1")
     _too_long(rig, "c1")
