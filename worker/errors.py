@@ -43,8 +43,9 @@ The tree::
     │   ├── MediaRejectedError          (permanent)
     │   └── MediaUnavailableError       (retryable; also a ModelUnavailableError)
     │       └── MediaTokenError         (held until the token works)
-    └── RecordError
-        └── DatabaseUnavailableError    (retryable)
+    ├── RecordError
+    │   └── DatabaseUnavailableError    (retryable)
+    └── ReplayRefusedError
 
 Every class carries ``retryable``: whether trying the same thing again later can succeed. Tasks use it
 to choose between a Celery retry and the dead-letter list.
@@ -359,3 +360,8 @@ class DatabaseUnavailableError(RecordError):
     exporter leaves the stream as it was and tries again."""
 
     retryable = True
+
+
+class ReplayRefusedError(ParleyError):
+    """Raised when a dead letter cannot be replayed: it is gone (trimmed, replayed already), or its conversation was
+    deleted after it was written (the conversation's tombstone says so: a deleted player's words never come back)."""

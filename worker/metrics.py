@@ -42,6 +42,9 @@ PINNED_DROPPED = Counter("parley_pinned_dropped_total",
                          "Pinned items dropped because the PARLEY_MAX_PINNED cap or the state size limit bit.")
 COMPACTION_SAVED = Counter("parley_compaction_saved_tokens_total", "Prompt tokens removed by compaction.")
 QUARANTINED = Counter("parley_quarantined_states_total", "State blobs set aside, by reason.", ["reason"])
+WAKEUPS_FAILED = Counter("parley_wakeups_failed_total",
+                         "Wake-ups whose publish failed after their input was accepted (the broker unreachable): the "
+                         "input waits in its mailbox until the sweeper wakes a worker for it.")
 DEAD_LETTERS = Counter("parley_dead_letters_total", "Inputs and replies dead-lettered, by reason.", ["what", "reason"])
 DELIVERIES = Counter("parley_deliveries_total", "Reply parts sent, by outcome.", ["outcome"])
 OUTSIDE_WINDOW = Counter("parley_outside_window_total",

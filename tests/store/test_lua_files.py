@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parents[2]
 FOLDER = ROOT / "worker" / "store" / "lua"
 SCRIPT_FILES = sorted(FOLDER.glob("*.lua"))
 FRAGMENT_FILES = sorted((FOLDER / "include").glob("*.lua"))
-ELSEWHERE = [ROOT / "worker" / "inlet" / "held.lua"]  # scripts kept beside their only caller, same house style
+ELSEWHERE = [ROOT / "worker" / "inlet" / "held.lua", ROOT / "worker" / "inlet" / "read.lua"]  # scripts kept beside their only caller, same house style
 
 _BINDING = re.compile(r"^local ([a-z_][a-z0-9_]*) = (?:(KEYS|ARGV)\[(\d+)\]|tail\((KEYS|ARGV), (\d+)\))$")
 _POSITIONAL = re.compile(r"\b(KEYS|ARGV)\b")
@@ -68,7 +68,8 @@ def test_every_script_file_is_loaded_and_registered() -> None:
 
 def test_every_fragment_is_used_and_comes_in_once_per_script() -> None:
     used: set[str] = set()
-    for name, text in lua.SCRIPTS.items():
+    elsewhere = {path.name: lua.resolve(path.read_text()) for path in ELSEWHERE}
+    for name, text in {**lua.SCRIPTS, **elsewhere}.items():
         assert "--! include" not in text, name  # resolved
         for fragment in FRAGMENT_FILES:
             # What the fragment defines first (a local function or constant) marks where it came in.

@@ -10,6 +10,7 @@
     parley dead [CID] | parley replay CID INDEX
     parley health                          exit 0 when Redis and the broker answer (container probe)
     parley inlet                           queue the messages a game engine publishes to PARLEY_INLET_STREAM
+    parley inlet --dead | --replay DEAD_ID the stream's dead letters; put one back (not a deleted conversation's)
     parley config [--readme PATH]          every setting, its variable and default (a Markdown table), or
                                            refresh that table in the page at PATH
                                            (docs/configuration.md)
@@ -192,7 +193,33 @@ def _cmd_config(args: argparse.Namespace) -> int:
 def _cmd_inlet(args: argparse.Namespace) -> int:
     from worker.inlet import run_inlet
 
+    if args.dead or args.replay:
+        return _inlet_dead(args.replay)
     return run_inlet(get_settings(), once=args.once)
+
+
+def _inlet_dead(replay_id: str | None) -> int:
+    """List the stream inlet's dead letters, or replay one (refused for a conversation deleted after it)."""
+    import redis
+
+    from worker.errors import ReplayRefusedError
+    from worker.inlet.dead_letters import dead_letters, replay
+
+    settings = get_settings()
+    store, stream = _store(), settings.producers.inlet_stream
+    r = redis.Redis.from_url(settings.redis.url or "redis://localhost:6379/0")  # the stream's Redis, as the inlet's
+    if replay_id is None:
+        for letter in dead_letters(r, stream):
+            print(for_terminal(f"{letter.id} (entry {letter.entry_id}, {letter.conversation_id or '?'}): "
+                               f"{letter.reason}"))
+        return 0
+    try:
+        new_id = replay(r, stream, replay_id, store)
+    except ReplayRefusedError as exc:
+        print(for_terminal(f"error: {exc}"), file=sys.stderr)
+        return 2
+    print(f"replayed dead letter {replay_id} as entry {new_id} of {stream}")
+    return 0
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
@@ -256,6 +283,9 @@ def _build_parser() -> argparse.ArgumentParser:
     sub.add_parser("health", help="exit 0 when Redis and the broker answer (a container probe)").set_defaults(fn=_cmd_health)
     inlet = sub.add_parser("inlet", help="queue the messages of PARLEY_INLET_STREAM (the Procfile's inlet process)")
     inlet.add_argument("--once", action="store_true", help="one round of the stream, then exit")
+    inlet.add_argument("--dead", action="store_true", help="list the stream's dead letters (<stream>:dead)")
+    inlet.add_argument("--replay", metavar="DEAD_ID", help="put a dead letter back on the stream (refused when its "
+                       "conversation was deleted after it)")
     inlet.set_defaults(fn=_cmd_inlet)
     config = sub.add_parser("config",
                             help="print every setting (or --readme docs/configuration.md to refresh its table)")

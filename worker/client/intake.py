@@ -14,7 +14,7 @@ from worker.client.builder import CheckedInput
 from worker.envelopes.inputs import Envelope, InputKind
 from worker.errors import InboxFullError
 from worker.observability import tracing
-from worker.queue.wakeup import wake_needed
+from worker.queue.wakeup import wake_after_accept, wake_needed
 from worker.store.answers import AcceptResult
 
 if TYPE_CHECKING:
@@ -99,9 +99,10 @@ class Intake:
                                                 every=not self._client.coalesce_wakeups)
 
     def answered(self, checked: CheckedInput, result: AcceptResult) -> Submitted:
-        """What the accept of ``checked`` answers, the worker woken first when it needs one (blocking)."""
+        """What the accept of ``checked`` answers, the worker woken first when it needs one (blocking). The input is
+        queued by now: a failed wake-up is logged and counted, never raised (:func:`~worker.queue.wakeup.wake_after_accept`)."""
         if self.needs_wake(result):
-            self._client.publish_wake(checked.conversation_id)
+            wake_after_accept(self._client.publish_wake, checked.conversation_id)
         return Submitted(checked.conversation_id, checked.message_id, result.duplicate, result.depth)
 
 

@@ -9,13 +9,13 @@ import os
 import signal
 import socket
 import threading
-import time
 from collections.abc import Callable
 from types import FrameType
 from typing import Any
 
 import redis
 
+from worker.inlet.backoff import backoff, pause
 from worker.settings import Settings
 
 log = logging.getLogger("parley.inlet")
@@ -30,7 +30,8 @@ def _start_amqp(settings: Settings, client: Any, stopping: Callable[[], bool]) -
         return
     from worker.inlet.amqp import AmqpInlet
 
-    amqp = AmqpInlet(url, client, settings.producers.inlet_queue)
+    amqp = AmqpInlet(url, client, settings.producers.inlet_queue, dead_max=settings.producers.inlet_dead_max,
+                     dead_max_age_s=settings.producers.inlet_dead_max_age_seconds)
     threading.Thread(target=amqp.run, args=(stopping,), name="inlet-amqp", daemon=True).start()
     log.info("inlet consuming the RabbitMQ queue %s", settings.producers.inlet_queue)
 
@@ -57,21 +58,30 @@ def run_inlet(settings: Settings, *, consumer: str | None = None, once: bool = F
                              health_check_interval=30)
     inlet = Inlet(r, ConversationClient.from_env(), settings.producers.inlet_stream, settings.producers.inlet_group,
                   consumer or f"{socket.gethostname()}-{os.getpid()}", batch=settings.producers.inlet_batch,
-                  claim_idle_ms=int(settings.producers.inlet_claim_idle_seconds * 1000))
+                  claim_idle_ms=int(settings.producers.inlet_claim_idle_seconds * 1000),
+                  retry_budget=settings.producers.inlet_retry_budget, dead_max=settings.producers.inlet_dead_max,
+                  dead_max_age_s=settings.producers.inlet_dead_max_age_seconds)
     if once:
         inlet.ensure_group()
         inlet.step()
         return 0
     log.info("inlet %s consuming %s (group %s)", inlet.consumer, inlet.stream, inlet.group)
     _start_amqp(settings, inlet.client, lambda: stopping)
-    ready = False
+    ready, failures = False, 0
     while not stopping:
         try:
             if not ready:
                 inlet.ensure_group()
                 ready = True
             inlet.step()
+            failures = 0
         except redis.RedisError as exc:
+            failures += 1
             log.error("inlet: Redis unavailable, trying again: %s", exc)
-            time.sleep(1.0)
+            pause(backoff(failures), lambda: stopping)
+        except Exception:  # anything else: the entries stay pending, the loop goes on after a pause
+            failures += 1
+            log.exception("inlet: a round failed, trying again")
+            pause(backoff(failures), lambda: stopping)
     return 0
+

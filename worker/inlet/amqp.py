@@ -17,16 +17,17 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import time
 from collections.abc import Callable
 from typing import Any
 
+from amqp.exceptions import PreconditionFailed  # type: ignore[import-untyped]
 from kombu.connection import Connection
 from kombu.entity import Queue
 from kombu.messaging import Consumer, Producer
 
 from worker.client import ConversationClient
 from worker.errors import InboxFullError, InputError, StoreError
+from worker.inlet.backoff import backoff, pause
 from worker.inlet.messages import QueueMessage, Unacceptable, entry_span, parse_message
 from worker.inlet.stream import ENTRIES
 
@@ -39,9 +40,16 @@ def inlet_queue(name: str) -> Queue:
                  queue_arguments={"x-queue-type": "quorum", "x-single-active-consumer": True})
 
 
-def dead_queue(name: str) -> Queue:
+def dead_queue(name: str, *, max_length: int | None = None, max_age_s: float | None = None) -> Queue:
+    """``<name>.dead``, bounded: RabbitMQ drops its oldest message past ``max_length`` and expires one older than
+    ``max_age_s`` (none given: the queue as a producer or an operator reading it declares it, whatever its bounds)."""
+    bounds: dict[str, Any] = {}
+    if max_length is not None:
+        bounds["x-max-length"] = max_length
+    if max_age_s is not None:
+        bounds["x-message-ttl"] = int(max_age_s * 1000)
     return Queue(f"{name}.dead", routing_key=f"{name}.dead", durable=True,  # type: ignore[no-untyped-call]
-                 queue_arguments={"x-queue-type": "quorum"})
+                 queue_arguments={"x-queue-type": "quorum", **bounds}, no_declare=not bounds)
 
 
 def message_id_of(queue: str, body: bytes, properties: dict[str, Any]) -> str:
@@ -51,39 +59,37 @@ def message_id_of(queue: str, body: bytes, properties: dict[str, Any]) -> str:
     return f"{queue}/sha256:{hashlib.sha256(body).hexdigest()[:32]}"
 
 
-def _pause(seconds: float, stopping: Callable[[], bool]) -> bool:
-    """Wait ``seconds`` unless asked to stop first (True then): a held queue's backoff grows to half a minute, and a
-    SIGTERM should not wait that long."""
-    deadline = time.monotonic() + seconds
-    while not stopping():
-        left = deadline - time.monotonic()
-        if left <= 0:
-            return False
-        time.sleep(min(left, 0.2))
-    return True
-
-
 class AmqpInlet:
     """Consumes the queue until ``stopping()`` says so."""
 
     def __init__(self, url: str, client: ConversationClient, queue: str, *, retry_seconds: float = 1.0,
-                 max_retry_seconds: float = 30.0) -> None:
+                 max_retry_seconds: float = 30.0, dead_max: int = 10_000, dead_max_age_s: float = 2 * 86400.0) -> None:
         self.url, self.client, self.queue = url, client, queue
         self.retry_seconds, self.max_retry_seconds = retry_seconds, max_retry_seconds
+        self.dead_max, self.dead_max_age_s = dead_max, dead_max_age_s
 
     def run(self, stopping: Callable[[], bool]) -> None:
+        """Consume until ``stopping()``; any failure (RabbitMQ away, an error handling a message, which stays
+        unacknowledged and comes again) is logged and the connection made again after a growing pause: the thread
+        never ends while the process runs."""
+        failures = 0
         while not stopping():
             try:
                 self._consume(stopping)
+                failures = 0
             except (OSError, ConnectionError) as exc:  # amqp's connection errors are OSErrors
+                failures += 1
                 log.error("inlet: RabbitMQ unavailable, trying again: %s", exc)
-                time.sleep(self.retry_seconds)
+                pause(backoff(failures, first=self.retry_seconds, most=self.max_retry_seconds), stopping)
+            except Exception:
+                failures += 1
+                log.exception("inlet: the RabbitMQ consumer failed, connecting again")
+                pause(backoff(failures, first=self.retry_seconds, most=self.max_retry_seconds), stopping)
 
     def _consume(self, stopping: Callable[[], bool]) -> None:
         with Connection(self.url, transport_options={"confirm_publish": True}) as conn:  # type: ignore[no-untyped-call]
-            channel = conn.channel()  # type: ignore[no-untyped-call]
+            channel = self._declare_dead(conn)
             dead = Producer(channel)  # type: ignore[no-untyped-call]
-            dead_queue(self.queue)(channel).declare()  # type: ignore[no-untyped-call]
 
             def on_message(message: Any) -> None:
                 self._handle(message, dead, stopping)
@@ -96,6 +102,23 @@ class AmqpInlet:
                         conn.drain_events(timeout=1)  # type: ignore[no-untyped-call]
                     except TimeoutError:
                         continue
+
+    def _declare_dead(self, conn: Any) -> Any:
+        """Declare ``<queue>.dead`` with its bounds; a channel to go on with. A deployment whose dead queue was
+        declared before it had bounds keeps it as it is (RabbitMQ refuses to declare a queue again with other
+        arguments, PRECONDITION_FAILED, and closes the channel): the inlet goes on with it, unbounded, and says how
+        to bound it (docs/producers.md: a policy, or delete the queue once read)."""
+        channel = conn.channel()
+        try:
+            dead_queue(self.queue, max_length=self.dead_max,  # type: ignore[no-untyped-call]
+                       max_age_s=self.dead_max_age_s)(channel).declare()
+        except PreconditionFailed as exc:
+            log.warning("inlet: %s.dead exists without the bounds PARLEY_INLET_DEAD_MAX and "
+                        "PARLEY_INLET_DEAD_MAX_AGE_SECONDS ask for (%s); kept unbounded: bound it with a policy "
+                        "(max-length, message-ttl) or delete it once read (docs/producers.md)", self.queue, exc)
+            channel = conn.channel()  # the refused declare closed the other one
+            channel.queue_declare(f"{self.queue}.dead", passive=True)
+        return channel
 
     def _handle(self, message: Any, dead: Any, stopping: Callable[[], bool]) -> None:
         body = bytes(message.body if isinstance(message.body, bytes) else str(message.body).encode())
@@ -121,7 +144,7 @@ class AmqpInlet:
                 ENTRIES.labels("duplicate" if duplicate else "accepted").inc()
                 return
             ENTRIES.labels("held").inc()
-            if _pause(wait, stopping):
+            if pause(wait, stopping):
                 return  # not acknowledged: RabbitMQ delivers it again, first, to the next consumer
             wait = min(wait * 2, self.max_retry_seconds)
 

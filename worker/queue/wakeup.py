@@ -27,6 +27,7 @@ from urllib.parse import urlsplit
 
 import msgpack
 
+from worker import metrics
 from worker.envelopes.addresses import validate_conversation_id
 from worker.queue.broker import QUEUE
 from worker.settings import Settings
@@ -39,6 +40,23 @@ DELIVER = "parley.deliver"
 
 Waker = Callable[[str], None]
 """Called with a conversation id after an input or a reply was queued for it."""
+
+
+def wake_after_accept(wake: Waker, conversation_id: str) -> bool:
+    """Call ``wake`` for an input already accepted into its mailbox; False when the publish failed. Never raises:
+    the input is queued, so a failed wake-up (a broker outage: kombu's ``OperationalError``, a refused connection, a
+    timeout) must not fail the accept that queued it (a caller retrying without a message id would queue it twice)
+    nor end the loop that made it. It is logged and counted (``parley_wakeups_failed_total``); the sweeper wakes a
+    worker for the conversation once the broker is back. The one rule of every way in (the client's accepts, the HTTP
+    API on both its paths, the inlets, the timer loop)."""
+    try:
+        wake(conversation_id)
+    except Exception as exc:  # whatever the broker's client raises, the input is already queued
+        metrics.WAKEUPS_FAILED.inc()
+        log.error("wake-up of %s failed after its input was accepted; the sweeper will wake a worker: %r",
+                  conversation_id, exc)
+        return False
+    return True
 
 
 class CeleryWaker:

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 
 from worker import metrics
 from worker.errors import StoreUnavailableError
-from worker.queue.wakeup import wake_needed
+from worker.queue.wakeup import wake_after_accept, wake_needed
 from worker.store.interfaces import TimerFiringStore
 
 log = logging.getLogger("parley.timers")
@@ -63,7 +63,7 @@ class TimerLoop:
     def _fire(self, cid: str, score: float, now_ms: int) -> int:
         res = self.store.fire_due(cid, now_ms, score, retry_ms=self.retry_ms)
         if wake_needed(accepted=res.accepted > 0, was_empty=res.depth_before == 0, ended_hold=res.ended_hold):
-            self.wake(cid)
+            wake_after_accept(self.wake, cid)  # the inputs are in: a broker outage must not stop the pass
         if res.full:
             metrics.TIMERS_HELD_FULL.inc()
             log.warning("due timers held: the mailbox is full", extra={"conversation_id": cid})

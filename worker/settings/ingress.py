@@ -90,3 +90,16 @@ class Producers(Group):
     inlet_claim_idle_seconds: float = Field(default=30.0, gt=0, description="An entry another inlet read and left "
                                             "unacknowledged this long (it crashed, or its mailbox was full) is "
                                             "claimed and tried again.")
+    inlet_retry_budget: int = Field(default=1000, ge=1, description="Held stream entries (their mailbox was full, "
+                                    "or an older entry of their conversation was pending) one inlet tries again per "
+                                    "round at most, only of conversations whose mailbox has room: a flood from one "
+                                    "player costs each round this much, however many of its entries wait.")
+    inlet_dead_max: int = Field(default=10_000, ge=1, description="Most entries the inlet's dead letters keep: "
+                                "`<stream>:dead` is trimmed to about this many (the oldest go), the RabbitMQ "
+                                "`<queue>.dead` drops its oldest past it (`x-max-length`).")
+    inlet_dead_max_age_seconds: float = Field(default=2 * 86400.0, gt=0, description="Oldest an inlet dead letter is "
+                                              "kept: older entries of `<stream>:dead` are trimmed as new ones come, "
+                                              "`<queue>.dead` expires them (`x-message-ttl`). At most "
+                                              "PARLEY_DELETE_TOMBSTONE_SECONDS, so a deleted conversation's "
+                                              "tombstone outlives its dead letters (a replay is refused by it). The "
+                                              "inlet's stream itself loses each entry once acknowledged.")

@@ -3,6 +3,8 @@ locks, reads for inspection, dead-letter replay, delete)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from worker.errors import InvalidConversationIdError
 from worker.store.core import StoreCore
 from worker.store.entry_codec import join_entry, position_score, split_entry
@@ -86,6 +88,18 @@ class AdminStore(StoreCore):
         return int(self._client.llen(self.keys(cid).inbox))
 
     @store_errors
+    def deleted_at_ms(self, cid: str) -> float | None:
+        """When the conversation was last deleted (ms), while its tombstone lasts; None when no tombstone says so."""
+        newest: Any = self._client.zrevrange(self.keys(cid).tomb, 0, 0, withscores=True)
+        return float(newest[0][1]) if newest else None
+
+    def inbox_depths(self, cids: list[str]) -> list[int]:
+        """:meth:`inbox_depth` of each of ``cids``, in one round trip."""
+        pipe = self._client.pipeline(transaction=False)
+        for cid in cids:
+            pipe.llen(self.keys(cid).inbox)
+        return [int(n) for n in pipe.execute()]
+
     def outbox_depth(self, cid: str) -> int:
         return int(self._client.llen(self.keys(cid).outbox))
 

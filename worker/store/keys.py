@@ -145,6 +145,29 @@ class ConversationKeys:
 
 
 @dataclass(frozen=True)
+class InletKeys:
+    """The stream inlet's keys beside its stream (``PARLEY_INLET_STREAM``): ``<stream>:dead`` (stream: the entries it
+    could not accept, with their reasons) and the pending index (zset: one member ``<conversation id>\\0<entry id,
+    both parts zero-padded>`` of score 0 per entry of the group that is pending, so one conversation's pending entries
+    are one lexicographic range, oldest first). The index shares the stream's slot on a Cluster: it is tagged with
+    the stream's own hash tag, or with the stream's whole name when it has none (the slot of an untagged key)."""
+
+    stream: str
+
+    @property
+    def dead(self) -> str:
+        return f"{self.stream}:dead"
+
+    @property
+    def pending(self) -> str:
+        start = self.stream.find("{")
+        end = self.stream.find("}", start + 1) if start >= 0 else -1
+        if end > start + 1:  # the stream has a hash tag: it decides the slot
+            return f"{self.stream}:pending"
+        return f"{{{self.stream}}}:pending"
+
+
+@dataclass(frozen=True)
 class GlobalKeys:
     """Keys that span conversations."""
 
