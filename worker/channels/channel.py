@@ -72,10 +72,11 @@ class WindowedChannel(Protocol):
     """A channel whose free-form messages go through only within a window after the player's last message. It sends
     ``parts[0]``, or, outside the window, a template carrying every part left, or raises
     :class:`~worker.errors.OutsideWindowError` before any call when it has no template. ``last_inbound`` is when the
-    player's last message was accepted (None: unknown). It keeps its own pace before each API call it makes."""
+    player's last message was accepted (None: unknown). It keeps its own pace before each API call it makes.
+    ``templates`` False: the player opted out, so no template goes (:class:`~worker.errors.OptedOutError`)."""
 
     def send_reply(self, recipient: str, parts: Sequence[OutPart], *, reply_to: str | None,
-                   last_inbound: float | None, callback_data: str | None = None) -> Sent: ...
+                   last_inbound: float | None, callback_data: str | None = None, templates: bool = True) -> Sent: ...
 
 
 class ConsoleChannel:

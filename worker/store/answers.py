@@ -57,6 +57,7 @@ class Snapshot:
     # ``pause_read`` is False and the drain reads the pause at the turn point, see worker.service.drain.hooks).
     pause_read: bool = False
     pause: Pause | None = None
+    opted_out: bool = False  # with ``pause_read``: the player had opted out when the begin read it
 
 
 @dataclass(frozen=True)
@@ -223,3 +224,18 @@ class RecordBacklog:
     oldest_age_s: float
     dropped: int
     dropping: tuple[str, ...] = ()  # the streams whose cap dropped entries (their counters count towards ``dropped``)
+
+
+@dataclass(frozen=True)
+class Addressing:
+    """Where a reply goes now, and whether the player opted out (of everything business-initiated, or of marketing
+    templates)."""
+
+    recipient: str
+    opted_out: bool = False
+    no_marketing: bool = False
+
+    @property
+    def templates(self) -> bool:
+        """Whether a template may go to the player."""
+        return not (self.opted_out or self.no_marketing)

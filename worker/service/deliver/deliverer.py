@@ -38,6 +38,7 @@ from worker.errors import (
     DeliveryPermanentError,
     DeliveryRetryableError,
     EnvelopeError,
+    OptedOutError,
     OutsideWindowError,
     RetryLater,
     SendOutcomeUnknownError,
@@ -47,7 +48,7 @@ from worker.observability import tracing
 from worker.service.config import ServiceConfig
 from worker.service.deliver.inflight import CrashedSends
 from worker.service.heartbeat import Beat, Heartbeat
-from worker.store.answers import OutboxHead
+from worker.store.answers import Addressing, OutboxHead
 from worker.store.interfaces import DeliveryStore
 
 log = logging.getLogger("parley.service")
@@ -159,6 +160,8 @@ class Deliverer:
         only a windowed channel looks at it."""
         cid, token, lease_ms = run.cid, run.token, self.config.drain.lease_ms
         last = len(record.parts) - 1
+        # The recipient resolved now (a number or user id that changed since the reply was queued), and the opt-outs.
+        address = self.store.addressing(cid, record.recipient)
         for part in range(start, len(record.parts)):
             if part > start:
                 if self.config.delivery.part_interval:
@@ -166,7 +169,7 @@ class Deliverer:
                 self.store.mark_inflight(cid, token, record.reply_id, part)
             try:
                 with _send_span(cid, record, part):
-                    sent = self._send_part(cid, record, part, inbound)
+                    sent = self._send_part(cid, record, part, inbound, address)
             except RetryLater:  # the pace: nothing went out, and our own pacing is no failure of the reply
                 self.store.clear_inflight(cid, token)
                 raise
@@ -187,7 +190,7 @@ class Deliverer:
             except DeliveryPermanentError as exc:
                 self.store.clear_inflight(cid, token)
                 # outside_window, or outside_window:131047 when the API said so rather than the recorded time.
-                reason = None
+                reason = "opted_out" if isinstance(exc, OptedOutError) else None
                 if isinstance(exc, OutsideWindowError):
                     reason = f"outside_window:{exc.code}" if exc.code else "outside_window"
                 self._dead_reply(run, record, str(exc), exc.code, reason=reason)
@@ -202,7 +205,8 @@ class Deliverer:
             self.store.mark_sent(cid, token, record.reply_id, part, sent.message_id, lease_ms)
         raise AssertionError("unreachable: the last part returns")  # pragma: no cover
 
-    def _send_part(self, cid: str, record: ReplyRecord, part: int, inbound: float | None) -> Sent:
+    def _send_part(self, cid: str, record: ReplyRecord, part: int, inbound: float | None,
+                   address: Addressing) -> Sent:
         """One API call (two when a windowed channel answers a closed window with the template), each paced by the
         channel that keeps a pace; the part goes with callback data naming it, which its status webhooks carry back
         (see inflight)."""
@@ -212,14 +216,14 @@ class Deliverer:
         if reacts and reply_to is None:  # a reply that answers no message (an operator's): the player's latest
             reply_to = self.store.last_message(cid)
         callback = part_callback(cid, record.reply_id, part, tracing.current())
+        recipient = address.recipient
         if self.windowed is not None:
-            return self.windowed.send_reply(record.recipient, record.parts[part:], reply_to=reply_to,
-                                           last_inbound=inbound, callback_data=callback)
+            return self.windowed.send_reply(recipient, record.parts[part:], reply_to=reply_to, last_inbound=inbound,
+                                           callback_data=callback, templates=address.templates)
         sending = record.parts[part]
         if isinstance(sending, str) or self.rich is None:
-            return Sent(self.channel.send_text(record.recipient, render(sending), reply_to=reply_to,
-                                               callback_data=callback))
-        return Sent(self.rich.send_part(record.recipient, sending, reply_to=reply_to, callback_data=callback))
+            return Sent(self.channel.send_text(recipient, render(sending), reply_to=reply_to, callback_data=callback))
+        return Sent(self.rich.send_part(recipient, sending, reply_to=reply_to, callback_data=callback))
 
     def _held_for(self, exc: WhatsAppTokenError) -> float:
         """Seconds until the held delivery probes the token again: exponential in the refusals in a row, with
