@@ -6,7 +6,7 @@ Starts a redis-server of its own on a free port (tests/support/redis_server.py).
 calls each:
 
 - ``GET``: the baseline.
-- ``addressing``: the deliverer's read before a reply's first send (the player's current ids and the opt-outs).
+- ``recipient_now``: the deliverer's read before a reply's first send (the player's current ids).
 - ``link phone only``: a webhook record of a phone-keyed player (no BSUID): the common case.
 - ``link both, linked``: a record naming a phone number and a BSUID already linked.
 - ``link BSUID only``: a record naming only the BSUID of a phone-keyed player (two reads).
@@ -16,10 +16,14 @@ calls each:
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import redis
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the tree's tests.support and worker, run from bench/
 
 from tests.support.redis_server import start_redis
 from worker.store.redis_store import ConversationStore
@@ -46,8 +50,10 @@ def main() -> None:
         def phone(i: int) -> str:
             return f"4477009{i:05d}"
 
+        for _ in range(2000):  # warm the connection and the server first
+            store._client.get("x")
         rows = [("GET", lambda i: store._client.get("x")),
-                ("addressing", lambda i: store.addressing(phone(i), phone(i))),
+                ("recipient_now", lambda i: store.recipient_now(phone(i), phone(i))),
                 ("link phone only", lambda i: store.link_identity(phone(i), None))]
         for name, fn in rows:
             print(f"{name:20} {percentiles(fn, n)}")

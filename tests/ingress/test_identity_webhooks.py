@@ -167,7 +167,7 @@ def test_user_changed_user_id_moves_the_link(rig: Rig) -> None:
     rig.post(text("wamid.2", "new id, same me", user_id=NEW_BSUID))
     assert rig.said(PHONE) == ["hi", "new id, same me"] and rig.said(NEW_BSUID) == []
     # A reply queued for the player goes to their current ids, phone first.
-    assert rig.store.addressing(PHONE, PHONE).recipient == PHONE
+    assert rig.store.recipient_now(PHONE, PHONE) == PHONE
 
 
 def test_a_number_change_moves_the_link_and_the_reply_goes_to_the_new_number(rig: Rig) -> None:
@@ -175,7 +175,7 @@ def test_a_number_change_moves_the_link_and_the_reply_goes_to_the_new_number(rig
     rig.post(number_changed("wamid.s", PHONE, NEW_PHONE))
     rig.post(text("wamid.2", "new phone", phone=NEW_PHONE))
     assert rig.said(PHONE) == ["hi", "new phone"] and rig.said(NEW_PHONE) == []
-    assert rig.store.addressing(PHONE, PHONE).recipient == NEW_PHONE  # a reply queued before the change follows
+    assert rig.store.recipient_now(PHONE, PHONE) == NEW_PHONE  # a reply queued before the change follows
 
 
 def test_two_conversations_of_one_player_are_not_merged_the_older_stays(rig: Rig) -> None:
@@ -207,9 +207,9 @@ def test_a_delete_forgets_the_links_but_not_an_opt_out(rig: Rig) -> None:
 def test_the_marketing_opt_out_webhook_is_recorded_and_resumed(rig: Rig) -> None:
     rig.post(text("wamid.1", "hi", phone=PHONE, user_id=BSUID))
     rig.post(preference("stop", phone=None, user_id=BSUID))
-    assert "marketing" in rig.store.opt_outs(PHONE) and not rig.store.addressing(PHONE, PHONE).templates
+    assert "marketing" in rig.store.opt_outs(PHONE) and not rig.store.templates_allowed(PHONE)
     rig.post(preference("resume"))
-    assert rig.store.opt_outs(PHONE) == {} and rig.store.addressing(PHONE, PHONE).templates
+    assert rig.store.opt_outs(PHONE) == {} and rig.store.templates_allowed(PHONE)
 
 
 def test_the_api_summary_says_opted_out_and_takes_either_id(server: RedisServer) -> None:

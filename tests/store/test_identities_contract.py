@@ -14,19 +14,19 @@ def test_a_bsuid_linked_to_a_phone_leads_to_the_phone_conversation(store: Conver
     assert store.link_identity(PHONE, None) == PHONE
     assert store.link_identity(PHONE, BSUID) == PHONE
     assert store.link_identity(None, BSUID) == PHONE and store.resolve_identity(BSUID) == PHONE
-    assert store.addressing(PHONE, BSUID).recipient == PHONE  # a reply queued for the BSUID goes to the phone
+    assert store.recipient_now(PHONE, BSUID) == PHONE  # a reply queued for the BSUID goes to the phone
 
 
 def test_a_bsuid_only_player_keeps_the_bsuid_conversation_when_the_number_shows(store: ConversationStore) -> None:
     assert store.link_identity(None, BSUID) == BSUID
     assert store.link_identity(PHONE, BSUID) == BSUID and store.link_identity(PHONE, None) == BSUID
-    assert store.addressing(BSUID, BSUID).recipient == PHONE  # phone first, as the sender addresses players
+    assert store.recipient_now(BSUID, BSUID) == PHONE  # phone first, as the sender addresses players
 
 
 def test_a_moved_number_leads_to_the_same_conversation_and_the_old_one_nowhere(store: ConversationStore) -> None:
     store.link_identity(PHONE, BSUID)
     assert store.move_identity("phone", PHONE, NEW) == PHONE
-    assert store.resolve_identity(NEW) == PHONE and store.addressing(PHONE, PHONE).recipient == NEW
+    assert store.resolve_identity(NEW) == PHONE and store.recipient_now(PHONE, PHONE) == NEW
     assert store.move_identity("user_id", BSUID, "US.2") == PHONE and store.resolve_identity("US.2") == PHONE
 
 
@@ -38,7 +38,7 @@ def test_the_opt_out_outlives_a_delete_and_the_begin_reads_it(store: Conversatio
     store.accept(PHONE, b"x", "m2")
     assert store.begin(PHONE, 10_000).snapshot.opted_out is True  # type: ignore[union-attr]
     store.delete(PHONE)
-    assert store.opted_out(PHONE) and store.addressing(PHONE, PHONE).opted_out
+    assert store.opted_out(PHONE) and not store.templates_allowed(PHONE)
 
 
 def test_the_older_of_two_linked_conversations_stays() -> None:

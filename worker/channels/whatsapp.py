@@ -32,7 +32,7 @@ import httpx
 
 from worker import metrics
 from worker.channels import rich
-from worker.channels.channel import Pace, Sent
+from worker.channels.channel import Pace, Sent, always
 from worker.channels.token import TokenHealth, for_number
 from worker.channels.window import ServiceWindow
 from worker.envelopes.reply_parts import OutPart, render_all
@@ -185,12 +185,13 @@ class WhatsAppSender:
         return body
 
     def send_reply(self, recipient: str, parts: Sequence[OutPart], *, reply_to: str | None,
-                   last_inbound: float | None, callback_data: str | None = None, templates: bool = True) -> Sent:
+                   last_inbound: float | None, callback_data: str | None = None,
+                   templates: Callable[[], bool] = always) -> Sent:
         """Send ``parts[0]`` within the customer-service window; outside it (known from ``last_inbound``, or from a
         131047 answer) send the rest of the reply as the template, once, or raise :class:`OutsideWindowError`
         (before any call when the window was known to be closed). Each call keeps the pace. ``callback_data``
         names the part (the template carries the first part's: a crash right after it may resend the rest).
-        ``templates`` False (the player opted out): no template, :class:`OptedOutError` instead."""
+        ``templates()`` False (the player opted out; asked only then): no template, :class:`OptedOutError` instead."""
         if not self.window.is_open(last_inbound, self._clock()):
             return self._outside_window(recipient, parts, why="window", callback_data=callback_data,
                                         templates=templates)
@@ -204,9 +205,9 @@ class WhatsAppSender:
 
     def _outside_window(self, recipient: str, parts: Sequence[OutPart], *, why: str,
                         cause: DeliveryPermanentError | None = None, callback_data: str | None = None,
-                        templates: bool = True) -> Sent:
+                        templates: Callable[[], bool] = always) -> Sent:
         code = cause.code if cause is not None else None
-        if not templates and self.window.template is not None:
+        if self.window.template is not None and not templates():
             metrics.OPTED_OUT_SENDS.labels("template").inc()
             raise OptedOutError("outside the customer-service window, and the player opted out: no template",
                                 code=code, status=cause.status if cause is not None else None) from cause

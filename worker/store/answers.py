@@ -224,18 +224,3 @@ class RecordBacklog:
     oldest_age_s: float
     dropped: int
     dropping: tuple[str, ...] = ()  # the streams whose cap dropped entries (their counters count towards ``dropped``)
-
-
-@dataclass(frozen=True)
-class Addressing:
-    """Where a reply goes now, and whether the player opted out (of everything business-initiated, or of marketing
-    templates)."""
-
-    recipient: str
-    opted_out: bool = False
-    no_marketing: bool = False
-
-    @property
-    def templates(self) -> bool:
-        """Whether a template may go to the player."""
-        return not (self.opted_out or self.no_marketing)

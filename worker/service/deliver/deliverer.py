@@ -48,7 +48,7 @@ from worker.observability import tracing
 from worker.service.config import ServiceConfig
 from worker.service.deliver.inflight import CrashedSends
 from worker.service.heartbeat import Beat, Heartbeat
-from worker.store.answers import Addressing, OutboxHead
+from worker.store.answers import OutboxHead
 from worker.store.interfaces import DeliveryStore
 
 log = logging.getLogger("parley.service")
@@ -160,8 +160,8 @@ class Deliverer:
         only a windowed channel looks at it."""
         cid, token, lease_ms = run.cid, run.token, self.config.drain.lease_ms
         last = len(record.parts) - 1
-        # The recipient resolved now (a number or user id that changed since the reply was queued), and the opt-outs.
-        address = self.store.addressing(cid, record.recipient)
+        # The recipient resolved now: a number or user id that changed since the reply was queued.
+        recipient = self.store.recipient_now(cid, record.recipient)
         for part in range(start, len(record.parts)):
             if part > start:
                 if self.config.delivery.part_interval:
@@ -169,7 +169,7 @@ class Deliverer:
                 self.store.mark_inflight(cid, token, record.reply_id, part)
             try:
                 with _send_span(cid, record, part):
-                    sent = self._send_part(cid, record, part, inbound, address)
+                    sent = self._send_part(cid, record, part, inbound, recipient)
             except RetryLater:  # the pace: nothing went out, and our own pacing is no failure of the reply
                 self.store.clear_inflight(cid, token)
                 raise
@@ -205,8 +205,7 @@ class Deliverer:
             self.store.mark_sent(cid, token, record.reply_id, part, sent.message_id, lease_ms)
         raise AssertionError("unreachable: the last part returns")  # pragma: no cover
 
-    def _send_part(self, cid: str, record: ReplyRecord, part: int, inbound: float | None,
-                   address: Addressing) -> Sent:
+    def _send_part(self, cid: str, record: ReplyRecord, part: int, inbound: float | None, recipient: str) -> Sent:
         """One API call (two when a windowed channel answers a closed window with the template), each paced by the
         channel that keeps a pace; the part goes with callback data naming it, which its status webhooks carry back
         (see inflight)."""
@@ -216,10 +215,9 @@ class Deliverer:
         if reacts and reply_to is None:  # a reply that answers no message (an operator's): the player's latest
             reply_to = self.store.last_message(cid)
         callback = part_callback(cid, record.reply_id, part, tracing.current())
-        recipient = address.recipient
-        if self.windowed is not None:
+        if self.windowed is not None:  # the opt-outs are read only when a template would go
             return self.windowed.send_reply(recipient, record.parts[part:], reply_to=reply_to, last_inbound=inbound,
-                                           callback_data=callback, templates=address.templates)
+                                           callback_data=callback, templates=partial(self.store.templates_allowed, cid))
         sending = record.parts[part]
         if isinstance(sending, str) or self.rich is None:
             return Sent(self.channel.send_text(recipient, render(sending), reply_to=reply_to, callback_data=callback))
