@@ -30,6 +30,7 @@ from worker.durable_record import entries
 from worker.envelopes import operator_input
 from worker.envelopes.addresses import validate_conversation_id
 from worker.envelopes.inputs import Media
+from worker.errors import InputError
 from worker.queue.connections import build_store
 from worker.queue.wakeup import AcceptWake, Waker, accept_wake, celery_waker
 from worker.settings import Settings, get_settings
@@ -93,6 +94,18 @@ class ConversationClient:
         the same one once a webhook linked them (:mod:`worker.store.identities`); any other id is its own. Every
         method here names the player by either id (one read)."""
         return self.store.resolve_identity(validate_conversation_id(conversation_id))
+
+    def resolve_many(self, conversation_ids: Sequence[str]) -> dict[str, str]:
+        """:meth:`resolve` of several ids in one round trip; an invalid id maps to itself (what is built with it
+        refuses it)."""
+        valid = []
+        for cid in dict.fromkeys(conversation_ids):
+            try:
+                valid.append(validate_conversation_id(cid))
+            except InputError:
+                continue
+        resolved = self.store.resolve_identities(valid)
+        return {cid: resolved.get(cid, cid) for cid in conversation_ids}
 
     def opt_out(self, conversation_id: str, *, opted_out: bool = True) -> bool:
         """Opt the player out of everything business-initiated (``parley optout``), or back in (``opted_out`` False:

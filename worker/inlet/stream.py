@@ -26,7 +26,7 @@ from prometheus_client import Counter
 
 from worker.client import CheckedInput, ConversationClient
 from worker.errors import InboxFullError, InputError, StoreError
-from worker.inlet.messages import Unacceptable, entry_span, parse_message
+from worker.inlet.messages import QueueMessage, Unacceptable, entry_span, parse_message
 from worker.store import lua
 
 log = logging.getLogger("parley.inlet")
@@ -156,14 +156,25 @@ class Inlet:
         full: set[str] = set()  # found full while accepting: its entries in later waves wait
         waves: list[list[tuple[bytes, CheckedInput]]] = []
         depth: dict[str, int] = {}
+        parsed: dict[bytes, QueueMessage | Unacceptable] = {}
         for eid, fields in entries:
             try:
-                msg = parse_message(fields.get(FIELD, b""))
+                parsed[eid] = parse_message(fields.get(FIELD, b""))
             except Unacceptable as exc:
-                outcomes[eid] = self._dead(eid, fields, exc.reason)
+                parsed[eid] = exc
+        # A player's phone number and user id name one conversation: every id of the batch resolved in one round trip.
+        try:
+            named = self.client.resolve_many([m.conversation_id for m in parsed.values() if isinstance(m, QueueMessage)])
+        except StoreError as exc:
+            log.error("inlet: store unavailable, the batch is held: %s", exc)
+            return outcomes
+        for eid, fields in entries:
+            msg = parsed[eid]
+            if isinstance(msg, Unacceptable):
+                outcomes[eid] = self._dead(eid, fields, msg.reason)
                 continue
-            cid, sid = msg.conversation_id, _sid(eid)
-            older, unknown = blocked.get(cid), blocked.get("*")
+            cid, sid = named.get(msg.conversation_id, msg.conversation_id), _sid(eid)
+            older, unknown = blocked.get(cid) or blocked.get(msg.conversation_id), blocked.get("*")
             if cid in held or (older is not None and older < sid) or (unknown is not None and unknown < sid):
                 held.add(cid)
                 outcomes[eid] = "held"
