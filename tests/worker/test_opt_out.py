@@ -183,3 +183,15 @@ def test_parley_optout_and_optin_and_the_summary(r: redis.Redis, monkeypatch: py
     h.client.send_operator_message(CID, "Are you still playing?", message_id="op2")
     h.run()
     assert texts(h) == ["ack:hi", "Are you still playing?"]
+
+
+def test_a_voice_note_opts_them_in_and_stop_is_confirmed_while_paused(r: redis.Redis) -> None:
+    h = harness(r)
+    h.client.pause(CID)
+    h.client.send_message(CID, "STOP", message_id="m1")
+    h.run()
+    assert texts(h) == [STOP_REPLY] and h.store.opted_out(CID)  # the player's STOP is answered whatever holds the turn
+    h.client.resume(CID)
+    h.client.send_notice(CID, "Sorry, I can't listen to voice notes.", message_id="v1")  # what a voice note becomes
+    h.run()
+    assert texts(h)[-1] == "Sorry, I can't listen to voice notes." and not h.store.opted_out(CID)
