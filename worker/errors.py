@@ -37,7 +37,8 @@ The tree::
     │   ├── DeliveryRetryableError      (retryable)
     │   │   └── SendOutcomeUnknownError
     │   ├── DeliveryPermanentError
-    │   │   └── OutsideWindowError
+    │   │   ├── OutsideWindowError
+    │   │   └── OptedOutError
     │   └── WhatsAppTokenError          (retryable: held until the token works)
     ├── MediaError
     │   ├── MediaRejectedError          (permanent)
@@ -297,6 +298,12 @@ class OutsideWindowError(DeliveryPermanentError):
     """Raised when a WhatsApp reply falls outside the 24-hour customer-service window (the player's last message is
     older, or the API answered 131047) and no template is configured to send instead; the reply is dead-lettered
     with the reason ``outside_window``. ``code`` is 131047 when the API said so, None when no call was made."""
+
+
+class OptedOutError(DeliveryPermanentError):
+    """Raised when a reply outside the customer-service window would go as a template to a player who opted out
+    (an opt-out phrase, or Meta's marketing opt-out): nothing is sent, the reply is dead-lettered with the reason
+    ``opted_out``."""
 
 
 class WhatsAppTokenError(DeliveryError):

@@ -152,6 +152,16 @@ TIMER_CONVERSATIONS = Gauge("parley_timer_conversations",
 PAUSED_TURNS = Counter("parley_paused_turns_total", "Turns of paused conversations (a person took over), by what became "
                        "of them: withheld (applied with no model call and no reply) or finished (it had started "
                        "answering before the pause).", ["outcome"])
+OPT_OUTS = Counter("parley_opt_outs_total",
+                   "Players' opt-outs and opt-ins, by change: stop (an opt-out phrase), start (an opt-in phrase), "
+                   "message (any message while PARLEY_OPT_OUT_UNTIL_MESSAGE), cli (parley optout / optin), "
+                   "marketing_stop and marketing_resume (Meta's user_preferences webhook).", ["change"])
+OPTED_OUT_SENDS = Counter("parley_opted_out_sends_total",
+                          "Business-initiated messages for an opted-out player applied without anything sent, by "
+                          "kind: event (an answered game event or its timer), operator, template.", ["kind"])
+IDENTITY_CONFLICTS = Counter("parley_identity_conflicts_total",
+                             "Webhooks naming a phone number and a user id that each had a conversation: the older "
+                             "stayed the player's, the other was kept apart (not merged).")
 OPERATOR_MESSAGES = Counter("parley_operator_messages_total",
                             "Operators' messages applied (queued to be sent, and added to the state).")
 WEBHOOK_CHANGES_SKIPPED = Counter("parley_webhook_changes_skipped_total",

@@ -195,3 +195,15 @@ def test_a_batch_of_many_conversations_is_accepted_in_few_round_trips(server: Re
     assert calls == [4] * 10  # a wave holds one entry of each conversation
     for c in range(4):
         assert [text for _, text in rig.inbox(f"c{c}")] == [str(i) for i in range(c, 40, 4)]
+
+
+def test_an_entry_naming_the_player_by_user_id_reaches_their_phone_conversation(server: RedisServer) -> None:
+    """A player's phone number and business-scoped user id, once a webhook linked them, name one conversation: the
+    batch's ids are resolved in one round trip."""
+    rig = Rig(server)
+    rig.store.link_identity("16505551234", "US.13491208655302741918")
+    rig.publish(kind="event", conversation_id="US.13491208655302741918", text="tagged the theatre", message_id="e1")
+    rig.publish(kind="message", conversation_id="16505551234", text="where next?", message_id="m1")
+    assert rig.inlet("a").step() == 2
+    assert rig.inbox("16505551234") == [("e1", "tagged the theatre"), ("m1", "where next?")]
+    assert rig.inbox("US.13491208655302741918") == []

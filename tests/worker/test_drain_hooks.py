@@ -22,6 +22,7 @@ from worker.service.drain.hooks import (
     DurableRecord,
     Fairness,
     Merge,
+    OptOutHook,
     Paused,
     Photos,
     Prepare,
@@ -30,6 +31,7 @@ from worker.service.drain.hooks import (
 )
 from worker.service.drain.outcomes import Answer, Defer, Notice, Outcome
 from worker.service.drain.stored_journal import StoreJournal
+from worker.settings import OptOut
 from worker.store.answers import Snapshot
 from worker.testing import RecordingChannel
 
@@ -134,19 +136,23 @@ def test_a_hook_can_answer_in_the_place_of_the_turn() -> None:
 
 def test_features_that_are_off_are_not_in_the_list() -> None:
     store = make_harness().store
-    off = build_hooks(store, BASE, Presence.disabled())
+    off = build_hooks(store, replace(BASE, opt_out=OptOut(phrases=[], in_phrases=[])), Presence.disabled())
     assert [type(h) for h in off] == [Paused, Photos]  # any conversation can be paused, or send a photo
     on = bare_config(system_prompt="You are a test.", daily_token_budget=1000,
                      burst=bare_burst(quiet=1.0, merge=True), record=True, drain_max_turns=5)
     every = build_hooks(store, on, Presence(RecordingChannel(), enabled=True))
-    assert [type(h) for h in every] == [Paused, DailyBudget, Photos, Bursts, Merge, Receipts, DurableRecord, Fairness]
+    assert [type(h) for h in every] == [OptOutHook, Paused, DailyBudget, Photos, Bursts, Merge, Receipts,
+                                        DurableRecord, Fairness]
+    # Opt-out phrases are on by default: the player's STOP is asked first.
+    assert [type(h) for h in build_hooks(store, BASE, Presence.disabled())] == [OptOutHook, Paused, Photos]
 
 
 def test_a_point_no_hook_overrides_is_not_called() -> None:
     h = make_harness()
     hooks = h.service.drainer.hooks
-    assert [type(x) for x in hooks.all] == [Paused, Photos]
-    # The default drain calls only the pause's and the photos' before_turn: every other point is an empty loop.
+    assert [type(x) for x in hooks.all] == [OptOutHook, Paused, Photos]
+    # The default drain calls only the opt-out's, the pause's and the photos' before_turn (and the opt-out's and the
+    # pause's notice): every other point is an empty loop.
     assert hooks.at("before_turn") == hooks.all
     for point in ("take", "again", "model_call", "deferred", "entry", "hand_back"):
         assert hooks.at(point) == (), point

@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import TypeVar
 
-from worker.channels.channel import Sent
+from worker.channels.channel import Sent, always
 from worker.channels.token import TokenHealth, for_number
 from worker.channels.whatsapp import WhatsAppSender
 from worker.envelopes.reply_parts import OutPart
@@ -64,10 +64,11 @@ class NumbersChannel:
         return sender.send_text(player, text, reply_to=reply_to, callback_data=callback_data)
 
     def send_reply(self, recipient: str, parts: Sequence[OutPart], *, reply_to: str | None,
-                   last_inbound: float | None, callback_data: str | None = None) -> Sent:
+                   last_inbound: float | None, callback_data: str | None = None,
+                   templates: Callable[[], bool] = always) -> Sent:
         sender, player = self.sender_for(recipient)
         return sender.send_reply(player, parts, reply_to=reply_to, last_inbound=last_inbound,
-                                 callback_data=callback_data)
+                                 callback_data=callback_data, templates=templates)
 
     def mark_read(self, message_id: str, *, typing: bool) -> None:
         """A receipt without its conversation goes through the default number (see :meth:`mark_read_for`)."""

@@ -12,7 +12,7 @@ from __future__ import annotations
 import itertools
 import sys
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, TextIO, runtime_checkable
 
@@ -67,15 +67,23 @@ class Pace(Protocol):
     def admit(self, recipient: str) -> float: ...
 
 
+def always() -> bool:
+    """Templates allowed (the default of :meth:`WindowedChannel.send_reply`)."""
+    return True
+
+
 @runtime_checkable
 class WindowedChannel(Protocol):
     """A channel whose free-form messages go through only within a window after the player's last message. It sends
     ``parts[0]``, or, outside the window, a template carrying every part left, or raises
     :class:`~worker.errors.OutsideWindowError` before any call when it has no template. ``last_inbound`` is when the
-    player's last message was accepted (None: unknown). It keeps its own pace before each API call it makes."""
+    player's last message was accepted (None: unknown). It keeps its own pace before each API call it makes.
+    ``templates`` (asked only when a template would go) False: the player opted out, so no template goes
+    (:class:`~worker.errors.OptedOutError`)."""
 
     def send_reply(self, recipient: str, parts: Sequence[OutPart], *, reply_to: str | None,
-                   last_inbound: float | None, callback_data: str | None = None) -> Sent: ...
+                   last_inbound: float | None, callback_data: str | None = None,
+                   templates: Callable[[], bool] = always) -> Sent: ...
 
 
 class ConsoleChannel:

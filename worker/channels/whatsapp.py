@@ -32,7 +32,7 @@ import httpx
 
 from worker import metrics
 from worker.channels import rich
-from worker.channels.channel import Pace, Sent
+from worker.channels.channel import Pace, Sent, always
 from worker.channels.token import TokenHealth, for_number
 from worker.channels.window import ServiceWindow
 from worker.envelopes.reply_parts import OutPart, render_all
@@ -40,6 +40,7 @@ from worker.errors import (
     DeliveryError,
     DeliveryPermanentError,
     DeliveryRetryableError,
+    OptedOutError,
     OutsideWindowError,
     SendOutcomeUnknownError,
     WhatsAppTokenError,
@@ -184,24 +185,32 @@ class WhatsAppSender:
         return body
 
     def send_reply(self, recipient: str, parts: Sequence[OutPart], *, reply_to: str | None,
-                   last_inbound: float | None, callback_data: str | None = None) -> Sent:
+                   last_inbound: float | None, callback_data: str | None = None,
+                   templates: Callable[[], bool] = always) -> Sent:
         """Send ``parts[0]`` within the customer-service window; outside it (known from ``last_inbound``, or from a
         131047 answer) send the rest of the reply as the template, once, or raise :class:`OutsideWindowError`
         (before any call when the window was known to be closed). Each call keeps the pace. ``callback_data``
-        names the part (the template carries the first part's: a crash right after it may resend the rest)."""
+        names the part (the template carries the first part's: a crash right after it may resend the rest).
+        ``templates()`` False (the player opted out; asked only then): no template, :class:`OptedOutError` instead."""
         if not self.window.is_open(last_inbound, self._clock()):
-            return self._outside_window(recipient, parts, why="window", callback_data=callback_data)
+            return self._outside_window(recipient, parts, why="window", callback_data=callback_data,
+                                        templates=templates)
         try:
             return Sent(self._post(recipient, self.body(recipient, parts[0], reply_to, callback_data)))
         except DeliveryPermanentError as exc:
             if exc.code != RE_ENGAGEMENT:
                 raise
             return self._outside_window(recipient, parts, why=str(RE_ENGAGEMENT), cause=exc,
-                                        callback_data=callback_data)
+                                        callback_data=callback_data, templates=templates)
 
     def _outside_window(self, recipient: str, parts: Sequence[OutPart], *, why: str,
-                        cause: DeliveryPermanentError | None = None, callback_data: str | None = None) -> Sent:
+                        cause: DeliveryPermanentError | None = None, callback_data: str | None = None,
+                        templates: Callable[[], bool] = always) -> Sent:
         code = cause.code if cause is not None else None
+        if self.window.template is not None and not templates():
+            metrics.OPTED_OUT_SENDS.labels("template").inc()
+            raise OptedOutError("outside the customer-service window, and the player opted out: no template",
+                                code=code, status=cause.status if cause is not None else None) from cause
         if self.window.template is None:
             metrics.OUTSIDE_WINDOW.labels("dead", why).inc()
             seen = "the API answered 131047" if cause is not None else "the player's last message is older"

@@ -23,6 +23,7 @@
     parley pause CID [--seconds N]         a person takes the conversation over (no model call, no reply)
     parley resume CID                      hand it back to the model
     parley say CID TEXT [--id ID]          send the player a person's message, in order with the replies
+    parley optout CID | parley optin CID   opt the player out of (or back in to) business-initiated messages
 """
 
 from __future__ import annotations
@@ -162,7 +163,7 @@ def _settings_table() -> str:
         rows.append(f"| **{group.heading}** | | |")
         for flat, (_, field) in knobs(group).items():
             default = field.default if field.default_factory is None else field.default_factory()  # type: ignore[call-arg]
-            shown = "" if default is None else f"`{json.dumps(default) if not isinstance(default, str) else default}`"
+            shown = "" if default is None else f"`{json.dumps(default, ensure_ascii=False) if not isinstance(default, str) else default}`"
             rows.append(f"| `{env_name(flat, field)}` | {shown} | {(field.description or '').replace('|', '/')} |")
     return "\n".join(rows)
 

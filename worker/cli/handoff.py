@@ -1,5 +1,6 @@
 """``parley pause``, ``parley resume`` and ``parley say``: a person takes a conversation over from the command line
-(the same calls as ``ConversationClient.pause``, ``resume`` and ``send_operator_message``)."""
+(the same calls as ``ConversationClient.pause``, ``resume`` and ``send_operator_message``); ``parley optout`` and
+``parley optin``: a player's opt-out, as their STOP and START make it (``ConversationClient.opt_out``)."""
 
 from __future__ import annotations
 
@@ -41,6 +42,18 @@ def _cmd_say(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_optout(args: argparse.Namespace) -> int:
+    changed = _client().opt_out(args.conversation_id)
+    print(f"opted {args.conversation_id} out" if changed else f"{args.conversation_id} was opted out already")
+    return 0
+
+
+def _cmd_optin(args: argparse.Namespace) -> int:
+    changed = _client().opt_out(args.conversation_id, opted_out=False)
+    print(f"opted {args.conversation_id} in" if changed else f"{args.conversation_id} was not opted out")
+    return 0
+
+
 def add_parsers(sub: Any) -> None:
     """The handoff commands, on ``parley``'s sub-command parser ``sub``."""
     pause = sub.add_parser("pause", help="a person takes the conversation over: no model call, no reply, until "
@@ -56,3 +69,10 @@ def add_parsers(sub: Any) -> None:
     say.add_argument("text")
     say.add_argument("--id", help="the message's id: sending it again with the same id sends nothing new")
     say.set_defaults(fn=_cmd_say)
+    optout = sub.add_parser("optout", help="opt the player out: nothing business-initiated is sent to them (an "
+                                           "answered event, a timer, a template, an operator's message)")
+    optout.add_argument("conversation_id")
+    optout.set_defaults(fn=_cmd_optout)
+    optin = sub.add_parser("optin", help="opt the player back in")
+    optin.add_argument("conversation_id")
+    optin.set_defaults(fn=_cmd_optin)

@@ -23,12 +23,14 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
+from worker import metrics
 from worker.client.builder import CheckedInput, InputBuilder
 from worker.client.intake import Intake, Submitted
 from worker.durable_record import entries
 from worker.envelopes import operator_input
 from worker.envelopes.addresses import validate_conversation_id
 from worker.envelopes.inputs import Media
+from worker.errors import InputError
 from worker.queue.connections import build_store
 from worker.queue.wakeup import AcceptWake, Waker, accept_wake, celery_waker
 from worker.settings import Settings, get_settings
@@ -87,6 +89,32 @@ class ConversationClient:
             return None
         return self._accept_wake.push(conversation_id, every=not self.coalesce_wakeups)
 
+    def resolve(self, conversation_id: str) -> str:
+        """The conversation ``conversation_id`` names: a player's phone number and business-scoped user id lead to
+        the same one once a webhook linked them (:mod:`worker.store.identities`); any other id is its own. Every
+        method here names the player by either id (one read)."""
+        return self.store.resolve_identity(validate_conversation_id(conversation_id))
+
+    def resolve_many(self, conversation_ids: Sequence[str]) -> dict[str, str]:
+        """:meth:`resolve` of several ids in one round trip; an invalid id maps to itself (what is built with it
+        refuses it)."""
+        valid = []
+        for cid in dict.fromkeys(conversation_ids):
+            try:
+                valid.append(validate_conversation_id(cid))
+            except InputError:
+                continue
+        resolved = self.store.resolve_identities(valid)
+        return {cid: resolved.get(cid, cid) for cid in conversation_ids}
+
+    def opt_out(self, conversation_id: str, *, opted_out: bool = True) -> bool:
+        """Opt the player out of everything business-initiated (``parley optout``), or back in (``opted_out`` False:
+        ``parley optin``); True when that changed it. See docs/identity.md."""
+        changed = self.store.set_opt_out(self.resolve(conversation_id), "stop", opted_out)
+        if changed:
+            metrics.OPT_OUTS.labels("cli").inc()
+        return changed
+
     def publish_wake(self, conversation_id: str) -> None:
         """Wake a worker for ``conversation_id`` through this client's waker (a Celery publish: blocking), for an
         accepted input that needs a wake-up its accept did not push (see :meth:`accept_wake_push`)."""
@@ -101,14 +129,15 @@ class ConversationClient:
         ``recipient`` is where the reply goes (default: the conversation id). With ``media`` (a picture the
         player sent) ``text`` is its caption and may be empty. ``at``: hold it until then (an aware datetime; now
         or past: at once)."""
-        return self.intake.accept(self.inputs.message(conversation_id, text, message_id=message_id, reply_to=reply_to,
+        return self.intake.accept(self.inputs.message(self.resolve(conversation_id), text, message_id=message_id,
+                                                      reply_to=reply_to,
                                                       system=system, recipient=recipient, media=media, at=at))
 
     def send_notice(self, conversation_id: str, text: str, *, message_id: str | None = None,
                     reply_to: str | None = None, recipient: str | None = None) -> Submitted:
         """Queue a fixed short answer (``text``), sent in order with the other replies without a model call and
         without changing the state: what a player gets for a message Parley cannot read (a voice note, ...)."""
-        return self.intake.accept(self.inputs.notice(conversation_id, text, message_id=message_id, reply_to=reply_to,
+        return self.intake.accept(self.inputs.notice(self.resolve(conversation_id), text, message_id=message_id, reply_to=reply_to,
                                                      recipient=recipient))
 
     def send_event(self, conversation_id: str, text: str, *, message_id: str | None = None,
@@ -128,31 +157,31 @@ class ConversationClient:
         may be given together. Neither goes with ``from_player``: a player's words never set a fact. ``recipient``:
         where the answer goes (default: the conversation id), as for :meth:`send_message`, for a game whose
         conversation ids are its own."""
-        return self.intake.accept(self.inputs.event(conversation_id, text, message_id=message_id, pinned=pinned,
+        return self.intake.accept(self.inputs.event(self.resolve(conversation_id), text, message_id=message_id, pinned=pinned,
                                                     from_player=from_player, key=key, respond=respond, at=at,
                                                     recipient=recipient))
 
     def reset(self, conversation_id: str, *, message_id: str | None = None, at: datetime | None = None) -> Submitted:
         """Queue a reset: inputs before it are applied first; the conversation then starts fresh. The timers the
         conversation holds when the reset joins its order (now, or at ``at``) are dropped."""
-        return self.intake.accept(self.inputs.reset(conversation_id, message_id=message_id, at=at))
+        return self.intake.accept(self.inputs.reset(self.resolve(conversation_id), message_id=message_id, at=at))
 
     def cancel_scheduled(self, conversation_id: str, message_id: str) -> bool:
         """Cancel an input held with ``at=`` that is not yet due: ``True`` if one was held and is now dropped;
         ``False`` if none with that id is held (never scheduled, cancelled before, or already due and accepted)."""
-        return self.store.cancel_scheduled(validate_conversation_id(conversation_id), message_id)
+        return self.store.cancel_scheduled(self.resolve(conversation_id), message_id)
 
     def pause(self, conversation_id: str, *, seconds: float | None = None) -> Pause:
         """A person takes the conversation over, at once: until :meth:`resume`, or for ``seconds`` (then it ends by
         itself). Meanwhile the player's messages (and the game's events) enter the state in order with no model call
         and no reply; :meth:`send_operator_message` answers. A turn whose model call had started goes out. Pausing
         again replaces the pause. Returns the pause in force (``until``: when it ends, None for a resume)."""
-        return self.store.pause(validate_conversation_id(conversation_id), operator_input.pause_seconds(seconds))
+        return self.store.pause(self.resolve(conversation_id), operator_input.pause_seconds(seconds))
 
     def resume(self, conversation_id: str) -> bool:
         """Hand the conversation back to the model, at once; True when it was paused. Nothing is answered by itself:
         the player's next message gets a turn whose request holds what was said meanwhile."""
-        return self.store.resume(validate_conversation_id(conversation_id))
+        return self.store.resume(self.resolve(conversation_id))
 
     def send_operator_message(self, conversation_id: str, text: str, *, message_id: str | None = None,
                               parts: Sequence[dict[str, Any]] | None = None,
@@ -162,14 +191,15 @@ class ConversationClient:
         assistant's side, marked as a person's. ``parts``: more messages after ``text``, each
         ``{"type": "text", "text": ...}`` or a rich part of any kind (:mod:`worker.envelopes.reply_parts`). Paused or not.
         ``recipient``: where it goes (default: the conversation id), as for :meth:`send_message`."""
-        return self.intake.accept(self.inputs.operator(conversation_id, text, message_id=message_id, parts=parts,
+        return self.intake.accept(self.inputs.operator(self.resolve(conversation_id), text, message_id=message_id, parts=parts,
                                                        recipient=recipient))
 
     def delete(self, conversation_id: str) -> None:
-        """Delete everything of the conversation now: state, trace, inbox, outbox, quarantine, dead letters, timers.
+        """Delete everything of the conversation now: state, trace, inbox, outbox, quarantine, dead letters, timers,
+        identity links. An opt-out marker stays (only an opt-in clears it).
 
         The message ids it had accepted are kept in a tombstone for ``PARLEY_DELETE_TOMBSTONE_SECONDS`` (two days),
         so WhatsApp's retries of old webhooks are ignored as duplicates instead of starting it again; new message
         ids start a fresh conversation."""
-        cid = validate_conversation_id(conversation_id)
+        cid = self.resolve(conversation_id)
         self.store.delete(cid, record=entries.deleted(cid))  # kept only where the deployment keeps a record

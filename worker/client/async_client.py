@@ -15,6 +15,7 @@ from typing import Any
 import anyio.to_thread
 
 from worker.client import CheckedInput, ConversationClient, Submitted
+from worker.envelopes.addresses import validate_conversation_id
 from worker.store import async_mailbox
 
 
@@ -34,6 +35,10 @@ class AsyncClient:
         :mod:`worker.store.async_mailbox`); the caller then runs the blocking client in a worker thread."""
         accept = async_mailbox.for_store(client.store)
         return None if accept is None else cls(client, accept)
+
+    async def resolve(self, conversation_id: str) -> str:
+        """:meth:`ConversationClient.resolve <worker.client.ConversationClient.resolve>` awaited on the loop."""
+        return await self._accept.resolve_identity(validate_conversation_id(conversation_id))
 
     async def send(self, kind: str, conversation_id: str, arguments: dict[str, Any]) -> Submitted:
         """:meth:`accept` of the input of ``kind`` that ``arguments`` make (``client.inputs.build``)."""

@@ -53,7 +53,10 @@ def summary(store: ConversationStore, cid: str) -> dict[str, Any]:
     statuses = store.statuses(cid, 50)
     latest = {s.provider_id: s.status for s in statuses}
     pause = store.paused(cid)
+    opt_outs = store.opt_outs(cid)
     return {"conversation_id": cid, "version": snap.version,
+            # The player opted out (an opt-out phrase, `parley optout`): nothing business-initiated reaches them.
+            "opted_out": "stop" in opt_outs, "marketing_opted_out": "marketing" in opt_outs,
             # A person has taken it over (no model call, no reply): until when, None for "until resumed".
             "paused": pause is not None, "paused_until": pause.until if pause is not None else None,
             "mailbox_depth": store.inbox_depth(cid),
@@ -76,4 +79,5 @@ def known(view: dict[str, Any]) -> bool:
     """Whether a summary shows anything of the conversation (a state, an input, a held one, a reply, a dead letter):
     the API answers 404 otherwise."""
     return bool(view["version"] or view["paused"] or view["mailbox_depth"] or view["outbox_depth"] or view["dead_letters"]
-                or view["quarantined_states"] or view["last_replies"] or view["statuses"] or view["scheduled"])
+                or view["quarantined_states"] or view["last_replies"] or view["statuses"] or view["scheduled"]
+                or view["opted_out"] or view["marketing_opted_out"])  # an opt-out outlives a delete

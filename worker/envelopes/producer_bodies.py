@@ -199,6 +199,11 @@ class Summary(BaseModel):
     paused: bool = Field(False, description="A person has taken the conversation over (no model call, no reply).")
     paused_until: float | None = Field(None, description="When the pause ends by itself (seconds since the epoch); "
                                                          "null: until resumed.")
+    opted_out: bool = Field(False, description="The player opted out (an opt-out phrase such as STOP, or `parley "
+                                               "optout`): nothing business-initiated is sent to them. Outlives a "
+                                               "delete.")
+    marketing_opted_out: bool = Field(False, description="The player stopped marketing messages (Meta's "
+                                                         "user_preferences webhook): no template goes to them.")
 
 
 Scope = Literal["producer", "operator"]

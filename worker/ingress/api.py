@@ -36,7 +36,6 @@ from starlette.routing import Route
 from worker.client import CheckedInput, ConversationClient, Submitted
 from worker.client.async_client import AsyncClient
 from worker.client.summary import known, plain, summary
-from worker.envelopes.addresses import validate_conversation_id
 from worker.envelopes.producer_bodies import (
     OPERATIONS,
     PAUSE_KINDS,
@@ -201,7 +200,8 @@ class ProducerApi:
             if op.kind in PAUSE_KINDS:  # a pause or a resume: not an input, it answers the pause in force
                 pause = getattr(self.client, op.kind)(cid, **body.arguments())
                 return JSONResponse(pause_state(cid, pause).model_dump())
-            return self.accept(self.client.inputs.build(op.kind, cid, body.arguments()))
+            # A player's phone number and user id name one conversation (ConversationClient.resolve).
+            return self.accept(self.client.inputs.build(op.kind, self.client.resolve(cid), body.arguments()))
         except InputError as exc:
             return _input_error(exc)
 
@@ -225,7 +225,8 @@ class ProducerApi:
         if op.kind in PAUSE_KINDS:
             return await run_in_threadpool(self.submit, op, cid, body)
         try:
-            checked = self.client.inputs.build(op.kind, cid, body.arguments())
+            # A player's phone number and user id name one conversation: resolved on the loop's own connection.
+            checked = self.client.inputs.build(op.kind, await self.on_loop.resolve(cid), body.arguments())
             if checked.plain:
                 return _accepted(await self.on_loop.accept(checked))
         except InputError as exc:
@@ -250,7 +251,7 @@ class ProducerApi:
 
     def summary(self, cid: str) -> Response:
         try:
-            view = summary(self.client.store, validate_conversation_id(cid))
+            view = summary(self.client.store, self.client.resolve(cid))
         except InputError as exc:
             return _input_error(exc)
         if not known(view):

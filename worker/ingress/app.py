@@ -29,7 +29,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar, cast
 
 import anyio
 import anyio.to_thread
@@ -52,10 +52,12 @@ from worker.ingress.body import TooLarge, read_body
 from worker.ingress.business_number import UNKNOWN_NUMBER, SkippedChange, skipped_changes
 from worker.ingress.fast_inputs import FastInputs
 from worker.ingress.parse import (
+    IdentityChange,
     InboundEvent,
     InboundMessage,
     InboundNotice,
     LocationAs,
+    MarketingPreference,
     Record,
     StatusUpdate,
     Unsupported,
@@ -72,6 +74,8 @@ from worker.store.answers import StatusRecorded
 
 log = logging.getLogger("parley.ingress")
 
+_Linkable = TypeVar("_Linkable", bound=InboundMessage | InboundEvent | InboundNotice | StatusUpdate)
+
 
 class IngressStore(Protocol):
     """What the ingress needs of the store (``ConversationStore`` has it)."""
@@ -80,6 +84,12 @@ class IngressStore(Protocol):
                       reply_id: str | None = None, part: int = 0, record: bytes | None = None) -> StatusRecorded: ...
 
     def ping(self) -> bool: ...
+
+    def link_identity(self, phone: str | None, user_id: str | None) -> str: ...
+
+    def move_identity(self, field: str, old: str, new: str) -> str: ...
+
+    def set_opt_out(self, cid: str, what: str, on: bool) -> bool: ...
 
 
 @dataclass(frozen=True)
@@ -96,19 +106,24 @@ class _Replies:
 
 def _submit(client: ConversationClient, rec: InboundMessage | InboundEvent | InboundNotice,
             unsupported_reply: str) -> Submitted:
+    # Through the client's two steps rather than its methods: the record's conversation is resolved already.
+    inputs, accept = client.inputs, client.intake.accept
     if isinstance(rec, InboundMessage):
-        return client.send_message(rec.conversation_id, rec.text, message_id=rec.wamid, reply_to=rec.thread,
-                                   recipient=rec.sender, media=rec.media)
+        return accept(inputs.message(rec.conversation_id, rec.text, message_id=rec.wamid, reply_to=rec.thread,
+                                     recipient=rec.sender, media=rec.media))
     if isinstance(rec, InboundEvent):
         # Not pinned: where the player stood or what they thought of one reply matters now, not forever.
-        return client.send_event(rec.conversation_id, rec.text, message_id=rec.wamid, from_player=True)
-    return client.send_notice(rec.conversation_id, unsupported_reply, message_id=rec.wamid, reply_to=rec.wamid,
-                              recipient=rec.sender)
+        return accept(inputs.event(rec.conversation_id, rec.text, message_id=rec.wamid, from_player=True))
+    return accept(inputs.notice(rec.conversation_id, unsupported_reply, message_id=rec.wamid, reply_to=rec.wamid,
+                                recipient=rec.sender))
 
 
 _OUTCOME = {InboundMessage: "accepted", InboundEvent: "event", InboundNotice: "notice"}
-#: The metric's outcomes as the response's summary counts them (kept as it was for Meta and the logs).
+#: The metric's outcomes as the response's summary counts them (kept as it was for Meta and the logs): an identity
+#: change and a marketing preference queue nothing, so they count as ignored there (the metric names them).
 _SUMMARY = {"accepted": "accepted", "event": "events", "notice": "notices", "refused": "notices",
+            "identity": "ignored", "preference": "ignored",
+
             "duplicate": "duplicates", "status": "statuses", "ignored": "ignored", "too_old": "ignored",
             "status_too_old": "ignored", UNKNOWN_NUMBER: "ignored"}
 
@@ -142,7 +157,8 @@ def _refuse(client: ConversationClient, rec: InboundMessage | InboundEvent | Inb
         return "ignored"
     log.warning("inbound %s refused, answered with the short answer: %s", rec.type, exc, extra=extra)
     recipient = rec.conversation_id if isinstance(rec, InboundEvent) else rec.sender
-    r = client.send_notice(rec.conversation_id, reply, message_id=rec.wamid, reply_to=rec.wamid, recipient=recipient)
+    r = client.intake.accept(client.inputs.notice(rec.conversation_id, reply, message_id=rec.wamid, reply_to=rec.wamid,
+                                                  recipient=recipient))
     return "duplicate" if r.duplicate else "refused"
 
 
@@ -156,13 +172,38 @@ def _too_old(rec: Record, now: float, max_age: float) -> bool:
     return True
 
 
+def _linked(store: IngressStore, rec: _Linkable) -> _Linkable:
+    """``rec`` in the conversation its ids lead to (:mod:`worker.store.identities`): a player keyed by phone whose
+    webhook names only the BSUID, or a number the player moved to, stays in one conversation."""
+    if rec.phone is None and rec.user_id is None:
+        return rec
+    cid = store.link_identity(rec.phone, rec.user_id)
+    return rec if cid == rec.conversation_id else cast(_Linkable, rec.model_copy(update={"conversation_id": cid}))
+
+
+def _changed(store: IngressStore, rec: IdentityChange | MarketingPreference) -> str:
+    """A player's number or user id moved (the link follows), or their marketing preference changed."""
+    if isinstance(rec, IdentityChange):
+        cid = store.move_identity(rec.field, rec.old, rec.new)
+        log.info("a player's %s changed; the conversation follows", rec.field, extra={"conversation_id": cid})
+        return "identity"
+    cid = store.link_identity(rec.phone, rec.user_id)
+    if store.set_opt_out(cid, "marketing", rec.stop):
+        metrics.OPT_OUTS.labels("marketing_stop" if rec.stop else "marketing_resume").inc()
+    return "preference"
+
+
 def _record(client: ConversationClient, store: IngressStore, rec: Record, replies: _Replies, now: float,
             max_age: float) -> str:
     if isinstance(rec, InboundMessage | InboundEvent | InboundNotice):
-        return "too_old" if _too_old(rec, now, max_age) else _input(client, rec, replies)
+        return "too_old" if _too_old(rec, now, max_age) else _input(client, _linked(store, rec), replies)
+    if isinstance(rec, IdentityChange | MarketingPreference):
+        return _changed(store, rec)
     if isinstance(rec, StatusUpdate):
         if _too_old(rec, now, max_age):
             return "status_too_old"
+        if rec.reply_id is None:
+            rec = _linked(store, rec)
         # Forward only (a late `delivered` never hides a `read`); a status naming a reply part still in flight
         # is also kept with the part, so a deliverer recovering from a crash does not send it twice.
         with tracing.span(f"status {rec.status}", parent=rec.traceparent, attributes={

@@ -16,7 +16,16 @@ from typing import Any
 
 from worker.envelopes.addresses import validate_conversation_id
 from worker.errors import InvalidConversationIdError
-from worker.ingress.inbound import InboundEvent, InboundMessage, InboundNotice, Record, StatusUpdate, Unsupported
+from worker.ingress.inbound import (
+    IdentityChange,
+    InboundEvent,
+    InboundMessage,
+    InboundNotice,
+    MarketingPreference,
+    Record,
+    StatusUpdate,
+    Unsupported,
+)
 from worker.ingress.webhook_fields import as_dict, as_list
 from worker.settings.business_numbers import SETTING, Numbers
 
@@ -60,7 +69,7 @@ def on_number(records: list[Record], pnid: str | None, numbers: Numbers) -> list
     """``records`` (of one change) moved onto number ``pnid``'s conversations, or refused when it is unknown."""
     if numbers.get(pnid) is None:
         why = f"business number {pnid or '(none named)'} is not configured in {SETTING}"
-        return [r if isinstance(r, Unsupported) else Unsupported(kind=UNKNOWN_NUMBER, wamid=r.wamid, reason=why)
+        return [r if isinstance(r, Unsupported) else Unsupported(kind=UNKNOWN_NUMBER, wamid=getattr(r, "wamid", None), reason=why)
                 for r in records]
     if pnid is None or pnid == numbers.default.phone_number_id:
         return records
@@ -76,10 +85,20 @@ def on_number(records: list[Record], pnid: str | None, numbers: Numbers) -> list
                 out.append(Unsupported(kind=getattr(r, "type", "status"), wamid=r.wamid,
                                        reason=f"invalid conversation id: {exc}"))
                 continue
-            update = {"conversation_id": cid}
+            update = {"conversation_id": cid, **_ids_on(r.phone, r.user_id, pnid, numbers)}
             if isinstance(r, InboundMessage | InboundNotice):
                 update["sender"] = numbers.address(pnid, r.sender)
             out.append(r.model_copy(update=update))
+        elif isinstance(r, IdentityChange):
+            out.append(r.model_copy(update={"old": numbers.address(pnid, r.old), "new": numbers.address(pnid, r.new)}))
+        elif isinstance(r, MarketingPreference):
+            out.append(r.model_copy(update=_ids_on(r.phone, r.user_id, pnid, numbers)))
         else:
             out.append(r)
     return out
+
+
+def _ids_on(phone: str | None, user_id: str | None, pnid: str, numbers: Numbers) -> dict[str, str | None]:
+    """A player's ids as they are on number ``pnid`` (the identity links are per number, like conversations)."""
+    return {"phone": numbers.address(pnid, phone) if phone else None,
+            "user_id": numbers.address(pnid, user_id) if user_id else None}

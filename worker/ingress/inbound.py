@@ -25,6 +25,7 @@ class InboundMessage(BaseModel):
     reply_to: str | None = Field(None, description="The wamid of our message the user replied to (context.id).")
     timestamp: str | None = None
     user_id: str | None = Field(None, description="The sender's BSUID when the webhook carries one.")
+    phone: str | None = Field(None, description="The sender's phone number when the webhook carries one.")
     media: Media | None = Field(None, description="The picture the player sent (by Cloud API media id).")
 
     @property
@@ -44,6 +45,7 @@ class InboundEvent(BaseModel):
     text: str
     timestamp: str | None = None
     user_id: str | None = None
+    phone: str | None = None
 
 
 class InboundNotice(BaseModel):
@@ -58,6 +60,7 @@ class InboundNotice(BaseModel):
     reason: str = ""
     timestamp: str | None = None
     user_id: str | None = None
+    phone: str | None = None
 
 
 class StatusUpdate(BaseModel):
@@ -76,6 +79,8 @@ class StatusUpdate(BaseModel):
     timestamp: str | None = None
     errors: list[tuple[int | None, str]] = Field(default_factory=list,
                                                  description="(code, message or title + details) per error.")
+    user_id: str | None = Field(None, description="The recipient's BSUID when the webhook carries one.")
+    phone: str | None = Field(None, description="The recipient's phone number when the webhook carries one.")
 
     def detail(self) -> str:
         """The errors as one line for the store (``"131047: Re-engagement message ...; ..."``)."""
@@ -90,4 +95,31 @@ class Unsupported(BaseModel):
     reason: str = ""
 
 
-Record = InboundMessage | InboundEvent | InboundNotice | StatusUpdate | Unsupported
+class IdentityChange(BaseModel):
+    """Meta's system message that a player's phone number (``user_changed_number``, formerly
+    ``customer_changed_number``) or business-scoped user id (``user_changed_user_id``) changed: ``new`` now names the
+    player ``old`` named (``field``: ``phone`` or ``user_id``)."""
+
+    wamid: str
+    field: Literal["phone", "user_id"]
+    old: str
+    new: str
+    timestamp: str | None = None
+
+
+class MarketingPreference(BaseModel):
+    """Meta's ``user_preferences`` webhook: the player stopped (``stop`` True) or resumed marketing messages."""
+
+    phone: str | None = None
+    user_id: str | None = None
+    stop: bool
+    category: str = "marketing_messages"
+    timestamp: str | None = None
+
+    @property
+    def conversation_id(self) -> str:
+        return self.phone or self.user_id or ""
+
+
+Record = (InboundMessage | InboundEvent | InboundNotice | StatusUpdate | IdentityChange | MarketingPreference
+          | Unsupported)

@@ -15,10 +15,12 @@ reaction                                                     :class:`InboundEven
                                                              :class:`Unsupported` (nothing to tell the model)
 audio/voice, video, document, sticker, contacts,             :class:`InboundNotice` (the configured short answer)
 ``unsupported``, ``unknown``, any other type
-system (identity or number changed)                          :class:`Unsupported`
+system: number or user id changed                            :class:`IdentityChange`
+system (anything else, e.g. the identity key changed)        :class:`Unsupported`
 ==========================================================  ==================================================
 
-Statuses are :class:`StatusUpdate` (naming the reply part they are about when they carry the callback data Parley
+Meta's ``user_preferences`` webhook (a player stopping or resuming marketing messages) is
+:class:`MarketingPreference`. Statuses are :class:`StatusUpdate` (naming the reply part they are about when they carry the callback data Parley
 sent the message with). An account-level error, a change of another field and anything malformed
 become :class:`Unsupported` records — parsing never raises on a body that has an ``entry`` list, whatever is
 inside it.
@@ -37,7 +39,9 @@ Phone first, so conversations that existed before BSUIDs keep their id; the BSUI
 at all. The reply recipient is the same value (the sender puts a BSUID in ``recipient`` and a phone number in
 ``to``). The chosen id must pass :func:`worker.envelopes.addresses.validate_conversation_id`; when it does not, the
 record becomes an :class:`Unsupported` with the reason (we do not fall back to another id, which would
-silently split one user's conversation in two). The id is never derived from the wamid.
+silently split one user's conversation in two). The id is never derived from the wamid. Each record also carries
+the ``phone`` and ``user_id`` it names: the ingress links them (:mod:`worker.store.identities`), so a player keyed
+by phone whose later webhooks carry only the BSUID stays in the same conversation.
 """
 
 from __future__ import annotations
@@ -55,10 +59,12 @@ from worker.envelopes.inputs import Media, parse_part_callback
 from worker.errors import WebhookTooLargeError
 from worker.ingress.business_number import business_number, on_number
 from worker.ingress.inbound import (
+    IdentityChange,
     InboundEvent,
     InboundMessage,
     InboundNotice,
     LocationAs,
+    MarketingPreference,
     Record,
     StatusUpdate,
     Unsupported,
@@ -71,10 +77,10 @@ from worker.ingress.webhook_fields import (
     as_phone,
     as_str,
     as_timestamp,
-    choose_identity,
     contacts_of,
     coordinate,
     errors_of,
+    identities,
     invalid_id,
 )
 
@@ -82,7 +88,8 @@ if TYPE_CHECKING:
     from worker.settings.business_numbers import Numbers
 
 __all__ = [
-    "InboundEvent", "InboundMessage", "InboundNotice", "LocationAs", "Record", "StatusUpdate", "Unsupported",
+    "IdentityChange", "InboundEvent", "InboundMessage", "InboundNotice", "LocationAs", "MarketingPreference", "Record",
+    "StatusUpdate", "Unsupported",
     "check_update_count", "decode_webhook", "location_text", "parse_webhook", "reaction_text", "record_age",
     "verify_handshake", "verify_signature",
 ]
@@ -153,20 +160,23 @@ def _message(msg: dict[str, Any], contacts: list[dict[str, Any]], location_as: L
     if wamid is None:
         return Unsupported(kind=kind, reason="message without an id")
     if kind == "system":  # the number or the identity key changed: Meta's notice to us, not the player's words
-        return Unsupported(kind=kind, wamid=wamid, reason="system messages are not chat turns")
+        return _system(msg, wamid, contacts)
     text = _text_of(msg)
     if text is None and kind in _CHAT_TYPES:
         return Unsupported(kind=kind, wamid=wamid, reason=f"{kind} message without text")
     if kind == "reaction" and reaction_text(as_dict(msg.get("reaction"))) is None:
         return Unsupported(kind=kind, wamid=wamid, reason="reaction removed")
-    cid, user_id = choose_identity(as_phone(msg.get("from")), as_str(msg.get("from_user_id")), contacts)
+    phone, user_id = identities(as_phone(msg.get("from")), as_str(msg.get("from_user_id")), contacts)
+    cid = phone or user_id
     bad = invalid_id(cid)
+    if phone is not None and user_id is not None and invalid_id(user_id) is not None:
+        user_id = None  # a BSUID that cannot be a key is not linked: the phone number still names the player
     if bad is not None or cid is None:
         return Unsupported(kind=kind, wamid=wamid, reason=bad or "no id")
     ts = as_timestamp(msg.get("timestamp"))
     ctx = as_dict(msg.get("context"))
     turn = {"wamid": wamid, "conversation_id": cid, "sender": cid, "type": kind, "reply_to": as_str(ctx.get("id")),
-            "timestamp": ts, "user_id": user_id}
+            "timestamp": ts, "user_id": user_id, "phone": phone}
     if text is not None:
         return InboundMessage(text=text, **turn)
     if kind == "image":
@@ -177,25 +187,62 @@ def _message(msg: dict[str, Any], contacts: list[dict[str, Any]], location_as: L
             return InboundMessage(text=caption, media=media, **turn)
         if image.get("id") is not None:  # an id that is not a media id, and no caption: the short answer, saying why
             return InboundNotice(wamid=wamid, conversation_id=cid, sender=cid, type="image:bad_media_id",
-                                 reason="image with an invalid media id", timestamp=ts, user_id=user_id)
+                                 reason="image with an invalid media id", timestamp=ts, user_id=user_id,
+                                 phone=phone)
     elif kind == "location":
         said = location_text(as_dict(msg.get("location")))
         if said is not None:
             if location_as == "turn":
                 return InboundMessage(text=said, **turn)
             return InboundEvent(wamid=wamid, conversation_id=cid, type=kind, text=said, timestamp=ts,
-                                user_id=user_id)
+                                user_id=user_id, phone=phone)
     elif kind == "reaction":
         said = reaction_text(as_dict(msg.get("reaction")))
         if said is not None:
             return InboundEvent(wamid=wamid, conversation_id=cid, type=kind, text=said, timestamp=ts,
-                                user_id=user_id)
+                                user_id=user_id, phone=phone)
     # Everything else the player sent, including a location or image we could not read: they get a short
     # answer rather than silence.
     errors = errors_of(msg)
     why = f"{kind} messages are not read" + (f" ({errors})" if errors else "")
     return InboundNotice(wamid=wamid, conversation_id=cid, sender=cid, type=_notice_type(kind, msg), reason=why,
-                         timestamp=ts, user_id=user_id)
+                         timestamp=ts, user_id=user_id, phone=phone)
+
+
+#: Meta's system message types that move a player's id: the field that changed and where the new value is.
+_ID_CHANGES = {"user_changed_number": ("phone", ("wa_id", "new_wa_id")),
+               "customer_changed_number": ("phone", ("new_wa_id", "wa_id")),
+               "user_changed_user_id": ("user_id", ("user_id", "new_user_id"))}
+
+
+def _system(msg: dict[str, Any], wamid: str, contacts: list[dict[str, Any]]) -> Record:
+    """A system message: an :class:`IdentityChange` when it moves the player's phone number or user id, else
+    :class:`Unsupported` (nothing the player said)."""
+    system = as_dict(msg.get("system"))
+    what = as_str(system.get("type")) or ""
+    change = _ID_CHANGES.get(what)
+    if change is None:
+        return Unsupported(kind="system", wamid=wamid, reason=f"system message {what or '(untyped)'} is not a chat turn")
+    field, new_keys = change
+    phone, user_id = identities(as_phone(msg.get("from")), as_str(msg.get("from_user_id")), contacts)
+    old = phone if field == "phone" else user_id
+    read = as_phone if field == "phone" else as_str
+    new = next((v for v in (read(system.get(k)) for k in new_keys) if v is not None), None)
+    bad = invalid_id(old) or invalid_id(new)
+    if bad is not None or old is None or new is None or old == new:
+        return Unsupported(kind=f"system:{what}", wamid=wamid, reason=bad or "no old or new id")
+    return IdentityChange(wamid=wamid, field=field, old=old, new=new, timestamp=as_timestamp(msg.get("timestamp")))
+
+
+def _preference(pref: dict[str, Any], contacts: list[dict[str, Any]]) -> Record:
+    """One entry of a ``user_preferences`` webhook: a player stopping or resuming marketing messages."""
+    value, category = as_str(pref.get("value")), as_str(pref.get("category")) or "marketing_messages"
+    phone, user_id = identities(as_phone(pref.get("wa_id")), as_str(pref.get("user_id")), contacts)
+    bad = invalid_id(phone or user_id)
+    if value not in ("stop", "resume") or category != "marketing_messages" or bad is not None:
+        return Unsupported(kind="user_preferences", reason=bad or f"preference {category}={value} not read")
+    return MarketingPreference(phone=phone, user_id=user_id, stop=value == "stop", category=category,
+                               timestamp=as_timestamp(pref.get("timestamp")))
 
 
 def _status(st: dict[str, Any], contacts: list[dict[str, Any]]) -> Record:
@@ -208,12 +255,15 @@ def _status(st: dict[str, Any], contacts: list[dict[str, Any]]) -> Record:
         return StatusUpdate(wamid=wamid, status=status, conversation_id=ref.conversation_id, reply_id=ref.reply_id,
                             part=ref.part, traceparent=ref.traceparent, errors=errors_of(st),
                             timestamp=as_timestamp(st.get("timestamp")))
-    cid, _ = choose_identity(as_phone(st.get("recipient_id")), as_str(st.get("recipient_user_id")), contacts)
+    phone, user_id = identities(as_phone(st.get("recipient_id")), as_str(st.get("recipient_user_id")), contacts)
+    cid = phone or user_id
     bad = invalid_id(cid)
+    if phone is not None and user_id is not None and invalid_id(user_id) is not None:
+        user_id = None
     if bad is not None or cid is None:
         return Unsupported(kind="status", wamid=wamid, reason=bad or "no id")
     return StatusUpdate(wamid=wamid, status=status, conversation_id=cid, errors=errors_of(st),
-                        timestamp=as_timestamp(st.get("timestamp")))
+                        timestamp=as_timestamp(st.get("timestamp")), phone=phone, user_id=user_id)
 
 
 # --- size and age --------------------------------------------------------------------------------------
@@ -313,6 +363,9 @@ def parse_webhook(body: Any, *, location_as: LocationAs = "turn", numbers: Numbe
             for st in as_list(value.get("statuses")):
                 out.append(_status(st, contacts) if isinstance(st, dict)
                            else Unsupported(kind="status", reason="status is not an object"))
+            for pref in as_list(value.get("user_preferences")):
+                out.append(_preference(pref, contacts) if isinstance(pref, dict)
+                           else Unsupported(kind="user_preferences", reason="preference is not an object"))
             errors = errors_of(value)
             if errors:
                 out.append(Unsupported(kind="errors", reason=f"account/app error: {errors}"))

@@ -42,6 +42,13 @@ def contacts_of(value: dict[str, Any]) -> list[dict[str, Any]]:
 def choose_identity(phone: str | None, user_id: str | None,
                      contacts: list[dict[str, Any]]) -> tuple[str | None, str | None]:
     """(conversation id, BSUID) — see the module docstring for the order."""
+    phone, user_id = identities(phone, user_id, contacts)
+    return phone or user_id, user_id
+
+
+def identities(phone: str | None, user_id: str | None,
+               contacts: list[dict[str, Any]]) -> tuple[str | None, str | None]:
+    """(phone number, BSUID) of a record: its own, else what the webhook's contacts say of the same player."""
     if user_id is None and len(contacts) == 1:
         user_id = as_str(contacts[0].get("user_id"))
     if phone is None and user_id is not None:
@@ -51,7 +58,7 @@ def choose_identity(phone: str | None, user_id: str | None,
                 break
     if phone is None and user_id is None and len(contacts) == 1:
         phone = as_phone(contacts[0].get("wa_id"))
-    return phone or user_id, user_id
+    return phone, user_id
 
 
 def invalid_id(cid: str | None) -> str | None:

@@ -151,7 +151,8 @@ class AmqpInlet:
     def _accept(self, msg: QueueMessage, body: bytes, properties: dict[str, Any]) -> bool:
         kwargs = msg.body.arguments()
         kwargs.setdefault("message_id", message_id_of(self.queue, body, properties))
-        return self.client.intake.accept(self.client.inputs.build(msg.kind, msg.conversation_id, kwargs)).duplicate
+        cid = self.client.resolve(msg.conversation_id)  # a player's phone number and user id name one conversation
+        return self.client.intake.accept(self.client.inputs.build(msg.kind, cid, kwargs)).duplicate
 
     def _dead(self, message: Any, body: bytes, dead: Any, reason: str) -> None:
         log.warning("inlet: message moved to %s.dead: %s", self.queue, reason)

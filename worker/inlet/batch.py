@@ -68,13 +68,20 @@ class BatchAccept:
         held: set[str] = set()  # held while reading the batch: the entries after it wait, not those before
         waves: list[Wave] = []
         depth: dict[str, int] = {}
+        # A player's phone number and user id name one conversation: the batch's ids resolved in one round trip.
+        try:
+            named = self.client.resolve_many([e.message.conversation_id for e in entries
+                                              if isinstance(e.message, QueueMessage)])
+        except StoreError as exc:
+            log.error("inlet: store unavailable, the batch is held: %s", exc)
+            return done
         for entry in entries:
             eid, msg = entry.entry_id, entry.message
             if isinstance(msg, Unacceptable):
                 done.dead(eid, msg.reason)
                 continue
-            cid = msg.conversation_id
-            older = blocked.get(cid)
+            cid = named.get(msg.conversation_id, msg.conversation_id)
+            older = blocked.get(cid) or blocked.get(msg.conversation_id)
             if cid in held or (older is not None and older < entry_sid(eid)):
                 held.add(cid)
                 done.outcomes[eid] = "held"

@@ -12,7 +12,7 @@ from worker import metrics
 from worker.conversation.chat import RoundTrip
 from worker.service.live_context import ContextSource
 from worker.service.number_turns import NumberTurns
-from worker.settings import Broker, Budget, Burst, Delivery, Drain, GameContext
+from worker.settings import Broker, Budget, Burst, Delivery, Drain, GameContext, OptOut
 
 
 class Wake(Protocol):
@@ -47,7 +47,8 @@ class ServiceConfig:
     trace_reply_chars: int = 4000
     game_context: GameContext = field(default_factory=GameContext)
     context_source: ContextSource | None = None  # the game's live context (worker.game_context), when configured
-    numbers: NumberTurns | None = None  # several WhatsApp numbers: each one's system prompt and tools for its turns
+    numbers: NumberTurns | None = None
+    opt_out: OptOut = field(default_factory=OptOut)  # the player's opt-out phrases and confirmations  # several WhatsApp numbers: each one's system prompt and tools for its turns
 
 
 # Bound once: looking a labelled child up costs more than the increment (several per model round trip).

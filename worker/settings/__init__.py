@@ -6,7 +6,7 @@ Standard names where the ecosystem has them (``REDIS_URL``, ``OPENAI_API_KEY``, 
 The settings come in groups, each a small frozen object a component takes as it is (as httpx's ``Timeout`` and
 ``Limits`` are): :class:`Redis`, :class:`Broker`, :class:`Llm`, :class:`Tooling`, :class:`Memory`, :class:`Store`,
 :class:`Drain`, :class:`Burst`, :class:`PhotoLimits`, :class:`Webhook`, :class:`Producers`, :class:`Delivery`, :class:`WhatsApp`,
-:class:`Record`, :class:`Budget`, :class:`Observability` and :class:`GameContext`. A knob is declared once, in its group; a unit a component
+:class:`Record`, :class:`Budget`, :class:`Observability`, :class:`GameContext` and :class:`OptOut`. A knob is declared once, in its group; a unit a component
 wants (milliseconds, a flag) is a property of the group. The environment stays flat: a field's variable is
 ``PARLEY_`` + its flat name (the field's ``validation_alias``, else its name), or a standard name, and
 ``Settings(lease_seconds=5)`` takes the same flat names.
@@ -37,6 +37,7 @@ from worker.settings.flat_names import FLAT, GROUPS, ROUTE, Regrouped, by_variab
 from worker.settings.ingress import PhotoLimits, Producers, Webhook
 from worker.settings.model import Budget, CompactionStep, GameContext, Llm, Memory, Tooling
 from worker.settings.observability import Observability
+from worker.settings.opt_out import OptOut
 from worker.settings.store import Broker, Record, Redis, Store
 
 __all__ = [
@@ -51,6 +52,7 @@ __all__ = [
     "Llm",
     "Memory",
     "Observability",
+    "OptOut",
     "PhotoLimits",
     "Producers",
     "Record",
@@ -89,6 +91,7 @@ class Settings(BaseSettings):
     budget: Budget = Field(default_factory=lambda: Budget())
     observability: Observability = Field(default_factory=lambda: Observability())
     game_context: GameContext = Field(default_factory=lambda: GameContext())
+    opt_out: OptOut = Field(default_factory=lambda: OptOut())
 
     def __init__(self, **values: Any) -> None:
         """Takes a group (``burst=Burst(...)``) or a setting by its flat name (``burst_quiet_seconds=2``), as the

@@ -18,6 +18,7 @@ from worker.settings.group import STANDARD
 from worker.settings.ingress import PhotoLimits, Producers, Webhook
 from worker.settings.model import Budget, GameContext, Llm, Memory, Tooling
 from worker.settings.observability import Observability
+from worker.settings.opt_out import OptOut
 from worker.settings.store import Broker, Record, Redis, Store
 
 GROUPS: dict[str, type[Any]] = {
@@ -25,7 +26,7 @@ GROUPS: dict[str, type[Any]] = {
     "drain": Drain, "burst": Burst, "media": PhotoLimits, "webhook": Webhook, "producers": Producers,
     "delivery": Delivery, "whatsapp": WhatsApp,
     "record": Record, "budget": Budget, "observability": Observability,
-    "game_context": GameContext,
+    "game_context": GameContext, "opt_out": OptOut,
 }
 
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 from typing import Any
 
 from worker.errors import InvalidConversationIdError
-from worker.store.core import StoreCore
 from worker.store.entry_codec import join_entry, position_score, split_entry
+from worker.store.identities import IdentityStore
 from worker.store.redis_errors import store_errors
 
 # What the sweeper reads of each candidate conversation, in this order (see ``stranded``).
@@ -17,7 +17,7 @@ _PROBES: tuple[tuple[str, ...], ...] = (
 )
 
 
-class AdminStore(StoreCore):
+class AdminStore(IdentityStore):
     """Sweeping, inspecting and repairing conversations."""
 
     @store_errors
@@ -177,3 +177,4 @@ class AdminStore(StoreCore):
             self._client.zadd(self.global_keys.record_deletes, {cid: position_score(recorded)})
         self._client.zrem(self.global_keys.pending, cid)
         self._client.zrem(self.global_keys.dead_index, cid)
+        self.forget_identities(cid)  # the links and the address; the opt-out stays

@@ -57,6 +57,7 @@ class Snapshot:
     # ``pause_read`` is False and the drain reads the pause at the turn point, see worker.service.drain.hooks).
     pause_read: bool = False
     pause: Pause | None = None
+    opted_out: bool = False  # with ``pause_read``: the player had opted out when the begin read it
 
 
 @dataclass(frozen=True)

@@ -23,6 +23,8 @@ from worker.store import lua
 from worker.store.accepts import AcceptStore
 from worker.store.answers import AcceptResult, WakePush
 from worker.store.async_scripts import AsyncScript, AsyncWire, WireSettings
+from worker.store.identities import Link
+from worker.store.keys import IdentityKeys
 from worker.store.redis_errors import async_store_errors
 
 
@@ -52,6 +54,15 @@ class AsyncAccept:
                                             ends_burst=ends_burst, wake=wake, reset=reset)
         reply = await self._script_for_loop()(request.keys, request.args, what="accept")
         return self.store.accept_answer(request, reply)
+
+
+    @async_store_errors
+    async def resolve_identity(self, ident: str) -> str:
+        """As :meth:`IdentityStore.resolve_identity <worker.store.identities.IdentityStore.resolve_identity>`,
+        awaited on the loop (one GET on the accept's connection)."""
+        [raw] = await self._script_for_loop().wire.call([("GET", IdentityKeys(self.store.prefix).link(ident))])
+        link = Link.stored(raw if isinstance(raw, bytes) else None)
+        return link.cid if link is not None else ident
 
 
 def for_store(store: AcceptStore) -> AsyncAccept | None:

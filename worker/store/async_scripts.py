@@ -197,6 +197,11 @@ class AsyncScript:
         self._sha = hashlib.sha1(text.encode()).hexdigest()
         self._replication = replication
 
+    @property
+    def wire(self) -> AsyncWire:
+        """The connection it is sent on (other commands of the same loop may share it)."""
+        return self._wire
+
     async def __call__(self, keys: Sequence[Any], args: Sequence[Any], *, what: str) -> Any:
         s = self._wire.settings
         failures = 0

@@ -80,3 +80,26 @@ def register(client: Any, text: str) -> Any:
     if type(client) is redis.Redis and not getattr(client, "_single_connection_client", False):
         return FastScript(client, text)
     return client.register_script(text)
+
+
+def fast_call(client: Any, *command: Any) -> Any:
+    """One plain command (a read on the hot path: a reply's recipient) the way :class:`FastScript` sends a script:
+    packed by hiredis on a pooled connection of a plain :class:`redis.Redis`, retried as redis-py retries, its raw
+    reply (no response callback: ``HGETALL`` answers a flat list). Any other client runs it through redis-py
+    (``execute_command``, whose callbacks may shape the reply: a dict for ``HGETALL``)."""
+    if type(client) is not redis.Redis or getattr(client, "_single_connection_client", False):
+        return client.execute_command(*command)
+    pool = client.connection_pool
+    conn: Any = pool.get_connection()
+
+    def send() -> Any:
+        if _hiredis_pack is not None:
+            conn.send_packed_command([_hiredis_pack(command)])
+        else:  # pragma: no cover
+            conn.send_command(*command)
+        return conn.read_response()
+
+    try:
+        return conn.retry.call_with_retry(send, lambda _err: conn.disconnect())
+    finally:
+        pool.release(conn)

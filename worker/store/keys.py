@@ -50,6 +50,9 @@ Per conversation (``{prefix}:{{cid}}:<name>``):
                 for none; expires with a timed pause (see :mod:`worker.store.pauses`)
 ``tomb``        zset: input ids of a deleted conversation (score: ms of the delete), so Meta's retries of
                 its old webhooks dedupe; not one of :data:`NAMES` (delete keeps it), expires on its own
+``optout``      hash: the player's opt-out (``stop``: everything business-initiated; ``marketing``: templates),
+                the ms each was made; not one of :data:`NAMES`: a delete and the idle TTL keep it, only an opt-in
+                clears it (see :mod:`worker.store.identities`)
 ==============  ==================================================================================
 
 Global (no hash tag; never touched inside a per-conversation script): ``{prefix}:pending`` (zset:
@@ -68,6 +71,13 @@ commit, status and delete did, for the exporter to copy to PostgreSQL) and ``{pr
 records the cap dropped before they were exported). On a standalone Redis there is one such stream (``n`` 0); on a
 Cluster one per slot, each ``rec.<n>`` chosen to hash to its slot, so a conversation's scripts can append to the
 stream of their own slot (see :class:`RecordKeys`).
+
+Identities (``{prefix}:{{ids}}:<name>``, one hash tag for all of them, so one transaction may read
+and move the links of a phone number and a business-scoped user id together, on a Cluster too; see
+:mod:`worker.store.identities`): ``link:<id>`` (string: ``<ms>\t<conversation id>``, the conversation a phone number
+or a BSUID belongs to, and since when), ``addr:<cid>`` (hash: ``phone``, ``user_id``, the player's ids as the latest
+webhook carried them, ``was``: ids they replaced; a reply's recipient is resolved from it when it is sent). Both
+expire with the idle TTL and go with a delete.
 
 Per sender phone number (``{prefix}:{{wa:<phone number id>}}:<name>``, a hash tag of their own, so the pacing script
 touches one slot): ``rate`` (the number's throughput bucket) and ``to:<recipient>`` (the pair bucket of one
@@ -143,6 +153,12 @@ class ConversationKeys:
         """The tombstone a delete leaves: outside :data:`NAMES`, because a delete keeps it."""
         return self.key("tomb")
 
+    @property
+    def opt_out(self) -> str:
+        """The player's opt-out marker (hash: ``stop`` and ``marketing``, the ms each was made): outside
+        :data:`NAMES` and the idle TTL's keys, because a delete, the idle TTL and the tombstone must leave it."""
+        return self.key("optout")
+
 
 @dataclass(frozen=True)
 class InletKeys:
@@ -216,6 +232,21 @@ class GlobalKeys:
     def trace_id_key(self) -> str:
         """The fleet's key for the pseudonyms of conversation ids in traces (string, hex; created once)."""
         return f"{self.prefix}:trace-id-key"
+
+
+@dataclass(frozen=True)
+class IdentityKeys:
+    """The identity links and the players' addresses (all in the slot of the ``ids`` hash tag)."""
+
+    prefix: str
+
+    def link(self, ident: str) -> str:
+        """The conversation a phone number or a business-scoped user id belongs to."""
+        return f"{self.prefix}:{{ids}}:link:{_safe(ident)}"
+
+    def address(self, cid: str) -> str:
+        """The player's current ids (``phone``, ``user_id``) and the ids they replaced (``was``)."""
+        return f"{self.prefix}:{{ids}}:addr:{validate_conversation_id(cid)}"
 
 
 @dataclass(frozen=True)

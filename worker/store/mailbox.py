@@ -38,7 +38,8 @@ class MailboxStore(StoreCore):
         input_id, payload = split_entry(res.entry or b"")
         return Begin("ok", res.code, Snapshot(payload, input_id, res.blob, res.version, split_all(res.after),
                                              res.tag, res.journal, pause_read=True,
-                                             pause=Pause.stored(res.paused, self._now_ms())), res.attempts)
+                                             pause=Pause.stored(res.paused, self._now_ms()),
+                                             opted_out=res.opted_out), res.attempts)
 
     @store_errors
     def peek(self, cid: str, start: int, count: int) -> tuple[tuple[str, bytes], ...]:

@@ -63,11 +63,11 @@ class MailboxScripts(ScriptGroup):
     def begin(self, *, keys: ConversationKeys, lease_ms: int, peek: int = 0, held_tag: str = "") -> BeginReply:
         """``held_tag``: the tag of the state the caller holds decoded ('' none); that blob is not sent again."""
         res = self._begin(keys=BeginKeys(keys.hold, keys.inbox, keys.lease, keys.fence, keys.state, keys.attempts,
-                                         keys.journal, keys.blob, keys.paused),
+                                         keys.journal, keys.blob, keys.paused, keys.opt_out),
                           args=[lease_ms, peek, held_tag])
         return BeginReply(int(res[0]), opt_bytes(res[1]), blob_bytes(res[2]), int(res[3] or 0), int(res[4] or 0),
                           [bytes(e) for e in res[5] or ()], text_or_none(res[6]) or "", int(res[7] or 0) == 1,
-                          opt_bytes(res[8]))
+                          opt_bytes(res[8]), int(res[9] or 0) == 1)
 
     def commit(self, *, keys: ConversationKeys, token: int, expected_version: int, input_id: str,
                mode: str, blob: bytes, reply_entry: bytes, trace_entry: bytes, dead_entry: bytes, lease_ms: int,

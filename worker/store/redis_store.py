@@ -21,6 +21,8 @@ commands, ordered so that a crash between them strands nothing.
 - :class:`~worker.store.timers.TimerStore`: inputs held until they are due (producers, the timer loop, the CLI).
 - :class:`~worker.store.game_context.GameContextStore`: the game's last good live context (the drain).
 - :class:`~worker.store.pauses.PauseStore`: a person taking a conversation over (pause, resume, the gauge).
+- :class:`~worker.store.identities.IdentityStore`: a player's ids (phone number, BSUID) linked to one conversation,
+  where a reply goes now, and the opt-outs.
 
 What the service sees of it are the protocols of :mod:`worker.store.interfaces`; what it answers,
 :mod:`worker.store.answers`.
@@ -52,6 +54,7 @@ from worker.store.autoscaling import AutoscalingStore
 from worker.store.delivery_statuses import DeliveryStatusStore
 from worker.store.entry_codec import join_entry, split_entry
 from worker.store.game_context import GameContextStore
+from worker.store.identities import IdentityStore
 from worker.store.interfaces import DeliveryStore, DrainStore, PaceStore, SweeperStore, WorkerStore
 from worker.store.journal import TurnJournalStore
 from worker.store.limits import PaceLimits, StoreLimits
@@ -90,7 +93,8 @@ __all__ = [
 
 
 class ConversationStore(AcceptStore, MailboxStore, TurnJournalStore, OutboxStore, DeliveryStatusStore, SharedPaceStore,
-                        AdminStore, AutoscalingStore, RecordStreamStore, TimerStore, GameContextStore, PauseStore):
+                        AdminStore, AutoscalingStore, RecordStreamStore, TimerStore, GameContextStore, PauseStore,
+                        IdentityStore):
     """Conversation storage on Redis (standalone, Sentinel-managed or Cluster)."""
 
 

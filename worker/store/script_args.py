@@ -40,6 +40,7 @@ class BeginKeys(NamedTuple):
     journal: str
     blob_key: str
     paused: str
+    opt_out: str
 
 
 class CommitKeys(NamedTuple):

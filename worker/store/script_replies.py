@@ -53,6 +53,7 @@ class BeginReply(NamedTuple):
     tag: str  # the stored state's tag ('' none); ``blob`` is None when it is the tag the caller has
     journal: bool  # the turn journal holds entries
     paused: bytes | None  # the conversation's paused key (see worker.store.pauses), None: not paused
+    opted_out: bool  # the player opted out (see worker.store.identities)
 
 
 class ClaimReply(NamedTuple):

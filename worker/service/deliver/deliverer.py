@@ -38,6 +38,7 @@ from worker.errors import (
     DeliveryPermanentError,
     DeliveryRetryableError,
     EnvelopeError,
+    OptedOutError,
     OutsideWindowError,
     RetryLater,
     SendOutcomeUnknownError,
@@ -159,6 +160,8 @@ class Deliverer:
         only a windowed channel looks at it."""
         cid, token, lease_ms = run.cid, run.token, self.config.drain.lease_ms
         last = len(record.parts) - 1
+        # The recipient resolved now: a number or user id that changed since the reply was queued.
+        recipient = self.store.recipient_now(cid, record.recipient)
         for part in range(start, len(record.parts)):
             if part > start:
                 if self.config.delivery.part_interval:
@@ -166,7 +169,7 @@ class Deliverer:
                 self.store.mark_inflight(cid, token, record.reply_id, part)
             try:
                 with _send_span(cid, record, part):
-                    sent = self._send_part(cid, record, part, inbound)
+                    sent = self._send_part(cid, record, part, inbound, recipient)
             except RetryLater:  # the pace: nothing went out, and our own pacing is no failure of the reply
                 self.store.clear_inflight(cid, token)
                 raise
@@ -187,7 +190,7 @@ class Deliverer:
             except DeliveryPermanentError as exc:
                 self.store.clear_inflight(cid, token)
                 # outside_window, or outside_window:131047 when the API said so rather than the recorded time.
-                reason = None
+                reason = "opted_out" if isinstance(exc, OptedOutError) else None
                 if isinstance(exc, OutsideWindowError):
                     reason = f"outside_window:{exc.code}" if exc.code else "outside_window"
                 self._dead_reply(run, record, str(exc), exc.code, reason=reason)
@@ -202,7 +205,7 @@ class Deliverer:
             self.store.mark_sent(cid, token, record.reply_id, part, sent.message_id, lease_ms)
         raise AssertionError("unreachable: the last part returns")  # pragma: no cover
 
-    def _send_part(self, cid: str, record: ReplyRecord, part: int, inbound: float | None) -> Sent:
+    def _send_part(self, cid: str, record: ReplyRecord, part: int, inbound: float | None, recipient: str) -> Sent:
         """One API call (two when a windowed channel answers a closed window with the template), each paced by the
         channel that keeps a pace; the part goes with callback data naming it, which its status webhooks carry back
         (see inflight)."""
@@ -212,14 +215,13 @@ class Deliverer:
         if reacts and reply_to is None:  # a reply that answers no message (an operator's): the player's latest
             reply_to = self.store.last_message(cid)
         callback = part_callback(cid, record.reply_id, part, tracing.current())
-        if self.windowed is not None:
-            return self.windowed.send_reply(record.recipient, record.parts[part:], reply_to=reply_to,
-                                           last_inbound=inbound, callback_data=callback)
+        if self.windowed is not None:  # the opt-outs are read only when a template would go
+            return self.windowed.send_reply(recipient, record.parts[part:], reply_to=reply_to, last_inbound=inbound,
+                                           callback_data=callback, templates=partial(self.store.templates_allowed, cid))
         sending = record.parts[part]
         if isinstance(sending, str) or self.rich is None:
-            return Sent(self.channel.send_text(record.recipient, render(sending), reply_to=reply_to,
-                                               callback_data=callback))
-        return Sent(self.rich.send_part(record.recipient, sending, reply_to=reply_to, callback_data=callback))
+            return Sent(self.channel.send_text(recipient, render(sending), reply_to=reply_to, callback_data=callback))
+        return Sent(self.rich.send_part(recipient, sending, reply_to=reply_to, callback_data=callback))
 
     def _held_for(self, exc: WhatsAppTokenError) -> float:
         """Seconds until the held delivery probes the token again: exponential in the refusals in a row, with

@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import logging
 from dataclasses import replace
+from typing import Any
 
 from worker import metrics
-from worker.conversation.chat import Chat
+from worker.conversation.chat import Chat, State
 from worker.envelopes.inputs import Envelope, InputKind, decode_envelope
 from worker.errors import AuthenticationError, EnvelopeError, InputError, ModelError
 from worker.service.config import ServiceConfig
@@ -74,14 +75,13 @@ class Decider:
             return self._chat_turn(run, Pending(env.message_id, env), snap)
         if env.kind is InputKind.NOTICE:
             return self.hooks.notice(run, Pending(env.message_id, env)) or Notice(env, env.text or "", "producer")
+        held = env.kind is InputKind.OPERATOR or (env.kind is InputKind.EVENT and bool(env.respond))
+        if held and self._opted_out(run, env.message_id):  # the business starts nothing for a player who opted out
+            return self._held_back(run, env, state)
         if env.kind is InputKind.EVENT and env.respond:
             return self._chat_turn(run, Pending(env.message_id, env), snap)  # the model answers it
         if env.kind is InputKind.EVENT:
-            result = self.chat.apply_event(state, env.text or "", pinned=env.pinned, from_player=bool(env.from_player),
-                                           key=env.key)
-            return Applied(env, result.state, {"event": env.text}, result.resident,
-                           quarantine_of(state, result.state_problem), result.needs_compaction,
-                           result.pinned_dropped)
+            return self._event(env, state, {"event": env.text})
         if env.kind is InputKind.RESET:
             return Applied(env, b"", {"reset": True})
         if env.kind is InputKind.OPERATOR:
@@ -89,6 +89,29 @@ class Decider:
         spliced = self.chat.splice(state, env.state or b"")
         return Spliced(env, spliced.state if spliced.applied else None, spliced.applied, spliced.reason,
                        spliced.kept_new_messages, spliced.pinned_dropped)
+
+    def _opted_out(self, run: DrainRun, head_id: str) -> bool:
+        """Whether the player opted out: as the drain's begin read it, else read now."""
+        seen = run.opt_out_for(head_id)
+        return self.store.opted_out(run.cid) if seen is None else seen
+
+    def _event(self, env: Envelope, state: State, trace: dict[str, Any]) -> Applied:
+        """A game event applied without the model (no reply)."""
+        result = self.chat.apply_event(state, env.text or "", pinned=env.pinned, from_player=bool(env.from_player),
+                                       key=env.key)
+        return Applied(env, result.state, trace, result.resident, quarantine_of(state, result.state_problem),
+                       result.needs_compaction, result.pinned_dropped)
+
+    def _held_back(self, run: DrainRun, env: Envelope, state: State) -> Applied:
+        """An answered event or an operator's message for a player who opted out: applied to the state (the event
+        as one the model did not answer, the operator's words as said), nothing sent; counted."""
+        kind = "operator" if env.kind is InputKind.OPERATOR else "event"
+        metrics.OPTED_OUT_SENDS.labels(kind).inc()
+        if kind == "event":
+            return self._event(env, state, {"event": env.text, "opted_out": True})
+        s = speak(self.chat, state, env, run.cid)
+        return Applied(env, s.state, {"operator": True, "opted_out": True, "reply": env.text}, s.resident,
+                       s.quarantine, s.needs_compaction, s.pinned_dropped)
 
     def _chat_turn(self, run: DrainRun, head: Pending, snap: Snapshot) -> Outcome:
         """A chat message at the head: the turn takes in the burst it starts, or is put off while the player is

@@ -124,6 +124,7 @@ class Drainer:
                 first = begin.snapshot
                 if first.pause_read and first.input_id:
                     run.pause_seen = (first.input_id, first.pause)
+                    run.opt_out_seen = (first.input_id, first.opted_out)
                 while snap is not None:
                     with input_span(cid, snap, attempts) as traced:
                         done = apply(run, snap, decide(run, snap, attempts))

@@ -35,6 +35,8 @@ class DrainRun:
     # The pause as the drain's begin read it, with the id of the head input it was read for: the first turn point
     # uses it instead of a GET of its own (see :meth:`pause_for`).
     pause_seen: tuple[str, Pause | None] | None = None
+    # The player's opt-out as the same begin read it, used the same way (see :meth:`opt_out_for`).
+    opt_out_seen: tuple[str, bool] | None = None
 
     def pause_for(self, head_id: str) -> tuple[bool, Pause | None]:
         """The pause read with the snapshot of ``head_id`` (``(True, pause)``, once: a later turn point reads the
@@ -43,6 +45,12 @@ class DrainRun:
         if seen is None or seen[0] != head_id:
             return False, None
         return True, seen[1]
+
+    def opt_out_for(self, head_id: str) -> bool | None:
+        """Whether the player had opted out, as the begin read it with the snapshot of ``head_id`` (once), or None
+        when it was not read then."""
+        seen, self.opt_out_seen = self.opt_out_seen, None
+        return seen[1] if seen is not None and seen[0] == head_id else None
 
     def state_of(self, snap: Snapshot) -> State:
         """The snapshot's state: what this worker holds decoded when it is the stored one (same tag), else the
