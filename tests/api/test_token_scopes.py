@@ -268,3 +268,24 @@ def test_the_openapi_document_names_the_answers_of_a_limited_token(game_a_file: 
             assert "Retry-After" in responses["429"]["headers"], (path, method)
             assert "per_second" in responses["429"]["description"]
             assert "recipient" in responses["422"]["description"]
+
+
+def test_a_limited_tokens_reach_is_decided_on_the_conversation_a_players_other_id_leads_to(game_a_file: Path) -> None:
+    """A player's phone number and user id lead to one conversation: an id that looks inside a token's reach but is
+    linked to a conversation outside it is answered 404, and the player of a conversation inside it may be named by
+    their other id."""
+    store = _fake_store()
+    http = _app(store, file=game_a_file)
+    assert http.post(f"/v1/conversations/{B_CID}/events", headers=WIDE, json={"text": "B's secret"}).status_code == 202
+    store.link_identity(B_CID, None)
+    assert store.link_identity(B_CID, "game-a.sneaky") == B_CID  # the older conversation stays the player's
+    inbox_before = store.inbox(B_CID)
+    for method, path, body in _requests("game-a.sneaky"):
+        r = http.request(method, path, headers=GAME_A, json=body)
+        assert r.status_code == 404, (method, path, r.text)
+        assert "B's secret" not in r.text
+    assert store.inbox(B_CID) == inbox_before
+    store.link_identity(A_CID, None)
+    assert store.link_identity(A_CID, "US.7001") == A_CID
+    assert http.post("/v1/conversations/US.7001/events", headers=GAME_A, json={"text": "x"}).status_code == 202
+    assert [e for e in store.inbox(A_CID)], "the event went to the conversation the user id leads to"

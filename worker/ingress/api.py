@@ -162,6 +162,19 @@ class ProducerApi:
             number = self.numbers.route(address)[0]
         return grant.allows(address, number)
 
+    def reaches_player(self, grant: Grant, named: str) -> bool:
+        """Whether ``grant`` reaches the conversation the id ``named`` leads to (blocking: one read for a limited
+        token). A player named by their phone number or their user id is the one conversation the two lead to
+        (:meth:`~worker.client.ConversationClient.resolve`), so the reach is decided on that conversation: an id
+        inside the token's reach that leads elsewhere is refused, and another id of a player it reaches is not."""
+        if grant.prefixes is None and grant.numbers is None:
+            return True
+        try:
+            cid = self.client.resolve(named)
+        except InputError:  # not a conversation id: the operation refuses it as it would for any token
+            cid = named
+        return self.reaches(grant, cid)
+
     def rate_wait(self, grant: Grant) -> float:
         """0 when the token may make this request, else the seconds until it may (blocking: one round trip)."""
         return self.client.store.api_slot(grant.digest, grant.per_second) if grant.per_second else 0.0
@@ -331,7 +344,7 @@ async def _answer(api: ProducerApi, op: Operation, run: Run, call: Call, grant: 
         if not _allows(grant.role, op.scope):
             return problem(403, f"this token's scope ({grant.role}) does not allow {op.operation_id}")
         cid = call.params["conversation_id"]
-        if not api.reaches(grant, cid):
+        if not await run_in_threadpool(api.reaches_player, grant, cid):
             log.info("API token %s asked for %s on %s, outside its reach: answered 404", grant.name, op.operation_id,
                      cid, extra={"conversation_id": cid})
             return no_conversation(cid)
