@@ -202,6 +202,15 @@ def test_a_broken_rewrite_keeps_the_last_good_tokens(game_a_file: Path, monkeypa
     assert http.get(f"/v1/conversations/{A_CID}", headers=GAME_A).status_code == 401
 
 
+def test_a_file_set_exports_both_read_outcomes_from_zero(game_a_file: Path) -> None:
+    """So the first refused read after a start is an increase Prometheus sees (the alert on it counts on that)."""
+    ingress_metrics.API_TOKENS_FILE_LOADS.clear()
+    TokenSource((), str(game_a_file))
+    samples = {s.labels["outcome"]: s.value for m in ingress_metrics.API_TOKENS_FILE_LOADS.collect()
+               for s in m.samples if s.name.endswith("_total")}
+    assert samples == {"loaded": 0.0, "refused": 0.0}
+
+
 def test_the_file_is_looked_at_once_a_second_at_most(game_a_file: Path) -> None:
     now = [100.0]
     source = TokenSource((), str(game_a_file), clock=lambda: now[0])

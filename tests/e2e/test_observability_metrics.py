@@ -1,14 +1,17 @@
 """End to end: every metric the Grafana dashboard and the Prometheus alert rules (docker/observability) name is one
-the running processes export. A real Celery worker, the webhook process under uvicorn and a real `parley exporter`
-(with PostgreSQL), each serving /metrics as deployed; a player's message goes in through a signed webhook, the turn
-is answered and sent, the exporter copies the record; then the three are scraped. A histogram is named by its
-_bucket/_sum/_count series, a counter by its _total one."""
+the running processes export. A real Celery worker, the webhook process under uvicorn (with a tokens file), a real
+`parley exporter` (with PostgreSQL) and a real `parley inlet`, each serving /metrics as deployed; a player's message
+goes in through a signed webhook, the turn is answered and sent, the exporter copies the record, the inlet moves an
+entry it cannot read aside; then the four are scraped. A histogram is named by its _bucket/_sum/_count series, a
+counter by its _total one. The labelled counters the alerts take an increase of are exported from 0 before their
+first count (a series that appears at 1 shows Prometheus no increase)."""
 
 from __future__ import annotations
 
 import hashlib
 import hmac
 import json
+import pathlib
 import re
 import subprocess
 import sys
@@ -16,9 +19,11 @@ import time
 
 import httpx
 import pytest
+import redis
 
 from tests.e2e.conftest import Cluster
 from tests.support.api_server import ApiProcess
+from tests.support.inlet_processes import start_inlet, stop_inlets
 from tests.support.observability import exported_series, named_metrics
 from tests.support.postgres import fresh_database
 from tests.support.redis_server import free_port
@@ -57,21 +62,37 @@ def _value(text: str, series: str) -> float:
     return float(m.group(1)) if m else 0.0
 
 
-def test_every_metric_the_dashboard_and_the_rules_name_is_exported(cluster: Cluster) -> None:
+def _exported_at(text: str, series: str) -> float | None:
+    m = re.search(rf"^{re.escape(series)} (\S+)$", text, re.M)
+    return float(m.group(1)) if m else None
+
+
+def test_every_metric_the_dashboard_and_the_rules_name_is_exported(cluster: Cluster, tmp_path: pathlib.Path) -> None:
     with fresh_database() as db:
         env = {**cluster.env, "PARLEY_DATABASE_URL": db}
         up = subprocess.run([sys.executable, "-m", "worker.cli", "db", "upgrade"], env=env, cwd=ROOT,
                             capture_output=True, text=True, timeout=120)
         assert up.returncode == 0, up.stderr
-        worker_port, exporter_port = free_port(), free_port()
+        worker_port, exporter_port, inlet_port = free_port(), free_port(), free_port()
         cluster.start_worker("observed", env={**env, "PARLEY_METRICS_PORT": str(worker_port)})
         exporter = subprocess.Popen([sys.executable, "-m", "worker.cli", "exporter"], cwd=ROOT,
                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                                     env={**env, "PARLEY_METRICS_PORT": str(exporter_port),
                                          "PARLEY_EXPORTER_IDLE_SECONDS": "0.05"})
+        tokens = tmp_path / "tokens.json"
+        tokens.write_text(json.dumps({"tokens": [{"token": "game-token", "scope": "producer"}]}))
         webhook = ApiProcess(env["REDIS_URL"], "", **{k: v for k, v in env.items() if k.startswith("PARLEY_")},
-                             WHATSAPP_APP_SECRET=SECRET, WHATSAPP_VERIFY_TOKEN="verify").start()
+                             WHATSAPP_APP_SECRET=SECRET, WHATSAPP_VERIFY_TOKEN="verify",
+                             PARLEY_API_TOKENS_FILE=str(tokens)).start()
+        inlet = start_inlet({**env, "PARLEY_METRICS_PORT": str(inlet_port)}, "observed-inlet")
+        inlet_url = f"http://127.0.0.1:{inlet_port}"
         try:
+            assert wait_until(lambda: "parley_inlet_entries_total" in _scrape(inlet_url), 30)
+            assert _exported_at(_scrape(inlet_url), 'parley_inlet_entries_total{outcome="dead"}') == 0
+            assert _exported_at(_scrape(webhook.url), 'parley_api_tokens_file_loads_total{outcome="refused"}') == 0
+            redis.Redis.from_url(env["REDIS_URL"]).xadd("parley:inlet", {"envelope": "{not json"})
+            assert wait_until(
+                lambda: _value(_scrape(inlet_url), 'parley_inlet_entries_total{outcome="dead"}') == 1, 30)
             assert _post(webhook.url, _webhook_body("wamid.OBS1", "where next?")) == 200
             assert _post(webhook.url, _webhook_body("wamid.OBS1", "where next?")) == 200  # Meta's retry: a duplicate
             assert _post(webhook.url, _webhook_body("wamid.OBS2", "forged"), secret="wrong") == 401
@@ -81,8 +102,9 @@ def test_every_metric_the_dashboard_and_the_rules_name_is_exported(cluster: Clus
             assert wait_until(lambda: _value(_scrape(worker_url), "parley_reply_latency_seconds_count") == 1, 10)
             assert wait_until(lambda: _value(_scrape(exporter_url), "parley_records_exported_total") >= 1, 30)
             scraped = {"worker": _scrape(worker_url), "webhook": _scrape(webhook.url),
-                       "exporter": _scrape(exporter_url)}
+                       "exporter": _scrape(exporter_url), "inlet": _scrape(inlet_url)}
         finally:
+            stop_inlets([inlet])
             webhook.stop()
             exporter.terminate()
             exporter.wait(20)

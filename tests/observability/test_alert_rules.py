@@ -51,6 +51,10 @@ BROKEN = [
     ("max(parley_record_lag_seconds) > 600", "max(parley_record_lag_seconds) > 10"),
     ('{outcome="bad_signature"}[15m])) > 0', '{outcome="bad_signature"}[15m])) >= 0 or vector(1)'),
     ("(parley_model_breaker_open) > 0", "(parley_model_breaker_open) > 0 unless on() vector(1)"),
+    ("parley_wakeups_failed_total[3m]", "parley_wakeups_failed_total[10m]"),
+    ("\n          > (max_over_time", "\n          < (max_over_time"),
+    ('{outcome="dead"}[15m])) >= 3', '{outcome="dead"}[15m])) >= 1'),
+    ("increase(parley_identity_conflicts_total[1h])) > 0", "increase(parley_identity_conflicts_total[1h])) > 1"),
 ]
 
 

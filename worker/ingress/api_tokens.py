@@ -48,6 +48,10 @@ class TokenSource:
         if self._path is not None:
             self._stamp = _stamp(self._path)
             self._grants = self._combined(load_grants(self._path))
+            # Both outcomes exported from 0: a series that first appears at 1 shows Prometheus no increase, and the
+            # alert on a refused read would miss the first one after a start.
+            for outcome in ("loaded", "refused"):
+                ingress_metrics.API_TOKENS_FILE_LOADS.labels(outcome)
 
     @property
     def on(self) -> bool:

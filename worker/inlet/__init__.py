@@ -40,11 +40,12 @@ def run_inlet(settings: Settings, *, consumer: str | None = None, once: bool = F
     """Consume ``PARLEY_INLET_STREAM`` until SIGTERM or SIGINT; a Redis outage is waited out, never a crash.
     ``once``: one round of the stream (no queue), then return (a probe of the entry point)."""
     from worker.client import ConversationClient
-    from worker.inlet.stream import Inlet
+    from worker.inlet.stream import Inlet, export_outcomes
 
     if settings.observability.metrics_port:
         from prometheus_client import start_http_server
 
+        export_outcomes()
         start_http_server(settings.observability.metrics_port)
     stopping = False
 
