@@ -11,6 +11,7 @@ import hmac
 import json
 import os
 import pathlib
+import re
 import signal
 import subprocess
 import sys
@@ -36,7 +37,9 @@ def operator_env(redis_url: str, receiver: OtlpReceiver) -> dict[str, str]:
     """The example .env with its documented file and trace lines switched on, as an operator would: the config
     folder's mount point read as docker/config/, the collector as ``receiver``."""
     active, commented = needs.example_env()
-    on = {k: v for k, v in commented.items() if v.startswith(needs.CONFIG_MOUNT + "/") or k == "WA_TOKEN_QUIZ"}
+    read = set(re.findall(r"\$\{([A-Z0-9_]+)\}", "".join(
+        p.read_text() for p in needs.CONFIG_DIR.iterdir() if p.is_file())))  # the ${VAR}s the config files read
+    on = {k: v for k, v in commented.items() if v.startswith(needs.CONFIG_MOUNT + "/") or k in read}
     env = {**active, **on, "OTEL_EXPORTER_OTLP_ENDPOINT": receiver.url}
     env = {k: v.replace(needs.CONFIG_MOUNT, str(needs.CONFIG_DIR)) for k, v in env.items()}
     env["REDIS_URL"] = redis_url  # compose's own Redis, here a local one on a free port
