@@ -169,6 +169,7 @@ def test_search_finds_a_planted_fact_among_ten_thousand_messages_with_its_answer
     ("cafe elysee", "Meet me at the Café Élysée on Saturday 🏰"),
     ("CAFÉ ÉLYSÉE", "Meet me at the Café Élysée on Saturday 🏰"),
     ("the 🏰 one", "Meet me at the Café Élysée on Saturday 🏰"),
+    ("meeting at the cafe", "Meet me at the Café Élysée on Saturday 🏰"),
 ])
 def test_queries_without_spaces_accents_or_case_find_their_message(
         big_archive: tuple[InMemoryArchive, list[ArchivedMessage]], query: str, expected: str) -> None:
@@ -222,3 +223,10 @@ def test_terms_fold_case_and_accents_and_cut_unspaced_scripts_into_bigrams() -> 
     assert terms("次の目的地") == ["次の", "の目", "目的", "的地"]
     assert terms("नमस्ते दोस्त") == ["नमस्ते", "दोस्त"]  # Indic vowel signs stay inside their word
     assert terms("a 👍 b") == ["a", "👍", "b"]
+
+
+def test_english_inflections_find_each_other() -> None:
+    archive = InMemoryArchive()
+    archive.append("c", [_msg(0, "assistant", "The lanterns are guarded by Oswin."), _msg(1, "player", "ok"),
+                         _msg(2, "player", "ok"), _msg(3, "player", "the guard said hi"), _msg(4, "player", "ok")])
+    assert archive.search("c", "lantern guard", max_tokens=200)[0]["text"] == "The lanterns are guarded by Oswin."
