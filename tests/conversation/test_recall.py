@@ -230,3 +230,16 @@ def test_english_inflections_find_each_other() -> None:
     archive.append("c", [_msg(0, "assistant", "The lanterns are guarded by Oswin."), _msg(1, "player", "ok"),
                          _msg(2, "player", "ok"), _msg(3, "player", "the guard said hi"), _msg(4, "player", "ok")])
     assert archive.search("c", "lantern guard", max_tokens=200)[0]["text"] == "The lanterns are guarded by Oswin."
+
+
+def test_every_damaged_byte_of_a_batch_is_an_error_never_other_text() -> None:
+    messages = [_msg(i, "player", f"message {i} about the castle gate") for i in range(5)]
+    data = encode_batch(messages)
+    for at in range(4, len(data)):
+        damaged = bytearray(data)
+        damaged[at] ^= 0x20
+        try:
+            decoded = decode_archive(bytes(damaged))
+        except ArchiveDecodeError:
+            continue
+        assert decoded == messages, at  # a bit the decoder never reads (padding) changes nothing
