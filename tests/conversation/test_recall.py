@@ -243,3 +243,24 @@ def test_every_damaged_byte_of_a_batch_is_an_error_never_other_text() -> None:
         except ArchiveDecodeError:
             continue
         assert decoded == messages, at  # a bit the decoder never reads (padding) changes nothing
+
+
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(st.integers(0, 9_998), st.sampled_from(["Zephyrine", "Ölmühle", "灯台守", "ประภาคาร", "🦉"]))
+def test_a_fact_planted_anywhere_among_ten_thousand_is_found_first(position: int, word: str) -> None:
+    messages = _chatter(10_000, 2)
+    messages[position] = _msg(position, "player", f"the password is {word}")
+    messages[position + 1] = _msg(position + 1, "assistant", "Noted, I will remember it.")
+    results = recall(SearchIndex.of(messages), f"password {word}", max_tokens=200)
+    assert results[0]["text"] == f"the password is {word}"
+    assert "Noted, I will remember it." in [c["text"] for c in results[0]["context"]]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.binary(max_size=400))
+def test_any_index_bytes_load_or_raise_the_archive_error(tail: bytes) -> None:
+    for data in (tail, b"PRI1" + tail):
+        try:
+            SearchIndex.from_bytes(data)
+        except ArchiveDecodeError:
+            pass
