@@ -3,8 +3,8 @@
 Layout: one version byte, then a zstandard frame of a msgpack array of ``[id, speaker, text, at]`` rows (``at`` in
 microseconds since the epoch, UTC, or nil), with zstandard's checksum so that a damaged batch is an error, never
 other text. zstandard because the state already uses it and, measured on varied chat text (bench/recall_search.py),
-it packs within a few percent of zlib's best and decompresses several times faster (lzma packs a fifth tighter but
-decompresses twenty times slower, on every search that reads the batches); the speaker is a small integer.
+it packs about as tight as zlib's best and decompresses much faster (lzma packs tighter but decompresses far slower,
+on every read of the batches); the speaker is a small integer.
 Batches concatenate: an archive written by many commits is the batches in order, and :func:`decode_archive` reads
 them all.
 """

@@ -1,9 +1,9 @@
 """A conversation's search index: SQLite's FTS5 (in memory, stdlib) over the archived messages' folded terms,
 ranked by FTS5's BM25, storable as bytes.
 
-Why FTS5 over a stored database: measured at 10,000 archived messages (bench/recall_search.py), building any index
-per search in Python costs 100+ ms (folding and splitting every text alone does), while loading a stored FTS5
-database (``deserialize``) and asking it costs a few ms, all of it in C. The terms are folded and split here
+Why FTS5 over a stored database (bench/recall_search.py measures the alternatives): building any index per search
+means folding and splitting every archived text in Python, which alone is far over a turn's budget at thousands of
+messages, while loading a stored FTS5 database (``deserialize``, one copy) and asking it runs in C. The terms are folded and split here
 (:mod:`~worker.conversation.recall.terms`) and given to FTS5's ``ascii`` tokenizer, which splits on spaces and
 keeps every non-ASCII character, so bigrams of Chinese or Thai and emoji reach the index as they are; Porter's
 stemmer then folds English inflections.
@@ -26,8 +26,8 @@ _SCHEMA = (
     " at INTEGER, text TEXT NOT NULL)",
     # Contentless: the texts are in `message`, the index need not keep its own copy (less than half the bytes).
     # detail=full: with a contentless table, FTS5's bm25() scores every row 0 under detail=column.
-    # Porter's stemmer: measured on planted facts, "looking for the lantern" finds "look for lanterns" (11 more of 14
-    # such facts at rank 1) and nothing else got worse; it leaves words that are not English-like as they are.
+    # Porter's stemmer: "looking for the lantern" finds "look for lanterns"; on the bench's planted facts it found
+    # inflected ones and made nothing else worse.
     "CREATE VIRTUAL TABLE term USING fts5(terms, tokenize='porter ascii', content='')",
 )
 _MAGIC = b"PRI1"  # a new schema or tokenizer is a new magic: an index is rebuilt from the batches, never misread
