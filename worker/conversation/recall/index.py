@@ -3,8 +3,8 @@ ranked by FTS5's BM25, storable as bytes.
 
 Why FTS5 over a stored database (bench/recall_search.py measures the alternatives): building any index per search
 means folding and splitting every archived text in Python, which alone is far over a turn's budget at thousands of
-messages, while loading a stored FTS5 database (``deserialize``, one copy) and asking it runs in C. The terms are folded and split here
-(:mod:`~worker.conversation.recall.terms`) and given to FTS5's ``ascii`` tokenizer, which splits on spaces and
+messages, while loading a stored FTS5 database (``deserialize``, one copy) and asking it runs in C. The terms are
+folded and split here (:mod:`~worker.conversation.recall.terms`) and given to FTS5's ``ascii`` tokenizer, which splits on spaces and
 keeps every non-ASCII character, so bigrams of Chinese or Thai and emoji reach the index as they are; Porter's
 stemmer then folds English inflections.
 """
