@@ -16,7 +16,8 @@ The tree::
     │   ├── InvalidScheduleError
     │   └── WebhookTooLargeError
     ├── StateError
-    │   └── StateDecodeError
+    │   ├── StateDecodeError
+    │   └── ArchiveDecodeError
     ├── CompactionFailed
     ├── ToolError
     ├── GameContextError
@@ -148,6 +149,19 @@ class StateDecodeError(StateError):
     ``invalid``) for metrics and the quarantine record. The public API never lets this escape: a turn
     continues from a fresh state and reports the reason instead.
     """
+
+    def __init__(self, reason: str, detail: str = "") -> None:
+        super().__init__(f"{reason}: {detail}" if detail else reason)
+        self.reason = reason
+        self.detail = detail
+
+
+class ArchiveDecodeError(StateError):
+    """Raised when a conversation archive's bytes are corrupt, truncated or of an unknown version.
+
+    ``reason`` is a short machine-readable word (``corrupt``, ``version``, ``invalid``) like
+    :class:`StateDecodeError`'s; the archive is what recall searches, never what a turn needs, so a caller may log
+    it and answer without recall."""
 
     def __init__(self, reason: str, detail: str = "") -> None:
         super().__init__(f"{reason}: {detail}" if detail else reason)
