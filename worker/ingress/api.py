@@ -167,7 +167,7 @@ class ProducerApi:
         token). A player named by their phone number or their user id is the one conversation the two lead to
         (:meth:`~worker.client.ConversationClient.resolve`), so the reach is decided on that conversation: an id
         inside the token's reach that leads elsewhere is refused, and another id of a player it reaches is not."""
-        if grant.prefixes is None and grant.numbers is None:
+        if not grant.limited:
             return True
         try:
             cid = self.client.resolve(named)
@@ -344,7 +344,8 @@ async def _answer(api: ProducerApi, op: Operation, run: Run, call: Call, grant: 
         if not _allows(grant.role, op.scope):
             return problem(403, f"this token's scope ({grant.role}) does not allow {op.operation_id}")
         cid = call.params["conversation_id"]
-        if not await run_in_threadpool(api.reaches_player, grant, cid):
+        # Only a limited token pays the read (and the thread hop) that finds where the id leads.
+        if grant.limited and not await run_in_threadpool(api.reaches_player, grant, cid):
             log.info("API token %s asked for %s on %s, outside its reach: answered 404", grant.name, op.operation_id,
                      cid, extra={"conversation_id": cid})
             return no_conversation(cid)

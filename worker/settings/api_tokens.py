@@ -48,6 +48,11 @@ class Grant:
         return self.numbers is None or (number is not None and number in self.numbers)
 
     @property
+    def limited(self) -> bool:
+        """Whether the token reaches only some conversations (its numbers or id prefixes)."""
+        return self.prefixes is not None or self.numbers is not None
+
+    @property
     def digest(self) -> str:
         """What names the token where it must not be written (its rate counter in Redis)."""
         return hashlib.sha256(self.token).hexdigest()[:32]
