@@ -53,9 +53,9 @@ def one_pass(url: str, turns: int, archive: bool) -> tuple[list[int], list[int],
     svc = build_service(settings, wake, model=InstantModel(), channel=NullChannel())
     client = ConversationClient(svc.store, lambda cid: None)
     cid = f"44791{PLAYER:07d}"
-    real = drain_commit.archive_write
+    real = drain_commit.archive_of
     if not archive:
-        drain_commit.archive_write = lambda *a, **k: NO_ARCHIVE  # type: ignore[assignment]
+        drain_commit.archive_of = lambda *a, **k: (NO_ARCHIVE, [])  # type: ignore[assignment]
     r = redis.Redis.from_url(url)
     sent: list[int] = []
     aof: list[int] = []
@@ -74,7 +74,7 @@ def one_pass(url: str, turns: int, archive: bool) -> tuple[list[int], list[int],
         held = sum(len(b) for b in r.lrange(svc.store.keys(cid).recall, 0, -1))
         held += sum(len(b) for b in r.lrange(svc.store.keys(cid).recall_index, 0, -1))
     finally:
-        drain_commit.archive_write = real  # type: ignore[assignment]
+        drain_commit.archive_of = real  # type: ignore[assignment]
         r.close()
     return sent, aof, held
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from worker.conversation.messages import Message
+from worker.conversation.recall.archived import ArchivedMessage
 from worker.conversation.recall.codec import bound_newest, encode_batch
 from worker.conversation.recall.index import SearchIndex
 from worker.conversation.recall.leaving import archived
@@ -19,19 +20,30 @@ from worker.store.script_args import NO_ARCHIVE, ArchiveWrite
 
 def archive_write(cid: str, departed: Sequence[Message], *, erase: bool = False, on: bool = True,
                   max_bytes: int = 0) -> ArchiveWrite:
+    """:func:`archive_of` without the messages."""
+    return archive_of(cid, departed, erase=erase, on=on, max_bytes=max_bytes)[0]
+
+
+def archive_of(cid: str, departed: Sequence[Message], *, erase: bool = False, on: bool = True,
+               max_bytes: int = 0) -> tuple[ArchiveWrite, list[ArchivedMessage]]:
     """The archive write of a commit of ``cid`` that takes ``departed`` out of the history (``erase``: the archive is
     erased first, and what left is forgotten with it). ``on`` false (recall off): nothing is archived, an erase
     still erases."""
     messages = archived(cid, departed) if on and not erase else []
     if not messages:
-        return ArchiveWrite(erase=True) if erase else NO_ARCHIVE
+        return (ArchiveWrite(erase=True) if erase else NO_ARCHIVE), []
     batch = encode_batch(messages)
     if max_bytes and len(batch) > max_bytes:
         messages = bound_newest(messages, max_bytes)
         if not messages:
-            return NO_ARCHIVE
+            return NO_ARCHIVE, []
         batch = encode_batch(messages)
-    return ArchiveWrite(batch=batch, segment=SearchIndex.of(messages).to_bytes(), messages=len(messages))
+    return ArchiveWrite(batch=batch, segment=SearchIndex.of(messages).to_bytes(), messages=len(messages)), messages
+
+
+def record_rows(messages: Sequence[ArchivedMessage]) -> list[tuple[str, str, str, float | None]]:
+    """``messages`` as the durable record's entry carries them: ``[id, speaker, text, at]`` (``at`` in seconds)."""
+    return [(m.id, m.speaker, m.text, None if m.at is None else m.at.timestamp()) for m in messages]
 
 
 def archived_trace(write: ArchiveWrite) -> dict[str, int | bool]:

@@ -18,10 +18,11 @@ import msgpack
 from worker import metrics
 from worker.conversation.messages import Message
 from worker.conversation.resident import Resident, ResidentCache
+from worker.durable_record import entries
 from worker.envelopes.inputs import Envelope
 from worker.observability import tracing
 from worker.service.config import ServiceConfig
-from worker.service.drain.archiving import archive_write, archived_trace
+from worker.service.drain.archiving import archive_of, archived_trace, record_rows
 from worker.service.drain.outcomes import Quarantine
 from worker.service.drain.run import DrainRun
 from worker.store.answers import CommitResult, Snapshot
@@ -46,8 +47,10 @@ class Committer:
         ``claim_delivery``: when the commit ends the drain, it also takes the delivery lease and claims the reply;
         ``departed``: the messages ``new_state`` no longer holds, archived by this commit (``erase``: the archive is
         erased instead)."""
-        archive = archive_write(run.cid, departed, erase=erase, on=self.config.archive_on,
-                                max_bytes=self.config.archive_max_bytes)
+        archive, messages = archive_of(run.cid, departed, erase=erase, on=self.config.archive_on,
+                                       max_bytes=self.config.archive_max_bytes)
+        if record is not None:  # the durable record exports what the archive received (and its erasure)
+            record = entries.with_archive(record, record_rows(messages), erased=archive.erase)
         entry = {"at": time.time(), "id": env.message_id, "kind": env.kind, **trace, **archived_trace(archive)}
         done = self.write(run, version, env.message_id, new_state=new_state, reply=reply,
                           trace=msgpack.packb(entry, use_bin_type=True), dead=None,
