@@ -44,10 +44,23 @@ def departed(before: ConversationState, after: ConversationState | None) -> tupl
     oldest first, each as ``before`` held it."""
     if after is None:
         return _unslimmed(before.messages)
+    if _only_grew(before, after):
+        return ()
     if after.meta.epoch != before.meta.epoch:
         return _unslimmed(before.messages[:_carried_from(before.messages, after.messages)])
     now = {m.seq: m.content for m in after.messages}
     return _unslimmed(m for m in before.messages if now.get(m.seq) != m.content)
+
+
+def _only_grew(before: ConversationState, after: ConversationState) -> bool:
+    """The common turn, told in constant time: the history only grew. A compaction bumps the generation and a reset
+    the epoch; the size bound drops exchanges from the front (the first user message stays, so the message at the
+    old history's last place is then another) or rewrites every message (new objects)."""
+    old, new = before.messages, after.messages
+    if not old:
+        return True
+    return (after.meta.epoch == before.meta.epoch and after.generation == before.generation
+            and len(new) >= len(old) and new[len(old) - 1] is old[-1] and new[0] is old[0])
 
 
 def _unslimmed(messages: Iterable[Message]) -> tuple[Message, ...]:
