@@ -71,6 +71,13 @@ def test_events_and_resets_keep_their_order(api: Api) -> None:
     assert [(e["kind"], e["pinned"]) for e in api.inputs()] == [("event", True), ("reset", False)]
 
 
+def test_a_reset_may_forget_the_archive(api: Api) -> None:
+    assert api.http.post(f"/v1/conversations/{CID}/reset", headers=PRODUCER).status_code == 202
+    assert api.http.post(f"/v1/conversations/{CID}/reset", headers=PRODUCER, json={"forget": True}).status_code == 202
+    assert api.http.post(f"/v1/conversations/{CID}/reset", headers=PRODUCER, json={"forget": "x"}).status_code == 422
+    assert [(e["kind"], e["forget"]) for e in api.inputs()] == [("reset", None), ("reset", True)]
+
+
 def test_an_event_may_set_a_fact_and_ask_for_an_answer(api: Api) -> None:
     body = {"text": "Your target is Harrogate Theatre", "key": "target", "respond": True}
     assert api.http.post(f"/v1/conversations/{CID}/events", headers=PRODUCER, json=body).status_code == 202

@@ -17,6 +17,10 @@ stand-in (what was sent, each send naming its reply part by its callback data):
   without duplicates, and, from the first survivor of the kept tail on, every later input must be there (the kept
   tail is contiguous; only pinned messages and the conversation's first user message, which compaction always
   keeps, survive from before it);
+- archive: every applied input that is no longer in the committed history (compaction dropped it, the size bound)
+  is in the conversation's archive, and none is in both or archived twice (``archive_lost``, ``archive_duplicated``:
+  must be 0): the archive is written by the commit that takes a message out, so a worker's SIGKILL between a
+  compaction and its splice, or a retried commit, loses none and writes none twice;
 - reply lost / reordered: an applied turn's reply missing / out of order;    must be 0
 - reply part duplicated: a part (conversation, reply, part index) may reach WhatsApp twice only if that very part
   was resent by a worker that found it in the send window (the workers' ``RESEND_LOG`` line names the part), once
@@ -61,6 +65,7 @@ from tests.support.store_kit import raw as raw_client
 from tests.support.workers import WorkerProcess, wait_until
 from worker import inspect_state
 from worker.conversation.messages import OPERATOR_FIRST
+from worker.conversation.recall.codec import decode_archive
 from worker.envelopes.inputs import DeadLetter, decode_dead_letter, decode_reply
 from worker.service.deliver.inflight import RESEND_LOG
 
@@ -92,6 +97,8 @@ class Outcome:
     state_duplicated: int = 0
     state_reordered: int = 0
     state_unknown: int = 0  # user messages or events in a state that no applied input explains
+    archive_lost: int = 0  # applied inputs neither in the committed history nor in the archive
+    archive_duplicated: int = 0  # applied inputs archived twice, or both archived and still in the history
     compacted: int = 0  # conversations whose state had dropped old messages for a summary
     withheld: int = 0  # inputs a paused turn applied with no reply
     silenced: int = 0  # inputs withheld where no pause allowed it (never-silent broken)
@@ -117,6 +124,7 @@ class Outcome:
                 f"parts_duplicated={self.parts_duplicated} parts_unexplained={self.parts_unexplained} "
                 f"state_lost={self.state_lost} state_duplicated={self.state_duplicated} "
                 f"state_reordered={self.state_reordered} state_unknown={self.state_unknown} "
+                f"archive_lost={self.archive_lost} archive_duplicated={self.archive_duplicated} "
                 f"compacted={self.compacted} withheld={self.withheld} silenced={self.silenced} fault_kinds={self.fault_kinds} "
                 f"seconds={self.seconds:.1f} dead_reasons={self.dead_reasons} "
                 f"restarts={sum(1 for n in self.notes if n.startswith('restarted'))}")
@@ -129,6 +137,7 @@ class Outcome:
         assert (self.state_lost, self.state_duplicated, self.state_reordered, self.state_unknown) == (0, 0, 0, 0), \
             f"{self.problems[:20]} {self.line()}"
         assert (self.parts_unexplained, self.parts_unnamed) == (0, 0), f"{self.problems[:20]} {self.line()}"
+        assert (self.archive_lost, self.archive_duplicated) == (0, 0), f"{self.problems[:20]} {self.line()}"
         assert self.replies_duplicated <= self.window_hits, self.line()
         assert self.silenced == 0, f"{self.problems[:20]} {self.line()}"
 
@@ -149,6 +158,7 @@ class Observed:
     dead: list[DeadLetter]  # the conversation's dead letters
     stuck: int = 0  # inputs and replies still waiting
     may_withhold: int = 0  # the inputs accepted before this many may be withheld (paused); 0: never paused
+    archive: list[tuple[str, str]] | None = None  # the archive's (id, text), oldest first; None: not checked
 
 
 @dataclass
@@ -280,7 +290,7 @@ def run_scenario(cluster: Cluster, load: Load,
                             state=inspect_state(store.read_state(cid).blob),
                             sent=cluster.whatsapp.parts_for(cid),
                             dead=[decode_dead_letter(d) for d in store.dead_letters(cid)], stuck=stuck,
-                            may_withhold=may_withhold.get(cid, 0))
+                            may_withhold=may_withhold.get(cid, 0), archive=archive_of(store, cid))
         check_conversation(cid, observed, windows, load.expect_dead, out)
     return out
 
@@ -358,6 +368,8 @@ def check_conversation(cid: str, seen: Observed, windows: Counter[PartKey],
     withheld = _withheld(cid, seen, out)
     out.stranded += seen.stuck
     _check_state(cid, seen, dead_inputs, out)
+    if seen.archive is not None:
+        _check_archive(cid, seen, dead_inputs, out)
     _check_replies(cid, seen, dead, dead_inputs | answered_by_later | withheld, windows, out)
 
 
@@ -448,6 +460,36 @@ def _check_state(cid: str, seen: Observed, dead_inputs: set[str], out: Outcome) 
     out.state_lost += len(missing)
     if missing:
         out.problems.append(f"{cid}: the state lacks inputs {missing} (compacted={compacted})")
+
+
+def archive_of(store: Any, cid: str) -> list[tuple[str, str]]:
+    """The conversation's archive as its Redis list holds it: (id, text) of each message, oldest first."""
+    batches = raw_client(store).lrange(store.keys(cid).recall, 0, -1)
+    return [(m.id, m.text) for m in decode_archive(b"".join(batches))]
+
+
+def _check_archive(cid: str, seen: Observed, dead_inputs: set[str], out: Outcome) -> None:
+    """Every applied input is in the committed history or in the archive, exactly once over both (a pinned item's
+    copy in the state's pinned list does not count: it left the history, so it is archived)."""
+    assert seen.archive is not None
+    by_text = {text: mid for mid, _, text in seen.accepted}
+    history = [by_text.get(m.get("content", "")) for m in seen.state.get("history", [])]
+    archived = [by_text.get(text) for _, text in seen.archive]
+    ids = Counter(ident for ident, _ in seen.archive)
+    twice = [ident for ident, n in ids.items() if n > 1]
+    if twice:
+        out.archive_duplicated += len(twice)
+        out.problems.append(f"{cid}: the archive holds ids {twice[:5]} more than once")
+    counts = Counter(mid for mid in history + archived if mid is not None)
+    for mid, _, _ in seen.accepted:
+        if mid in dead_inputs:
+            continue
+        if counts[mid] == 0:
+            out.archive_lost += 1
+            out.problems.append(f"{cid}: input {mid} is neither in the history nor in the archive")
+        elif counts[mid] > 1:
+            out.archive_duplicated += counts[mid] - 1
+            out.problems.append(f"{cid}: input {mid} is {counts[mid]} times in the history and the archive")
 
 
 def _check_replies(cid: str, seen: Observed, dead: list[DeadLetter], unanswered: set[str],

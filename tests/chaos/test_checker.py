@@ -280,3 +280,27 @@ def test_an_operator_message_lost_or_out_of_order_fails() -> None:
     seen.sent.append(seen.sent.pop(1))  # the person's message after the reply to m3, accepted after it
     with pytest.raises(AssertionError, match="replies_reordered=1"):
         check(seen).assert_safe()
+
+
+def test_the_archive_check_fails_on_a_lost_or_twice_archived_input() -> None:
+    compacted = state("m0", "m3", summary="s", compactions=1)
+    good = clean()
+    good.state = compacted
+    good.archive = [("1:a", f"{CID} event 1"), ("2:b", f"{CID} q2"), ("3:c", f"ack:{CID} q2")]
+    out = check(good)
+    out.assert_safe()
+    lost = clean()
+    lost.state = compacted
+    lost.archive = [("1:a", f"{CID} event 1")]  # q2 left the history and never reached the archive
+    out = check(lost)
+    assert out.archive_lost == 1 and out.archive_duplicated == 0
+    with pytest.raises(AssertionError):
+        out.assert_safe()
+    twice = clean()
+    twice.state = compacted
+    twice.archive = [*good.archive, ("2:b", f"{CID} q2")]  # a retried commit archived its batch again
+    out = check(twice)
+    assert out.archive_duplicated == 2 and out.archive_lost == 0
+    kept_and_archived = clean()
+    kept_and_archived.archive = [("3:d", f"{CID} q3")]  # still in the history, archived all the same
+    assert check(kept_and_archived).archive_duplicated == 1

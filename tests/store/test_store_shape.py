@@ -47,11 +47,12 @@ def test_commit_answers_in_one_shape_on_every_path(store: ConversationStore) -> 
     k = store.keys(CID)
     stream = store.records.stream(CID)
     keys = [k.fence, k.state, k.inbox, k.attempts, k.outbox, k.trace, k.dead, k.lease, k.dlease, k.dfence, k.sent,
-            k.journal, stream, store.records.dropped_of(stream), k.usage, k.inbound, k.blob]
+            k.journal, stream, store.records.dropped_of(stream), k.usage, k.inbound, k.blob, k.recall, k.recall_index]
 
     def run(token: int, version: int, input_id: str, claim: str = "") -> list[object]:
         return list(commit(keys=keys, args=[token, version, input_id, "set", b"s", f"{input_id}\nr".encode(), b"",
-                                           b"", 10_000, 10, 10, 0, claim, 0, b"r", 10, "2026-11-25", 7, 0]))
+                                           b"", 10_000, 10, 10, 0, claim, 0, b"r", 10, "2026-11-25", 7, 0, 0,
+                                           b"", b"", 0, ""]))
 
     for i in range(2):
         store.accept(CID, b"x", f"id-{i}")

@@ -161,10 +161,13 @@ class ConversationClient:
                                                     from_player=from_player, key=key, respond=respond, at=at,
                                                     recipient=recipient))
 
-    def reset(self, conversation_id: str, *, message_id: str | None = None, at: datetime | None = None) -> Submitted:
+    def reset(self, conversation_id: str, *, message_id: str | None = None, at: datetime | None = None,
+              forget: bool = False) -> Submitted:
         """Queue a reset: inputs before it are applied first; the conversation then starts fresh. The timers the
-        conversation holds when the reset joins its order (now, or at ``at``) are dropped."""
-        return self.intake.accept(self.inputs.reset(self.resolve(conversation_id), message_id=message_id, at=at))
+        conversation holds when the reset joins its order (now, or at ``at``) are dropped. The history it closes
+        goes to the conversation's archive (the model can still search it); ``forget`` erases the archive too."""
+        return self.intake.accept(self.inputs.reset(self.resolve(conversation_id), message_id=message_id, at=at,
+                                                    forget=forget))
 
     def cancel_scheduled(self, conversation_id: str, message_id: str) -> bool:
         """Cancel an input held with ``at=`` that is not yet due: ``True`` if one was held and is now dropped;

@@ -92,9 +92,9 @@ class InputBuilder:
                                     respond=respond or None, recipient=recipient), at=at)
 
     def reset(self, conversation_id: str, *, message_id: str | None = None,
-              at: datetime | None = None) -> CheckedInput:
-        return self.check(_envelope(kind=InputKind.RESET, conversation_id=conversation_id, message_id=message_id),
-                          at=at)
+              at: datetime | None = None, forget: bool = False) -> CheckedInput:
+        return self.check(_envelope(kind=InputKind.RESET, conversation_id=conversation_id, message_id=message_id,
+                                    forget=True if forget else None), at=at)
 
     def operator(self, conversation_id: str, text: str, *, message_id: str | None = None,
                  parts: Sequence[dict[str, Any]] | None = None, recipient: str | None = None) -> CheckedInput:

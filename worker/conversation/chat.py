@@ -24,7 +24,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from worker.conversation.chat_state import State
 from worker.conversation.chat_turn import ChatTurn
@@ -34,6 +34,8 @@ from worker.conversation.messages import Message
 from worker.conversation.model import Attachment, Model
 from worker.conversation.observe import RoundTrip
 from worker.conversation.prompt import DEFAULT_FACT_PLACEMENT, FactPlacement
+from worker.conversation.recall.archive import Archive
+from worker.conversation.recall.leaving import archived
 from worker.conversation.resets import normalise
 from worker.conversation.resident import Resident
 from worker.conversation.results import CompactionReport, EventResult, TurnResult
@@ -46,6 +48,8 @@ from worker.conversation.turn_journal import TurnJournal
 __all__ = ["Chat", "CompactionReport", "EventResult", "RoundTrip", "SpliceResult", "State", "TurnResult"]
 
 DEFAULT_MAX_PINNED = 50
+
+_Departing = TypeVar("_Departing", TurnResult, EventResult, CompactionReport)
 
 
 @dataclass
@@ -100,6 +104,11 @@ class Chat(ChatTurn):
     # that adds parts is an error result the model reads, and its parts are not added. Last, so that the fields
     # before it keep their places for a caller who passes them by position.
     max_reply_parts: int = DEFAULT_MAX_REPLY_PARTS
+    # Where what leaves the verbatim history goes (a compaction's dropped exchanges, an idle reset's old history),
+    # under ``conversation_id``; a reset phrase erases it. None: nothing is archived. The worker archives in its
+    # commits instead (the store's archive), so its Chat has none.
+    archive: Archive | None = None
+    conversation_id: str = "default"
 
     def __post_init__(self) -> None:
         self._tools = check_tools(list(self.tools))
@@ -205,8 +214,9 @@ class Chat(ChatTurn):
         facts: context that changes from turn to turn (a live game context) costs the prompt cache nothing there,
         where in ``system`` it would change the start of every request.
         """
-        return self._user_turn(state, system=system, user=user, messages=messages, lifecycle=lifecycle,
-                               journal=journal, attachments=attachments, tools=tools, after_history=after_history)
+        return self._archived(self._user_turn(state, system=system, user=user, messages=messages, lifecycle=lifecycle,
+                                              journal=journal, attachments=attachments, tools=tools,
+                                              after_history=after_history))
 
     def run_event_turn(self, state: State, text: str, *, system: str | None = None, key: str | None = None,
                        pinned: bool = False, journal: TurnJournal | None = None,
@@ -216,8 +226,8 @@ class Chat(ChatTurn):
         With ``key`` the text also sets that fact. The player did not speak: the idle clock and the turn count
         stay (``meta.events`` counts it), and neither the idle gap nor a reset phrase applies. ``tools``: this
         turn's own and ``after_history`` this turn's texts after the history, as in :meth:`run_turn`."""
-        return self._event_turn(state, text, system=system, key=key, pinned=pinned, journal=journal, tools=tools,
-                                after_history=after_history)
+        return self._archived(self._event_turn(state, text, system=system, key=key, pinned=pinned, journal=journal,
+                                               tools=tools, after_history=after_history))
 
     # --- events, compaction, splicing --------------------------------------------------------------
 
@@ -226,7 +236,7 @@ class Chat(ChatTurn):
         """:meth:`append_to_state` with the details the worker needs. ``from_player``: the text is something the
         player sent (a location pin, a reaction), added as the player's words, not as a game event; it can never
         set a fact (``key``)."""
-        return self._event_applied(state, text, pinned=pinned, from_player=from_player, key=key)
+        return self._archived(self._event_applied(state, text, pinned=pinned, from_player=from_player, key=key))
 
     def apply_messages(self, state: State, messages: Sequence[Message], *, from_player: bool = False,
                        facts: Sequence[tuple[str, str]] = ()) -> EventResult:
@@ -234,7 +244,7 @@ class Chat(ChatTurn):
         conversation over (``from_player``: the idle clock moves, as for any message of theirs), or that person's
         own words (:func:`~worker.conversation.messages.operator`). The next turn's model reads them in order.
         ``facts`` (key, text), in order, set the facts a withheld keyed event carried (latest wins)."""
-        return self._messages_applied(state, messages, from_player=from_player, facts=facts)
+        return self._archived(self._messages_applied(state, messages, from_player=from_player, facts=facts))
 
     def needs_compaction(self, state: State) -> bool:
         """Whether the compactor's trigger fires on ``state``."""
@@ -246,10 +256,19 @@ class Chat(ChatTurn):
         """Apply the compactor to ``state`` (only the steps whose triggers fire) and report what changed:
         messages and tokens before and after, the steps applied, the errors and the pinned items dropped.
         A failure keeps the state."""
-        return self._compaction_report(state)
+        return self._archived(self._compaction_report(state))
 
     def splice(self, newest: State, compacted: bytes) -> SpliceResult:
         """Lay a compaction result onto the newest state (see :mod:`worker.conversation.splice`)."""
         if isinstance(newest, Resident):  # rare (one per compaction): the blob the splice works on
             newest = encode_state(newest.state)
         return splice_blobs(newest, compacted, load=self.load, encode=self._encode)
+
+    def _archived(self, result: _Departing) -> _Departing:
+        """``result`` after what left the history went to :attr:`archive` (a reset phrase erased it)."""
+        if self.archive is not None:
+            if isinstance(result, TurnResult) and result.reset == "phrase":
+                self.archive.erase(self.conversation_id)
+            elif result.departed:
+                self.archive.append(self.conversation_id, archived(self.conversation_id, result.departed))
+        return result

@@ -19,6 +19,7 @@ from worker.conversation.messages import Message
 from worker.conversation.model import Model
 from worker.conversation.observe import RoundTrip, UsageTally
 from worker.conversation.prompt import prompt_tokens
+from worker.conversation.recall.leaving import departed
 from worker.conversation.resident import Resident
 from worker.conversation.results import CompactionReport, EventResult
 from worker.conversation.state import ConversationState, LoadResult, Memo
@@ -92,7 +93,8 @@ class ChatState:
         st, needs, counted = self._auto_compact_if_due(st, loaded.counted)
         encoded = self._encode(st, loaded.memo, counted=counted)
         return EventResult(state=encoded.blob, state_problem=loaded.problem, needs_compaction=needs,
-                           pinned_dropped=encoded.pinned_dropped, resident=encoded.resident)
+                           pinned_dropped=encoded.pinned_dropped, resident=encoded.resident,
+                           departed=departed(loaded.state, _written_state(encoded, st)))
 
     def _auto_compact_if_due(self, st: ConversationState, counted: CountedPrefix | None = None
                              ) -> tuple[ConversationState, bool, CountedPrefix | None]:
@@ -122,4 +124,10 @@ class ChatState:
                                 errors=done.errors, messages_before=len(st.messages),
                                 messages_after=len(new.messages), tokens_before=prompt_tokens(st, self.counter),
                                 tokens_after=prompt_tokens(new, self.counter), state_problem=loaded.problem,
-                                pinned_dropped=encoded.pinned_dropped)
+                                pinned_dropped=encoded.pinned_dropped,
+                                departed=departed(st, _written_state(encoded, new)))
+
+
+def _written_state(encoded: Encoded, st: ConversationState) -> ConversationState:
+    """The state ``encoded`` holds (the size bound may have dropped more of ``st``)."""
+    return encoded.resident.state if encoded.resident is not None else st

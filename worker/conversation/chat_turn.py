@@ -18,6 +18,7 @@ from worker.conversation.messages import Message
 from worker.conversation.model import Attachment, ModelRequest, ModelResponse
 from worker.conversation.observe import complete_observed
 from worker.conversation.prompt import FactPlacement, render_after_history, render_preamble, stable_chars
+from worker.conversation.recall.leaving import departed
 from worker.conversation.resets import fresh_after_idle, is_idle, reset_phrase_at
 from worker.conversation.results import TurnResult
 from worker.conversation.state import ConversationState, Memo
@@ -91,8 +92,10 @@ class ChatTurn(ChatState):
         loop = self._tool_loop(system, extra_preamble, journal or NoJournal(), files, checked, tools, after_history)
         out = loop.run(st.append(*added, turn_user))
         out.state = out.state.with_meta(out.state.meta.after_turn(now))
+        # A reset phrase erases the archive: what it leaves behind is not archived.
+        before = None if reset == "phrase" else loaded.state
         return self._finish_turn(out, loaded.problem, reset, None if reset else loaded.memo, checked.clean,
-                                 None if reset else loaded.counted)
+                                 None if reset else loaded.counted, before)
 
     def _event_turn(self, state: State, text: str, *, system: str | None, key: str | None, pinned: bool,
                     journal: TurnJournal | None, tools: Sequence[Tool], after_history: Sequence[str]) -> TurnResult:
@@ -105,15 +108,18 @@ class ChatTurn(ChatState):
         st = st.with_meta(replace(st.meta, events=st.meta.events + 1))
         checked = _Checked(loaded.clean)
         out = self._tool_loop(system, (), journal or NoJournal(), {}, checked, tools, after_history).run(st)
-        return self._finish_turn(out, loaded.problem, None, loaded.memo, checked.clean, loaded.counted)
+        return self._finish_turn(out, loaded.problem, None, loaded.memo, checked.clean, loaded.counted, loaded.state)
 
     def _call(self, request: ModelRequest) -> ModelResponse:
         return _encodable(complete_observed(self.model, request, self.observer))
 
     def _finish_turn(self, out: LoopOutcome, problem: StateDecodeError | None, reset: str | None,
-                     memo: Memo | None, clean: CleanPrefix | None, counted: CountedPrefix | None) -> TurnResult:
+                     memo: Memo | None, clean: CleanPrefix | None, counted: CountedPrefix | None,
+                     before: ConversationState | None) -> TurnResult:
+        """``before``: the state the turn began from (None: nothing of it is archived, as after a reset phrase)."""
         st, needs, counted = self._auto_compact_if_due(out.state, counted)
         encoded = self._encode(st, memo, clean, counted)
+        written = encoded.resident.state if encoded.resident is not None else st
         return TurnResult(reply=out.reply, state=encoded.blob, finish_reason=out.finish_reason,
                           truncated=out.truncated, filtered=out.filtered, tool_limit_hit=out.tool_limit_hit,
                           state_problem=problem, reset=reset, needs_compaction=needs, usage=st.last_usage,
@@ -121,7 +127,8 @@ class ChatTurn(ChatState):
                           replayed_rounds=out.replayed_rounds, replayed_results=out.replayed_results,
                           pinned_dropped=encoded.pinned_dropped, resident=encoded.resident, parts=tuple(out.parts),
                           reply_at=reply_mark(encoded.resident.state)
-                          if out.reply and encoded.resident is not None else None)
+                          if out.reply and encoded.resident is not None else None,
+                          departed=() if before is None else departed(before, written))
 
     def _tool_loop(self, system: str | None, extra: Sequence[str], journal: TurnJournal,
                    attachments: Mapping[str, Attachment], checked: _Checked | None = None,

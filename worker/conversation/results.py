@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from worker.conversation.messages import Message
 from worker.conversation.model import FinishReason, Usage
 from worker.conversation.resident import Resident
 from worker.envelopes.reply_parts import out_part, render_all
@@ -59,6 +60,10 @@ class TurnResult:
     # Where ``reply`` is in ``state`` (:func:`worker.conversation.inspect.reply_mark`): what the trace keeps in place of
     # the texts; None when the state does not hold the reply.
     reply_at: str | None = None
+    # The messages that left the verbatim history on the way to ``state`` (a compaction, the size bound, an idle
+    # reset; see worker.conversation.recall.leaving), oldest first: what the commit of ``state`` archives. A reset
+    # phrase leaves none: it erases the archive.
+    departed: tuple[Message, ...] = ()
 
     @property
     def text(self) -> str:
@@ -80,6 +85,7 @@ class EventResult:
     needs_compaction: bool = False
     pinned_dropped: int = 0
     resident: Resident | None = None
+    departed: tuple[Message, ...] = ()  # as :attr:`TurnResult.departed`
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,3 +105,11 @@ class CompactionReport:
     pinned_dropped: int = 0
     usage: Usage | None = None  # what the compaction's model calls (the summariser's) used, as reported
     model: str | None = None  # the model that made them
+    # The messages this compaction takes out of the verbatim history (archived by the commit that lands it: the
+    # splice's, or the retried turn's after a context overflow; a library Chat with an archive appends them here).
+    departed: tuple[Message, ...] = ()
+
+    @property
+    def archived(self) -> int:
+        """How many messages the compaction sends to the archive."""
+        return len(self.departed)

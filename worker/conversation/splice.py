@@ -14,6 +14,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from worker.conversation.bounded import Encoded
+from worker.conversation.messages import Message
+from worker.conversation.recall.leaving import departed
 from worker.conversation.state import ConversationState, LoadResult
 
 
@@ -32,6 +34,7 @@ class SpliceResult:
     reason: str = ""
     kept_new_messages: int = 0
     pinned_dropped: int = 0
+    departed: tuple[Message, ...] = ()  # what left the newest state's history (none when stale): the splice archives
 
 
 def _lay_onto(newest: ConversationState, compacted: ConversationState) -> ConversationState | str:
@@ -68,8 +71,9 @@ def splice_blobs(newest: bytes | None, compacted: bytes, *, load: Callable[[byte
     kept = sum(1 for m in cur.state.messages if m.seq >= comp.state.next_seq)
     lost = len(_pinned_seqs(cur.state) - _pinned_seqs(merged)) + len(set(cur.state.facts) - set(merged.facts))
     encoded = encode(merged)
+    after = encoded.resident.state if encoded.resident is not None else merged
     return SpliceResult(state=encoded.blob, applied=True, kept_new_messages=kept,
-                        pinned_dropped=lost + encoded.pinned_dropped)
+                        pinned_dropped=lost + encoded.pinned_dropped, departed=departed(cur.state, after))
 
 
 def _pinned_seqs(state: ConversationState) -> set[int]:

@@ -107,6 +107,9 @@ def write(conn: Any, rows: Rows) -> None:
             erase(conn, cid, before=position)
             start = end + 1
         _insert(conn, rows.records[start:], rows)
+        for cid, (ms, seq) in rows.erased:  # the archive as it was before the erase (what came after stays)
+            conn.execute("DELETE FROM archived_messages a USING records r WHERE a.record_id = r.record_id"
+                         " AND a.conversation_id = %s AND (r.stream_ms, r.stream_seq) < (%s, %s)", (cid, ms, seq))
 
 
 def _insert(conn: Any, records: Sequence[tuple[Any, ...]], rows: Rows) -> None:
@@ -126,6 +129,11 @@ def _insert(conn: Any, records: Sequence[tuple[Any, ...]], rows: Rows) -> None:
                 " tool_arguments, tool_result, tool_ms) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"
                 " ON CONFLICT (record_id, seq) DO NOTHING",
                 [(m[0], m[1], m[2], _ts(m[3] / 1000), *m[4:]) for m in msgs])
+        archived = [(*a[:6], None if a[6] is None else _ts(a[6])) for a in rows.archived if a[0] in ids]
+        if archived:
+            cur.executemany(
+                "INSERT INTO archived_messages (record_id, seq, conversation_id, message_id, speaker, text, at)"
+                " VALUES (%s, %s, %s, %s, %s, %s, %s) ON CONFLICT (record_id, seq) DO NOTHING", archived)
         usage = []
         for usage_row in rows.usage:
             if usage_row[0] in ids:

@@ -21,6 +21,10 @@ Pure (msgpack only): no Redis, no database. An entry is a msgpack map with ``v``
                record's kind tells them apart, and ``parley transcript`` shows them as ``operator``)
 =============  =====================================================================================================
 
+Any commit's entry may also carry ``archived`` (the messages it took out of the verbatim history, each ``[id,
+speaker, text, at]``, ``at`` in seconds or nil: the ``archived_messages`` table) and ``archive_erased`` (true: the
+conversation's archive was erased before, by a reset phrase or a reset with ``forget``).
+
 Every entry travels with a unique id the scripts give it (see :mod:`worker.store.lua`), the primary key of its row.
 """
 
@@ -180,6 +184,17 @@ def deleted(cid: str) -> bytes:
     return encode("delete", cid)
 
 
+def with_archive(entry: bytes, archived: Sequence[tuple[str, str, str, float | None]], *, erased: bool) -> bytes:
+    """``entry`` (a commit's) with what the commit archived (``[id, speaker, text, at]``) and whether it erased the
+    archive first; the entry itself when neither."""
+    if not archived and not erased:
+        return entry
+    extra: dict[str, Any] = {"archived": [list(a) for a in archived]} if archived else {}
+    if erased:
+        extra["archive_erased"] = True
+    return msgpack.packb({**decode(entry), **extra}, use_bin_type=True)
+
+
 # --- rows (the exporter's side) ----------------------------------------------------------------------------------
 
 Position = tuple[int, int]
@@ -199,6 +214,8 @@ class Rows:
     usage: list[tuple[Any, ...]] = field(default_factory=list)     # (record_id, cid, ms, model, prompt, completion,
     #                                                                 cached, cache_write)
     deletes: list[tuple[str, str, Position]] = field(default_factory=list)  # (cid, record_id, position)
+    archived: list[tuple[Any, ...]] = field(default_factory=list)  # (record_id, n, cid, id, speaker, text, at)
+    erased: list[tuple[str, Position]] = field(default_factory=list)  # (cid, position): the archive erased there
     unreadable: int = 0
 
 
@@ -215,7 +232,11 @@ def to_rows(batch: Iterable[tuple[str, Position, bytes, str | None]]) -> Rows:
                                  {"raw": base64.b64encode(raw).decode(), "error": exc.args[0] if exc.args else ""}))
             continue
         cid, kind = entry["cid"], entry["kind"]
-        body = {key: value for key, value in entry.items() if key not in ("v", "cid", "kind")}
+        body = {key: value for key, value in entry.items() if key not in ("v", "cid", "kind", "archived")}
+        if entry.get("archive_erased"):
+            rows.erased.append((cid, (ms, seq)))
+        for n, (ident, speaker, text, at) in enumerate(entry.get("archived") or ()):
+            rows.archived.append((rid, n, cid, ident, speaker, text, at))
         if extra:
             body["provider_ids"] = extra.split(",")
         rows.records.append((rid, cid, ms, seq, kind, body))

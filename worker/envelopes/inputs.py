@@ -137,6 +137,8 @@ class Envelope(_Wire):
     # (invariant 12). None unless set, so an envelope without it reads as before.
     from_player: bool | None = None
     spent: Spent | None = None  # splice: what computing it cost
+    # reset: the conversation's archive is erased too (None: the history is closed into the archive)
+    forget: bool | None = None
     # Game-driven turns (events only; None unless set, so an envelope without them reads as before): ``key`` makes
     # the event a fact that replaces the conversation's fact of that key; ``respond`` has the model answer it.
     key: str | None = Field(None, min_length=1, max_length=MAX_FACT_KEY_CHARS)

@@ -98,6 +98,8 @@ class ResetBody(ProducerBody):
 
     message_id: MessageId | None = None
     at: At | None = None
+    forget: bool = Field(False, description="Erase the conversation's archive too (what the model can still search "
+                                            "of it). Without it the history is kept in the archive.")
 
 
 class OperatorMessageBody(ProducerBody):

@@ -54,7 +54,8 @@ def build_store(settings: Settings, client: Any = None) -> ConversationStore:
     limits = StoreLimits(max_inbox=store.max_inbox, dedupe_max_ids=store.dedupe_max_ids, dedupe_ms=store.dedupe_ms,
                          trace_max=store.trace_max, idle_ttl_ms=store.idle_ttl_ms, tombstone_ms=store.tombstone_ms,
                          wait_replicas=redis.wait_replicas, wait_timeout_ms=redis.wait_timeout_ms,
-                         record_max=settings.record.stream_limit, max_timers=store.max_timers)
+                         record_max=settings.record.stream_limit, max_timers=store.max_timers,
+                         recall_max_bytes=store.recall_max_bytes)
     return ConversationStore(client, prefix=settings.redis.key_prefix, limits=limits)
 
 

@@ -201,7 +201,8 @@ def service_config(settings: Settings) -> ServiceConfig:
                          model_name=settings.llm.model, record=settings.record.enabled,
                          max_hold_ms=settings.broker.task_time_limit_ms,
                          game_context=settings.game_context, context_source=load_context_source(settings),
-                         numbers=turns, opt_out=settings.opt_out)
+                         numbers=turns, opt_out=settings.opt_out,
+                         archive_max_bytes=settings.store.recall_max_bytes)
 
 
 def offered_reply_tools(settings: Settings, channel: Channel, taken: set[str]) -> list[Any]:

@@ -42,6 +42,8 @@ class ServiceConfig:
     system_prompt: str | None = None  # the settings' (Llm.system_prompt); a turn may carry its own
     model_name: str | None = None  # the configured model (Llm.model), for the record when a provider names none
     record: bool = False  # build durable-record entries (Record.enabled: a database is configured)
+    archive_on: bool = True  # commits write what leaves the history to the conversation's archive (PARLEY_RECALL)
+    archive_max_bytes: int = 0  # PARLEY_RECALL_MAX_BYTES: one batch is cut to it (the store drops older ones)
     max_hold_ms: int = Broker().task_time_limit_ms
     compaction_flag_ms: int = 300_000
     trace_reply_chars: int = 4000

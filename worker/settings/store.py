@@ -99,6 +99,9 @@ class Store(Group):
                             "(`at=`); more are refused.")
     idle_ttl_seconds: float | None = Field(default=None, description="Expire every key of a conversation idle this long. "
                                                              "Off when unset.")
+    recall_max_bytes: int = Field(default=1_048_576, ge=0, description="Most bytes of one conversation's archive "
+                                  "(the compressed messages that left its verbatim history); the oldest go first. "
+                                  "0 = unbounded.")
 
     @property
     def dedupe_ms(self) -> int:

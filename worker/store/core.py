@@ -18,10 +18,11 @@ from worker.store.scripts import Scripts
 _KEYS_CACHED = 4096
 # The keys of a conversation that expire when it has been idle ``limits.idle_ttl_ms``. ``paused`` among them: a
 # pause outliving the conversation it paused would hold that player's next conversation without an operator; ``blob``
-# (the state's parts) with ``state`` (its version and length), or an accept could keep one alive past the other.
+# (the state's parts) with ``state`` (its version and length), or an accept could keep one alive past the other;
+# the archive (``recall``, ``recall_index``) with them, as the conversation's own.
 _TTL_KEYS = ("state", "inbox", "seen", "fence", "attempts", "outbox", "sent", "dfence", "delivered", "trace",
              "quarantine", "dead", "statuses", "statusorder", "journal", "inbound", "paused", "lastmsg",
-             "blob")
+             "blob", "recall", "recall_index")
 
 
 class StoreCore:

@@ -25,6 +25,7 @@ from worker.store.answers import (
     WakePush,
 )
 from worker.store.limits import PaceLimits
+from worker.store.script_args import NO_ARCHIVE, ArchiveWrite
 from worker.store.script_replies import FireReply
 
 
@@ -45,7 +46,8 @@ class DrainStore(Protocol):
                reply: bytes | None = None, trace: bytes | None = None, dead: bytes | None = None,
                lease_ms: int = 180_000, claim_delivery_ms: int = 0, also: Sequence[str] = (),
                peek: int = 0, record: bytes | None = None, tokens: int = 0,
-               appended_to: int | None = None, folded_from: int | None = None) -> CommitResult: ...
+               appended_to: int | None = None, folded_from: int | None = None,
+               archive: ArchiveWrite = NO_ARCHIVE) -> CommitResult: ...
 
     def tokens_today(self, cid: str) -> int: ...
     def release(self, cid: str, token: int) -> None: ...

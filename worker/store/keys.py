@@ -8,8 +8,14 @@ Per conversation (``{prefix}:{{cid}}:<name>``):
 
 ==============  ==================================================================================
 ``state``       hash: ``version`` (bumped by every commit), ``tag`` (names the stored blob, new with every write of
-                it), ``blen`` (the blob's length in bytes); ``blob``: the opaque state of a conversation last written
-                whole in the older layout (its next write moves it to ``blob`` below)
+                it), ``blen`` (the blob's length in bytes), ``rbytes`` (the bytes of ``recall``'s batches);
+                ``blob``: the opaque state of a conversation last written whole in the older layout (its next write
+                moves it to ``blob`` below)
+``recall``      list: the archive, what left the verbatim history: one codec batch
+                (:mod:`worker.conversation.recall.codec`) per commit that archived something, oldest first;
+                bounded by ``PARLEY_RECALL_MAX_BYTES`` (the oldest batches go)
+``recall_index`` list: one :class:`~worker.conversation.recall.index.SearchIndex` segment per batch of ``recall``,
+                at the same position (they go together)
 ``blob``        list: the opaque state in parts, joined when read: a base, then the frames turns appended (a turn
                 pushes what it adds; a whole write replaces the list), see :mod:`worker.conversation.state`
 ``inbox``       list: accepted inputs, oldest first; each entry is ``<input id>\\n<envelope bytes>``
@@ -98,7 +104,8 @@ from worker.envelopes.addresses import ID_PATTERN, validate_conversation_id
 
 NAMES = ("state", "inbox", "seen", "fence", "lease", "attempts", "outbox", "sent", "dfence", "dlease",
          "delivered", "trace", "quarantine", "dead", "compacting", "statuses", "statusorder", "hold",
-         "journal", "inbound", "usage", "timers", "timed", "context", "paused", "lastmsg", "blob")
+         "journal", "inbound", "usage", "timers", "timed", "context", "paused", "lastmsg", "blob",
+         "recall", "recall_index")
 
 
 @dataclass(frozen=True)
@@ -135,6 +142,8 @@ class ConversationKeys:
     paused: str = field(init=False)
     lastmsg: str = field(init=False)
     blob: str = field(init=False)
+    recall: str = field(init=False)
+    recall_index: str = field(init=False)
 
     def __post_init__(self) -> None:
         validate_conversation_id(self.cid)

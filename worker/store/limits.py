@@ -25,6 +25,7 @@ class StoreLimits:
     wait_timeout_ms: int = 1000
     record_max: int = 0  # entries kept in a durable-record stream before the oldest are dropped; 0: no record
     max_timers: int = 1000  # inputs one conversation may hold until they are due
+    recall_max_bytes: int = 0  # bytes of one conversation's archived batches, the oldest go first; 0: unbounded
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,7 @@ from worker.store.codes import Idle, Refusal, refused
 from worker.store.core import StoreCore
 from worker.store.entry_codec import claimed_head, join_entry, split_all, split_entry
 from worker.store.redis_errors import store_errors
+from worker.store.script_args import NO_ARCHIVE, ArchiveWrite
 from worker.store.script_replies import CommitReply
 
 
@@ -77,7 +78,8 @@ class MailboxStore(StoreCore):
                reply: bytes | None = None, trace: bytes | None = None, dead: bytes | None = None,
                lease_ms: int = 180_000, claim_delivery_ms: int = 0, also: Sequence[str] = (),
                peek: int = 0, record: bytes | None = None, tokens: int = 0,
-               appended_to: int | None = None, folded_from: int | None = None) -> CommitResult:
+               appended_to: int | None = None, folded_from: int | None = None,
+               archive: ArchiveWrite = NO_ARCHIVE) -> CommitResult:
         """Apply one input (or a burst: ``input_id`` and the ids in ``also`` after it, in mailbox order) atomically:
         write the state (``None`` keeps it, ``b""`` clears it), remove the inputs from the mailbox, queue the reply
         (under the input's id), append the trace entry or the dead letter.
@@ -93,6 +95,8 @@ class MailboxStore(StoreCore):
         :meth:`~worker.conversation.resident.Resident.append_of`): only those are sent and appended. With
         ``folded_from`` (less than ``appended_to``), the stored bytes from there on are replaced by the new state's
         (a fold of its loose frames into a compressed run): only the new state's bytes from there are sent.
+        ``archive``: the batch of what this commit takes out of the history (and its index segment), appended to
+        the conversation's archive in the same step, bounded by ``limits.recall_max_bytes``; or the archive erased.
 
         Raises :class:`~worker.errors.StaleLeaseError` and changes nothing when another worker took the
         conversation over, the state version moved, or the inputs are no longer at the head of the mailbox.
@@ -113,7 +117,8 @@ class MailboxStore(StoreCore):
             trace_entry=trace or b"", dead_entry=dead or b"", lease_ms=lease_ms, trace_max=self.limits.trace_max,
             dead_max=self.limits.dead_max, ttl_ms=self.limits.idle_ttl_ms, claim_ms=claim_delivery_ms,
             record=self._record_args(cid, record), peek=peek, burst_ids=also, usage_day=utc_day(), tokens=tokens,
-            append_at=appended_to or 0, cut_at=cut or 0)
+            append_at=appended_to or 0, cut_at=cut or 0, archive=archive,
+            archive_max_bytes=self.limits.recall_max_bytes)
         return self._commit_result(cid, input_id, new_state, res)
 
     @store_errors

@@ -7,7 +7,15 @@ from typing import Any, ClassVar
 
 from worker.store import lua
 from worker.store.keys import ConversationKeys
-from worker.store.script_args import AcceptArgs, BeginKeys, CommitArgs, CommitKeys, RecordArgs
+from worker.store.script_args import (
+    NO_ARCHIVE,
+    AcceptArgs,
+    ArchiveWrite,
+    BeginKeys,
+    CommitArgs,
+    CommitKeys,
+    RecordArgs,
+)
 from worker.store.script_group import ScriptGroup
 from worker.store.script_replies import (
     AcceptReply,
@@ -73,19 +81,22 @@ class MailboxScripts(ScriptGroup):
                mode: str, blob: bytes, reply_entry: bytes, trace_entry: bytes, dead_entry: bytes, lease_ms: int,
                trace_max: int, dead_max: int, ttl_ms: int, claim_ms: int, record: RecordArgs, peek: int = 0,
                burst_ids: Sequence[str] = (), usage_day: str = "", tokens: int = 0,
-               append_at: int = 0, cut_at: int = 0) -> CommitReply:
+               append_at: int = 0, cut_at: int = 0, archive: ArchiveWrite = NO_ARCHIVE,
+               archive_max_bytes: int = 0) -> CommitReply:
         """``burst_ids``: the ids of the inputs after the head that the same turn applied (a burst), in mailbox
         order; ``append_at``: with mode ``append``, the length of the stored blob ``blob`` is appended to;
-        ``cut_at`` (0: ``append_at``): where ``blob`` goes instead, the stored bytes after it dropped (a fold)."""
+        ``cut_at`` (0: ``append_at``): where ``blob`` goes instead, the stored bytes after it dropped (a fold);
+        ``archive``: what goes to the conversation's archive, bounded to ``archive_max_bytes`` (0: unbounded)."""
         res = self._replication.call(
             self._client, self._commit, what="commit",
             keys=CommitKeys(keys.fence, keys.state, keys.inbox, keys.attempts, keys.outbox, keys.trace, keys.dead,
                             keys.lease, keys.dlease, keys.dfence, keys.sent, keys.journal, record.stream,
-                            record.dropped, keys.usage, keys.inbound, keys.blob),
+                            record.dropped, keys.usage, keys.inbound, keys.blob, keys.recall, keys.recall_index),
             args=(*CommitArgs(token, expected_version, input_id, mode, blob, reply_entry, trace_entry, dead_entry,
                               lease_ms, trace_max, dead_max, ttl_ms, str(claim_ms) if claim_ms > 0 else "", peek,
                               record.entry, record.max, usage_day if tokens > 0 else "", tokens, append_at,
-                              cut_at or append_at),
+                              cut_at or append_at, archive.batch, archive.segment, archive_max_bytes,
+                              "1" if archive.erase else ""),
                   *burst_ids))
         return CommitReply(int(res[0]), int(res[1]), int(res[2]) == 1, opt_bytes(res[3]), int(res[4] or 0),
                            blob_bytes(res[5]), ClaimReply.parse([*res[6:10], res[12]]), [bytes(e) for e in res[10] or ()],

@@ -61,6 +61,8 @@ class CommitKeys(NamedTuple):
     usage: str
     inbound: str
     blob_key: str
+    recall: str
+    recall_index: str
 
 
 class CommitArgs(NamedTuple):
@@ -84,6 +86,10 @@ class CommitArgs(NamedTuple):
     tokens: int
     append_at: int
     cut_at: int
+    recall_batch: bytes
+    recall_segment: bytes
+    recall_max_bytes: int
+    recall_erase: str
 
 
 class SentLastKeys(NamedTuple):
@@ -205,6 +211,25 @@ class RecordArgs:
     dropped: str
     max: int = 0
     entry: bytes = b""
+
+
+@dataclass(frozen=True)
+class ArchiveWrite:
+    """What a commit writes to the conversation's archive: one codec batch of the messages it takes out of the
+    history and that batch's search index segment (both empty: none), after erasing the archive with ``erase`` (a
+    reset phrase, a reset with ``forget``)."""
+
+    batch: bytes = b""
+    segment: bytes = b""
+    erase: bool = False
+    messages: int = 0  # how many the batch holds (for the trace and the metrics)
+
+    def __post_init__(self) -> None:
+        if bool(self.batch) != bool(self.segment):
+            raise ValueError("an archive batch goes with its index segment")
+
+
+NO_ARCHIVE = ArchiveWrite()
 
 
 def accept_call(*, keys: ConversationKeys, pending: str | None, ttl_keys: list[str], input_id: str, entry: bytes,

@@ -90,7 +90,8 @@ class Applier:
         done = self.commits.commit(run, version, inputs[0].env, result.state, a.data, a.trace,
                                    claim_delivery=self.config.delivery.deliver_inline, also=a.also,
                                    resident=result.resident, tokens=a.trail.usage.total,
-                                   record=self.hooks.entry(run, snap, a, a.reply))
+                                   record=self.hooks.entry(run, snap, a, a.reply),
+                                   departed=result.departed, erase=result.reset == "phrase")
         metrics.TURN_SECONDS.observe(time.perf_counter() - a.started)
         kinds = [p.env.kind for p in inputs]
         answered = answers_event(inputs)  # the game's event answered: counted apart from the player's turns
@@ -126,7 +127,7 @@ class Applier:
     def _applied(self, run: DrainRun, snap: Snapshot, a: Applied) -> CommitResult:
         version = self.commits.quarantine(run, snap, a.quarantine)
         done = self.commits.commit(run, version, a.env, a.state, None, a.trace, resident=a.resident,
-                                   record=self.hooks.entry(run, snap, a, None))
+                                   record=self.hooks.entry(run, snap, a, None), departed=a.departed, erase=a.erase)
         metrics.INPUTS.labels(a.env.kind, "applied").inc()
         self._grew(run, a.pinned_dropped, a.needs_compaction)
         return done
@@ -139,7 +140,7 @@ class Applier:
         if len(w.inputs) > 1:
             trace["burst"] = [p.id for p in w.inputs]
         done = self.commits.commit(run, version, head, w.state, None, trace, also=w.also, resident=w.resident,
-                                   record=self.hooks.entry(run, snap, w, None))
+                                   record=self.hooks.entry(run, snap, w, None), departed=w.departed)
         metrics.PAUSED_TURNS.labels("withheld").inc()
         for kind in (InputKind.MESSAGE, InputKind.EVENT):
             n = sum(1 for p in w.inputs if p.env.kind == kind)
@@ -153,7 +154,7 @@ class Applier:
         version = self.commits.quarantine(run, snap, s.quarantine)
         done = self.commits.commit(run, version, s.env, s.state, s.data, {"operator": True, "reply": s.env.text},
                                    claim_delivery=self.config.delivery.deliver_inline, resident=s.resident,
-                                   record=self.hooks.entry(run, snap, s, s.reply))
+                                   record=self.hooks.entry(run, snap, s, s.reply), departed=s.departed)
         metrics.INPUTS.labels(InputKind.OPERATOR, "applied").inc()
         metrics.OPERATOR_MESSAGES.inc()
         self.after_reply(run, done, (s.data, s.reply))
@@ -172,7 +173,8 @@ class Applier:
         spent = s.env.spent
         done = self.commits.commit(run, snap.version, s.env, s.state, None,
                                    {"splice": s.applied, "reason": s.reason, "kept_new": s.kept_new},
-                                   record=self.hooks.entry(run, snap, s, None), tokens=spent.total if spent else 0)
+                                   record=self.hooks.entry(run, snap, s, None), tokens=spent.total if spent else 0,
+                                   departed=s.departed)  # a stale splice has none: it dropped nothing
         self.store.clear_compacting(run.cid)
         metrics.COMPACTIONS.labels("spliced" if s.applied else "stale").inc()
         if s.applied:  # a stale splice changed nothing, so it dropped nothing

@@ -16,14 +16,18 @@ from typing import Any
 import msgpack
 
 from worker import metrics
+from worker.conversation.messages import Message
 from worker.conversation.resident import Resident, ResidentCache
+from worker.durable_record import entries
 from worker.envelopes.inputs import Envelope
 from worker.observability import tracing
 from worker.service.config import ServiceConfig
+from worker.service.drain.archiving import archive_of, archived_trace, record_rows
 from worker.service.drain.outcomes import Quarantine
 from worker.service.drain.run import DrainRun
 from worker.store.answers import CommitResult, Snapshot
 from worker.store.interfaces import DrainStore
+from worker.store.script_args import NO_ARCHIVE, ArchiveWrite
 
 log = logging.getLogger("parley.service")
 
@@ -36,15 +40,23 @@ class Committer:
 
     def commit(self, run: DrainRun, version: int, env: Envelope, new_state: bytes | None, reply: bytes | None,
                trace: dict[str, Any], *, claim_delivery: bool = False, also: Sequence[str] = (),
-               resident: Resident | None = None, record: bytes | None = None, tokens: int = 0) -> CommitResult:
+               resident: Resident | None = None, record: bytes | None = None, tokens: int = 0,
+               departed: Sequence[Message] = (), erase: bool = False) -> CommitResult:
         """Apply ``env`` (and ``also``). ``resident``: ``new_state`` decoded, kept for the next turn when the commit
         lands; ``record``: the durable record's entry (see :class:`~worker.service.drain.recording.Recorder`);
-        ``claim_delivery``: when the commit ends the drain, it also takes the delivery lease and claims the reply."""
-        entry = {"at": time.time(), "id": env.message_id, "kind": env.kind, **trace}
+        ``claim_delivery``: when the commit ends the drain, it also takes the delivery lease and claims the reply;
+        ``departed``: the messages ``new_state`` no longer holds, archived by this commit (``erase``: the archive is
+        erased instead)."""
+        archive, messages = archive_of(run.cid, departed, erase=erase, on=self.config.archive_on,
+                                       max_bytes=self.config.archive_max_bytes)
+        if record is not None:  # the durable record exports what the archive received (and its erasure)
+            record = entries.with_archive(record, record_rows(messages), erased=archive.erase)
+        entry = {"at": time.time(), "id": env.message_id, "kind": env.kind, **trace, **archived_trace(archive)}
         done = self.write(run, version, env.message_id, new_state=new_state, reply=reply,
                           trace=msgpack.packb(entry, use_bin_type=True), dead=None,
                           claim_delivery_ms=self.config.drain.lease_ms if claim_delivery else 0, also=also,
-                          record=record, tokens=tokens, appended=_appended(resident, new_state, run.stored))
+                          record=record, tokens=tokens, appended=_appended(resident, new_state, run.stored),
+                          archive=archive)
         if new_state is not None:
             self._keep(run, done.tag, resident)
         return done
@@ -52,7 +64,7 @@ class Committer:
     def write(self, run: DrainRun, version: int, input_id: str, *, new_state: bytes | None,
               reply: bytes | None, trace: bytes, dead: bytes | None, claim_delivery_ms: int = 0,
               also: Sequence[str] = (), record: bytes | None = None, tokens: int = 0,
-              appended: tuple[int, int] | None = None) -> CommitResult:
+              appended: tuple[int, int] | None = None, archive: ArchiveWrite = NO_ARCHIVE) -> CommitResult:
         """The commit script, with the heartbeat held off while it runs and stopped when it gave the lease up."""
         with run.beat.committing(), tracing.span("commit", attributes={"parley.input.id": input_id}):
             done = self.store.commit(run.cid, run.token, expected_version=version, input_id=input_id,
@@ -60,7 +72,7 @@ class Committer:
                                      lease_ms=self.config.drain.lease_ms, claim_delivery_ms=claim_delivery_ms,
                                      also=also, peek=self.config.burst.peek, record=record, tokens=tokens,
                                      appended_to=appended[0] if appended else None,
-                                     folded_from=appended[1] if appended else None)
+                                     folded_from=appended[1] if appended else None, archive=archive)
             if done.next is None:
                 run.beat.end()
         run.applied += 1 + len(also)

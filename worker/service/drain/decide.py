@@ -32,6 +32,7 @@ from worker.service.drain.outcomes import (
     Outcome,
     Retry,
     Spliced,
+    Withheld,
     quarantine_of,
 )
 from worker.service.drain.run import DrainRun
@@ -41,6 +42,15 @@ from worker.store.answers import Snapshot
 from worker.store.interfaces import DrainStore
 
 log = logging.getLogger("parley.service")
+
+
+def reset_applied(chat: Chat, env: Envelope, state: State) -> Applied:
+    """A producer's reset: the history closes into the archive, as an idle reset's does, or with ``forget`` the
+    archive is erased with it."""
+    if env.forget:
+        return Applied(env, b"", {"reset": True, "forget": True}, erase=True)
+    loaded = chat.load(state)
+    return Applied(env, b"", {"reset": True}, departed=loaded.state.messages if loaded.problem is None else ())
 
 
 class Decider:
@@ -83,12 +93,12 @@ class Decider:
         if env.kind is InputKind.EVENT:
             return self._event(env, state, {"event": env.text})
         if env.kind is InputKind.RESET:
-            return Applied(env, b"", {"reset": True})
+            return reset_applied(self.chat, env, state)
         if env.kind is InputKind.OPERATOR:
             return speak(self.chat, state, env, run.cid)
         spliced = self.chat.splice(state, env.state or b"")
         return Spliced(env, spliced.state if spliced.applied else None, spliced.applied, spliced.reason,
-                       spliced.kept_new_messages, spliced.pinned_dropped)
+                       spliced.kept_new_messages, spliced.pinned_dropped, spliced.departed)
 
     def _opted_out(self, run: DrainRun, head_id: str) -> bool:
         """Whether the player opted out: as the drain's begin read it, else read now."""
@@ -100,7 +110,7 @@ class Decider:
         result = self.chat.apply_event(state, env.text or "", pinned=env.pinned, from_player=bool(env.from_player),
                                        key=env.key)
         return Applied(env, result.state, trace, result.resident, quarantine_of(state, result.state_problem),
-                       result.needs_compaction, result.pinned_dropped)
+                       result.needs_compaction, result.pinned_dropped, result.departed)
 
     def _held_back(self, run: DrainRun, env: Envelope, state: State) -> Applied:
         """An answered event or an operator's message for a player who opted out: applied to the state (the event
@@ -111,7 +121,7 @@ class Decider:
             return self._event(env, state, {"event": env.text, "opted_out": True})
         s = speak(self.chat, state, env, run.cid)
         return Applied(env, s.state, {"operator": True, "opted_out": True, "reply": env.text}, s.resident,
-                       s.quarantine, s.needs_compaction, s.pinned_dropped)
+                       s.quarantine, s.needs_compaction, s.pinned_dropped, s.departed)
 
     def _chat_turn(self, run: DrainRun, head: Pending, snap: Snapshot) -> Outcome:
         """A chat message at the head: the turn takes in the burst it starts, or is put off while the player is
@@ -175,4 +185,9 @@ class Decider:
         if isinstance(outcome, Answer):
             # The summariser ran for this turn: its tokens count in the day's budget and the record as the turn's.
             compacted.add_to(outcome.trail.usage)
+            # What the compaction took out is archived by the turn's commit, which lands it.
+            return replace(outcome, result=replace(outcome.result,
+                                                   departed=compacted.departed + outcome.result.departed))
+        if isinstance(outcome, Withheld):
+            return replace(outcome, departed=compacted.departed + outcome.departed)
         return outcome

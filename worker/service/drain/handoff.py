@@ -42,7 +42,8 @@ def withhold(chat: Chat, state: State, paused: Withheld) -> Withheld:
                                  from_player=any(e.kind is InputKind.MESSAGE or e.from_player for e in envs),
                                  facts=[(e.key, e.text or "") for e in envs if e.kind is InputKind.EVENT and e.key is not None])
     return Withheld(paused.inputs, paused.until, result.state, result.resident,
-                    quarantine_of(state, result.state_problem), result.needs_compaction, result.pinned_dropped)
+                    quarantine_of(state, result.state_problem), result.needs_compaction, result.pinned_dropped,
+                    result.departed)
 
 
 def operator_texts(env: Envelope) -> list[OutPart]:
@@ -59,4 +60,5 @@ def speak(chat: Chat, state: State, env: Envelope, cid: str) -> Spoken:
                          parts=[p for t in texts for p in (split_message(t) if isinstance(t, str) else [t])],
                          reply_to=env.reply_to, traceparent=tracing.current())
     return Spoken(env, result.state, record, record.to_bytes(), result.resident,
-                  quarantine_of(state, result.state_problem), result.needs_compaction, result.pinned_dropped)
+                  quarantine_of(state, result.state_problem), result.needs_compaction, result.pinned_dropped,
+                  result.departed)

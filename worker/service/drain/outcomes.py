@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from worker.conversation.chat import State
+from worker.conversation.messages import Message
 from worker.conversation.resident import Resident
 from worker.conversation.results import TurnResult
 from worker.durable_record.entries import Trail
@@ -70,7 +71,8 @@ class Notice:
 
 @dataclass(frozen=True)
 class Applied:
-    """An event or a reset applied without the model: ``state`` the new blob (``b""``: none)."""
+    """An event or a reset applied without the model: ``state`` the new blob (``b""``: none). ``departed``: what
+    left the history (archived by the commit); ``erase``: the archive is erased (a reset with ``forget``)."""
 
     env: Envelope
     state: bytes
@@ -79,6 +81,8 @@ class Applied:
     quarantine: Quarantine | None = None
     needs_compaction: bool = False
     pinned_dropped: int = 0
+    departed: tuple[Message, ...] = ()
+    erase: bool = False
 
 
 @dataclass(frozen=True)
@@ -91,6 +95,7 @@ class Spliced:
     reason: str
     kept_new: int
     pinned_dropped: int
+    departed: tuple[Message, ...] = ()  # what the applied splice took out of the history (archived by its commit)
 
 
 @dataclass(frozen=True)
@@ -142,6 +147,7 @@ class Withheld:
     quarantine: Quarantine | None = None
     needs_compaction: bool = False
     pinned_dropped: int = 0
+    departed: tuple[Message, ...] = ()
 
     @property
     def also(self) -> list[str]:
@@ -161,6 +167,7 @@ class Spoken:
     quarantine: Quarantine | None = None
     needs_compaction: bool = False
     pinned_dropped: int = 0
+    departed: tuple[Message, ...] = ()
 
 
 Outcome = Answer | Notice | Applied | Spliced | DeadLettered | Defer | HandBack | Retry | Withheld | Spoken

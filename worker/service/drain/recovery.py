@@ -23,6 +23,7 @@ from typing import NoReturn
 
 from worker.conversation.chat import Chat, State
 from worker.conversation.compaction import TokenBudget
+from worker.conversation.messages import Message
 from worker.conversation.model import Usage
 from worker.durable_record.entries import TurnUsage
 from worker.errors import AuthenticationError, RetryLater
@@ -80,6 +81,7 @@ class ContextCompaction:
 
     state: bytes
     spent: tuple[tuple[Usage | None, str | None], ...] = ()
+    departed: tuple[Message, ...] = ()  # what the compaction took out: the retried turn's commit archives it
 
     def add_to(self, usage: TurnUsage) -> None:
         """Count what the compaction spent in ``usage`` (the retried turn's: its commit adds them to the day's
@@ -99,12 +101,13 @@ def compact_for_context(chat: Chat, state: State) -> ContextCompaction | None:
         return None
     report = chat.compact_with_report(state)
     if report.changed:
-        return ContextCompaction(report.state, ((report.usage, report.model),))
+        return ContextCompaction(report.state, ((report.usage, report.model),), report.departed)
     half = max(1, report.tokens_before // 2)
     forced = dataclasses.replace(chat, compactor=TokenBudget(half, half)).compact_with_report(state)
     if not forced.changed:
         return None
-    return ContextCompaction(forced.state, ((report.usage, report.model), (forced.usage, forced.model)))
+    return ContextCompaction(forced.state, ((report.usage, report.model), (forced.usage, forced.model)),
+                             forced.departed)
 
 
 def usage_trace(usage: Usage | None) -> dict[str, int | None]:

@@ -1,11 +1,12 @@
 -- COMMIT: apply one input (or a burst's inputs) atomically and hand back the next one.
 -- KEYS: fence, state, inbox, attempts, outbox, trace, dead, lease, dlease, dfence, sent, journal, record_stream,
---       record_dropped, usage, inbound, blob_key
+--       record_dropped, usage, inbound, blob_key, recall, recall_index
 -- ARGV: token, expected_version, input_id, mode (keep|set|append|clear), blob, reply_entry, trace_entry, dead_entry,
 --       lease_ms, trace_max, dead_max, ttl_ms, claim_ms ('' or the delivery lease), peek, record_entry ('' none),
 --       record_max, usage_day ('' none), tokens, append_at (mode append: the stored blob's length), cut_at (mode
---       append: where the blob goes, the stored bytes after it dropped: append_at, or less for a fold), then also: the
---       ids of the inputs after the head that the same turn applied (a burst), in mailbox order
+--       append: where the blob goes, the stored bytes after it dropped: append_at, or less for a fold), recall_batch
+--       ('' none), recall_segment, recall_max_bytes (0: unbounded), recall_erase ('1': the archive is erased first),
+--       then also: the ids of the inputs after the head that the same turn applied (a burst), in mailbox order
 -- Returns: thirteen fields on every path (see answer below): {version or FENCE_MOVED | VERSION_MOVED | NOT_HEAD,
 --          depth or current version, released, next entry, attempts at next, kept blob (see stored_blob), delivery token, delivery
 --          head entry, part, crashed, the ``peek`` entries after the next one, the state's tag, the last inbound ms
@@ -22,6 +23,10 @@
 -- atomic with the pop, so a producer's push either lands before (and is returned) or finds no lease.
 -- With claim_ms, a commit that empties the mailbox also starts the delivery when nobody delivers: it takes the
 -- delivery lease and claims the outbox head as BEGIN_DELIVERY does, saving the deliverer that round trip.
+-- The archive: the messages this commit takes out of the history go to ``recall`` as one batch, with its search
+-- index segment in ``recall_index`` at the same position, in this fenced step (a stale commit archives nothing, a
+-- landed one cannot be applied again). The state hash's ``rbytes`` counts the batches' bytes; past
+-- recall_max_bytes the oldest batches go with their segments (the newest one always stays: the writer bounds it).
 --! include tail
 --! include head_id
 --! include fence
@@ -47,6 +52,8 @@ local record_dropped = KEYS[14]
 local usage = KEYS[15]
 local inbound = KEYS[16]
 local blob_key = KEYS[17]
+local recall = KEYS[18]
+local recall_index = KEYS[19]
 local token = ARGV[1]
 local expected_version = ARGV[2]
 local input_id = ARGV[3]
@@ -67,7 +74,11 @@ local usage_day = ARGV[17]
 local tokens = ARGV[18]
 local append_at = ARGV[19]
 local cut_at = ARGV[20]
-local also = tail(ARGV, 21)
+local recall_batch = ARGV[21]
+local recall_segment = ARGV[22]
+local recall_max_bytes = ARGV[23]
+local recall_erase = ARGV[24]
+local also = tail(ARGV, 25)
 
 -- The one shape of the answer: every return goes through it, fields left out are padded.
 local function answer(a)
@@ -120,6 +131,20 @@ if usage_day and usage_day ~= '' and tonumber(tokens) > 0 then
   redis.call('HINCRBY', usage, usage_day, tonumber(tokens))
   redis.call('PEXPIRE', usage, 259200000)
 end
+if recall_erase == '1' then
+  redis.call('DEL', recall, recall_index)
+  redis.call('HDEL', state, 'rbytes')
+end
+if recall_batch ~= '' then
+  redis.call('RPUSH', recall, recall_batch)
+  redis.call('RPUSH', recall_index, recall_segment)
+  local archived = redis.call('HINCRBY', state, 'rbytes', #recall_batch)
+  local bound = tonumber(recall_max_bytes)
+  while bound > 0 and archived > bound and redis.call('LLEN', recall) > 1 do
+    archived = redis.call('HINCRBY', state, 'rbytes', -#redis.call('LPOP', recall))
+    redis.call('LPOP', recall_index)
+  end
+end
 redis.call('DEL', journal)  -- the input's turn journal: applied now, so nothing is left to replay
 if reply_entry ~= '' then redis.call('RPUSH', outbox, reply_entry) end
 if trace_entry ~= '' then append_capped(trace, trace_entry, trace_max) end
@@ -127,7 +152,8 @@ if dead_entry ~= '' then append_capped(dead, dead_entry, dead_max) end
 -- The idle TTL: the keys this script writes (the accept of the input, moments ago, set it on all the others).
 local ttl = tonumber(ttl_ms)
 if ttl > 0 then
-  for _, key in ipairs({fence, state, inbox, attempts, outbox, trace, dead, dfence, sent, journal, blob_key}) do
+  for _, key in ipairs({fence, state, inbox, attempts, outbox, trace, dead, dfence, sent, journal, blob_key, recall,
+                        recall_index}) do
     redis.call('PEXPIRE', key, ttl)
   end
 end
