@@ -34,6 +34,7 @@ from worker.conversation.messages import Message
 from worker.conversation.model import Attachment, Model
 from worker.conversation.observe import RoundTrip
 from worker.conversation.prompt import DEFAULT_FACT_PLACEMENT, FactPlacement
+from worker.conversation.recall.archive import Archive
 from worker.conversation.resets import normalise
 from worker.conversation.resident import Resident
 from worker.conversation.results import CompactionReport, EventResult, TurnResult
@@ -100,6 +101,10 @@ class Chat(ChatTurn):
     # that adds parts is an error result the model reads, and its parts are not added. Last, so that the fields
     # before it keep their places for a caller who passes them by position.
     max_reply_parts: int = DEFAULT_MAX_REPLY_PARTS
+    # Where messages that left the history are kept (:mod:`worker.conversation.recall`): with one, the model may search
+    # it (the ``search_conversation`` tool) or matches are quoted after the history (``auto``), as
+    # :func:`~worker.conversation.recall.reading.reading_of` resolves; without one, recall is off.
+    archive: Archive | None = None
 
     def __post_init__(self) -> None:
         self._tools = check_tools(list(self.tools))

@@ -48,6 +48,10 @@ Per conversation (``{prefix}:{{cid}}:<name>``):
                 ``PARLEY_CONTEXT_MAX_AGE_SECONDS``
 ``paused``      string: a person has taken the conversation over (``parley pause``): ms when the pause ends, ``0``
                 for none; expires with a timed pause (see :mod:`worker.store.pauses`)
+``recall``      list: the conversation's archive, one codec batch of archived messages per commit that dropped
+                some from the history (see :mod:`worker.conversation.recall.codec`)
+``recall_index`` list: search index segments (``SearchIndex.to_bytes()``) over ``recall``'s messages, one per
+                commit that archived something, in the same order
 ``tomb``        zset: input ids of a deleted conversation (score: ms of the delete), so Meta's retries of
                 its old webhooks dedupe; not one of :data:`NAMES` (delete keeps it), expires on its own
 ``optout``      hash: the player's opt-out (``stop``: everything business-initiated; ``marketing``: templates),
@@ -98,7 +102,8 @@ from worker.envelopes.addresses import ID_PATTERN, validate_conversation_id
 
 NAMES = ("state", "inbox", "seen", "fence", "lease", "attempts", "outbox", "sent", "dfence", "dlease",
          "delivered", "trace", "quarantine", "dead", "compacting", "statuses", "statusorder", "hold",
-         "journal", "inbound", "usage", "timers", "timed", "context", "paused", "lastmsg", "blob")
+         "journal", "inbound", "usage", "timers", "timed", "context", "paused", "lastmsg", "blob", "recall",
+         "recall_index")
 
 
 @dataclass(frozen=True)
@@ -135,6 +140,8 @@ class ConversationKeys:
     paused: str = field(init=False)
     lastmsg: str = field(init=False)
     blob: str = field(init=False)
+    recall: str = field(init=False)
+    recall_index: str = field(init=False)
 
     def __post_init__(self) -> None:
         validate_conversation_id(self.cid)
