@@ -19,7 +19,7 @@ from typing import Any
 
 from worker.conversation.recall.archive import Recalled, recall
 from worker.conversation.recall.archived import ArchivedMessage
-from worker.conversation.recall.index import SearchIndex
+from worker.conversation.recall.index import SearchIndex, match_expression
 from worker.conversation.tokens import TokenCounter
 from worker.store.keys import ConversationKeys
 
@@ -43,9 +43,12 @@ class Segments:
 
     def rank(self, query: str, limit: int) -> list[int]:
         """The best ``limit`` hits of all segments by BM25 score (lower first), as positions in the whole."""
+        expression = match_expression(query)
+        if expression is None:
+            return []
         hits: list[tuple[float, int]] = []
         for start, index in zip(self._starts(), self.indexes, strict=True):
-            hits.extend((score, start + position) for position, score in index.scored(query, limit))
+            hits.extend((score, start + position) for position, score in index.scored_match(expression, limit))
         hits.sort()
         return [position for _, position in hits[:limit]]
 
@@ -60,6 +63,23 @@ class Segments:
         return found
 
 
+#: A segment of fewer messages than this is folded into one index with the small segments next to it when it is
+#: decoded: each commit appends a segment of a few messages, and asking a hundred small indexes costs a hundred
+#: queries on every search, where folding each costs its few messages' terms once.
+FOLD_BELOW = 200
+
+
+@dataclass
+class _Entry:
+    """One conversation's decoded segments (the last perhaps a fold of small ones), how many of the list's segments
+    they stand for, and the lock of a fold in progress."""
+
+    indexes: list[SearchIndex]
+    read: int
+    last_folded: bool
+    lock: threading.Lock
+
+
 class RedisArchiveReader:
     """An :class:`~worker.conversation.recall.archive.Archive` that searches the archive the commits write to Redis.
 
@@ -72,7 +92,7 @@ class RedisArchiveReader:
         self._keys = keys
         self._counter = counter
         self._cached = cached_conversations
-        self._cache: OrderedDict[str, tuple[SearchIndex, ...]] = OrderedDict()
+        self._cache: OrderedDict[str, _Entry] = OrderedDict()
         self._lock = threading.Lock()
 
     def append(self, conversation_id: str, messages: Sequence[ArchivedMessage]) -> list[ArchivedMessage]:
@@ -85,31 +105,56 @@ class RedisArchiveReader:
             self._cache.pop(conversation_id, None)
 
     def search(self, conversation_id: str, query: str, *, max_tokens: int) -> list[Recalled]:
-        segments = self.segments(conversation_id)
-        if not segments.indexes:
+        entry = self._entry(conversation_id)
+        if entry is None:
             return []
-        # Searched outside the lock: a decoded segment is only read (SQLite serialises its own connection).
-        return recall(segments, query, max_tokens=max_tokens, counter=self._counter)
+        with entry.lock:  # a fold changes the last index: a search of the same conversation waits for it
+            return recall(Segments(tuple(entry.indexes)), query, max_tokens=max_tokens, counter=self._counter)
 
     def segments(self, conversation_id: str) -> Segments:
-        """The conversation's segments as they are now, decoding only those not decoded before."""
+        """The conversation's segments as they are now (small ones folded), decoding only those not decoded
+        before."""
+        entry = self._entry(conversation_id)
+        return Segments(() if entry is None else tuple(entry.indexes))
+
+    def _entry(self, conversation_id: str) -> _Entry | None:
         key = self._keys(conversation_id).recall_index
         with self._lock:
-            known = self._cache.get(conversation_id, ())
-        pipe = self._client.pipeline(transaction=True)
+            entry = self._cache.get(conversation_id)
+        read = entry.read if entry is not None else 0
+        # One round trip, no transaction: a segment appended between the two commands makes the figures disagree,
+        # and the list is then read whole, as after a merge.
+        pipe = self._client.pipeline(transaction=False)
         pipe.llen(key)
-        pipe.lrange(key, len(known), -1)
+        pipe.lrange(key, read, -1)
         length, tail = pipe.execute()
-        if length == len(known) + len(tail) and length >= len(known):
-            decoded = known + tuple(SearchIndex.from_bytes(bytes(b)) for b in tail)
-        else:  # the list was merged (or erased) since: read it whole
-            decoded = tuple(SearchIndex.from_bytes(bytes(b)) for b in self._client.lrange(key, 0, -1))
+        if entry is not None and length == read + len(tail):
+            if tail:
+                with entry.lock:
+                    _take(entry, tail)
+        else:  # new to this process, or merged (or erased) since: read it whole
+            entry = _Entry([], 0, False, threading.Lock())
+            _take(entry, self._client.lrange(key, 0, -1) if read else tail)
         with self._lock:
-            if decoded:
-                self._cache[conversation_id] = decoded
-                self._cache.move_to_end(conversation_id)
-                while len(self._cache) > self._cached:
-                    self._cache.popitem(last=False)
-            else:
+            if entry.read == 0:
                 self._cache.pop(conversation_id, None)
-        return Segments(decoded)
+                return None
+            self._cache[conversation_id] = entry
+            self._cache.move_to_end(conversation_id)
+            while len(self._cache) > self._cached:
+                self._cache.popitem(last=False)
+        return entry
+
+
+def _take(entry: _Entry, segments: Sequence[bytes]) -> None:
+    """Decode ``segments`` onto ``entry``: a large one stays an index of its own; small ones are added to the last
+    index when it is itself a fold of small ones, otherwise they begin one."""
+    for data in segments:
+        index = SearchIndex.from_bytes(bytes(data))
+        small = len(index) < FOLD_BELOW
+        if small and entry.last_folded:
+            entry.indexes[-1].add(index.messages(0, len(index) - 1).values())
+        else:
+            entry.indexes.append(index)
+        entry.last_folded = small
+        entry.read += 1

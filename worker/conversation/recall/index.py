@@ -100,7 +100,12 @@ class SearchIndex:
         """:meth:`rank` with each position's BM25 score (lower is better, as FTS5 gives it): what merges the hits
         of several indexes."""
         expression = match_expression(query)
-        if expression is None or limit <= 0:
+        return [] if expression is None else self.scored_match(expression, limit)
+
+    def scored_match(self, expression: str, limit: int) -> list[tuple[int, float]]:
+        """:meth:`scored` for a query already made an FTS5 expression (:func:`match_expression`): several indexes
+        searched with one query fold its terms once."""
+        if limit <= 0:
             return []
         try:
             rows = self._db.execute("SELECT rowid, bm25(term) AS score FROM term WHERE term MATCH ? ORDER BY score "

@@ -100,23 +100,22 @@ def _line(message: RecalledMessage, lead: str = "") -> str:
     return f"{lead}[{_when(message['at'])}] {mark}: {text}"
 
 
+def _result_lines(result: Recalled) -> list[str]:
+    return [_line(result), *(_line(neighbour, "  near it: ") for neighbour in result["context"])]
+
+
 def render_quote(results: Sequence[Recalled]) -> str | None:
     """The block ``auto`` recall puts after the history: each match with its date and speaker, the messages around
     it below it; None when nothing matched."""
     if not results:
         return None
-    lines = [QUOTE_OPENING]
-    for result in results:
-        lines.append(_line(result))
-        lines.extend(_line(neighbour, "  near it: ") for neighbour in result["context"])
-    lines.append(QUOTE_CLOSING)
-    return "\n".join(lines)
+    return "\n".join([QUOTE_OPENING, *(line for result in results for line in _result_lines(result)), QUOTE_CLOSING])
 
 
 def auto_quote(recall: Recall, conversation_id: str, texts: Sequence[str], counter: TokenCounter) -> str | None:
     """``auto`` recall for a turn whose input is ``texts``: the archive searched with them and the quoted block,
     within ``recall.max_tokens`` as ``counter`` counts it (the block's own lines included: the lowest-ranked
-    matches go first)."""
+    matches go first). The block is counted whole; only one over the budget is counted match by match to cut it."""
     query = "\n".join(t for t in texts if t.strip())
     if recall.mode not in ("auto", "both") or not query:
         return None
@@ -125,7 +124,16 @@ def auto_quote(recall: Recall, conversation_id: str, texts: Sequence[str], count
         return None
     results = recall.search(conversation_id, query, max_tokens=recall.max_tokens - frame)
     block = render_quote(results)
-    while block is not None and counter.count_text(block) > recall.max_tokens:
-        results = results[:-1]
-        block = render_quote(results)
+    if block is None or counter.count_text(block) <= recall.max_tokens:  # the usual case: one count
+        return block
+    kept, used = 0, frame
+    for result in results:
+        cost = counter.count_text("\n".join(_result_lines(result))) + 1
+        if used + cost > recall.max_tokens:
+            break
+        used, kept = used + cost, kept + 1
+    block = render_quote(results[:kept])
+    while block is not None and counter.count_text(block) > recall.max_tokens:  # token counts do not quite add up
+        kept -= 1
+        block = render_quote(results[:kept])
     return block
