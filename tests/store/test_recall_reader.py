@@ -11,6 +11,7 @@ import pytest
 import redis
 
 from tests.support.redis_server import RedisServer, redis_of_its_own
+from worker import ScriptedModel
 from worker.conversation.recall import ArchivedMessage, SearchIndex, encode_batch, stable_id
 from worker.conversation.recall.reading import Recall
 from worker.store.recall_reader import RedisArchiveReader
@@ -108,8 +109,8 @@ def test_the_worker_wires_the_configured_mode(store: ConversationStore) -> None:
     from worker.runtime import build_archive
     from worker.settings import Settings
 
-    assert build_archive(Settings(_env_file=None, recall="off"), store, "openai") is None
-    local = build_archive(Settings(_env_file=None), store, "local")
+    assert build_archive(Settings(_env_file=None, recall="off"), store, ScriptedModel(provider="openai")) is None
+    local = build_archive(Settings(_env_file=None), store, ScriptedModel(provider="local"))
     assert isinstance(local, Recall) and local.mode == "auto" and isinstance(local.archive, RedisArchiveReader)
-    hosted = build_archive(Settings(_env_file=None, recall_max_tokens=300), store, "openai")
+    hosted = build_archive(Settings(_env_file=None, recall_max_tokens=300), store, ScriptedModel(provider="openai"))
     assert isinstance(hosted, Recall) and hosted.mode == "tool" and hosted.max_tokens == 300

@@ -71,15 +71,18 @@ def build_compactor(settings: Settings, model: Model) -> Compactor:
     return compaction_chain.build_compactor(settings, model)
 
 
-def build_archive(settings: Settings, store: ConversationStore, provider: str) -> Recall | None:
-    """How the worker's chat reads the conversations' archives in Redis (``PARLEY_RECALL``, unset: by
-    ``provider``); None when recall is off."""
+def build_archive(settings: Settings, store: ConversationStore, model: Model) -> Recall | None:
+    """How the worker's chat reads the conversations' archives in Redis (``PARLEY_RECALL``, unset: by the model's
+    provider); None when recall is off. The search counts its results by the four characters a token estimate (a
+    count of each message by the chat's counter would cost a tokenizer pass per message); the quoted block is
+    counted again by the chat's own counter."""
     from worker.store.recall_reader import RedisArchiveReader
 
-    mode = settings.memory.recall or default_mode(provider)
+    mode = settings.memory.recall or default_mode(model.provider)
     if mode == "off":
         return None
-    return Recall(RedisArchiveReader(store.client, store.keys), mode, settings.memory.recall_max_tokens)
+    return Recall(RedisArchiveReader(store.client, store.keys), mode,
+                  settings.memory.recall_max_tokens)
 
 
 def build_chat(settings: Settings, model: Model | None = None, *, tools: Any = (),
@@ -246,7 +249,7 @@ def build_service(settings: Settings, wake: Wake, *, model: Model | None = None,
     store = build_store(settings)
     model = model or build_model_from_settings(settings)
     chat = build_chat(settings, model, tools=tools, tool_source=source,
-                      archive=build_archive(settings, store, model.provider))
+                      archive=build_archive(settings, store, model))
     pace_channel(settings, store, channel)
     return ConversationService(
         store,

@@ -115,7 +115,7 @@ def render_quote(results: Sequence[Recalled]) -> str | None:
 def auto_quote(recall: Recall, conversation_id: str, texts: Sequence[str], counter: TokenCounter) -> str | None:
     """``auto`` recall for a turn whose input is ``texts``: the archive searched with them and the quoted block,
     within ``recall.max_tokens`` as ``counter`` counts it (the block's own lines included: the lowest-ranked
-    matches go first). The block is counted whole; only one over the budget is counted match by match to cut it."""
+    matches go first). The block is counted whole, and once more after each cut."""
     query = "\n".join(t for t in texts if t.strip())
     if recall.mode not in ("auto", "both") or not query:
         return None
@@ -124,8 +124,19 @@ def auto_quote(recall: Recall, conversation_id: str, texts: Sequence[str], count
         return None
     results = recall.search(conversation_id, query, max_tokens=recall.max_tokens - frame)
     block = render_quote(results)
-    if block is None or counter.count_text(block) <= recall.max_tokens:  # the usual case: one count
-        return block
+    tokens = 0 if block is None else counter.count_text(block)
+    while block is not None and tokens > recall.max_tokens:
+        # Cut where the characters say the budget ends (a count of each match would cost a count of the whole
+        # block again), then count what is left: at least one match goes each round.
+        lengths = [len("\n".join(_result_lines(r))) + 1 for r in results]
+        room = sum(lengths) * recall.max_tokens / tokens
+        kept = 0
+        while kept < len(results) and sum(lengths[:kept + 1]) <= room:
+            kept += 1
+        results = results[:min(kept, len(results) - 1)]
+        block = render_quote(results)
+        tokens = 0 if block is None else counter.count_text(block)
+    return block
     kept, used = 0, frame
     for result in results:
         cost = counter.count_text("\n".join(_result_lines(result))) + 1
