@@ -114,3 +114,20 @@ def test_the_worker_wires_the_configured_mode(store: ConversationStore) -> None:
     assert isinstance(local, Recall) and local.mode == "auto" and isinstance(local.archive, RedisArchiveReader)
     hosted = build_archive(Settings(_env_file=None, recall_max_tokens=300), store, ScriptedModel(provider="openai"))
     assert isinstance(hosted, Recall) and hosted.mode == "tool" and hosted.max_tokens == 300
+
+
+def test_a_damaged_segment_leaves_the_turn_without_recall(store: ConversationStore) -> None:
+    from worker import Chat
+    from worker.conversation import Reply, turn_context
+
+    messages = _conversation(20)
+    _commit(store, messages)
+    store.client.rpush(store.keys(CID).recall_index, b"PRI1 not an index")
+    reader = RedisArchiveReader(store.client, store.keys)
+    model = ScriptedModel(["fine", Reply(tool_calls=(("search_conversation", {"query": "kaber"}),)), "still fine"])
+    with turn_context(CID, "in-1"):
+        assert Chat(model=model, archive=Recall(reader, "auto")).run_turn(None, user="kaber").reply == "fine"
+        assert Chat(model=model, archive=Recall(reader, "tool")).run_turn(None, user="kaber").reply == "still fine"
+    assert model.requests[0].recalled is None
+    result = model.requests[2].messages[-1]
+    assert result.is_error and "ArchiveDecodeError" in result.content

@@ -10,6 +10,7 @@ of the block.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -19,6 +20,9 @@ from worker.conversation.recall.archive import Archive, Recalled, RecalledMessag
 from worker.conversation.recall.archived import ArchivedMessage
 from worker.conversation.tokens import TokenCounter
 from worker.conversation.tools import Tool, current_call
+from worker.errors import ArchiveDecodeError
+
+log = logging.getLogger(__name__)
 
 RecallMode = Literal["tool", "auto", "both", "off"]
 RECALL_MODES: tuple[RecallMode, ...] = get_args(RecallMode)
@@ -122,7 +126,11 @@ def auto_quote(recall: Recall, conversation_id: str, texts: Sequence[str], count
     frame = counter.count_text(f"{QUOTE_OPENING}\n{QUOTE_CLOSING}")
     if frame >= recall.max_tokens:
         return None
-    results = recall.search(conversation_id, query, max_tokens=recall.max_tokens - frame)
+    try:
+        results = recall.search(conversation_id, query, max_tokens=recall.max_tokens - frame)
+    except ArchiveDecodeError as exc:  # the archive is what recall reads, never what a turn needs
+        log.warning("recall: the archive of a conversation cannot be read (%s); the turn goes on without it", exc)
+        return None
     block = render_quote(results)
     tokens = 0 if block is None else counter.count_text(block)
     while block is not None and tokens > recall.max_tokens:
