@@ -91,7 +91,8 @@ def test_a_worker_offers_and_calls_all_three_tool_sources(cluster: Cluster, game
     assert all(n == 1 for n in engine.keys.values()), engine.keys
     offered = {t["function"]["name"] for t in cluster.llm.requests[0]["tools"]}
     reply_tools = {"send_image", "send_location", "request_location", "send_buttons", "send_list", "react"}  # WhatsApp's
-    assert offered == {"inventory", "dice", "look", "give", "weather", "unlock", "nap", "whoami", "bearer", *reply_tools}
+    assert offered == {"inventory", "dice", "look", "give", "weather", "unlock", "nap", "whoami", "bearer", *reply_tools,
+                       "search_conversation"}  # recall's tool, offered by default with a provider that calls tools
 
 
 def test_a_bad_manifest_stops_the_worker_at_start(cluster: Cluster, tmp_path: Path) -> None:

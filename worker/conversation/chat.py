@@ -104,9 +104,11 @@ class Chat(ChatTurn):
     # that adds parts is an error result the model reads, and its parts are not added. Last, so that the fields
     # before it keep their places for a caller who passes them by position.
     max_reply_parts: int = DEFAULT_MAX_REPLY_PARTS
-    # Where what leaves the verbatim history goes (a compaction's dropped exchanges, an idle reset's old history),
-    # under ``conversation_id``; a reset phrase erases it. None: nothing is archived. The worker archives in its
-    # commits instead (the store's archive), so its Chat has none.
+    # Where messages that left the history are kept (:mod:`worker.conversation.recall`): what leaves the verbatim
+    # history (a compaction's dropped exchanges, an idle reset's old history) is appended under ``conversation_id``
+    # and a reset phrase erases it; the model may search it (the ``search_conversation`` tool) or matches are quoted
+    # after the history (``auto``), as :func:`~worker.conversation.recall.reading.reading_of` resolves. Without one,
+    # recall is off. The worker archives in its commits instead (the store's archive) and reads through its own.
     archive: Archive | None = None
     conversation_id: str = "default"
 

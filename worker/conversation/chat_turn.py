@@ -19,11 +19,13 @@ from worker.conversation.model import Attachment, ModelRequest, ModelResponse
 from worker.conversation.observe import complete_observed
 from worker.conversation.prompt import FactPlacement, render_after_history, render_preamble, stable_chars
 from worker.conversation.recall.leaving import departed
+from worker.conversation.recall.archive import Archive
+from worker.conversation.recall.reading import auto_quote, reading_of, search_tool
 from worker.conversation.resets import fresh_after_idle, is_idle, reset_phrase_at
 from worker.conversation.results import TurnResult
 from worker.conversation.state import ConversationState, Memo
 from worker.conversation.tokens import CountedPrefix
-from worker.conversation.tools import Tool, check_tools, without_lone_surrogates
+from worker.conversation.tools import Tool, check_tools, turn_conversation_id, without_lone_surrogates
 from worker.conversation.turn_inputs import (
     check_after_history,
     check_attachments,
@@ -59,6 +61,7 @@ class ChatTurn(ChatState):
     max_tokens: int | None
     temperature: float | None
     facts_placement: FactPlacement
+    archive: Archive | None
     _tools: dict[str, Tool]
     _phrases: set[str]
 
@@ -89,7 +92,9 @@ class ChatTurn(ChatState):
         if phrase_at is not None:  # what came after the phrase opens the new conversation; the model answers it
             added = added[phrase_at + 1:]
         checked = _Checked(None if reset else loaded.clean)
-        loop = self._tool_loop(system, extra_preamble, journal or NoJournal(), files, checked, tools, after_history)
+        said = [m.content for m in [*added, turn_user] if m.role == "user" and m.content]
+        loop = self._tool_loop(system, extra_preamble, journal or NoJournal(), files, checked, tools, after_history,
+                               said)
         out = loop.run(st.append(*added, turn_user))
         out.state = out.state.with_meta(out.state.meta.after_turn(now))
         # A reset phrase erases the archive: what it leaves behind is not archived.
@@ -107,7 +112,7 @@ class ChatTurn(ChatState):
         st = st.append(msgs.event(text, pinned=pinned and key is None))
         st = st.with_meta(replace(st.meta, events=st.meta.events + 1))
         checked = _Checked(loaded.clean)
-        out = self._tool_loop(system, (), journal or NoJournal(), {}, checked, tools, after_history).run(st)
+        out = self._tool_loop(system, (), journal or NoJournal(), {}, checked, tools, after_history, [text]).run(st)
         return self._finish_turn(out, loaded.problem, None, loaded.memo, checked.clean, loaded.counted, loaded.state)
 
     def _call(self, request: ModelRequest) -> ModelResponse:
@@ -132,14 +137,22 @@ class ChatTurn(ChatState):
 
     def _tool_loop(self, system: str | None, extra: Sequence[str], journal: TurnJournal,
                    attachments: Mapping[str, Attachment], checked: _Checked | None = None,
-                   own: Sequence[Tool] = (), after: Sequence[str] = ()) -> ToolLoop:
+                   own: Sequence[Tool] = (), after: Sequence[str] = (), said: Sequence[str] = ()) -> ToolLoop:
         """The tool loop of one turn: the chat's fixed tools plus, for this turn only, those its ``tool_source``
         offers now and the turn's ``own`` (which take the place of any of the same name); each request built from
         the state as the loop has it, with the turn's attachments (a round after a tool call still shows the model
-        the photo it is answering)."""
+        the photo it is answering). With an archive, the recall tool (unless a tool of that name is offered) and
+        the past conversation quoted for the turn's input ``said``, searched once, before the first request."""
         tools = self._tools if self.tool_source is None else check_tools([*self._tools.values(), *self.tool_source()])
         if own:
             tools = {**tools, **check_tools(list(own))}
+        recall = reading_of(self.archive, self.provider)
+        recalled = None
+        if recall is not None:
+            recalled = auto_quote(recall, turn_conversation_id(), said, self.counter)
+            if recall.mode in ("tool", "both"):
+                tool = search_tool(recall, recall.max_tokens)
+                tools = tools if tool.name in tools else {**tools, tool.name: tool}
 
         stable = stable_chars(system, extra)
 
@@ -153,7 +166,7 @@ class ChatTurn(ChatState):
                                 tools=[t.spec for t in tools.values()], max_tokens=self.max_tokens,
                                 temperature=self.temperature, tool_choice=tool_choice, attachments=attachments,
                                 after_history=render_after_history(st, after, self.facts_placement),
-                                system_stable=stable)
+                                system_stable=stable, recalled=recalled)
 
         return ToolLoop(call=self._call, request_for=request_for, tools=tools,
                         max_tool_iterations=self.max_tool_iterations, fallback_reply=self.fallback_reply,

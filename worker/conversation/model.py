@@ -66,6 +66,9 @@ class ModelRequest:
     # requests (the game's keyed facts, a live context placed there). Kept out of ``system`` so that the prompt's
     # start stays the same from one request to the next and the providers' prompt caches can reuse it.
     after_history: str | None = None
+    # Past conversation quoted for this request only (``auto`` recall, :mod:`worker.conversation.recall.reading`):
+    # rendered after the history in the user role, never the system role, since it holds the player's own words.
+    recalled: str | None = None
     # How many characters at the start of ``system`` are the caller's prompt (the rest, pinned items and summary,
     # changes when compaction runs): a provider that caches at breakpoints (Anthropic) marks the end of both, so the
     # prompt is still read from the cache after a compaction. 0: not known.

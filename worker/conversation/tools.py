@@ -123,6 +123,13 @@ def argument_problems(validator: Any, arguments: dict[str, Any], limit: int = 5)
             for e in ordered]
 
 
+def turn_conversation_id() -> str:
+    """The conversation of the running turn (:func:`turn_context`); an empty string outside one (a library caller
+    that set none)."""
+    turn = _TURN.get()
+    return "" if turn is None else turn[0]
+
+
 def current_call() -> ToolCallContext:
     """The call the running handler serves. Outside a turn (a library caller that set no turn context) the
     conversation and input ids are empty strings; outside a handler it raises :class:`ToolError`."""

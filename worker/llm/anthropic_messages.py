@@ -186,9 +186,21 @@ def build_body(model: str, request: ModelRequest, *, max_tokens: int, temperatur
     if prompt_cache:
         # A second breakpoint only when pinned items or a summary follow the caller's prompt (not for the note alone).
         add_cache_breakpoints(body, request.system_stable if request.system_stable < len(request.system or "") else 0)
+    if request.recalled:
+        add_recalled(body["messages"], request.recalled)
     if request.after_history:
         add_after_history(body["messages"], request.after_history)
     return body
+
+
+def add_recalled(turns: list[dict[str, Any]], text: str) -> None:
+    """Quoted past conversation, as a text block of the last user turn with no event mark (it quotes the player's
+    words, which must not read as the game's): after the cache breakpoints, so the cached prefix ends before it."""
+    block = _text(text)
+    if turns and turns[-1]["role"] == "user":
+        turns[-1]["content"].append(block)
+    else:
+        turns.append({"role": "user", "content": [block]})
 
 
 def add_after_history(turns: list[dict[str, Any]], text: str) -> None:

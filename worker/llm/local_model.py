@@ -96,6 +96,8 @@ def _render_plain(request: ModelRequest) -> list[dict[str, str]]:
         add("system", request.system)
     for m in request.messages:
         add(*_plain(m))
+    if request.recalled:
+        add("user", request.recalled)  # quoted past conversation: the player's words stay in the player's role
     if request.after_history:
         add("system", request.after_history)  # the game's keyed facts, after the history (ChatML takes it anywhere)
     return out

@@ -98,6 +98,10 @@ def render_messages(request: ModelRequest) -> list[dict[str, Any]]:
             out.append(_render_assistant(m))
         elif m.role == "tool":
             out.append({"role": "tool", "tool_call_id": m.tool_call_id or "", "content": m.content or "(empty)"})
+    if request.recalled:
+        # Quoted past conversation: after the history (the cached prefix stays as it was), in the user role, which
+        # is where the player's words it quotes belong.
+        out.append({"role": "user", "content": request.recalled})
     if request.after_history:
         # The context after the history (the game's keyed facts): last, where its changes leave the prefix the
         # prompt cache reuses as it was; in the system role, which no player message can take.

@@ -15,6 +15,8 @@ from worker.channels.window import ServiceWindow, Template
 from worker.conversation.chat import Chat
 from worker.conversation.compaction import Compactor
 from worker.conversation.model import Model
+from worker.conversation.recall.archive import Archive
+from worker.conversation.recall.reading import Recall, default_mode
 from worker.conversation.resident import ResidentCache
 from worker.conversation.tokens import CalibratingModel, UsageCalibratedCounter
 from worker.conversation.tools import Tool
@@ -27,6 +29,7 @@ from worker.service import ConversationService, MediaPreparer, Presence, Service
 from worker.settings import Settings
 from worker.store.interfaces import PaceStore
 from worker.store.limits import PaceLimits
+from worker.store.redis_store import ConversationStore
 
 DEFAULT_MODELS = {"openai": "gpt-4o-mini", "anthropic": "claude-haiku-4-5", "local": "SmolLM2-135M-Instruct"}
 
@@ -68,8 +71,22 @@ def build_compactor(settings: Settings, model: Model) -> Compactor:
     return compaction_chain.build_compactor(settings, model)
 
 
+def build_archive(settings: Settings, store: ConversationStore, model: Model) -> Recall | None:
+    """How the worker's chat reads the conversations' archives in Redis (``PARLEY_RECALL``, unset: by the model's
+    provider); None when recall is off. The search counts its results by the four characters a token estimate (a
+    count of each message by the chat's counter would cost a tokenizer pass per message); the quoted block is
+    counted again by the chat's own counter."""
+    from worker.store.recall_reader import RedisArchiveReader
+
+    mode = settings.memory.recall or default_mode(model.provider)
+    if mode == "off":
+        return None
+    return Recall(RedisArchiveReader(store.client, store.keys), mode,
+                  settings.memory.recall_max_tokens)
+
+
 def build_chat(settings: Settings, model: Model | None = None, *, tools: Any = (),
-               tool_source: Callable[[], Sequence[Tool]] | None = None) -> Chat:
+               tool_source: Callable[[], Sequence[Tool]] | None = None, archive: Archive | None = None) -> Chat:
     """The chat the worker runs: the model, the memory policy of the settings (counter, compactor chain, a
     budget that leaves the answer room in the context window), the fixed tools, and ``tool_source`` for tools
     offered turn by turn (MCP servers, which may come and go).
@@ -96,6 +113,7 @@ def build_chat(settings: Settings, model: Model | None = None, *, tools: Any = (
         facts_placement=settings.memory.facts_placement,
         max_input_chars=settings.memory.max_input_chars,
         max_tokens=settings.llm.max_tokens,
+        archive=archive,
     )
 
 
@@ -229,8 +247,10 @@ def build_service(settings: Settings, wake: Wake, *, model: Model | None = None,
         loaded = load_tools(settings)
         tools, source = loaded.fixed, (loaded.mcp.tools if loaded.mcp is not None else None)
         tools = [*tools, *offered_reply_tools(settings, channel, {t.name for t in tools})]
-    chat = build_chat(settings, model, tools=tools, tool_source=source)
     store = build_store(settings)
+    model = model or build_model_from_settings(settings)
+    chat = build_chat(settings, model, tools=tools, tool_source=source,
+                      archive=build_archive(settings, store, model))
     pace_channel(settings, store, channel)
     return ConversationService(
         store,

@@ -162,6 +162,14 @@ class Memory(Group):
                                      description='Texts that start over, e.g. ["start over","new topic","reset"]. '
                                                  "Off when empty.")
     max_input_chars: int = Field(default=16_000, description="Longest accepted user text or event.")
+    recall: Literal["tool", "auto", "both", "off"] | None = Field(
+        default=None, description="How the model reads what left the conversation's history (its archive): tool (the "
+        "built-in tool search_conversation), auto (the turn's input is searched and what matches is quoted after the "
+        "history as past conversation), both, or off (no archive written). Unset: auto with the embedded local "
+        "model, tool with any other provider.")
+    recall_max_tokens: int = Field(default=800, ge=1, description="Most tokens one search of the archive answers "
+                                   "(the tool's results, or the block auto recall quotes): a few matches with the "
+                                   "messages around each, small beside the compaction budget.")
     max_state_bytes: int = Field(default=1 << 20, description="Largest state blob; larger ones are trimmed or quarantined.")
     max_pinned: int = Field(default=50, ge=0, description="Most pinned items a conversation keeps once their exchanges are "
                                                  "compacted away, keyed facts included; beyond it the oldest go, "

@@ -44,6 +44,11 @@ class StoreCore:
         self._scripts = Scripts(client, replication)
         self.records = RecordKeys(prefix, clustered=self._cluster)
 
+    @property
+    def client(self) -> Any:
+        """The Redis client, for the readers that share this store's connections and keys (the archive's)."""
+        return self._client
+
     def keys(self, cid: str) -> ConversationKeys:
         """The keys of conversation ``cid`` (the id validated first)."""
         # Built (and the id validated) once per conversation while it is among the recently used: a turn asks

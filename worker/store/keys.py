@@ -54,6 +54,10 @@ Per conversation (``{prefix}:{{cid}}:<name>``):
                 ``PARLEY_CONTEXT_MAX_AGE_SECONDS``
 ``paused``      string: a person has taken the conversation over (``parley pause``): ms when the pause ends, ``0``
                 for none; expires with a timed pause (see :mod:`worker.store.pauses`)
+``recall``      list: the conversation's archive, one codec batch of archived messages per commit that dropped
+                some from the history (see :mod:`worker.conversation.recall.codec`)
+``recall_index`` list: search index segments (``SearchIndex.to_bytes()``) over ``recall``'s messages, one per
+                commit that archived something, in the same order
 ``tomb``        zset: input ids of a deleted conversation (score: ms of the delete), so Meta's retries of
                 its old webhooks dedupe; not one of :data:`NAMES` (delete keeps it), expires on its own
 ``optout``      hash: the player's opt-out (``stop``: everything business-initiated; ``marketing``: templates),

@@ -1,8 +1,9 @@
 """Recall: what leaves a conversation's verbatim history is archived, and the model can search it.
 
 Pure: archived messages and their bytes (:mod:`.codec`), search terms (:mod:`.terms`), the BM25 index
-(:mod:`.index`), and the archive protocol with an in-memory archive (:mod:`.archive`). Storing an archive in Redis is
-the store's job.
+(:mod:`.index`), the archive protocol with an in-memory archive (:mod:`.archive`), and how a chat reads an archive:
+the ``search_conversation`` tool and ``auto`` recall (:mod:`.reading`). Storing an archive in Redis is the store's
+job.
 """
 
 from worker.conversation.recall.archive import Archive, InMemoryArchive, Recalled, RecalledMessage, recall

@@ -33,6 +33,14 @@ class Recalled(RecalledMessage):
     context: list[RecalledMessage]
 
 
+class Searchable(Protocol):
+    """What :func:`recall` searches: one :class:`SearchIndex`, or several read as one."""
+
+    def rank(self, query: str, limit: int) -> list[int]: ...
+
+    def messages(self, first: int, last: int) -> dict[int, ArchivedMessage]: ...
+
+
 @runtime_checkable
 class Archive(Protocol):
     """Where messages that left a conversation's verbatim history are kept, searchable."""
@@ -60,7 +68,7 @@ def _cost(message: ArchivedMessage, counter: TokenCounter) -> int:
     return MESSAGE_OVERHEAD + counter.count_text(message.speaker) + counter.count_text(message.text)
 
 
-def recall(index: SearchIndex, query: str, *, max_tokens: int, counter: TokenCounter | None = None) -> list[Recalled]:
+def recall(index: Searchable, query: str, *, max_tokens: int, counter: TokenCounter | None = None) -> list[Recalled]:
     """What a search of ``index`` for ``query`` answers within ``max_tokens`` (counted by ``counter``, the four
     characters a token estimate by default). A hit that no longer fits ends the results: a lower-ranked shorter one
     is not worth more than the budget left unused."""

@@ -94,15 +94,25 @@ class SearchIndex:
 
     def rank(self, query: str, limit: int) -> list[int]:
         """Positions of the messages that best match ``query``, most relevant first (BM25)."""
+        return [position for position, _ in self.scored(query, limit)]
+
+    def scored(self, query: str, limit: int) -> list[tuple[int, float]]:
+        """:meth:`rank` with each position's BM25 score (lower is better, as FTS5 gives it): what merges the hits
+        of several indexes."""
         expression = match_expression(query)
-        if expression is None or limit <= 0:
+        return [] if expression is None else self.scored_match(expression, limit)
+
+    def scored_match(self, expression: str, limit: int) -> list[tuple[int, float]]:
+        """:meth:`scored` for a query already made an FTS5 expression (:func:`match_expression`): several indexes
+        searched with one query fold its terms once."""
+        if limit <= 0:
             return []
         try:
-            rows = self._db.execute("SELECT rowid FROM term WHERE term MATCH ? ORDER BY bm25(term) LIMIT ?",
-                                    (expression, limit)).fetchall()
+            rows = self._db.execute("SELECT rowid, bm25(term) AS score FROM term WHERE term MATCH ? ORDER BY score "
+                                    "LIMIT ?", (expression, limit)).fetchall()
         except sqlite3.DatabaseError as exc:
             raise ArchiveDecodeError("corrupt", f"the search index cannot be read: {exc}") from exc
-        return [int(row[0]) for row in rows]
+        return [(int(row[0]), float(row[1])) for row in rows]
 
     def messages(self, first: int, last: int) -> dict[int, ArchivedMessage]:
         """The messages at positions ``first`` to ``last`` (inclusive) that exist, by position."""
