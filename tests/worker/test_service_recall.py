@@ -130,3 +130,16 @@ def test_recall_off_writes_no_archive() -> None:
     h.client.reset(CID)
     h.run()
     assert _archive(h) == []
+
+
+@pytest.mark.parametrize(("recall", "archives"), [("off", False), ("tool", True), ("auto", True), ("both", True),
+                                                  (None, True)])
+def test_parley_recall_decides_whether_commits_archive(recall: str | None, archives: bool,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    from worker.runtime import service_config
+    from worker.settings import Settings
+
+    monkeypatch.delenv("PARLEY_RECALL", raising=False)
+    if recall is not None:
+        monkeypatch.setenv("PARLEY_RECALL", recall)
+    assert service_config(Settings(_env_file=None)).archive_on is archives

@@ -220,7 +220,9 @@ def service_config(settings: Settings) -> ServiceConfig:
                          max_hold_ms=settings.broker.task_time_limit_ms,
                          game_context=settings.game_context, context_source=load_context_source(settings),
                          numbers=turns, opt_out=settings.opt_out,
-                         archive_max_bytes=settings.store.recall_max_bytes)
+                         archive_max_bytes=settings.store.recall_max_bytes,
+                         # PARLEY_RECALL=off writes no archive; any other mode, or none set, archives.
+                         archive_on=settings.memory.recall != "off")
 
 
 def offered_reply_tools(settings: Settings, channel: Channel, taken: set[str]) -> list[Any]:
