@@ -189,7 +189,7 @@ class Player:
         held, next_seq = self.state(cid)
         system_tokens = self.counter.count_text(self.settings.llm.system_prompt)
         whole = system_tokens
-        bytes_before = self.net_in()
+        bytes_before, summaries_before = self.net_in(), self.model.summaries
         for turn in chat.turns:
             at_of[turn.id] = at_of[turn.reply_id] = turn.at
             results: list[Recalled] = []
@@ -222,7 +222,7 @@ class Player:
         played.turns = len(chat.turns)
         played.store_bytes = self.net_in() - bytes_before
         played.requests = list(self.model.requests)
-        played.summaries = self.model.summaries
+        played.summaries = self.model.summaries - summaries_before
         self.model.requests.clear()
         return played
 

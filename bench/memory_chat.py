@@ -61,6 +61,9 @@ RUN_ON = ("so um yeah we just got to the {p} and theres like a {t} thing on the 
           "then the app glitched and showed the old target and we were like wait what and now were by the {p2}")
 FRIENDS = ("Maya", "Tomás", "Aiko", "Jonas", "Priya", "Lukas", "Chloé", "Wei", "Sam", "Nadia", "Olu", "Femke")
 _UNSET = datetime(2000, 1, 1, tzinfo=UTC)  # a turn's time until its session is laid out
+#: Small spots the game has players tag all the time (the landmarks are the big ones).
+MINOR_SPOTS = ("the red postbox", "the sundial", "the old tram stop", "the blue door", "the fountain steps",
+               "the drinking trough", "the painted bench", "the clock tower gate", "the stone lion", "the mile marker")
 STREETS = ("Cold Bath Road", "Parliament Street", "Station Parade", "Kings Road", "Oxford Street", "James Street")
 
 
@@ -146,24 +149,31 @@ class Voice:
     def chatter(self, seed: int) -> str:
         """A message that carries no planted fact but often shares the facts' common words."""
         rng = self.rng
-        fill = {"p": rng.choice(PLACES), "p2": rng.choice(PLACES), "t": rng.choice(THINGS), "friend": rng.choice(FRIENDS)}
+        fill = {"p": rng.choice(PLACES + LANDMARKS), "p2": rng.choice(PLACES), "t": rng.choice(THINGS),
+                "friend": rng.choice(FRIENDS), "when": rng.choice(WHEN), "n": rng.randint(2, 30)}
         roll = rng.random()
         if roll < self.short:
             return rng.choice(SHORT)
         if roll < self.short + self.voice:
             return rng.choice(RUN_ON).format(**fill)
         if self.language != "en" and roll < 0.75:
-            return self.style(rng.choice(FOREIGN[self.language]).format(**fill))
+            return self.style(rng.choice(FOREIGN[self.language]).format(**fill) + rng.choice(("", "", " " + fill["p"])))
         if roll < 0.6:
-            return self.style(rng.choice(CHATTER_EN + DISTRACTORS).format(**fill))
+            body = rng.choice(CHATTER_EN + DISTRACTORS).format(**fill)
+            return self.style(rng.choice(OPENERS) + body + rng.choice(TAILS))
         return self.style(player_message(seed))
 
 
 #: Chatter with the facts' common words and none of their values.
-DISTRACTORS = ("is the café open yet", "what time do we meet again tomorrow?", "the code didnt work at the {p}",
-               "our team is so slow today", "we should rename the team lol", "any cafés near the {p}?",
-               "did the riddle change?", "who's got the {t}", "{friend} is late again", "meet u at the {p}",
-               "the box was locked", "where's the stamp card", "when did we start this game haha")
+DISTRACTORS = ("is the café by the {p} open {when}", "what time do we meet {when}?", "the code didnt work at the {p}",
+               "our team is so slow {when}", "we should rename the team lol", "any cafés near the {p}?",
+               "did the riddle for the {p} change?", "who's got the {t}", "{friend} is late again", "meet u at the {p}",
+               "the box by the {p} was locked", "where's the stamp card", "when did we start this game haha",
+               "{friend} wants to meet at the {p} {when}", "is the {p} box code still the same", "{n} min away",
+               "can we skip the {p} {when}", "the team chat is dead lol", "{friend} says the {t} is fake")
+OPENERS = ("", "", "", "hey ", "ok so ", "sorry ", "guys ", "quick q: ", "lol ", "wait ", "hmm ", "yo ")
+TAILS = ("", "", "", "?", "??", " pls", " haha", " 🙈", " rn", "!!", " tbh", "...")
+WHEN = ("today", "tomorrow", "on sunday", "later", "next week", "tonight", "this weekend", "after lunch")
 
 
 def guide_chatter(rng: random.Random) -> str:
@@ -241,8 +251,11 @@ def team(plan: Plan) -> None:
         "de": ("wie heißt unser Team nochmal?",), "zh": ("我们现在的队名是什么？",), "ja": ("今のチーム名なんだっけ？",)}),
         (renamed.id,))
     if rng.random() < 0.5:
-        plan.ask(plan.late(s2), "temporal", rng.choice(("what was our team called before we renamed it?",
-                 "what was our very first team name")), (first.id,))
+        plan.ask(plan.late(s2), "temporal", _pick(rng, lang, {
+            "en": ("what was our team called before we renamed it?", "what was our very first team name"),
+            "es": ("¿cómo se llamaba nuestro equipo antes?",), "fr": ("c'était quoi notre premier nom d'équipe ?",),
+            "de": ("wie hieß unser Team am Anfang?",), "zh": ("我们一开始的队名叫什么？",), "ja": ("最初のチーム名なんだっけ？",)}),
+            (first.id,))
 
 
 def meeting(plan: Plan) -> None:
@@ -288,9 +301,14 @@ def cafe(plan: Plan) -> None:
     name = f"Café {varied(rng, 9).split()[0].title()}"
     street = rng.choice(STREETS)
     s1 = plan.early()
-    told = plan.put(s1, "message", plan.voice.style(rng.choice(("where do we get the bonus stamp", "is there a café "
-                    "for the stamp card?", "bonus stamp where??"))),
-                    f"{name} on {street} stamps your card for the bonus: ask for the hunt stamp at the counter.")
+    told = plan.put(s1, "message", plan.voice.style(_pick(rng, lang, {
+        "en": ("where do we get the bonus stamp", "is there a café for the stamp card?", "bonus stamp where??"),
+        "es": ("¿dónde nos sellan la tarjeta?",), "zh": ("在哪里盖章？",), "ja": ("スタンプはどこでもらえる？",)})),
+        _pick(rng, lang, {  # the guide answers in the player's language, mostly
+            "en": (f"{name} on {street} stamps your card for the bonus: ask for the hunt stamp at the counter.",),
+            "es": (f"En {name}, en {street}, te sellan la tarjeta del bonus: pide el sello de la búsqueda.",),
+            "zh": (f"{street}上的{name}可以给你的卡盖章，拿到奖励：在柜台要寻宝印章。",),
+            "ja": (f"{street}の{name}でボーナスのスタンプを押してもらえるよ。カウンターで頼んでね。",)}))
     plan.ask(plan.late(s1), "single", _pick(rng, lang, {
         "en": ("which cafe did the bonus stamp again?", "what was that café with the stamp", "where was the stamp café"),
         "es": ("¿cuál era el café del sello?",), "zh": ("盖章的咖啡馆是哪家？",), "ja": ("スタンプのカフェどこだっけ？",)}),
@@ -335,6 +353,10 @@ def tagged(plan: Plan) -> None:
     place = rng.choice(LANDMARKS)
     s1 = rng.randrange(0, max(1, plan.sessions * 3 // 5))
     event = plan.put(s1, "event", f"The player tagged {place} (+{rng.choice((50, 100, 150))} points).")
+    if rng.random() < 0.4:  # the other way round: the day is what the question knows
+        plan.ask(plan.late(s1), "temporal", rng.choice(("which landmark did we tag on {day}?",
+                 "what did we tag on {day} again")), (event.id,))
+        return
     plan.ask(plan.late(s1), "temporal", _pick(rng, lang, {
         "en": (f"when did we tag {place}?", f"what day did we get {place}", f"{place} — when was that?"),
         "es": (f"¿cuándo marcamos {place}?",), "de": (f"wann haben wir {place} getaggt?",),
@@ -456,7 +478,10 @@ def _filler(rng: random.Random, voice: Voice, session: int, n: int) -> Turn:
     if roll < 0.12:
         return Turn(ident, _UNSET, session, "event", f"The player moved {rng.randint(20, 600)} m "
                     f"{rng.choice(('north', 'south', 'east', 'west'))} towards {rng.choice(LANDMARKS)}.")
-    if roll < 0.16:
+    if roll < 0.15:
+        return Turn(ident, _UNSET, session, "event", f"The player tagged {rng.choice(MINOR_SPOTS)} "
+                    f"(+{rng.choice((10, 20, 25))} points).")
+    if roll < 0.17:
         return Turn(ident, _UNSET, session, "fact", f"The player's current target is {rng.choice(LANDMARKS)}.",
                     key="target")
     if roll < 0.19:
