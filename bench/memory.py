@@ -290,6 +290,8 @@ class Tally:
     dated: dict[str, int] = field(default_factory=lambda: dict.fromkeys(MODES, 0))
     tokens: dict[str, int] = field(default_factory=lambda: dict.fromkeys(MODES, 0))
     whole: int = 0
+    stale: int = 0  # an updated fact's earlier value recalled, its latest not
+    both: int = 0  # both recalled (the model must tell which is newer: the times say)
 
 
 def score(played: Sequence[Played], counter: TiktokenCounter) -> dict[str, Tally]:
@@ -320,6 +322,10 @@ def score(played: Sequence[Played], counter: TiktokenCounter) -> dict[str, Tally
             t.found["auto"] += recalled
             t.dated["tool"] += by_recall
             t.dated["auto"] += by_recall
+            if a.question.superseded:
+                old = all(in_prompt(texts[e], a.request, a.results) for e in a.question.superseded)
+                t.stale += old and not recalled
+                t.both += old and recalled
     return tallies
 
 
@@ -397,6 +403,10 @@ def report(played: Sequence[Played], modes: Sequence[str], counter: TiktokenCoun
                        found={m: total.found[m] - tallies["unanswerable"].found[m] for m in MODES},
                        tokens={m: total.tokens[m] - tallies["unanswerable"].tokens[m] for m in MODES})
     _row("answerable", answerable, modes)
+    updated = tallies["updated"]
+    if updated.questions and any(m != "off" for m in modes):
+        print(f"updated facts with recall: the earlier value without the latest {updated.stale}/{updated.questions}, "
+              f"both {updated.both}/{updated.questions} (the model must tell the newer by its time)")
     temporal = tallies["temporal"]
     if temporal.questions and any(m != "off" for m in modes):
         print(f"temporal questions whose evidence the prompt shows with its date (recalled messages carry it; the "

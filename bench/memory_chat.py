@@ -74,6 +74,8 @@ class Question:
     kind: Kind
     text: str
     evidence: tuple[str, ...]
+    #: For an ``updated`` fact: the messages with its earlier value (a prompt holding them alone answers stale).
+    superseded: tuple[str, ...] = ()
 
 
 @dataclass
@@ -218,8 +220,9 @@ class Plan:
         self.placed.append((session, turn))
         return turn
 
-    def ask(self, session: int, kind: Kind, text: str, evidence: tuple[str, ...]) -> None:
-        question = Question(kind, text if "{day}" in text else self.voice.style(text), evidence)
+    def ask(self, session: int, kind: Kind, text: str, evidence: tuple[str, ...],
+            superseded: tuple[str, ...] = ()) -> None:
+        question = Question(kind, text if "{day}" in text else self.voice.style(text), evidence, superseded)
         self.put(session, "message", question.text, self.rng.choice(HOLDING) + " " + varied(self.rng, 60),
                  question=question)
 
@@ -249,7 +252,7 @@ def team(plan: Plan) -> None:
         "en": ("what's our team called now?", "remind me our current team name", "whats the team name again"),
         "es": ("¿cómo se llama nuestro equipo ahora?",), "fr": ("c'est quoi le nom de notre équipe déjà ?",),
         "de": ("wie heißt unser Team nochmal?",), "zh": ("我们现在的队名是什么？",), "ja": ("今のチーム名なんだっけ？",)}),
-        (renamed.id,))
+        (renamed.id,), (first.id,))
     if rng.random() < 0.5:
         plan.ask(plan.late(s2), "temporal", _pick(rng, lang, {
             "en": ("what was our team called before we renamed it?", "what was our very first team name"),
@@ -264,7 +267,7 @@ def meeting(plan: Plan) -> None:
     hour, hour2 = rng.sample(range(8, 20), 2)
     place, place2 = rng.sample(LANDMARKS, 2)
     s1 = plan.early()
-    plan.put(s1, "message", plan.voice.style(_pick(rng, lang, {
+    first = plan.put(s1, "message", plan.voice.style(_pick(rng, lang, {
         "en": (f"we always meet {day.lower()}s at {hour}:00 at {place}", f"meeting point is {place}, {day} {hour}h"),
         "es": (f"quedamos los {day} a las {hour}:00 en {place}",), "fr": (f"rdv le {day} à {hour}h devant {place}",),
         "de": (f"wir treffen uns {day}s um {hour} Uhr bei {place}",), "zh": (f"我们每周{day} {hour}点在{place}集合",),
@@ -280,7 +283,7 @@ def meeting(plan: Plan) -> None:
     plan.ask(plan.late(s2), "updated", _pick(rng, lang, {
         "en": ("when and where do we meet now?", "wait what time is our meetup these days", "where do we meet again?"),
         "es": ("¿dónde quedamos ahora?",), "fr": ("on se retrouve où maintenant ?",), "de": ("wo treffen wir uns jetzt?",),
-        "zh": ("我们现在在哪里集合？",), "ja": ("今どこで集合するんだっけ？",)}), (moved.id,))
+        "zh": ("我们现在在哪里集合？",), "ja": ("今どこで集合するんだっけ？",)}), (moved.id,), (first.id,))
 
 
 def riddle(plan: Plan) -> None:
@@ -320,12 +323,12 @@ def box_code(plan: Plan) -> None:
     place = rng.choice(LANDMARKS)
     code, code2 = (f"{rng.randint(1000, 9999)}" for _ in range(2))
     s1 = plan.early()
-    plan.put(s1, "message", plan.voice.style(f"how do we open the box at {place}"),
-             f"The lock on the box at {place} opens with {code}.")
+    first = plan.put(s1, "message", plan.voice.style(f"how do we open the box at {place}"),
+                     f"The lock on the box at {place} opens with {code}.")
     s2 = plan.middle(s1)
     changed = plan.put(s2, "event", f"The lock code of the box at {place} was reset to {code2}.")
     plan.ask(plan.late(s2), "updated", rng.choice((f"what's the code for the box at {place}?",
-             f"box code at {place} pls", f"the {place} lock, what are the numbers")), (changed.id,))
+             f"box code at {place} pls", f"the {place} lock, what are the numbers")), (changed.id,), (first.reply_id,))
 
 
 def personal(plan: Plan) -> None:
@@ -468,7 +471,7 @@ def _settle_questions(chat: GameChat) -> None:
             elif "{day}" in q.text:
                 told = seen[q.evidence[0]]
                 turn.text = q.text.format(day=f"{WEEKDAYS[told.at.weekday()]} {told.at.day}")
-                turn.question = Question(q.kind, turn.text, q.evidence)
+                turn.question = Question(q.kind, turn.text, q.evidence, q.superseded)
         seen[turn.id] = seen[turn.reply_id] = turn
 
 
