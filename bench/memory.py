@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import random
 import sys
 import time
 import uuid
@@ -111,8 +112,6 @@ class GuideModel:
 
     def _answer(self, request: ModelRequest) -> str:
         if request.purpose != "chat":
-            import random
-
             # A gist: what a summary keeps of the gist of the talk, none of it any message's words.
             return "The player and the guide keep playing the hunt. " + varied(random.Random(self.summaries), 400)
         return self.reply
