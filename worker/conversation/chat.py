@@ -38,7 +38,8 @@ from worker.conversation.resets import normalise
 from worker.conversation.resident import Resident
 from worker.conversation.results import CompactionReport, EventResult, TurnResult
 from worker.conversation.splice import SpliceResult, splice_blobs
-from worker.conversation.state import DEFAULT_MAX_STATE_BYTES, LoadResult, encode_state, load_state
+from worker.conversation.state import DEFAULT_MAX_STATE_BYTES, FORMAT_VERSION, LoadResult, encode_state, load_state
+from worker.conversation.state_encode import check_version
 from worker.conversation.tokens import EstimateCounter, TokenCounter
 from worker.conversation.tools import Tool, check_tools
 from worker.conversation.turn_journal import TurnJournal
@@ -100,8 +101,13 @@ class Chat(ChatTurn):
     # that adds parts is an error result the model reads, and its parts are not added. Last, so that the fields
     # before it keep their places for a caller who passes them by position.
     max_reply_parts: int = DEFAULT_MAX_REPLY_PARTS
+    # The state format written (:data:`~worker.conversation.state_format.WRITABLE_VERSIONS`): the newest, which keeps
+    # each message's time, or the one before it while processes that read no newer still share the states
+    # (``PARLEY_STATE_FORMAT`` in the worker). Every format is read whatever this says.
+    state_format: int = FORMAT_VERSION
 
     def __post_init__(self) -> None:
+        check_version(self.state_format)
         self._tools = check_tools(list(self.tools))
         self._phrases = {normalise(p) for p in self.reset_phrases if normalise(p)}
         if self.max_tool_iterations < 0:

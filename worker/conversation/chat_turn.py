@@ -1,11 +1,13 @@
 """Running a turn of :class:`~worker.conversation.chat.Chat`: the player's turn (with its resets) and the turn that
 answers a game event, each through one :class:`~worker.conversation.loop.ToolLoop` built for it, and the state it
-writes. A base class of ``Chat`` (over :class:`~worker.conversation.chat_state.ChatState`), as that one is."""
+writes. Every message a turn adds without a time of its own is given the turn's (its clock's ``now``). A base class of
+``Chat`` (over :class:`~worker.conversation.chat_state.ChatState`), as that one is."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
+from datetime import datetime
 from typing import Any
 
 from worker.conversation import messages as msgs
@@ -88,8 +90,9 @@ class ChatTurn(ChatState):
         if phrase_at is not None:  # what came after the phrase opens the new conversation; the model answers it
             added = added[phrase_at + 1:]
         checked = _Checked(None if reset else loaded.clean)
-        loop = self._tool_loop(system, extra_preamble, journal or NoJournal(), files, checked, tools, after_history)
-        out = loop.run(st.append(*added, turn_user))
+        loop = self._tool_loop(system, extra_preamble, journal or NoJournal(), files, checked, tools, after_history,
+                               self._write_time(now))
+        out = loop.run(st.append(*self._timed([*added, turn_user]), at=loop.at))
         out.state = out.state.with_meta(out.state.meta.after_turn(now))
         return self._finish_turn(out, loaded.problem, reset, None if reset else loaded.memo, checked.clean,
                                  None if reset else loaded.counted)
@@ -101,10 +104,11 @@ class ChatTurn(ChatState):
         check_text("event text", text, self.max_input_chars)
         loaded = self.load(state)
         st = loaded.state if key is None else loaded.state.with_fact(check_key(key), text)
-        st = st.append(msgs.event(text, pinned=pinned and key is None))
+        at = self._write_time(self.clock())
+        st = st.append(msgs.event(text, pinned=pinned and key is None), at=at)
         st = st.with_meta(replace(st.meta, events=st.meta.events + 1))
         checked = _Checked(loaded.clean)
-        out = self._tool_loop(system, (), journal or NoJournal(), {}, checked, tools, after_history).run(st)
+        out = self._tool_loop(system, (), journal or NoJournal(), {}, checked, tools, after_history, at).run(st)
         return self._finish_turn(out, loaded.problem, None, loaded.memo, checked.clean, loaded.counted)
 
     def _call(self, request: ModelRequest) -> ModelResponse:
@@ -125,7 +129,7 @@ class ChatTurn(ChatState):
 
     def _tool_loop(self, system: str | None, extra: Sequence[str], journal: TurnJournal,
                    attachments: Mapping[str, Attachment], checked: _Checked | None = None,
-                   own: Sequence[Tool] = (), after: Sequence[str] = ()) -> ToolLoop:
+                   own: Sequence[Tool] = (), after: Sequence[str] = (), at: datetime | None = None) -> ToolLoop:
         """The tool loop of one turn: the chat's fixed tools plus, for this turn only, those its ``tool_source``
         offers now and the turn's ``own`` (which take the place of any of the same name); each request built from
         the state as the loop has it, with the turn's attachments (a round after a tool call still shows the model
@@ -151,7 +155,7 @@ class ChatTurn(ChatState):
         return ToolLoop(call=self._call, request_for=request_for, tools=tools,
                         max_tool_iterations=self.max_tool_iterations, fallback_reply=self.fallback_reply,
                         tool_timeout=self.tool_timeout, max_tool_result_chars=self.max_tool_result_chars,
-                        journal=journal, max_reply_parts=self.max_reply_parts)
+                        journal=journal, max_reply_parts=self.max_reply_parts, at=at)
 
 
 def _encodable(response: ModelResponse) -> ModelResponse:
