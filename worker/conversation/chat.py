@@ -24,6 +24,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from worker.conversation.chat_state import State
@@ -228,11 +229,11 @@ class Chat(ChatTurn):
     # --- events, compaction, splicing --------------------------------------------------------------
 
     def apply_event(self, state: State, text: str, *, pinned: bool = False, from_player: bool = False,
-                    key: str | None = None) -> EventResult:
+                    key: str | None = None, at: datetime | None = None) -> EventResult:
         """:meth:`append_to_state` with the details the worker needs. ``from_player``: the text is something the
         player sent (a location pin, a reaction), added as the player's words, not as a game event; it can never
-        set a fact (``key``)."""
-        return self._event_applied(state, text, pinned=pinned, from_player=from_player, key=key)
+        set a fact (``key``). ``at``: when it was sent (an aware datetime; the channel's), else the write's time."""
+        return self._event_applied(state, text, pinned=pinned, from_player=from_player, key=key, at=at)
 
     def apply_messages(self, state: State, messages: Sequence[Message], *, from_player: bool = False,
                        facts: Sequence[tuple[str, str]] = ()) -> EventResult:

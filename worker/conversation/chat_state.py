@@ -71,7 +71,7 @@ class ChatState:
         return list(messages) if self.state_format >= TIMES_VERSION else untimed(messages)
 
     def _event_applied(self, state: State, text: str, *, pinned: bool, from_player: bool,
-                       key: str | None) -> EventResult:
+                       key: str | None, at: datetime | None = None) -> EventResult:
         check_text("event text", text, self.max_input_chars)
         if key is not None and from_player:
             raise InvalidMessageError("a player's words cannot set a fact (only the game sets facts)")
@@ -80,8 +80,8 @@ class ChatState:
         if key is not None:
             st = loaded.state.with_fact(check_key(key), text)
         else:
-            st = loaded.state.append(msgs.event(text, pinned=pinned, from_player=from_player),
-                                     at=self._write_time(now))
+            said = msgs.validated(replace(msgs.event(text, pinned=pinned, from_player=from_player), at=at))
+            st = loaded.state.append(*self._timed([said]), at=self._write_time(now))
         # The idle clock is the player's silence: a game event does not move it, a pin or reaction they sent does.
         meta = (replace(st.meta, events=st.meta.events + 1, last_activity=now) if from_player
                 else replace(st.meta, events=st.meta.events + 1))
