@@ -88,7 +88,7 @@ def _measure(name: str, r: redis.Redis, turns: int, one: Callable[[int], int]) -
 def whole_writes() -> Iterator[None]:
     """Every state written whole, as before issue 33 (the encoder is told nothing of the stored blob)."""
     real = bounded.encode_with_memo
-    bounded.encode_with_memo = lambda state, memo=None: encode_with_memo(state)  # type: ignore[assignment]
+    bounded.encode_with_memo = lambda state, memo=None, **kw: encode_with_memo(state, **kw)  # type: ignore[assignment]
     try:
         yield
     finally:

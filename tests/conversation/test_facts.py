@@ -122,7 +122,7 @@ def test_golden_v3_with_facts_decodes_and_older_states_stay_older() -> None:
     assert s.facts == (Fact("score", "The team has 40 points"),
                        Fact("target", "The current target is Harrogate Theatre"))
     assert s.pinned == () and s.messages[0].pinned and [m.role for m in s.messages] == ["event", "user", "assistant"]
-    assert FORMAT_VERSION == 5
+    assert FORMAT_VERSION == 6
     # Every state is written in the current format (issue 33), and a migrated one keeps its facts; it has no facts as
     # of a preamble (version 5), so all of them count as changed since: after the history, as that release put them.
     plain = ConversationState.fresh("openai").append(Message(role="user", content="hi"))

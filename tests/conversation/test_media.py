@@ -62,11 +62,12 @@ def test_the_state_keeps_the_reference_and_round_trips() -> None:
 
 def test_every_state_is_written_in_the_current_format() -> None:
     # Since frames (issue 33) a state of the previous release's format cannot be appended to: every write is the
-    # current version (5: the preamble's facts and runs), which an older release refuses ("version") rather than
+    # current version (6: each message's time) unless told the previous one (5: the preamble's facts and runs, while
+    # workers of the release before share the states), which an older release refuses ("version") rather than
     # misreading a run as a frame or reading a state without its appended turns.
     s = ConversationState.fresh("openai").append(msgs.user("hi"), Message(role="assistant", content="ok"))
-    assert encode_state(s)[3] == 5
-    assert FORMAT_VERSION == 5
+    assert encode_state(s)[3] == 6 and encode_state(s, version=5)[3] == 5
+    assert FORMAT_VERSION == 6
 
 
 def test_golden_v2_with_photos_decodes() -> None:

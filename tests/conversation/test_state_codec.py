@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import pathlib
 from dataclasses import fields, replace
+from datetime import UTC, datetime
 
 import msgpack
 import pytest
@@ -92,7 +93,7 @@ def test_golden_v5_with_a_run_decodes_and_its_next_fold_takes_only_the_loose_fra
     memo = decode_with_memo(v5)
     assert 9 < memo.loose < len(v5) and msgpack.unpackb(v5[memo.loose:])["m"][0]["r"] == "user"
     grown = memo.state.append(Message(role="assistant", content="x" * FOLD_AT))
-    blob, after = encode_with_memo(grown, memo)
+    blob, after = encode_with_memo(grown, memo, version=5)
     assert after.written_from == memo.loose and after.replaced == v5[memo.loose:] and after.basis == len(v5)
     assert blob.startswith(v5[:memo.loose]) and after.loose == len(blob) and decode_state(blob) == grown
 
@@ -170,7 +171,7 @@ def test_round_trip_and_compression() -> None:
         *[Message(role="user", content="word " * 1000), Message(role="assistant", content="ok", raw={"x": 1})]
     )
     blob = encode_state(s)
-    assert blob[:3] == MAGIC and blob[3] == FORMAT_VERSION == 5
+    assert blob[:3] == MAGIC and blob[3] == FORMAT_VERSION == 6
     assert blob[4] & FLAG_ZSTD
     assert decode_state(blob) == s
 
@@ -299,7 +300,8 @@ def _every_field_set() -> tuple[Message, ConversationState]:
     """A message and a state with every field away from its default, so a field a fast path drops shows."""
     m = Message(role="user", content="hi", tool_calls=(ToolCall("c", "f"),), tool_call_id="t", name="n",
                 is_error=True, pinned=True, seq=3, raw={"k": 1}, media=MediaRef("img", "image/png"),
-                facts=(("target", "Harrogate Theatre"),), reply_parts=({"type": "reaction", "emoji": "x"},))
+                facts=(("target", "Harrogate Theatre"),), reply_parts=({"type": "reaction", "emoji": "x"},),
+                at=datetime(2026, 11, 28, 12, 0, 5, tzinfo=UTC))
     s = ConversationState(provider="openai", messages=(m,), summary="s", summary_seq=2, pinned=(m,), next_seq=9,
                           seen_seq=4, last_usage=Usage(5, 6), generation=7,
                           meta=Meta("e", 1.0, 2.0, 3, 4, 5), facts=(Fact("target", "the theatre"),),
@@ -311,7 +313,7 @@ def test_fast_paths_know_every_field() -> None:
     """``Message.with_seq``, ``Meta.after_turn`` and the state's ``append``/``with_usage``/``with_meta`` pass every
     field by position: one added to a class must be added there too (then add it here)."""
     assert [f.name for f in fields(Message)] == ["role", "content", "tool_calls", "tool_call_id", "name",
-                                                 "is_error", "pinned", "seq", "raw", "media", "facts", "reply_parts"]
+                                                 "is_error", "pinned", "seq", "raw", "media", "facts", "reply_parts", "at"]
     assert [f.name for f in fields(ConversationState)] == ["provider", "messages", "summary", "summary_seq",
                                                            "pinned", "next_seq", "seen_seq", "last_usage",
                                                            "generation", "meta", "facts", "preamble_facts"]

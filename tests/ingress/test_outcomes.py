@@ -214,6 +214,7 @@ def test_inbound_location_is_this_event(rig: RedisRig) -> None:
         "text": "The player shared their location: Philz Coffee, 101 Forest Ave, Palo Alto, CA 94301 "
                 "(lat 37.44221, lon -122.16166)",
         "pinned": False, "from_player": True,  # the pin's name and address are the player's words (invariant 12)
+        "sent_at": 1744344496,  # WhatsApp's timestamp: when the player sent it, the message's time in the state
     }
 
 
@@ -228,7 +229,7 @@ def test_inbound_location_as_a_turn(real_redis: redis.Redis) -> None:
             "v": 1, "kind": "message", "conversation_id": "16505551234", "message_id": wamid,
             "text": "The player shared their location: Philz Coffee, 101 Forest Ave, Palo Alto, CA 94301 "
                     "(lat 37.44221, lon -122.16166)",
-            "pinned": False, "reply_to": wamid, "recipient": "16505551234",
+            "pinned": False, "reply_to": wamid, "recipient": "16505551234", "sent_at": 1744344496,
         }
     finally:
         rig.cleanup()
@@ -243,7 +244,7 @@ def test_inbound_image_is_this_turn(rig: RedisRig) -> None:
         "v": 1, "kind": "message", "conversation_id": "16505551234", "message_id": wamid, "text": "Taj Mahal",
         "pinned": False, "reply_to": wamid, "recipient": "16505551234",
         "media": {"kind": "image", "id": "1003383421387256", "mime_type": "image/jpeg",
-                  "sha256": "SfInY0gGKTsJlUWbwxC1k+FAD0FZHvzwfpvO0zX0GUI="},
+                  "sha256": "SfInY0gGKTsJlUWbwxC1k+FAD0FZHvzwfpvO0zX0GUI="}, "sent_at": 1744344496,
     }
 
 

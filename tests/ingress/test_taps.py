@@ -129,7 +129,7 @@ def test_a_signed_tap_is_queued_as_a_turn_threaded_to_the_tapped_message(rig: Re
     assert without_time(env) == {
         "v": 1, "kind": "message", "conversation_id": PLAYER, "message_id": m["id"],
         "text": parse_webhook(p)[0].text,  # type: ignore[union-attr]
-        "pinned": False, "reply_to": m["context"]["id"], "recipient": PLAYER,
+        "pinned": False, "reply_to": m["context"]["id"], "recipient": PLAYER, "sent_at": int(m["timestamp"]),
     }
     assert rig.post(p).json()["duplicates"] == 1  # Meta's retry: deduplicated on the tap's wamid
 

@@ -74,10 +74,12 @@ class InputBuilder:
 
     def message(self, conversation_id: str, text: str, *, message_id: str | None = None, reply_to: str | None = None,
                 system: str | None = None, recipient: str | None = None, media: Media | None = None,
-                at: datetime | None = None) -> CheckedInput:
+                at: datetime | None = None, sent_at: int | None = None) -> CheckedInput:
+        """``sent_at``: when the player sent it, as the channel says (seconds since the epoch; the webhook ingress
+        passes WhatsApp's ``timestamp``), kept as the message's time in the state."""
         return self.check(_envelope(kind=InputKind.MESSAGE, conversation_id=conversation_id, text=text or None,
                                     message_id=message_id, reply_to=reply_to, system=system, recipient=recipient,
-                                    media=media), at=at)
+                                    media=media, sent_at=sent_at), at=at)
 
     def notice(self, conversation_id: str, text: str, *, message_id: str | None = None, reply_to: str | None = None,
                recipient: str | None = None) -> CheckedInput:
@@ -86,10 +88,11 @@ class InputBuilder:
 
     def event(self, conversation_id: str, text: str, *, message_id: str | None = None, pinned: bool = False,
               from_player: bool = False, key: str | None = None, respond: bool = False, at: datetime | None = None,
-              recipient: str | None = None) -> CheckedInput:
+              recipient: str | None = None, sent_at: int | None = None) -> CheckedInput:
+        """``sent_at``: as for :meth:`message`, for an event the player sent (``from_player``)."""
         return self.check(_envelope(kind=InputKind.EVENT, conversation_id=conversation_id, text=text,
                                     message_id=message_id, pinned=pinned, from_player=from_player or None, key=key,
-                                    respond=respond or None, recipient=recipient), at=at)
+                                    respond=respond or None, recipient=recipient, sent_at=sent_at), at=at)
 
     def reset(self, conversation_id: str, *, message_id: str | None = None,
               at: datetime | None = None, forget: bool = False) -> CheckedInput:

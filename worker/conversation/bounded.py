@@ -22,7 +22,7 @@ from worker.conversation.compaction import drop_oldest_exchanges, has_droppable_
 from worker.conversation.history import CleanPrefix, exchanges
 from worker.conversation.messages import Message
 from worker.conversation.resident import Resident
-from worker.conversation.state import ConversationState, Memo, encode_with_memo
+from worker.conversation.state import FORMAT_VERSION, ConversationState, Memo, encode_with_memo
 from worker.conversation.tokens import CountedPrefix
 
 log = logging.getLogger(__name__)
@@ -54,19 +54,20 @@ def _cap_pinned(state: ConversationState, max_pinned: int) -> tuple[Conversation
 
 
 def encode_bounded(state: ConversationState, *, max_bytes: int, max_pinned: int, memo: Memo | None = None,
-                   clean: CleanPrefix | None = None, counted: CountedPrefix | None = None) -> Encoded:
+                   clean: CleanPrefix | None = None, counted: CountedPrefix | None = None,
+                   version: int = FORMAT_VERSION) -> Encoded:
     """Encode ``state`` within ``max_pinned`` pinned items and ``max_bytes`` bytes (see the module); ``memo`` is
     the previous encoding's (only the new messages are packed), ``clean`` how much of the history the turn's last
     request found valid and ``counted`` the history's last token count (both kept with the resident for the next
-    turn)."""
+    turn); ``version`` the format written."""
     state, dropped = _cap_pinned(state, max_pinned)
-    blob, memo = encode_with_memo(state, memo)
+    blob, memo = encode_with_memo(state, memo, version=version)
     if len(blob) > max_bytes and memo.written_from:
-        blob, memo = encode_with_memo(state)  # the frames are not compressed: written whole, the state may fit
+        blob, memo = encode_with_memo(state, version=version)  # frames are not compressed: written whole, it may fit
 
     def encode_state(st: ConversationState) -> bytes:
         nonlocal memo
-        out, memo = encode_with_memo(st)
+        out, memo = encode_with_memo(st, version=version)
         return out
 
     while len(blob) > max_bytes and has_droppable_exchange(state):
@@ -99,7 +100,7 @@ def _slim(state: ConversationState) -> ConversationState:
     orphans = tuple(m for m in state.messages if m.pinned and m.seq not in last_seqs)
     slim = [
         Message(role=m.role, content=m.content if m.pinned else m.content[:_SLIM_CHARS], pinned=m.pinned,
-                media=m.media)
+                media=m.media, at=m.at)
         for m in last
         if m.role in ("user", "event") or (m.role == "assistant" and not m.tool_calls)
     ]

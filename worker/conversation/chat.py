@@ -24,6 +24,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any, TypeVar
 
 from worker.conversation.chat_state import State
@@ -40,7 +41,8 @@ from worker.conversation.resets import normalise
 from worker.conversation.resident import Resident
 from worker.conversation.results import CompactionReport, EventResult, TurnResult
 from worker.conversation.splice import SpliceResult, splice_blobs
-from worker.conversation.state import DEFAULT_MAX_STATE_BYTES, LoadResult, encode_state, load_state
+from worker.conversation.state import DEFAULT_MAX_STATE_BYTES, FORMAT_VERSION, LoadResult, encode_state, load_state
+from worker.conversation.state_encode import check_version
 from worker.conversation.tokens import EstimateCounter, TokenCounter
 from worker.conversation.tools import Tool, check_tools
 from worker.conversation.turn_journal import TurnJournal
@@ -111,8 +113,13 @@ class Chat(ChatTurn):
     # recall is off. The worker archives in its commits instead (the store's archive) and reads through its own.
     archive: Archive | None = None
     conversation_id: str = "default"
+    # The state format written (:data:`~worker.conversation.state_format.WRITABLE_VERSIONS`): the newest, which keeps
+    # each message's time, or the one before it while processes that read no newer still share the states
+    # (``PARLEY_STATE_FORMAT`` in the worker). Every format is read whatever this says.
+    state_format: int = FORMAT_VERSION
 
     def __post_init__(self) -> None:
+        check_version(self.state_format)
         self._tools = check_tools(list(self.tools))
         self._phrases = {normalise(p) for p in self.reset_phrases if normalise(p)}
         if self.max_tool_iterations < 0:
@@ -234,11 +241,12 @@ class Chat(ChatTurn):
     # --- events, compaction, splicing --------------------------------------------------------------
 
     def apply_event(self, state: State, text: str, *, pinned: bool = False, from_player: bool = False,
-                    key: str | None = None) -> EventResult:
+                    key: str | None = None, at: datetime | None = None) -> EventResult:
         """:meth:`append_to_state` with the details the worker needs. ``from_player``: the text is something the
         player sent (a location pin, a reaction), added as the player's words, not as a game event; it can never
-        set a fact (``key``)."""
-        return self._archived(self._event_applied(state, text, pinned=pinned, from_player=from_player, key=key))
+        set a fact (``key``). ``at``: when it was sent (an aware datetime; the channel's), else the write's time."""
+        return self._archived(self._event_applied(state, text, pinned=pinned, from_player=from_player, key=key,
+                                                  at=at))
 
     def apply_messages(self, state: State, messages: Sequence[Message], *, from_player: bool = False,
                        facts: Sequence[tuple[str, str]] = ()) -> EventResult:

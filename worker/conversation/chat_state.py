@@ -7,14 +7,17 @@ the public methods, with their documented signatures, stay on ``Chat`` itself an
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import replace
+from datetime import datetime
 
 from worker.conversation import messages as msgs
 from worker.conversation.bounded import Encoded, encode_bounded
 from worker.conversation.compaction import Compactor, StepsOutcome, apply_compactor
 from worker.conversation.facts import check_key
 from worker.conversation.history import CleanPrefix
+from worker.conversation.message_times import from_seconds, untimed
 from worker.conversation.messages import Message
 from worker.conversation.model import Model
 from worker.conversation.observe import RoundTrip, UsageTally
@@ -23,6 +26,7 @@ from worker.conversation.recall.leaving import departed
 from worker.conversation.resident import Resident
 from worker.conversation.results import CompactionReport, EventResult
 from worker.conversation.state import ConversationState, LoadResult, Memo
+from worker.conversation.state_format import TIMES_VERSION
 from worker.conversation.tokens import CountedPrefix, PrefixMemoCounter, TokenCounter
 from worker.conversation.turn_inputs import check_text
 from worker.errors import InvalidMessageError
@@ -43,6 +47,7 @@ class ChatState:
     max_state_bytes: int
     max_input_chars: int
     max_pinned: int
+    state_format: int
     observer: Callable[[RoundTrip], None] | None
     clock: Callable[[], float]
     load: Callable[[State], LoadResult]
@@ -54,20 +59,32 @@ class ChatState:
     def _encode(self, st: ConversationState, memo: Memo | None = None, clean: CleanPrefix | None = None,
                 counted: CountedPrefix | None = None) -> Encoded:
         return encode_bounded(st, max_bytes=self.max_state_bytes, max_pinned=self.max_pinned, memo=memo, clean=clean,
-                              counted=counted)
+                              counted=counted, version=self.state_format)
+
+    def _write_time(self, now: float) -> datetime | None:
+        """The time the messages a write adds are given (the write's ``now``, from the chat's clock, to the second as
+        the state keeps it), or ``None`` when the format written keeps no times."""
+        return from_seconds(math.floor(now)) if self.state_format >= TIMES_VERSION else None
+
+    def _timed(self, messages: Sequence[Message]) -> list[Message]:
+        """The messages a caller adds as the format written keeps them: a player's message may come with the
+        channel's time, which a format without times drops."""
+        return list(messages) if self.state_format >= TIMES_VERSION else untimed(messages)
 
     def _event_applied(self, state: State, text: str, *, pinned: bool, from_player: bool,
-                       key: str | None) -> EventResult:
+                       key: str | None, at: datetime | None = None) -> EventResult:
         check_text("event text", text, self.max_input_chars)
         if key is not None and from_player:
             raise InvalidMessageError("a player's words cannot set a fact (only the game sets facts)")
         loaded = self.load(state)
+        now = self.clock()
         if key is not None:
             st = loaded.state.with_fact(check_key(key), text)
         else:
-            st = loaded.state.append(msgs.event(text, pinned=pinned, from_player=from_player))
+            said = msgs.validated(replace(msgs.event(text, pinned=pinned, from_player=from_player), at=at))
+            st = loaded.state.append(*self._timed([said]), at=self._write_time(now))
         # The idle clock is the player's silence: a game event does not move it, a pin or reaction they sent does.
-        meta = (replace(st.meta, events=st.meta.events + 1, last_activity=self.clock()) if from_player
+        meta = (replace(st.meta, events=st.meta.events + 1, last_activity=now) if from_player
                 else replace(st.meta, events=st.meta.events + 1))
         return self._written(replace(st, meta=meta), loaded)
 
@@ -82,10 +99,11 @@ class ChatState:
         for m in messages:
             check_text(f"{m.role} text", m.content, self.max_input_chars)
             added.append(msgs.validated(m))
+        now = self.clock()
         if added:
-            st = st.append(*(added if st.messages else msgs.opening(added)))
+            st = st.append(*self._timed(added if st.messages else msgs.opening(added)), at=self._write_time(now))
         if from_player:
-            st = replace(st, meta=replace(st.meta, last_activity=self.clock()))
+            st = replace(st, meta=replace(st.meta, last_activity=now))
         return self._written(st, loaded)
 
     def _written(self, st: ConversationState, loaded: LoadResult) -> EventResult:

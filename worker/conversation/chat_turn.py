@@ -1,11 +1,13 @@
 """Running a turn of :class:`~worker.conversation.chat.Chat`: the player's turn (with its resets) and the turn that
 answers a game event, each through one :class:`~worker.conversation.loop.ToolLoop` built for it, and the state it
-writes. A base class of ``Chat`` (over :class:`~worker.conversation.chat_state.ChatState`), as that one is."""
+writes. Every message a turn adds without a time of its own is given the turn's (its clock's ``now``). A base class of
+``Chat`` (over :class:`~worker.conversation.chat_state.ChatState`), as that one is."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
+from datetime import datetime
 from typing import Any
 
 from worker.conversation import messages as msgs
@@ -18,8 +20,8 @@ from worker.conversation.messages import Message
 from worker.conversation.model import Attachment, ModelRequest, ModelResponse
 from worker.conversation.observe import complete_observed
 from worker.conversation.prompt import FactPlacement, render_after_history, render_preamble, stable_chars
-from worker.conversation.recall.leaving import departed
 from worker.conversation.recall.archive import Archive
+from worker.conversation.recall.leaving import departed
 from worker.conversation.recall.reading import auto_quote, reading_of, search_tool
 from worker.conversation.resets import fresh_after_idle, is_idle, reset_phrase_at
 from worker.conversation.results import TurnResult
@@ -94,8 +96,8 @@ class ChatTurn(ChatState):
         checked = _Checked(None if reset else loaded.clean)
         said = [m.content for m in [*added, turn_user] if m.role == "user" and m.content]
         loop = self._tool_loop(system, extra_preamble, journal or NoJournal(), files, checked, tools, after_history,
-                               said)
-        out = loop.run(st.append(*added, turn_user))
+                               said, self._write_time(now))
+        out = loop.run(st.append(*self._timed([*added, turn_user]), at=loop.at))
         out.state = out.state.with_meta(out.state.meta.after_turn(now))
         # A reset phrase erases the archive: what it leaves behind is not archived.
         before = None if reset == "phrase" else loaded.state
@@ -109,10 +111,12 @@ class ChatTurn(ChatState):
         check_text("event text", text, self.max_input_chars)
         loaded = self.load(state)
         st = loaded.state if key is None else loaded.state.with_fact(check_key(key), text)
-        st = st.append(msgs.event(text, pinned=pinned and key is None))
+        at = self._write_time(self.clock())
+        st = st.append(msgs.event(text, pinned=pinned and key is None), at=at)
         st = st.with_meta(replace(st.meta, events=st.meta.events + 1))
         checked = _Checked(loaded.clean)
-        out = self._tool_loop(system, (), journal or NoJournal(), {}, checked, tools, after_history, [text]).run(st)
+        out = self._tool_loop(system, (), journal or NoJournal(), {}, checked, tools, after_history, [text],
+                              at).run(st)
         return self._finish_turn(out, loaded.problem, None, loaded.memo, checked.clean, loaded.counted, loaded.state)
 
     def _call(self, request: ModelRequest) -> ModelResponse:
@@ -137,7 +141,8 @@ class ChatTurn(ChatState):
 
     def _tool_loop(self, system: str | None, extra: Sequence[str], journal: TurnJournal,
                    attachments: Mapping[str, Attachment], checked: _Checked | None = None,
-                   own: Sequence[Tool] = (), after: Sequence[str] = (), said: Sequence[str] = ()) -> ToolLoop:
+                   own: Sequence[Tool] = (), after: Sequence[str] = (), said: Sequence[str] = (),
+                   at: datetime | None = None) -> ToolLoop:
         """The tool loop of one turn: the chat's fixed tools plus, for this turn only, those its ``tool_source``
         offers now and the turn's ``own`` (which take the place of any of the same name); each request built from
         the state as the loop has it, with the turn's attachments (a round after a tool call still shows the model
@@ -171,7 +176,7 @@ class ChatTurn(ChatState):
         return ToolLoop(call=self._call, request_for=request_for, tools=tools,
                         max_tool_iterations=self.max_tool_iterations, fallback_reply=self.fallback_reply,
                         tool_timeout=self.tool_timeout, max_tool_result_chars=self.max_tool_result_chars,
-                        journal=journal, max_reply_parts=self.max_reply_parts)
+                        journal=journal, max_reply_parts=self.max_reply_parts, at=at)
 
 
 def _encodable(response: ModelResponse) -> ModelResponse:

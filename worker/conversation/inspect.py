@@ -31,6 +31,8 @@ def _view(message: Message, limit: int) -> dict[str, Any]:
         view["pinned"] = True
     if message.media is not None:
         view["media"] = {"kind": message.media.kind, "id": message.media.id, "mime_type": message.media.mime_type}
+    if message.at is not None:
+        view["at"] = message.at.isoformat()  # when it was said (none in a state written before times were kept)
     return view
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from datetime import datetime
 from typing import Any, Literal
 
 from worker.conversation.messages import Message, ToolCall
@@ -112,6 +113,7 @@ class ToolLoop:
     max_tool_result_chars: int
     journal: TurnJournal = field(default_factory=NoJournal)
     max_reply_parts: int = DEFAULT_MAX_REPLY_PARTS
+    at: datetime | None = None  # the time the messages the loop adds are given (None: a format without times)
 
     def run(self, st: ConversationState) -> LoopOutcome:
         """Loop until the model answers in text; after ``max_tool_iterations`` rounds of tools, ask once
@@ -129,7 +131,7 @@ class ToolLoop:
                 st = st.with_usage(response.usage, seen)
             final = self._final(response, tool_choice, out)
             if final is not None:
-                out.reply, out.state = final[0], st.append(final[1])
+                out.reply, out.state = final[0], st.append(final[1], at=self.at)
                 return out
             message = response.message
             if step >= len(replay):
@@ -137,7 +139,7 @@ class ToolLoop:
             room = _ReplyRoom(held=len(out.parts), beside=1 if message.content.strip() else 0)
             results = [self._result(step, call, recorded, out, room, replayed=step < len(replay))
                        for call in message.tool_calls]
-            st = with_tool_facts(st.append(message, *(_without_facts(r) for r in results)), results)
+            st = with_tool_facts(st.append(message, *(_without_facts(r) for r in results), at=self.at), results)
             out.parts += _added_parts(message, results)
             step += 1
             rounds += 1

@@ -17,6 +17,7 @@ import json
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any, Literal
 
 from worker.errors import InvalidMessageError
@@ -110,6 +111,10 @@ class Message:
     ``pinned`` entries survive every compaction. ``seq`` is the entry's position in the conversation's
     whole life (assigned by the state, never reused) so compaction results can be spliced onto a newer
     state. ``raw`` is the provider's wire form, sent back verbatim to the same provider.
+
+    ``at`` is when it was said (an aware UTC datetime, kept to the second): the channel's time for a player's message
+    (WhatsApp's ``timestamp``), the time of the write that stored it for any other. ``None`` for a message written
+    before states kept times. Only stored: no provider's request shows it.
     """
 
     role: Role
@@ -128,13 +133,16 @@ class Message:
     # Tool results only: the reply parts (their JSON form, worker.envelopes.reply_parts) a reply tool or a game tool's answer
     # added to the turn's reply, journalled like ``facts`` so a replayed result adds them again; never in the history.
     reply_parts: tuple[dict[str, Any], ...] = ()
+    at: datetime | None = None
 
-    def with_seq(self, seq: int) -> Message:
+    def with_seq(self, seq: int, at: datetime | None = None) -> Message:
         # What dataclasses.replace(self, seq=seq) returns, built directly: every message a turn adds is renumbered,
         # and replace walks the fields' metadata (twice the cost). Every field is passed, in order;
-        # tests/conversation/test_state_codec.py fails when a field is added and not here.
+        # tests/conversation/test_state_codec.py fails when a field is added and not here. ``at``: the time a
+        # message without one takes (the write's, see ConversationState.append).
         return Message(self.role, self.content, self.tool_calls, self.tool_call_id, self.name, self.is_error,
-                       self.pinned, seq, self.raw, self.media, self.facts, self.reply_parts)
+                       self.pinned, seq, self.raw, self.media, self.facts, self.reply_parts,
+                       at if self.at is None else self.at)
 
 
 def user(text: str, media: MediaRef | None = None) -> Message:
@@ -215,6 +223,8 @@ def validated(message: Message) -> Message:
         raise InvalidMessageError("tool call ids must be present and distinct within a message")
     if any(not c.name for c in message.tool_calls):
         raise InvalidMessageError("tool call needs a name")
+    if message.at is not None and (not isinstance(message.at, datetime) or message.at.utcoffset() is None):
+        raise InvalidMessageError("a message's time (at) must be a timezone-aware datetime")
     return message
 
 

@@ -11,6 +11,7 @@ from typing import Any
 import msgpack
 import zstandard
 
+from worker.conversation.message_times import MAX_SECONDS, MIN_SECONDS, from_seconds
 from worker.conversation.messages import ROLES, MediaRef, Message, ToolCall
 from worker.conversation.model import Usage
 from worker.conversation.state_encode import Memo
@@ -64,8 +65,11 @@ def decode_message(fields: Any) -> Message:
     facts = () if f is None else tuple((x.key, x.text) for x in _dec_facts(f))
     rp = fields.get("rp", [])
     _need(isinstance(rp, list) and all(isinstance(p, dict) for p in rp), "bad reply parts")
+    t = fields.get("t")
+    if t is not None and (type(t) is not int or not MIN_SECONDS <= t <= MAX_SECONDS):
+        raise StateDecodeError("invalid", "bad message time")
     return Message(role, content, calls, ti, name, bool(fields.get("e", False)), bool(fields.get("p", False)), seq, raw,
-                   media, facts, tuple(rp))
+                   media, facts, tuple(rp), None if t is None else from_seconds(t))
 
 
 def _dec_media(md: Any, role: Any) -> MediaRef:
@@ -170,6 +174,8 @@ MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {
     # fact counts as changed since and is rendered after the history, as the release of version 4 did. It also added
     # folded runs among the frames: a version-4 blob has none.
     4: lambda payload: payload,
+    # Version 6 added each message's optional time ("t"): a version-5 message has none (``at`` is None).
+    5: lambda payload: payload,
 }
 
 

@@ -11,6 +11,7 @@ from typing import Any
 import msgpack
 import zstandard
 
+from worker.conversation.message_times import to_seconds
 from worker.conversation.messages import Message
 from worker.conversation.model import Usage
 from worker.conversation.state_format import (
@@ -19,13 +20,15 @@ from worker.conversation.state_format import (
     FLAG_ZSTD,
     FOLD_AT,
     FORMAT_VERSION,
-    FORMAT_VERSION_BYTE,
     MAGIC,
+    TIMES_VERSION,
+    WRITABLE_VERSIONS,
 )
 from worker.conversation.state_model import ConversationState, Meta
 
 
-def encode_message(message: Message) -> dict[str, Any]:
+def encode_message(message: Message, times: bool = True) -> dict[str, Any]:
+    """A message's msgpack map; its time (``t``, whole seconds) only with ``times`` (a format that keeps them)."""
     fields: dict[str, Any] = {"r": message.role, "s": message.seq}
     if message.content:
         fields["c"] = message.content
@@ -48,6 +51,8 @@ def encode_message(message: Message) -> dict[str, Any]:
         fields["f"] = [list(f) for f in message.facts]  # a journalled tool result's (never in a stored history)
     if message.reply_parts:
         fields["rp"] = list(message.reply_parts)  # likewise
+    if times and message.at is not None:
+        fields["t"] = to_seconds(message.at)
     return fields
 
 
@@ -87,21 +92,22 @@ class Memo:
         return self.written_from + len(self.replaced) if self.written_from else 0
 
 
-def _frame(state: ConversationState, memo: Memo) -> bytes | None:
+def _frame(state: ConversationState, memo: Memo, version: int) -> bytes | None:
     """The frame that turns ``memo``'s stored state into ``state``, or ``None`` when ``state`` is not that state
     grown at its end: a compaction, a reset, a drop to fit the size limit, a change of summary or pinned items (then
     the blob is written whole). What a turn changes besides the history (counters, usage, metadata) rides in
     every frame, and the facts when they changed: a frame is the new messages plus a fixed few dozen bytes."""
     before = memo.state
     old, new = before.messages, state.messages
-    if (memo.stored[3:4] != FORMAT_VERSION_BYTE or len(new) < len(old) or state.provider != before.provider
+    if (memo.stored[3] != version or len(new) < len(old) or state.provider != before.provider
             or state.meta.epoch != before.meta.epoch or state.meta.started_at != before.meta.started_at
             or state.generation != before.generation or state.summary_seq != before.summary_seq
             or state.summary != before.summary or not _same(state.pinned, before.pinned)
             or state.preamble_facts != before.preamble_facts or not _same(new[:len(old)], old)):
         return None
     meta = state.meta  # what a frame may change of it (a new epoch is a reset: written whole)
-    delta: dict[str, Any] = {"m": [encode_message(m) for m in new[len(old):]], "ns": state.next_seq,
+    times = version >= TIMES_VERSION
+    delta: dict[str, Any] = {"m": [encode_message(m, times) for m in new[len(old):]], "ns": state.next_seq,
                              "seen": state.seen_seq, "u": encode_usage(state.last_usage),
                              "meta": [meta.last_activity, meta.turns, meta.events, meta.compactions]}
     if state.facts is not before.facts and state.facts != before.facts:
@@ -114,11 +120,12 @@ def _same(a: tuple[Message, ...], b: tuple[Message, ...]) -> bool:
     return a is b or (len(a) == len(b) and all(map(operator.is_, a, b)))
 
 
-def _payload(state: ConversationState) -> bytes:
+def _payload(state: ConversationState, version: int) -> bytes:
     """The msgpack map of the whole state (a blob's base)."""
+    times = version >= TIMES_VERSION
     fields: dict[str, Any] = {
-        "p": state.provider, "m": [encode_message(m) for m in state.messages], "sum": state.summary,
-        "sums": state.summary_seq, "pin": [encode_message(m) for m in state.pinned], "ns": state.next_seq,
+        "p": state.provider, "m": [encode_message(m, times) for m in state.messages], "sum": state.summary,
+        "sums": state.summary_seq, "pin": [encode_message(m, times) for m in state.pinned], "ns": state.next_seq,
         "seen": state.seen_seq, "u": encode_usage(state.last_usage), "g": state.generation, "meta": _enc_meta(state.meta),
     }
     if state.facts:
@@ -128,28 +135,36 @@ def _payload(state: ConversationState) -> bytes:
     return _pack(fields)
 
 
-def _encode_whole(state: ConversationState) -> tuple[bytes, Memo]:
-    body = _payload(state)
+def _encode_whole(state: ConversationState, version: int) -> tuple[bytes, Memo]:
+    body = _payload(state, version)
     raw, flags = len(body), 0
     if raw > COMPRESS_OVER:
         body = _compress(body)
         flags |= FLAG_ZSTD
-    blob = MAGIC + bytes([FORMAT_VERSION, flags]) + BASE_LEN.pack(len(body)) + body
+    blob = MAGIC + bytes([version, flags]) + BASE_LEN.pack(len(body)) + body
     return blob, Memo(state, blob, 0, raw, len(blob))
 
 
-def encode_with_memo(state: ConversationState, memo: Memo | None = None) -> tuple[bytes, Memo]:
+def check_version(version: int) -> int:
+    """``version`` when a writer may write it (:data:`~.state_format.WRITABLE_VERSIONS`), else ``ValueError``."""
+    if version not in WRITABLE_VERSIONS:
+        raise ValueError(f"a state is written in format {' or '.join(map(str, WRITABLE_VERSIONS))}, not {version!r}")
+    return version
+
+
+def encode_with_memo(state: ConversationState, memo: Memo | None = None, *,
+                     version: int = FORMAT_VERSION) -> tuple[bytes, Memo]:
     """:func:`encode_state`, knowing what ``memo`` (the conversation's stored blob) holds: when ``state`` is that
     state grown at its end (a turn, an event), the blob is the stored one with one frame appended, and the store
-    writes only the frame (see :attr:`Memo.written_from`). Otherwise, and for a blob of a format before frames,
-    the state is written whole. Returns the blob and the memo of it."""
+    writes only the frame (see :attr:`Memo.written_from`). Otherwise, and for a blob of another format than
+    ``version`` (the one written), the state is written whole. Returns the blob and the memo of it."""
     if memo is not None:
-        if state is memo.state:  # nothing changed: the same blob, and nothing to append
+        if state is memo.state and memo.stored[3] == version:  # nothing changed: the same blob, nothing to append
             return memo.stored, Memo(state, memo.stored, 0, memo.raw, memo.loose)
-        frame = _frame(state, memo)
+        frame = _frame(state, memo, version)
         if frame is not None:
             return _appended(state, memo, frame)
-    return _encode_whole(state)
+    return _encode_whole(state, check_version(version))
 
 
 def _appended(state: ConversationState, memo: Memo, frame: bytes) -> tuple[bytes, Memo]:
@@ -188,6 +203,7 @@ def _compress(body: bytes) -> bytes:
         _COMPRESSORS.put(compressor)
 
 
-def encode_state(state: ConversationState) -> bytes:
-    """Serialise ``state`` whole. Size limits are the caller's (see :func:`worker.conversation.chat.Chat`)."""
-    return _encode_whole(state)[0]
+def encode_state(state: ConversationState, *, version: int = FORMAT_VERSION) -> bytes:
+    """Serialise ``state`` whole, in format ``version`` (the newest unless told). Size limits are the caller's (see
+    :func:`worker.conversation.chat.Chat`)."""
+    return _encode_whole(state, check_version(version))[0]

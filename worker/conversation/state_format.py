@@ -14,10 +14,13 @@ Before version 4 the rest was the base alone. The format byte is the schema vers
 :data:`~worker.conversation.state_decode.MIGRATIONS` upgrades every older version step by step (each only added
 optional fields: version 2 photos, a user message's media reference; version 3 keyed facts, ``facts``: the game's
 facts that replace, see :class:`~worker.conversation.state_model.Fact`; version 4 the frames; version 5
-``preamble_facts``, the facts as the preamble shows them, and the runs), and golden blobs of each version pin that
-they keep decoding. Every write is the current version (a blob of version 4 is written whole by its next write, then
-appended to): the previous release refuses a state of this one (``StateDecodeError("version")``) instead of
-misreading it. Decoding is bounded (size, nesting, lengths, decompressed size) and never trusts a declared length.
+``preamble_facts``, the facts as the preamble shows them, and the runs; version 6 each message's time, ``t``), and
+golden blobs of each version pin that they keep decoding. A release refuses a state of a newer version
+(``StateDecodeError("version")``) instead of misreading it, so a new version is read before it is written: the
+writer takes the version to write (:data:`WRITABLE_VERSIONS`; the worker's ``PARLEY_STATE_FORMAT``), the previous
+version until every process reads the new one. A blob of another version than the one written is written whole by
+its next write, then appended to. Decoding is bounded (size, nesting, lengths, decompressed size) and never trusts a
+declared length.
 """
 
 from __future__ import annotations
@@ -25,13 +28,16 @@ from __future__ import annotations
 import struct
 
 MAGIC = b"PLY"
-FORMAT_VERSION = 5
+FORMAT_VERSION = 6
 MEDIA_VERSION = 2  # the first version with media references
 FACTS_VERSION = 3  # the first version with keyed facts
 LOG_VERSION = 4  # the first version of a base then appended frames
 PREAMBLE_FACTS_VERSION = 5  # the first version with the facts as of the preamble's last rewrite
 FOLD_VERSION = 5  # the first version whose frames may be folded into compressed runs
-FORMAT_VERSION_BYTE = bytes([FORMAT_VERSION])
+TIMES_VERSION = 6  # the first version with each message's time
+#: The versions a writer may write: the newest, and the one before it for a fleet that still runs a release that
+#: reads no newer (a state of a version it does not know, a worker sets aside).
+WRITABLE_VERSIONS = (FOLD_VERSION, TIMES_VERSION)
 FOLD_AT = 4096  # uncompressed frames past this many bytes are folded into one compressed run
 BASE_LEN = struct.Struct(">I")
 FLAG_ZSTD = 0x01

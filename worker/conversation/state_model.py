@@ -7,6 +7,7 @@ from __future__ import annotations
 import time
 import uuid
 from dataclasses import dataclass, field
+from datetime import datetime
 
 from worker.conversation.messages import Message
 from worker.conversation.model import Usage
@@ -75,12 +76,12 @@ class ConversationState:
         started = time.time() if now is None else now
         return cls(provider=provider, meta=Meta(epoch=uuid.uuid4().hex[:16], started_at=started, last_activity=started))
 
-    def append(self, *messages: Message) -> ConversationState:
-        """A new state with ``messages`` appended, each given the next ``seq``."""
+    def append(self, *messages: Message, at: datetime | None = None) -> ConversationState:
+        """A new state with ``messages`` appended, each given the next ``seq``, and ``at`` when it has no time."""
         seq = self.next_seq
         added = []
         for m in messages:
-            added.append(m.with_seq(seq))
+            added.append(m.with_seq(seq, at))
             seq += 1
         return _changed(self, self.messages + tuple(added), seq, self.seen_seq, self.last_usage, self.meta)
 

@@ -29,6 +29,8 @@ MAX_ID_CHARS = 256
 #: A turn's own system prompt (``system``): a few times the default input limit, so one input cannot carry megabytes
 #: the model is asked to read on every retry (and the envelope stays far within MAX_ENVELOPE_BYTES).
 MAX_SYSTEM_CHARS = 64_000
+#: The latest time an input's ``sent_at`` may name (the end of the year 9999, in seconds since the epoch).
+MAX_SENT_AT = 253_402_300_799
 
 class InputKind(StrEnum):
     """What an input is. The value is what travels (a mailbox entry, a timer, the inlet's JSON, the HTTP API), so an
@@ -148,6 +150,10 @@ class Envelope(_Wire):
     # The W3C traceparent of the accept (traces on, worker.observability.tracing): the drain, a retry and a takeover continue its
     # trace. None unless set, so an envelope without it reads as before; an unusable one is no error, only no trace.
     traceparent: str | None = Field(None, max_length=MAX_TRACEPARENT_CHARS)
+    # When the player sent it, as the channel says (WhatsApp's ``timestamp``: whole seconds since the epoch), for a
+    # message or an event the player sent: the state keeps it as the message's time. None unless set, so an envelope
+    # without it reads as before.
+    sent_at: int | None = Field(None, ge=0, le=MAX_SENT_AT)
 
     @field_validator("conversation_id")
     @classmethod
@@ -199,6 +205,8 @@ class Envelope(_Wire):
         if self.parts is not None and (self.kind is not InputKind.OPERATOR
                                        or not all(p.strip() for p in self.parts if isinstance(p, str))):
             raise ValueError("only an operator's message carries parts, each with text")
+        if self.sent_at is not None and not (self.kind is InputKind.MESSAGE or self.from_player):
+            raise ValueError("only a player's message or an event the player sent carries the time it was sent")
         if self.kind is InputKind.SPLICE and not self.state:
             raise ValueError("a splice needs the compacted state")
 

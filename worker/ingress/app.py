@@ -44,6 +44,7 @@ from starlette.routing import Route
 from worker import metrics
 from worker.client import ConversationClient, Submitted
 from worker.durable_record import entries
+from worker.envelopes.inputs import MAX_SENT_AT
 from worker.errors import InboxFullError, InputError, StoreError, WebhookTooLargeError
 from worker.ingress import metrics as ingress_metrics
 from worker.ingress.api import endpoints, fixed_grants
@@ -65,6 +66,7 @@ from worker.ingress.parse import (
     decode_webhook,
     parse_webhook,
     record_age,
+    sent_at,
     verify_handshake,
     verify_signature,
 )
@@ -110,12 +112,19 @@ def _submit(client: ConversationClient, rec: InboundMessage | InboundEvent | Inb
     inputs, accept = client.inputs, client.intake.accept
     if isinstance(rec, InboundMessage):
         return accept(inputs.message(rec.conversation_id, rec.text, message_id=rec.wamid, reply_to=rec.thread,
-                                     recipient=rec.sender, media=rec.media))
+                                     recipient=rec.sender, media=rec.media, sent_at=_sent_at(rec)))
     if isinstance(rec, InboundEvent):
         # Not pinned: where the player stood or what they thought of one reply matters now, not forever.
-        return accept(inputs.event(rec.conversation_id, rec.text, message_id=rec.wamid, from_player=True))
+        return accept(inputs.event(rec.conversation_id, rec.text, message_id=rec.wamid, from_player=True,
+                                   sent_at=_sent_at(rec)))
     return accept(inputs.notice(rec.conversation_id, unsupported_reply, message_id=rec.wamid, reply_to=rec.wamid,
                                 recipient=rec.sender))
+
+
+def _sent_at(rec: InboundMessage | InboundEvent) -> int | None:
+    """WhatsApp's time of the player's message, kept with it in the state; none when it does not read as one."""
+    sent = sent_at(rec)
+    return sent if sent is not None and sent <= MAX_SENT_AT else None
 
 
 _OUTCOME = {InboundMessage: "accepted", InboundEvent: "event", InboundNotice: "notice"}

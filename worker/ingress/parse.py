@@ -90,7 +90,7 @@ if TYPE_CHECKING:
 __all__ = [
     "IdentityChange", "InboundEvent", "InboundMessage", "InboundNotice", "LocationAs", "MarketingPreference", "Record",
     "StatusUpdate", "Unsupported",
-    "check_update_count", "decode_webhook", "location_text", "parse_webhook", "reaction_text", "record_age",
+    "check_update_count", "decode_webhook", "location_text", "parse_webhook", "reaction_text", "record_age", "sent_at",
     "verify_handshake", "verify_signature",
 ]
 
@@ -324,13 +324,19 @@ def check_update_count(body: Any, limit: int = MAX_WEBHOOK_ITEMS) -> None:
                                       f"(Meta sends at most 1000 updates)")
 
 
-def record_age(rec: Record, now: float) -> float | None:
-    """Seconds since the message or status was sent (its ``timestamp``, Unix seconds), ``None`` when it has none
-    that reads as one (Meta always sends it; an unreadable one is not held against the player)."""
+def sent_at(rec: Record) -> int | None:
+    """When the message or status was sent (its ``timestamp``, Unix seconds), ``None`` when it has none that reads
+    as one (Meta always sends it; an unreadable one is not held against the player)."""
     ts = getattr(rec, "timestamp", None)
     if not isinstance(ts, str) or not ts.isascii() or not ts.isdigit() or len(ts) > 12:
         return None
-    return now - int(ts)
+    return int(ts)
+
+
+def record_age(rec: Record, now: float) -> float | None:
+    """Seconds since the message or status was sent (see :func:`sent_at`), ``None`` when that is not known."""
+    sent = sent_at(rec)
+    return None if sent is None else now - sent
 
 
 def parse_webhook(body: Any, *, location_as: LocationAs = "turn", numbers: Numbers | None = None) -> list[Record]:

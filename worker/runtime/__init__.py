@@ -109,6 +109,7 @@ def build_chat(settings: Settings, model: Model | None = None, *, tools: Any = (
         idle_gap_seconds=settings.memory.idle_gap_seconds,
         reset_phrases=settings.memory.reset_phrases,
         max_state_bytes=settings.memory.max_state_bytes,
+        state_format=settings.memory.state_format,
         max_pinned=settings.memory.max_pinned,
         facts_placement=settings.memory.facts_placement,
         max_input_chars=settings.memory.max_input_chars,

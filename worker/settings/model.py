@@ -171,6 +171,11 @@ class Memory(Group):
                                    "(the tool's results, or the block auto recall quotes): a few matches with the "
                                    "messages around each, small beside the compaction budget.")
     max_state_bytes: int = Field(default=1 << 20, description="Largest state blob; larger ones are trimmed or quarantined.")
+    state_format: int = Field(default=5, ge=5, le=6, description="The state format workers write: 5 while any worker "
+                              "of the release before this one may still read the states (it sets a state of format 6 "
+                              "aside), then 6 (each message's time: WhatsApp's for a player's message, the write's for "
+                              "the rest); every worker of this release reads both. A new deployment sets 6 at once "
+                              "(docs/operations.md, Upgrading).")
     max_pinned: int = Field(default=50, ge=0, description="Most pinned items a conversation keeps once their exchanges are "
                                                  "compacted away, keyed facts included; beyond it the oldest go, "
                                                  "pinned items before facts (counted in "

@@ -15,6 +15,7 @@ from typing import Any
 
 from worker import metrics
 from worker.conversation.chat import Chat, State
+from worker.conversation.message_times import from_seconds
 from worker.envelopes.inputs import Envelope, InputKind, decode_envelope
 from worker.errors import AuthenticationError, EnvelopeError, InputError, ModelError
 from worker.service.config import ServiceConfig
@@ -108,7 +109,7 @@ class Decider:
     def _event(self, env: Envelope, state: State, trace: dict[str, Any]) -> Applied:
         """A game event applied without the model (no reply)."""
         result = self.chat.apply_event(state, env.text or "", pinned=env.pinned, from_player=bool(env.from_player),
-                                       key=env.key)
+                                       key=env.key, at=None if env.sent_at is None else from_seconds(env.sent_at))
         return Applied(env, result.state, trace, result.resident, quarantine_of(state, result.state_problem),
                        result.needs_compaction, result.pinned_dropped, result.departed)
 

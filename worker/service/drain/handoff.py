@@ -23,6 +23,7 @@ from worker.envelopes.inputs import Envelope, InputKind, ReplyRecord
 from worker.envelopes.reply_parts import OutPart, render
 from worker.observability import tracing
 from worker.service.drain.outcomes import Spoken, Withheld, quarantine_of
+from worker.service.drain.sent_times import as_sent
 
 
 def _as_said(env: Envelope) -> Message:
@@ -30,9 +31,10 @@ def _as_said(env: Envelope) -> Message:
     reference: nothing is fetched), an event as the game's (or the player's, when they sent it)."""
     if env.kind is InputKind.EVENT:
         # A keyed event sets its fact (below) and is kept as a plain event, as an answered keyed event is.
-        return msgs.event(env.text or "", pinned=env.pinned and env.key is None, from_player=bool(env.from_player))
+        return as_sent(msgs.event(env.text or "", pinned=env.pinned and env.key is None,
+                                  from_player=bool(env.from_player)), env)
     media = MediaRef(env.media.id, env.media.mime_type) if env.media is not None else None
-    return msgs.user(env.text or "", media=media)
+    return as_sent(msgs.user(env.text or "", media=media), env)
 
 
 def withhold(chat: Chat, state: State, paused: Withheld) -> Withheld:

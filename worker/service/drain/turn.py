@@ -26,6 +26,7 @@ from worker.service.drain.media import MediaPreparer, Prepared
 from worker.service.drain.outcomes import Answer, Outcome, Withheld, quarantine_of
 from worker.service.drain.recovery import usage_trace
 from worker.service.drain.run import DrainRun
+from worker.service.drain.sent_times import as_sent
 from worker.service.drain.stored_journal import StoreJournal
 from worker.store.answers import Snapshot
 
@@ -119,10 +120,11 @@ class TurnRunner:
         attachments: dict[str, Attachment] = {}
         for p in inputs:
             if p.env.kind is InputKind.EVENT:
-                out.append(msgs.event(p.env.text or "", pinned=p.env.pinned, from_player=bool(p.env.from_player)))
+                out.append(as_sent(msgs.event(p.env.text or "", pinned=p.env.pinned,
+                                              from_player=bool(p.env.from_player)), p.env))
                 continue
             prepared = self._prepare(p)
-            out.append(prepared.message if prepared.message is not None else msgs.user(UNLOADED_PHOTO))
+            out.append(as_sent(prepared.message if prepared.message is not None else msgs.user(UNLOADED_PHOTO), p.env))
             if prepared.attachment is not None:
                 attachments[prepared.attachment[0]] = prepared.attachment[1]
         return out, attachments
