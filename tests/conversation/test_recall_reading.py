@@ -185,3 +185,17 @@ def test_recall_checks_its_arguments() -> None:
         Recall(InMemoryArchive(), "sometimes")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="max_tokens"):
         Recall(InMemoryArchive(), "tool", max_tokens=0)
+
+
+@pytest.mark.parametrize("mode", ["tool", "auto"])
+def test_a_library_chat_outside_a_turn_context_reads_its_own_conversation(mode: RecallMode) -> None:
+    """``Chat(archive=..., conversation_id=...)`` appends under its conversation id; without a turn context (the
+    worker's), the tool and ``auto`` read that conversation too, not one without a name."""
+    model = ScriptedModel([Reply(tool_calls=((TOOL_NAME, {"query": "brass lantern"}),)), "Under the bridge."])
+    chat = Chat(model=model, archive=Recall(_archive(), mode), conversation_id=CID)
+    chat.run_turn(None, system="You are the guide.", user="where was my brass lantern again?")
+    if mode == "tool":
+        answer = json.loads(model.requests[1].messages[-1].content)
+        assert answer["results"][0]["text"] == "Where did I leave the brass lantern?"
+    else:
+        assert "player: Where did I leave the brass lantern?" in (model.requests[0].recalled or "")
