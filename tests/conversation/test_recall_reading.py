@@ -199,3 +199,21 @@ def test_a_library_chat_outside_a_turn_context_reads_its_own_conversation(mode: 
         assert answer["results"][0]["text"] == "Where did I leave the brass lantern?"
     else:
         assert "player: Where did I leave the brass lantern?" in (model.requests[0].recalled or "")
+
+
+def test_one_library_chat_keeps_each_turn_contexts_conversation_apart() -> None:
+    """A chat serving many conversations names each with ``turn_context``: what leaves a history is archived under
+    that conversation, the one its searches read."""
+    from worker import KeepLastExchanges
+
+    archive = InMemoryArchive()
+    chat = Chat(model=ScriptedModel(default="ok"), compactor=KeepLastExchanges(1), archive=archive)
+    states: dict[str, bytes | None] = {"a": None, "b": None}
+    for cid in ("a", "b"):
+        for text in (f"first {cid}", f"the {cid} secret is marigold", f"third {cid}", f"fourth {cid}"):
+            with turn_context(cid, text):
+                states[cid] = chat.run_turn(states[cid], system="s", user=text).state
+    for cid in ("a", "b"):
+        assert [r["text"] for r in archive.search(cid, "marigold secret", max_tokens=200)] == [
+            f"the {cid} secret is marigold"]
+    assert archive.search("default", "marigold", max_tokens=200) == []
