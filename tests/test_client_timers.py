@@ -278,3 +278,13 @@ def test_an_unexpected_timer_pass_failure_keeps_its_traceback_every_pass(setup, 
     loop.run_guarded()
     assert [r.levelno for r in caplog.records] == [logging.ERROR, logging.ERROR]
     assert all(r.exc_info for r in caplog.records)
+
+
+def test_parley_reset_forget_queues_a_reset_that_erases_the_archive(setup, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    from worker import cli
+
+    client, store, _ = setup
+    monkeypatch.setattr("worker.client.ConversationClient.from_env", classmethod(lambda cls: client))
+    assert cli.main(["reset", CID, "--at", "+5m", "--forget"]) == 0
+    assert cli.main(["reset", CID, "--at", "+6m"]) == 0
+    assert [decode_envelope(t.envelope).forget for t in store.scheduled(CID)] == [True, None]

@@ -185,3 +185,35 @@ def test_recall_checks_its_arguments() -> None:
         Recall(InMemoryArchive(), "sometimes")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="max_tokens"):
         Recall(InMemoryArchive(), "tool", max_tokens=0)
+
+
+@pytest.mark.parametrize("mode", ["tool", "auto"])
+def test_a_library_chat_outside_a_turn_context_reads_its_own_conversation(mode: RecallMode) -> None:
+    """``Chat(archive=..., conversation_id=...)`` appends under its conversation id; without a turn context (the
+    worker's), the tool and ``auto`` read that conversation too, not one without a name."""
+    model = ScriptedModel([Reply(tool_calls=((TOOL_NAME, {"query": "brass lantern"}),)), "Under the bridge."])
+    chat = Chat(model=model, archive=Recall(_archive(), mode), conversation_id=CID)
+    chat.run_turn(None, system="You are the guide.", user="where was my brass lantern again?")
+    if mode == "tool":
+        answer = json.loads(model.requests[1].messages[-1].content)
+        assert answer["results"][0]["text"] == "Where did I leave the brass lantern?"
+    else:
+        assert "player: Where did I leave the brass lantern?" in (model.requests[0].recalled or "")
+
+
+def test_one_library_chat_keeps_each_turn_contexts_conversation_apart() -> None:
+    """A chat serving many conversations names each with ``turn_context``: what leaves a history is archived under
+    that conversation, the one its searches read."""
+    from worker import KeepLastExchanges
+
+    archive = InMemoryArchive()
+    chat = Chat(model=ScriptedModel(default="ok"), compactor=KeepLastExchanges(1), archive=archive)
+    states: dict[str, bytes | None] = {"a": None, "b": None}
+    for cid in ("a", "b"):
+        for text in (f"first {cid}", f"the {cid} secret is marigold", f"third {cid}", f"fourth {cid}"):
+            with turn_context(cid, text):
+                states[cid] = chat.run_turn(states[cid], system="s", user=text).state
+    for cid in ("a", "b"):
+        assert [r["text"] for r in archive.search(cid, "marigold secret", max_tokens=200)] == [
+            f"the {cid} secret is marigold"]
+    assert archive.search("default", "marigold", max_tokens=200) == []

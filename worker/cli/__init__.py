@@ -73,7 +73,7 @@ def _cmd_event(args: argparse.Namespace) -> int:
 
 
 def _cmd_reset(args: argparse.Namespace) -> int:
-    _print(_client().reset(args.conversation_id, at=args.at).__dict__)
+    _print(_client().reset(args.conversation_id, at=args.at, forget=args.forget).__dict__)
     return 0
 
 
@@ -249,8 +249,10 @@ def _add_input_parsers(sub: Any) -> None:
     event.add_argument("--respond", action="store_true", help="the model answers the event")
     scheduled.add_at_option(event)
     event.set_defaults(fn=_cmd_event)
-    reset = sub.add_parser("reset", help="queue a reset: the conversation starts fresh after the inputs before it")
+    reset = sub.add_parser("reset", help="queue a reset: the conversation starts fresh after the inputs before it "
+                                         "(its history goes to the archive the model can search)")
     reset.add_argument("conversation_id")
+    reset.add_argument("--forget", action="store_true", help="erase the archive too: nothing of before is kept")
     scheduled.add_at_option(reset)
     reset.set_defaults(fn=_cmd_reset)
 

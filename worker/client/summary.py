@@ -54,6 +54,7 @@ def summary(store: ConversationStore, cid: str) -> dict[str, Any]:
     latest = {s.provider_id: s.status for s in statuses}
     pause = store.paused(cid)
     opt_outs = store.opt_outs(cid)
+    archived, archive_bytes = store.archive_size(cid)
     return {"conversation_id": cid, "version": snap.version,
             # The player opted out (an opt-out phrase, `parley optout`): nothing business-initiated reaches them.
             "opted_out": "stop" in opt_outs, "marketing_opted_out": "marketing" in opt_outs,
@@ -65,6 +66,9 @@ def summary(store: ConversationStore, cid: str) -> dict[str, Any]:
             "dead_letters": len(store.dead_letters(cid)),
             "quarantined_states": len(store.quarantined(cid)),
             "tokens_today": store.tokens_today(cid),  # what PARLEY_DAILY_TOKEN_BUDGET is checked against
+            # What left the verbatim history and the model can still search (recall): messages (None: unreadable)
+            # and the batches' bytes, which PARLEY_RECALL_MAX_BYTES bounds.
+            "archive": {"messages": archived, "bytes": archive_bytes},
             "last_replies": [{"id": t.get("id"), "reply": t.get("reply"), "prompt_tokens": t.get("prompt_tokens")}
                              for t in trace if t.get("reply")][-5:],
             "delivered": [{"id": rid, "provider_ids": ids, "statuses": [latest.get(i) for i in ids]}

@@ -44,7 +44,7 @@ from worker.conversation.splice import SpliceResult, splice_blobs
 from worker.conversation.state import DEFAULT_MAX_STATE_BYTES, FORMAT_VERSION, LoadResult, encode_state, load_state
 from worker.conversation.state_encode import check_version
 from worker.conversation.tokens import EstimateCounter, TokenCounter
-from worker.conversation.tools import Tool, check_tools
+from worker.conversation.tools import Tool, check_tools, turn_conversation_id
 from worker.conversation.turn_journal import TurnJournal
 
 __all__ = ["Chat", "CompactionReport", "EventResult", "RoundTrip", "SpliceResult", "State", "TurnResult"]
@@ -108,6 +108,7 @@ class Chat(ChatTurn):
     max_reply_parts: int = DEFAULT_MAX_REPLY_PARTS
     # Where messages that left the history are kept (:mod:`worker.conversation.recall`): what leaves the verbatim
     # history (a compaction's dropped exchanges, an idle reset's old history) is appended under ``conversation_id``
+    # (or the conversation of a :func:`~worker.conversation.tools.turn_context` around the call, as it is read)
     # and a reset phrase erases it; the model may search it (the ``search_conversation`` tool) or matches are quoted
     # after the history (``auto``), as :func:`~worker.conversation.recall.reading.reading_of` resolves. Without one,
     # recall is off. The worker archives in its commits instead (the store's archive) and reads through its own.
@@ -277,8 +278,10 @@ class Chat(ChatTurn):
     def _archived(self, result: _Departing) -> _Departing:
         """``result`` after what left the history went to :attr:`archive` (a reset phrase erased it)."""
         if self.archive is not None:
+            # The conversation the turn reads (turn_context's, else the chat's own) is the one it writes.
+            conversation_id = turn_conversation_id() or self.conversation_id
             if isinstance(result, TurnResult) and result.reset == "phrase":
-                self.archive.erase(self.conversation_id)
+                self.archive.erase(conversation_id)
             elif result.departed:
-                self.archive.append(self.conversation_id, archived(self.conversation_id, result.departed))
+                self.archive.append(conversation_id, archived(conversation_id, result.departed))
         return result

@@ -64,6 +64,7 @@ class ChatTurn(ChatState):
     temperature: float | None
     facts_placement: FactPlacement
     archive: Archive | None
+    conversation_id: str
     _tools: dict[str, Tool]
     _phrases: set[str]
 
@@ -154,9 +155,12 @@ class ChatTurn(ChatState):
         recall = reading_of(self.archive, self.provider)
         recalled = None
         if recall is not None:
-            recalled = auto_quote(recall, turn_conversation_id(), said, self.counter)
+            # The worker names the turn's conversation (turn_context); a library caller names it on the chat, the
+            # conversation its archive appends under.
+            conversation_id = turn_conversation_id() or self.conversation_id
+            recalled = auto_quote(recall, conversation_id, said, self.counter)
             if recall.mode in ("tool", "both"):
-                tool = search_tool(recall, recall.max_tokens)
+                tool = search_tool(recall, recall.max_tokens, conversation_id)
                 tools = tools if tool.name in tools else {**tools, tool.name: tool}
 
         stable = stable_chars(system, extra)

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from worker.errors import InvalidConversationIdError
+from worker.conversation.recall.codec import decode_archive
+from worker.errors import ArchiveDecodeError, InvalidConversationIdError
 from worker.store.entry_codec import join_entry, position_score, split_entry
 from worker.store.identities import IdentityStore
 from worker.store.redis_errors import store_errors
@@ -82,6 +83,17 @@ class AdminStore(IdentityStore):
         """Append ``mark`` to the list at ``key`` (outside every conversation): the ``parley.ping`` task's record
         of when it ran, read by benchmarks and health probes."""
         self._client.rpush(key, mark)
+
+    @store_errors
+    def archive_size(self, cid: str) -> tuple[int | None, int]:
+        """How many messages the conversation's archive holds (None when its bytes cannot be read) and its bytes
+        (the compressed batches ``PARLEY_RECALL_MAX_BYTES`` bounds; the search index is apart). Reads the whole
+        archive: for inspection, never a turn."""
+        data = b"".join(self._client.lrange(self.keys(cid).recall, 0, -1))
+        try:
+            return len(decode_archive(data)), len(data)
+        except ArchiveDecodeError:
+            return None, len(data)
 
     @store_errors
     def inbox_depth(self, cid: str) -> int:

@@ -82,12 +82,13 @@ def reading_of(archive: Archive | None, provider: str) -> Recall | None:
     return None if recall.mode == "off" else recall
 
 
-def search_tool(archive: Archive, max_tokens: int) -> Tool:
-    """The built-in ``search_conversation`` tool over ``archive``, for the conversation of the running turn."""
+def search_tool(archive: Archive, max_tokens: int, conversation_id: str = "") -> Tool:
+    """The built-in ``search_conversation`` tool over ``archive``, for the conversation of the running turn
+    (``conversation_id`` when the call names none: a library chat outside a turn context)."""
 
     def search_conversation(query: str, **_: Any) -> dict[str, list[Recalled]]:
-        conversation_id = current_call().conversation_id
-        return {"results": archive.search(conversation_id, query, max_tokens=max_tokens)}
+        searched = current_call().conversation_id or conversation_id
+        return {"results": archive.search(searched, query, max_tokens=max_tokens)}
 
     return Tool(TOOL_NAME, TOOL_DESCRIPTION, TOOL_SCHEMA, search_conversation, game=False)
 
@@ -144,15 +145,4 @@ def auto_quote(recall: Recall, conversation_id: str, texts: Sequence[str], count
         results = results[:min(kept, len(results) - 1)]
         block = render_quote(results)
         tokens = 0 if block is None else counter.count_text(block)
-    return block
-    kept, used = 0, frame
-    for result in results:
-        cost = counter.count_text("\n".join(_result_lines(result))) + 1
-        if used + cost > recall.max_tokens:
-            break
-        used, kept = used + cost, kept + 1
-    block = render_quote(results[:kept])
-    while block is not None and counter.count_text(block) > recall.max_tokens:  # token counts do not quite add up
-        kept -= 1
-        block = render_quote(results[:kept])
     return block
