@@ -46,7 +46,7 @@ def test_the_generator_is_a_function_of_its_seed_and_varied() -> None:
 
 def test_the_check_finds_what_the_prompt_holds_and_the_gist_quotes_nothing(redis_server: RedisServer) -> None:
     chat = conversation(5)
-    played = Player(redis_server.url, 1000, auto=False).play(chat)
+    played = Player(redis_server.url, 1000, auto=False).play(chat)  # no mode: the emulated archive
     assert played.asked and played.mismatched == 0 and played.summaries > 0
     for asked in played.asked:  # the question itself is in the prompt it is answered from
         assert in_prompt(asked.question.text, asked.request)
@@ -56,11 +56,45 @@ def test_the_check_finds_what_the_prompt_holds_and_the_gist_quotes_nothing(redis
     assert played.archived > 0 and played.store_bytes > 0
 
 
+def test_the_tool_mode_reads_the_services_own_archive(redis_server: RedisServer) -> None:
+    chat = conversation(5)
+    played = Player(redis_server.url, 800, mode="tool").play(chat)
+    assert played.asked and played.mismatched == 0 and played.summaries > 0
+    # The commits wrote the archive; each question's prompt holds the search the model made, its results read back.
+    assert played.archived > 0 and played.keys["recall"][2] > 0 and played.keys["recall_index"][1] > 0
+    for asked in played.asked:
+        last = asked.request.messages[-1]
+        assert last.role == "tool" and in_prompt(asked.question.text, asked.request)
+    found = [a for a in played.asked if a.results]
+    assert found and all(r["at"] for a in found for r in a.results if r["speaker"] == "player")  # format 6: dated
+
+
+def test_the_auto_mode_quotes_the_archive_in_the_request(redis_server: RedisServer) -> None:
+    chat = conversation(5)
+    played = Player(redis_server.url, 800, mode="auto").play(chat)
+    quoted = [a for a in played.asked if a.request.recalled]
+    assert quoted and not any(a.results for a in played.asked)
+    texts = chat.texts()
+    assert any(in_prompt(texts[e], a.request) and not any(m.content == texts[e] for m in a.request.messages)
+               for a in quoted for e in a.question.evidence)
+
+
 def test_a_quick_run_prints_every_kind_and_mode() -> None:
     out = subprocess.run([sys.executable, "bench/memory.py", "--quick"], cwd=ROOT, capture_output=True, text=True,
                          check=True, timeout=240, env={**os.environ, "PYTHONPATH": str(ROOT)}).stdout
-    assert "EMULATED archive" in out
+    assert "EMULATED" not in out and "the service's archive" in out
     for kind in (*KINDS, "answerable"):
         assert re.search(rf"^{kind}\s+\d+(\s+(\d+%|-)){{3}}(\s+\d+\.\d%){{3}}$", out, re.M), (kind, out)
     for mode in ("off", "tool", "auto"):
         assert re.search(rf"^recall {mode}\s*: cached prefix \d+\.\d% of prompt tokens", out, re.M), (mode, out)
+    assert re.search(r"recall_index [\d,]+ B per input .*MEMORY USAGE", out), out
+
+
+def test_the_emulated_run_and_the_grid_still_print() -> None:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    out = subprocess.run([sys.executable, "bench/memory.py", "--quick", "--emulate"], cwd=ROOT, capture_output=True,
+                         text=True, check=True, timeout=240, env=env).stdout
+    assert "EMULATED archive" in out
+    out = subprocess.run([sys.executable, "bench/memory.py", "--quick", "--grid"], cwd=ROOT, capture_output=True,
+                         text=True, check=True, timeout=240, env=env).stdout
+    assert re.search(r"^default policy\s+\d+%\s+\d+%", out, re.M) and re.search(r"^keep_last=4\s", out, re.M), out
