@@ -116,3 +116,19 @@ def test_without_an_archive_nothing_changes() -> None:
     plain = Chat(model=ScriptedModel(), compactor=TokenBudget(400, 200))
     assert plain.archive is None
     assert _talk(plain, 3)
+
+
+def test_what_the_archive_s_own_search_answered_is_not_archived_again() -> None:
+    """A search_conversation result is a copy of archived messages: archived again, every later search would find
+    its copies too. A game tool's call and result are archived as any message is."""
+    leaving = (
+        Message("user", "what was our team called?", seq=1),
+        Message("assistant", "", tool_calls=(ToolCall("s1", "search_conversation", '{"query": "team name"}'),
+                                             ToolCall("g1", "tag_place", '{"place": "Harrogate Theatre"}')), seq=2),
+        Message("tool", '{"results": [{"text": "we are the Owls"}]}', tool_call_id="s1", seq=3),
+        Message("tool", '{"tagged": "Harrogate Theatre"}', tool_call_id="g1", seq=4),
+        Message("assistant", "You are the Owls.", seq=5),
+    )
+    texts = [a.text for a in archived("c", leaving)]
+    assert texts == ["what was our team called?", '[called tag_place({"place": "Harrogate Theatre"})]',
+                     '{"tagged": "Harrogate Theatre"}', "You are the Owls."]

@@ -21,6 +21,7 @@ from worker.conversation import messages as msgs
 from worker.conversation.compaction import COMPRESSED_MARK
 from worker.conversation.messages import Message
 from worker.conversation.recall.archived import ArchivedMessage, Speaker, stable_id
+from worker.conversation.recall.reading import TOOL_NAME
 from worker.conversation.state import ConversationState
 
 
@@ -80,9 +81,10 @@ def speaker_of(m: Message) -> Speaker:
 
 
 def text_of(m: Message) -> str:
-    """The words the archive keeps of ``m``: its text, a tool call's name and arguments, a photo's mark."""
+    """The words the archive keeps of ``m``: its text, a tool call's name and arguments (a search of the archive
+    itself left out), a photo's mark."""
     parts = [m.content] if m.content else []
-    parts += [f"[called {c.name}({c.arguments})]" for c in m.tool_calls]
+    parts += [f"[called {c.name}({c.arguments})]" for c in m.tool_calls if c.name != TOOL_NAME]
     if m.media is not None and not m.content:
         parts.append("[photo]")
     return "\n".join(parts)
@@ -91,8 +93,13 @@ def text_of(m: Message) -> str:
 def archived(conversation_id: str, messages: Sequence[Message]) -> list[ArchivedMessage]:
     """``messages`` as the archive keeps them (those with no words left out), with ids that a retry computes again:
     the position is the message's ``seq``, not its epoch."""
+    # What the archive's own search answered is a copy of archived messages: archiving it again would let every
+    # later search find its copies, and would grow the archive by what it already holds.
+    searches = {c.id for m in messages for c in m.tool_calls if c.name == TOOL_NAME}
     out: list[ArchivedMessage] = []
     for m in messages:
+        if m.role == "tool" and m.tool_call_id in searches:
+            continue
         text = text_of(m)
         if not text:
             continue
