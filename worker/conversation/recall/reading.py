@@ -18,7 +18,7 @@ from typing import Any, Literal, get_args
 
 from worker.conversation.recall.archive import Archive, Recalled, RecalledMessage
 from worker.conversation.recall.archived import ArchivedMessage
-from worker.conversation.tokens import TokenCounter
+from worker.conversation.tokens import EstimateCounter, TiktokenCounter, TokenCounter
 from worker.conversation.tools import Tool, current_call
 from worker.errors import ArchiveDecodeError
 
@@ -116,14 +116,37 @@ def render_quote(results: Sequence[Recalled]) -> str | None:
     return "\n".join([QUOTE_OPENING, *(line for result in results for line in _result_lines(result)), QUOTE_CLOSING])
 
 
+def _lines_counted_apart(counter: TokenCounter) -> bool:
+    """Whether ``counter`` counts a block of lines at most as the sum of its lines counted one by one (each with
+    its line end): tiktoken's split patterns always cut after a line end that a ``[`` or a space follows, and each
+    piece is encoded on its own, so its count of the block is that sum exactly; the character estimate rounds each
+    line up, so the sum bounds it."""
+    counter = getattr(counter, "base", counter)  # a wrapper that remembers histories counts texts as its base does
+    return isinstance(counter, (TiktokenCounter, EstimateCounter))
+
+
+def _within(results: Sequence[Recalled], counter: TokenCounter, budget: int) -> list[Recalled]:
+    """The leading ``results`` whose lines fit ``budget`` tokens, each line counted once (a recalled message's line
+    recurs from turn to turn, so the counter's cache of short texts usually knows it)."""
+    kept: list[Recalled] = []
+    for result in results:
+        cost = sum(counter.count_text(f"{line}\n") for line in _result_lines(result))
+        if cost > budget:
+            break
+        budget -= cost
+        kept.append(result)
+    return kept
+
+
 def auto_quote(recall: Recall, conversation_id: str, texts: Sequence[str], counter: TokenCounter) -> str | None:
     """``auto`` recall for a turn whose input is ``texts``: the archive searched with them and the quoted block,
     within ``recall.max_tokens`` as ``counter`` counts it (the block's own lines included: the lowest-ranked
-    matches go first). The block is counted whole, and once more after each cut."""
+    matches go first). The block is the sum of its lines counted apart (see :func:`_lines_counted_apart`); a
+    counter of unknown kind counts the whole block too, once more after each cut."""
     query = "\n".join(t for t in texts if t.strip())
     if recall.mode not in ("auto", "both") or not query:
         return None
-    frame = counter.count_text(f"{QUOTE_OPENING}\n{QUOTE_CLOSING}")
+    frame = counter.count_text(f"{QUOTE_OPENING}\n") + counter.count_text(QUOTE_CLOSING)
     if frame >= recall.max_tokens:
         return None
     try:
@@ -131,28 +154,9 @@ def auto_quote(recall: Recall, conversation_id: str, texts: Sequence[str], count
     except ArchiveDecodeError as exc:  # the archive is what recall reads, never what a turn needs
         log.warning("recall: the archive of a conversation cannot be read (%s); the turn goes on without it", exc)
         return None
+    results = _within(results, counter, recall.max_tokens - frame)
     block = render_quote(results)
-    tokens = 0 if block is None else counter.count_text(block)
-    while block is not None and tokens > recall.max_tokens:
-        # Cut where the characters say the budget ends (a count of each match would cost a count of the whole
-        # block again), then count what is left: at least one match goes each round.
-        lengths = [len("\n".join(_result_lines(r))) + 1 for r in results]
-        room = sum(lengths) * recall.max_tokens / tokens
-        kept = 0
-        while kept < len(results) and sum(lengths[:kept + 1]) <= room:
-            kept += 1
-        results = results[:min(kept, len(results) - 1)]
+    while block is not None and not _lines_counted_apart(counter) and counter.count_text(block) > recall.max_tokens:
+        results = results[:-1]
         block = render_quote(results)
-        tokens = 0 if block is None else counter.count_text(block)
-    return block
-    kept, used = 0, frame
-    for result in results:
-        cost = counter.count_text("\n".join(_result_lines(result))) + 1
-        if used + cost > recall.max_tokens:
-            break
-        used, kept = used + cost, kept + 1
-    block = render_quote(results[:kept])
-    while block is not None and counter.count_text(block) > recall.max_tokens:  # token counts do not quite add up
-        kept -= 1
-        block = render_quote(results[:kept])
     return block
