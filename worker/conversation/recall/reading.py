@@ -111,9 +111,7 @@ def _result_lines(result: Recalled) -> list[str]:
 def render_quote(results: Sequence[Recalled]) -> str | None:
     """The block ``auto`` recall puts after the history: each match with its date and speaker, the messages around
     it below it; None when nothing matched."""
-    if not results:
-        return None
-    return "\n".join([QUOTE_OPENING, *(line for result in results for line in _result_lines(result)), QUOTE_CLOSING])
+    return _quote([_result_lines(result) for result in results])
 
 
 def _lines_counted_apart(counter: TokenCounter) -> bool:
@@ -125,17 +123,22 @@ def _lines_counted_apart(counter: TokenCounter) -> bool:
     return isinstance(counter, (TiktokenCounter, EstimateCounter))
 
 
-def _within(results: Sequence[Recalled], counter: TokenCounter, budget: int) -> list[Recalled]:
-    """The leading ``results`` whose lines fit ``budget`` tokens, each line counted once (a recalled message's line
-    recurs from turn to turn, so the counter's cache of short texts usually knows it)."""
-    kept: list[Recalled] = []
+def _within(results: Sequence[Recalled], counter: TokenCounter, budget: int) -> list[list[str]]:
+    """The lines of the leading ``results`` that fit ``budget`` tokens, each line counted once (a recalled message's
+    line recurs from turn to turn, so the counter's cache of short texts usually knows it)."""
+    kept: list[list[str]] = []
     for result in results:
-        cost = sum(counter.count_text(f"{line}\n") for line in _result_lines(result))
+        lines = _result_lines(result)
+        cost = sum(counter.count_text(f"{line}\n") for line in lines)
         if cost > budget:
             break
         budget -= cost
-        kept.append(result)
+        kept.append(lines)
     return kept
+
+
+def _quote(lines: Sequence[list[str]]) -> str | None:
+    return "\n".join([QUOTE_OPENING, *(line for result in lines for line in result), QUOTE_CLOSING]) if lines else None
 
 
 def auto_quote(recall: Recall, conversation_id: str, texts: Sequence[str], counter: TokenCounter) -> str | None:
@@ -154,9 +157,9 @@ def auto_quote(recall: Recall, conversation_id: str, texts: Sequence[str], count
     except ArchiveDecodeError as exc:  # the archive is what recall reads, never what a turn needs
         log.warning("recall: the archive of a conversation cannot be read (%s); the turn goes on without it", exc)
         return None
-    results = _within(results, counter, recall.max_tokens - frame)
-    block = render_quote(results)
+    lines = _within(results, counter, recall.max_tokens - frame)
+    block = _quote(lines)
     while block is not None and not _lines_counted_apart(counter) and counter.count_text(block) > recall.max_tokens:
-        results = results[:-1]
-        block = render_quote(results)
+        lines = lines[:-1]
+        block = _quote(lines)
     return block
