@@ -116,7 +116,8 @@ def render_quote(results: Sequence[Recalled]) -> str | None:
 
 def _lines_counted_apart(counter: TokenCounter) -> bool:
     """Whether ``counter`` counts a block of lines at most as the sum of its lines counted one by one (each with
-    its line end): tiktoken's split patterns always cut after a line end that a ``[`` or a space follows, and each
+    its line end): tiktoken's split patterns always cut after a line end that ``[``, ``(`` or a space
+    follows (how every quoted line and the closing one start), and each
     piece is encoded on its own, so its count of the block is that sum exactly; the character estimate rounds each
     line up, so the sum bounds it."""
     counter = getattr(counter, "base", counter)  # a wrapper that remembers histories counts texts as its base does
@@ -124,8 +125,8 @@ def _lines_counted_apart(counter: TokenCounter) -> bool:
 
 
 def _within(results: Sequence[Recalled], counter: TokenCounter, budget: int) -> list[list[str]]:
-    """The lines of the leading ``results`` that fit ``budget`` tokens, each line counted once (a recalled message's
-    line recurs from turn to turn, so the counter's cache of short texts usually knows it)."""
+    """The lines of the leading ``results`` that fit ``budget`` tokens, each line counted once (the exact counter
+    caches short texts, so a message quoted again in a later turn is not encoded again while it stays cached)."""
     kept: list[list[str]] = []
     for result in results:
         lines = _result_lines(result)
