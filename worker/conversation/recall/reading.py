@@ -116,10 +116,9 @@ def render_quote(results: Sequence[Recalled]) -> str | None:
 
 def _lines_counted_apart(counter: TokenCounter) -> bool:
     """Whether ``counter`` counts a block of lines at most as the sum of its lines counted one by one (each with
-    its line end): tiktoken's split patterns always cut after a line end that ``[``, ``(`` or a space
-    follows (how every quoted line and the closing one start), and each
-    piece is encoded on its own, so its count of the block is that sum exactly; the character estimate rounds each
-    line up, so the sum bounds it."""
+    its line end): tiktoken's split patterns always cut after a line end that ``[``, ``(`` or a space follows (how
+    every quoted line and the closing one start), and each piece is encoded on its own, so its count of the block
+    is that sum exactly; the character estimate rounds each line up, so the sum bounds it."""
     counter = getattr(counter, "base", counter)  # a wrapper that remembers histories counts texts as its base does
     return isinstance(counter, (TiktokenCounter, EstimateCounter))
 
