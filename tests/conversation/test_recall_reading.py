@@ -5,16 +5,19 @@ from __future__ import annotations
 
 import json
 import random
+import re
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tests.conversation.conftest import make_tool
 from worker import Chat, ScriptedModel
 from worker.conversation import ModelRequest, Reply, turn_context
 from worker.conversation.recall import ArchivedMessage, InMemoryArchive, stable_id
-from worker.conversation.recall.reading import QUOTE_CLOSING, TOOL_NAME, Recall, RecallMode, reading_of
-from worker.conversation.tokens import EstimateCounter
+from worker.conversation.recall.reading import QUOTE_CLOSING, TOOL_NAME, Recall, RecallMode, auto_quote, reading_of
+from worker.conversation.tokens import EstimateCounter, TiktokenCounter
 from worker.llm import anthropic_messages, local_model, openai_chat
 
 SCHEMA = {"type": "object", "properties": {"query": {"type": "string"}}, "required": ["query"]}
@@ -217,3 +220,45 @@ def test_one_library_chat_keeps_each_turn_contexts_conversation_apart() -> None:
         assert [r["text"] for r in archive.search(cid, "marigold secret", max_tokens=200)] == [
             f"the {cid} secret is marigold"]
     assert archive.search("default", "marigold", max_tokens=200) == []
+
+
+class _SeenCounter(TiktokenCounter):
+    """The exact counter, remembering each text it was asked to count."""
+
+    def __init__(self) -> None:
+        super().__init__(encoding="cl100k_base")
+        self.seen: list[str] = []
+
+    def count_text(self, text: str) -> int:
+        self.seen.append(text)
+        return super().count_text(text)
+
+
+def test_auto_counts_each_quoted_line_and_never_the_whole_block() -> None:
+    counter = _SeenCounter()
+    recall = Recall(_archive(), "auto", max_tokens=300)
+    block = auto_quote(recall, CID, ["where is the brass lantern?"], counter)
+    assert block is not None and "Harrogate" in block
+    assert block not in counter.seen and not any(QUOTE_CLOSING in t and "\n" in t for t in counter.seen)
+    assert TiktokenCounter(encoding="cl100k_base").count_text(block) <= 300
+
+
+_PIECES = [*"ab zé.,:!?([)]-'\n\r\t  ", "🏰", "中文", "नमस्ते", "\u2028", "12", "<|endoftext|>", "lantern"]
+_VARIED = st.lists(st.sampled_from(_PIECES), max_size=60).map("".join) | st.text(max_size=80)
+
+
+@settings(max_examples=60, deadline=None)
+@given(texts=st.lists(_VARIED, min_size=1, max_size=12), budget=st.integers(60, 400),
+       encoding=st.sampled_from(["cl100k_base", "o200k_base"]))
+def test_the_quoted_block_never_exceeds_its_budget_by_the_exact_count(texts: list[str], budget: int,
+                                                                      encoding: str) -> None:
+    archive = InMemoryArchive()
+    archive.append(CID, [_msg(i, ("player", "assistant", "game")[i % 3], f"lantern {t}") for i, t in enumerate(texts)])
+    counter = TiktokenCounter(encoding=encoding)
+    block = auto_quote(Recall(archive, "auto", max_tokens=budget), CID, ["lantern"], counter)
+    if block is not None:
+        # Each quoted line (its message's further lines indented in it) with its line end, as auto recall counts it.
+        lines = re.split(r"(?<=\n)(?=\[|\(|  near it: )", block)
+        assert "".join(lines) == block and lines[-1] == QUOTE_CLOSING
+        assert counter.count_text(block) == sum(counter.count_text(piece) for piece in lines)
+        assert counter.count_text(block) <= budget

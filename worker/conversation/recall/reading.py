@@ -18,7 +18,7 @@ from typing import Any, Literal, get_args
 
 from worker.conversation.recall.archive import Archive, Recalled, RecalledMessage
 from worker.conversation.recall.archived import ArchivedMessage
-from worker.conversation.tokens import TokenCounter
+from worker.conversation.tokens import EstimateCounter, TiktokenCounter, TokenCounter
 from worker.conversation.tools import Tool, current_call
 from worker.errors import ArchiveDecodeError
 
@@ -112,19 +112,45 @@ def _result_lines(result: Recalled) -> list[str]:
 def render_quote(results: Sequence[Recalled]) -> str | None:
     """The block ``auto`` recall puts after the history: each match with its date and speaker, the messages around
     it below it; None when nothing matched."""
-    if not results:
-        return None
-    return "\n".join([QUOTE_OPENING, *(line for result in results for line in _result_lines(result)), QUOTE_CLOSING])
+    return _quote([_result_lines(result) for result in results])
+
+
+def _lines_counted_apart(counter: TokenCounter) -> bool:
+    """Whether ``counter`` counts a block of lines at most as the sum of its lines counted one by one (each with
+    its line end): tiktoken's split patterns always cut after a line end that ``[``, ``(`` or a space follows (how
+    every quoted line and the closing one start), and each piece is encoded on its own, so its count of the block
+    is that sum exactly; the character estimate rounds each line up, so the sum bounds it."""
+    counter = getattr(counter, "base", counter)  # a wrapper that remembers histories counts texts as its base does
+    return isinstance(counter, (TiktokenCounter, EstimateCounter))
+
+
+def _within(results: Sequence[Recalled], counter: TokenCounter, budget: int) -> list[list[str]]:
+    """The lines of the leading ``results`` that fit ``budget`` tokens, each line counted once (the exact counter
+    caches short texts, so a message quoted again in a later turn is not encoded again while it stays cached)."""
+    kept: list[list[str]] = []
+    for result in results:
+        lines = _result_lines(result)
+        cost = sum(counter.count_text(f"{line}\n") for line in lines)
+        if cost > budget:
+            break
+        budget -= cost
+        kept.append(lines)
+    return kept
+
+
+def _quote(lines: Sequence[list[str]]) -> str | None:
+    return "\n".join([QUOTE_OPENING, *(line for result in lines for line in result), QUOTE_CLOSING]) if lines else None
 
 
 def auto_quote(recall: Recall, conversation_id: str, texts: Sequence[str], counter: TokenCounter) -> str | None:
     """``auto`` recall for a turn whose input is ``texts``: the archive searched with them and the quoted block,
     within ``recall.max_tokens`` as ``counter`` counts it (the block's own lines included: the lowest-ranked
-    matches go first). The block is counted whole, and once more after each cut."""
+    matches go first). The block is the sum of its lines counted apart (see :func:`_lines_counted_apart`); a
+    counter of unknown kind counts the whole block too, once more after each cut."""
     query = "\n".join(t for t in texts if t.strip())
     if recall.mode not in ("auto", "both") or not query:
         return None
-    frame = counter.count_text(f"{QUOTE_OPENING}\n{QUOTE_CLOSING}")
+    frame = counter.count_text(f"{QUOTE_OPENING}\n") + counter.count_text(QUOTE_CLOSING)
     if frame >= recall.max_tokens:
         return None
     try:
@@ -132,17 +158,9 @@ def auto_quote(recall: Recall, conversation_id: str, texts: Sequence[str], count
     except ArchiveDecodeError as exc:  # the archive is what recall reads, never what a turn needs
         log.warning("recall: the archive of a conversation cannot be read (%s); the turn goes on without it", exc)
         return None
-    block = render_quote(results)
-    tokens = 0 if block is None else counter.count_text(block)
-    while block is not None and tokens > recall.max_tokens:
-        # Cut where the characters say the budget ends (a count of each match would cost a count of the whole
-        # block again), then count what is left: at least one match goes each round.
-        lengths = [len("\n".join(_result_lines(r))) + 1 for r in results]
-        room = sum(lengths) * recall.max_tokens / tokens
-        kept = 0
-        while kept < len(results) and sum(lengths[:kept + 1]) <= room:
-            kept += 1
-        results = results[:min(kept, len(results) - 1)]
-        block = render_quote(results)
-        tokens = 0 if block is None else counter.count_text(block)
+    lines = _within(results, counter, recall.max_tokens - frame)
+    block = _quote(lines)
+    while block is not None and not _lines_counted_apart(counter) and counter.count_text(block) > recall.max_tokens:
+        lines = lines[:-1]
+        block = _quote(lines)
     return block
