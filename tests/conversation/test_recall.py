@@ -23,6 +23,7 @@ from worker.conversation.recall import (
     recall,
     stable_id,
 )
+from worker.conversation.recall.codec import count_archive
 from worker.conversation.recall.terms import fold, terms
 from worker.conversation.tokens import EstimateCounter
 from worker.errors import ArchiveDecodeError, InvalidMessageError, StateError
@@ -47,6 +48,7 @@ def _msg(n: int, speaker: str, text: str) -> ArchivedMessage:
 def test_batches_round_trip_and_concatenate_in_order(first: list[ArchivedMessage], second: list[ArchivedMessage]) -> None:
     assert decode_archive(encode_batch(first)) == first
     assert decode_archive(encode_batch(first) + encode_batch(second)) == first + second
+    assert count_archive(encode_batch(first) + encode_batch(second)) == len(first) + len(second)
 
 
 @_SLOW
@@ -66,6 +68,9 @@ def test_any_bytes_decode_or_raise_the_archive_error(data: bytes) -> None:
     try:
         decode_archive(data)
     except ArchiveDecodeError as exc:
+        if exc.reason != "invalid":  # the count reads each batch's frame and row count, not the rows themselves
+            with pytest.raises(ArchiveDecodeError):
+                count_archive(data)
         assert exc.reason in {"corrupt", "version", "invalid"}
         assert isinstance(exc, StateError)
 
@@ -83,6 +88,8 @@ def test_corrupt_archive_bytes_raise_a_clear_error(damage: str) -> None:
         data[0] = 0xFF
     with pytest.raises(ArchiveDecodeError):
         decode_archive(bytes(data))
+    with pytest.raises(ArchiveDecodeError):
+        count_archive(bytes(data))
 
 
 @pytest.mark.parametrize("damage", ["truncate", "flip", "magic"])

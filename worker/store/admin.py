@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from worker.conversation.recall.codec import decode_archive
+from worker.conversation.recall.codec import count_archive
 from worker.errors import ArchiveDecodeError, InvalidConversationIdError
 from worker.store.entry_codec import join_entry, position_score, split_entry
 from worker.store.identities import IdentityStore
@@ -87,11 +87,11 @@ class AdminStore(IdentityStore):
     @store_errors
     def archive_size(self, cid: str) -> tuple[int | None, int]:
         """How many messages the conversation's archive holds (None when its bytes cannot be read) and its bytes
-        (the compressed batches ``PARLEY_RECALL_MAX_BYTES`` bounds; the search index is apart). Reads the whole
-        archive: for inspection, never a turn."""
+        (the compressed batches ``PARLEY_RECALL_MAX_BYTES`` bounds; the search index is apart). Reads the archive's
+        bytes and counts the rows of each batch without decoding them: for inspection, never a turn."""
         data = b"".join(self._client.lrange(self.keys(cid).recall, 0, -1))
         try:
-            return len(decode_archive(data)), len(data)
+            return count_archive(data), len(data)
         except ArchiveDecodeError:
             return None, len(data)
 

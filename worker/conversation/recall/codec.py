@@ -11,7 +11,7 @@ them all.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -69,12 +69,8 @@ def _decode_body(body: bytes) -> list[ArchivedMessage]:
     return [_row(row) for row in rows]
 
 
-def decode_archive(data: bytes) -> list[ArchivedMessage]:
-    """Every message of an archive's bytes (one or many appended batches), oldest first.
-
-    Raises :class:`~worker.errors.ArchiveDecodeError` on bytes that are not such batches (cut short, corrupt, of
-    another version); nothing is guessed."""
-    messages: list[ArchivedMessage] = []
+def _bodies(data: bytes) -> Iterator[bytes]:
+    """Each batch's body of an archive's bytes, in order (the length frames checked)."""
     view = memoryview(data)
     at = 0
     while at < len(view):
@@ -84,9 +80,35 @@ def decode_archive(data: bytes) -> list[ArchivedMessage]:
         start = at + _LENGTH
         if size == 0 or start + size > len(view):
             raise ArchiveDecodeError("corrupt", f"a batch claims {size} bytes, {len(view) - start} are left")
-        messages.extend(_decode_body(bytes(view[start:start + size])))
+        yield bytes(view[start:start + size])
         at = start + size
-    return messages
+
+
+def decode_archive(data: bytes) -> list[ArchivedMessage]:
+    """Every message of an archive's bytes (one or many appended batches), oldest first.
+
+    Raises :class:`~worker.errors.ArchiveDecodeError` on bytes that are not such batches (cut short, corrupt, of
+    another version); nothing is guessed."""
+    return [message for body in _bodies(data) for message in _decode_body(body)]
+
+
+def count_archive(data: bytes) -> int:
+    """How many messages an archive's bytes hold, reading each batch's row count and not its rows: what an
+    inspection of a conversation (its summary, which a producer may ask for often) pays, a fraction of
+    :func:`decode_archive`. Raises :class:`~worker.errors.ArchiveDecodeError` as it does."""
+    count = 0
+    decompressor = zstandard.ZstdDecompressor()
+    for body in _bodies(data):
+        if body[0] != VERSION:
+            raise ArchiveDecodeError("version", f"unknown archive version {body[:1].hex()}")
+        try:
+            packed = decompressor.decompress(body[1:], max_output_size=MAX_DECODED_BYTES)
+            unpacker = msgpack.Unpacker(raw=False)
+            unpacker.feed(packed)
+            count += unpacker.read_array_header()
+        except (zstandard.ZstdError, ValueError, msgpack.FormatError, msgpack.StackError, msgpack.OutOfData) as exc:
+            raise ArchiveDecodeError("corrupt", f"{type(exc).__name__}: {exc}") from exc
+    return count
 
 
 def new_messages(archived: Iterable[ArchivedMessage], incoming: Iterable[ArchivedMessage]) -> list[ArchivedMessage]:
