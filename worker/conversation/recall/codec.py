@@ -56,13 +56,21 @@ def _row(row: Any) -> ArchivedMessage:
         raise ArchiveDecodeError("invalid", str(exc)) from exc
 
 
-def _decode_body(body: bytes) -> list[ArchivedMessage]:
+def _packed(body: bytes, decompressor: zstandard.ZstdDecompressor) -> bytes:
+    """A batch's body checked for its version and decompressed: its msgpack bytes."""
     if not body or body[0] != VERSION:
         raise ArchiveDecodeError("version", f"unknown archive version {body[:1].hex() or 'none'}")
     try:
-        packed = zstandard.ZstdDecompressor().decompress(body[1:], max_output_size=MAX_DECODED_BYTES)
+        return decompressor.decompress(body[1:], max_output_size=MAX_DECODED_BYTES)
+    except (zstandard.ZstdError, ValueError) as exc:
+        raise ArchiveDecodeError("corrupt", f"{type(exc).__name__}: {exc}") from exc
+
+
+def _decode_body(body: bytes) -> list[ArchivedMessage]:
+    packed = _packed(body, zstandard.ZstdDecompressor())
+    try:
         rows = msgpack.unpackb(packed, raw=False, unicode_errors="surrogatepass", strict_map_key=True)
-    except (zstandard.ZstdError, ValueError, msgpack.ExtraData, msgpack.FormatError, msgpack.StackError) as exc:
+    except (ValueError, msgpack.ExtraData, msgpack.FormatError, msgpack.StackError) as exc:
         raise ArchiveDecodeError("corrupt", f"{type(exc).__name__}: {exc}") from exc
     if not isinstance(rows, list):
         raise ArchiveDecodeError("invalid", "a batch is not a list of rows")
@@ -99,14 +107,11 @@ def count_archive(data: bytes) -> int:
     count = 0
     decompressor = zstandard.ZstdDecompressor()
     for body in _bodies(data):
-        if body[0] != VERSION:
-            raise ArchiveDecodeError("version", f"unknown archive version {body[:1].hex()}")
+        unpacker = msgpack.Unpacker(raw=False)
+        unpacker.feed(_packed(body, decompressor))
         try:
-            packed = decompressor.decompress(body[1:], max_output_size=MAX_DECODED_BYTES)
-            unpacker = msgpack.Unpacker(raw=False)
-            unpacker.feed(packed)
             count += unpacker.read_array_header()
-        except (zstandard.ZstdError, ValueError, msgpack.FormatError, msgpack.StackError, msgpack.OutOfData) as exc:
+        except (ValueError, msgpack.FormatError, msgpack.StackError, msgpack.OutOfData) as exc:
             raise ArchiveDecodeError("corrupt", f"{type(exc).__name__}: {exc}") from exc
     return count
 
